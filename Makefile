@@ -1,0 +1,57 @@
+# mediamesh: `make run` starts the mesh, `make test` runs the whole suite.
+# Both set up .venv from nothing when it is missing or out of date.
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+BIN := $(VENV)/bin
+# The CPU build of torch installs from local disk here; a floating torch pulls CUDA.
+TORCH_SPEC ?= torch==2.13.0
+MODELS_DIR ?= .mediamesh/models
+GENERATED := services/common/generated
+PROTOS := $(shell find protos -name '*.proto')
+
+.PHONY: setup run test test-fast lint format protos models bench bench-smoke clean
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml setup.py constraints.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -c constraints.txt "$(TORCH_SPEC)"
+	$(PY) -m pip install -q -c constraints.txt -e '.[dev]'
+	touch $@
+
+# The one target that writes generated stubs; never edit them by hand.
+protos: setup
+	rm -rf $(GENERATED)/mediamesh $(GENERATED)/inference
+	$(PY) -m services.common.protogen $(GENERATED)
+
+models: setup
+	$(BIN)/mediamesh models build --out $(MODELS_DIR)
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: setup
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+run: setup models
+	$(BIN)/mediamesh up --models-dir $(MODELS_DIR)
+
+test: setup lint models
+	$(BIN)/pytest -q -p no:cacheprovider --durations=15
+
+test-fast: setup
+	$(BIN)/pytest -q -p no:cacheprovider tests/unit
+
+bench: setup models
+	$(PY) -m bench.run all
+
+bench-smoke: setup models
+	$(PY) -m bench.run all --smoke
+
+clean:
+	rm -rf $(VENV) .mediamesh build *.egg-info

@@ -1,0 +1,203 @@
+from mediamesh.v1 import common_pb2 as _common_pb2
+from mediamesh.v1 import gateway_pb2 as _gateway_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class SubmitRequest(_message.Message):
+    __slots__ = ("request", "tenant", "deadline_unix_ms", "tenant_weight")
+    REQUEST_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    DEADLINE_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    TENANT_WEIGHT_FIELD_NUMBER: _ClassVar[int]
+    request: _common_pb2.GenerateRequest
+    tenant: str
+    deadline_unix_ms: int
+    tenant_weight: float
+    def __init__(self, request: _Optional[_Union[_common_pb2.GenerateRequest, _Mapping]] = ..., tenant: _Optional[str] = ..., deadline_unix_ms: _Optional[int] = ..., tenant_weight: _Optional[float] = ...) -> None: ...
+
+class ScopedJobRequest(_message.Message):
+    __slots__ = ("job_id", "tenant", "offset")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    tenant: str
+    offset: int
+    def __init__(self, job_id: _Optional[str] = ..., tenant: _Optional[str] = ..., offset: _Optional[int] = ...) -> None: ...
+
+class Device(_message.Message):
+    __slots__ = ("id", "memory_bytes", "free_bytes")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
+    FREE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    memory_bytes: int
+    free_bytes: int
+    def __init__(self, id: _Optional[str] = ..., memory_bytes: _Optional[int] = ..., free_bytes: _Optional[int] = ...) -> None: ...
+
+class HostedModel(_message.Message):
+    __slots__ = ("name", "parallelism", "device_ids")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    PARALLELISM_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_IDS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    parallelism: str
+    device_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, name: _Optional[str] = ..., parallelism: _Optional[str] = ..., device_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class WorkerRegistration(_message.Message):
+    __slots__ = ("worker_id", "address", "pool", "devices", "models", "capacity")
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    POOL_FIELD_NUMBER: _ClassVar[int]
+    DEVICES_FIELD_NUMBER: _ClassVar[int]
+    MODELS_FIELD_NUMBER: _ClassVar[int]
+    CAPACITY_FIELD_NUMBER: _ClassVar[int]
+    worker_id: str
+    address: str
+    pool: str
+    devices: _containers.RepeatedCompositeFieldContainer[Device]
+    models: _containers.RepeatedCompositeFieldContainer[HostedModel]
+    capacity: int
+    def __init__(self, worker_id: _Optional[str] = ..., address: _Optional[str] = ..., pool: _Optional[str] = ..., devices: _Optional[_Iterable[_Union[Device, _Mapping]]] = ..., models: _Optional[_Iterable[_Union[HostedModel, _Mapping]]] = ..., capacity: _Optional[int] = ...) -> None: ...
+
+class WorkerHeartbeat(_message.Message):
+    __slots__ = ("draining", "running_batches", "memory_used_bytes")
+    class MemoryUsedBytesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    DRAINING_FIELD_NUMBER: _ClassVar[int]
+    RUNNING_BATCHES_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_USED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    draining: bool
+    running_batches: int
+    memory_used_bytes: _containers.ScalarMap[str, int]
+    def __init__(self, draining: _Optional[bool] = ..., running_batches: _Optional[int] = ..., memory_used_bytes: _Optional[_Mapping[str, int]] = ...) -> None: ...
+
+class WorkerMessage(_message.Message):
+    __slots__ = ("register", "heartbeat")
+    REGISTER_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
+    register: WorkerRegistration
+    heartbeat: WorkerHeartbeat
+    def __init__(self, register: _Optional[_Union[WorkerRegistration, _Mapping]] = ..., heartbeat: _Optional[_Union[WorkerHeartbeat, _Mapping]] = ...) -> None: ...
+
+class SchedulerMessage(_message.Message):
+    __slots__ = ("registered", "heartbeat_interval_s", "heartbeat_misses_allowed")
+    REGISTERED_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_INTERVAL_S_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_MISSES_ALLOWED_FIELD_NUMBER: _ClassVar[int]
+    registered: bool
+    heartbeat_interval_s: float
+    heartbeat_misses_allowed: int
+    def __init__(self, registered: _Optional[bool] = ..., heartbeat_interval_s: _Optional[float] = ..., heartbeat_misses_allowed: _Optional[int] = ...) -> None: ...
+
+class GetStatusRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class QueueStatus(_message.Message):
+    __slots__ = ("name", "depth", "depth_by_priority", "work_s", "oldest_wait_s", "sla_s", "running")
+    class DepthByPriorityEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    DEPTH_FIELD_NUMBER: _ClassVar[int]
+    DEPTH_BY_PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    WORK_S_FIELD_NUMBER: _ClassVar[int]
+    OLDEST_WAIT_S_FIELD_NUMBER: _ClassVar[int]
+    SLA_S_FIELD_NUMBER: _ClassVar[int]
+    RUNNING_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    depth: int
+    depth_by_priority: _containers.ScalarMap[str, int]
+    work_s: float
+    oldest_wait_s: float
+    sla_s: float
+    running: int
+    def __init__(self, name: _Optional[str] = ..., depth: _Optional[int] = ..., depth_by_priority: _Optional[_Mapping[str, int]] = ..., work_s: _Optional[float] = ..., oldest_wait_s: _Optional[float] = ..., sla_s: _Optional[float] = ..., running: _Optional[int] = ...) -> None: ...
+
+class WorkerSummary(_message.Message):
+    __slots__ = ("worker_id", "pool", "devices", "models", "load_s", "state", "address")
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    POOL_FIELD_NUMBER: _ClassVar[int]
+    DEVICES_FIELD_NUMBER: _ClassVar[int]
+    MODELS_FIELD_NUMBER: _ClassVar[int]
+    LOAD_S_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    worker_id: str
+    pool: str
+    devices: _containers.RepeatedScalarFieldContainer[str]
+    models: _containers.RepeatedScalarFieldContainer[str]
+    load_s: float
+    state: str
+    address: str
+    def __init__(self, worker_id: _Optional[str] = ..., pool: _Optional[str] = ..., devices: _Optional[_Iterable[str]] = ..., models: _Optional[_Iterable[str]] = ..., load_s: _Optional[float] = ..., state: _Optional[str] = ..., address: _Optional[str] = ...) -> None: ...
+
+class CostSummary(_message.Message):
+    __slots__ = ("cost", "on_demand_cost", "device_seconds_by_pool", "device_seconds_by_model", "device_seconds_by_tenant")
+    class DeviceSecondsByPoolEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    class DeviceSecondsByModelEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    class DeviceSecondsByTenantEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    COST_FIELD_NUMBER: _ClassVar[int]
+    ON_DEMAND_COST_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_SECONDS_BY_POOL_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_SECONDS_BY_MODEL_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_SECONDS_BY_TENANT_FIELD_NUMBER: _ClassVar[int]
+    cost: float
+    on_demand_cost: float
+    device_seconds_by_pool: _containers.ScalarMap[str, float]
+    device_seconds_by_model: _containers.ScalarMap[str, float]
+    device_seconds_by_tenant: _containers.ScalarMap[str, float]
+    def __init__(self, cost: _Optional[float] = ..., on_demand_cost: _Optional[float] = ..., device_seconds_by_pool: _Optional[_Mapping[str, float]] = ..., device_seconds_by_model: _Optional[_Mapping[str, float]] = ..., device_seconds_by_tenant: _Optional[_Mapping[str, float]] = ...) -> None: ...
+
+class MeshStatus(_message.Message):
+    __slots__ = ("queues", "workers", "cost", "jobs_by_state")
+    class JobsByStateEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    QUEUES_FIELD_NUMBER: _ClassVar[int]
+    WORKERS_FIELD_NUMBER: _ClassVar[int]
+    COST_FIELD_NUMBER: _ClassVar[int]
+    JOBS_BY_STATE_FIELD_NUMBER: _ClassVar[int]
+    queues: _containers.RepeatedCompositeFieldContainer[QueueStatus]
+    workers: _containers.RepeatedCompositeFieldContainer[WorkerSummary]
+    cost: CostSummary
+    jobs_by_state: _containers.ScalarMap[str, int]
+    def __init__(self, queues: _Optional[_Iterable[_Union[QueueStatus, _Mapping]]] = ..., workers: _Optional[_Iterable[_Union[WorkerSummary, _Mapping]]] = ..., cost: _Optional[_Union[CostSummary, _Mapping]] = ..., jobs_by_state: _Optional[_Mapping[str, int]] = ...) -> None: ...

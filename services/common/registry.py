@@ -1,0 +1,197 @@
+"""The model registry: which models exist, how they run and what callers may ask of them.
+
+Every service reads the same registry file. The gateway validates requests against its
+limits, the scheduler takes modality, batching and cost from it, and workers load from it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+Modality = Literal["image", "video", "audio"]
+OutputFormat = Literal["png", "mp4", "webp", "wav", "bin"]
+
+MIME_TYPES: dict[str, str] = {
+    "png": "image/png",
+    "mp4": "video/mp4",
+    "webp": "image/webp",
+    "wav": "audio/wav",
+    "bin": "application/octet-stream",
+}
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class BatchingSpec(Strict):
+    """How the scheduler groups compatible jobs of this model."""
+
+    mode: Literal["dynamic", "static", "none"] = "dynamic"
+    max_batch: int = Field(4, ge=1, le=256)
+    # Dynamic: the oldest job waits at most this long for company. Static: optional cap.
+    max_wait_ms: int | None = Field(50, ge=0)
+
+
+class ParallelismSpec(Strict):
+    """How the model is spread over devices; each group is one routing unit."""
+
+    mode: Literal["data", "pipeline", "tensor"] = "data"
+    # Devices the model occupies ("cpu", "cuda:0", ...). Data mode uses the worker's own device.
+    devices: list[str] = Field(default_factory=list)
+    # Pipeline mode: accelerate device_map strategy and per-device memory caps.
+    device_map: Literal["balanced", "auto", "sequential"] = "balanced"
+    max_memory: dict[str, str] = Field(default_factory=dict)
+    offload_folder: str | None = None
+    # Tensor mode: ranks in the torch.distributed group and the backend.
+    size: int = Field(1, ge=1)
+    backend: Literal["torch", "deepspeed"] = "torch"
+
+
+class DefaultParams(Strict):
+    steps: int = Field(4, ge=1)
+    width: int = Field(0, ge=0)
+    height: int = Field(0, ge=0)
+    num_frames: int = Field(0, ge=0)
+    duration_s: float = Field(0.0, ge=0)
+    guidance_scale: float = Field(3.5, ge=0)
+
+
+class LimitParams(Strict):
+    max_steps: int = Field(50, ge=1)
+    max_width: int = Field(0, ge=0)
+    max_height: int = Field(0, ge=0)
+    size_multiple: int = Field(16, ge=1)
+    max_num_frames: int = Field(0, ge=0)
+    # Video models that need (num_frames - 1) % frame_multiple == 0 (Wan: 4).
+    frame_multiple: int = Field(1, ge=1)
+    max_duration_s: float = Field(0.0, ge=0)
+    max_guidance_scale: float = Field(20.0, ge=0)
+    max_prompt_chars: int = Field(2000, ge=1)
+
+
+class OutputSpec(Strict):
+    format: OutputFormat = "png"
+    fps: int = Field(8, ge=1)
+    # Video: used when the ffmpeg binary is unavailable or fails.
+    fallback_format: OutputFormat | None = None
+
+    @property
+    def mime_type(self) -> str:
+        return MIME_TYPES[self.format]
+
+
+class CostSpec(Strict):
+    """Prior for the device-seconds a job takes, refined online from measured step times."""
+
+    # Seconds of one denoising step for one job at one megapixel-frame.
+    step_s_per_megapixel: float = Field(0.5, gt=0)
+    # Fixed seconds per job (encoding, decoding, text encoders).
+    overhead_s: float = Field(0.05, ge=0)
+
+
+class ModelSpec(Strict):
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    modality: Modality
+    pipeline: str
+    source: str
+    dtype: Literal["float32", "float16", "bfloat16"] = "float32"
+    parallelism: ParallelismSpec = Field(default_factory=ParallelismSpec)
+    quantization: Literal["none", "int8-dynamic"] = "none"
+    batching: BatchingSpec = Field(default_factory=BatchingSpec)
+    defaults: DefaultParams = Field(default_factory=DefaultParams)
+    limits: LimitParams = Field(default_factory=LimitParams)
+    output: OutputSpec = Field(default_factory=OutputSpec)
+    cost: CostSpec = Field(default_factory=CostSpec)
+
+    @model_validator(mode="after")
+    def _defaults_within_limits(self) -> ModelSpec:
+        d, lim = self.defaults, self.limits
+        checks = [
+            ("defaults.steps", d.steps, lim.max_steps),
+            ("defaults.width", d.width, lim.max_width),
+            ("defaults.height", d.height, lim.max_height),
+            ("defaults.num_frames", d.num_frames, lim.max_num_frames),
+            ("defaults.duration_s", d.duration_s, lim.max_duration_s),
+            ("defaults.guidance_scale", d.guidance_scale, lim.max_guidance_scale),
+        ]
+        for field, value, limit in checks:
+            if value > limit:
+                raise ValueError(f"{field}={value} exceeds its limit {limit}")
+        if self.modality in ("image", "video") and (d.width == 0 or d.height == 0):
+            raise ValueError("defaults.width and defaults.height are required for image and video")
+        if self.modality == "video" and d.num_frames == 0:
+            raise ValueError("defaults.num_frames is required for video")
+        if self.modality == "audio" and d.duration_s == 0:
+            raise ValueError("defaults.duration_s is required for audio")
+        return self
+
+    def resolved_source(self, models_dir: Path) -> str:
+        """Expands `{models_dir}` so one registry works wherever the models were built."""
+        return self.source.replace("{models_dir}", str(models_dir))
+
+
+class Registry(Strict):
+    models: list[ModelSpec]
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> Registry:
+        seen: set[str] = set()
+        for spec in self.models:
+            if spec.name in seen:
+                raise ValueError(f"model name {spec.name!r} appears twice")
+            seen.add(spec.name)
+        return self
+
+    def get(self, name: str) -> ModelSpec | None:
+        return next((m for m in self.models if m.name == name), None)
+
+    @property
+    def names(self) -> list[str]:
+        return [m.name for m in self.models]
+
+
+class RegistryError(ValueError):
+    """A registry file that cannot be used, with the entry and field at fault."""
+
+
+DEFAULT_REGISTRY_PATH = Path(__file__).parent / "defaults" / "models.yaml"
+
+
+def _describe(error: ValidationError, raw: dict) -> str:
+    lines = []
+    entries = raw.get("models") if isinstance(raw, dict) else None
+    for item in error.errors():
+        loc = list(item["loc"])
+        where = ".".join(str(p) for p in loc)
+        if len(loc) >= 2 and loc[0] == "models" and isinstance(loc[1], int) and entries:
+            entry = entries[loc[1]] if loc[1] < len(entries) else {}
+            name = entry.get("name", f"#{loc[1]}") if isinstance(entry, dict) else f"#{loc[1]}"
+            field = ".".join(str(p) for p in loc[2:]) or "(entry)"
+            where = f"model {name!r} field {field}"
+        lines.append(f"{where}: {item['msg']}")
+    return "; ".join(lines)
+
+
+def parse_registry(raw: object, origin: str = "registry") -> Registry:
+    if not isinstance(raw, dict) or "models" not in raw:
+        raise RegistryError(f"{origin}: expected a mapping with a 'models' list")
+    try:
+        return Registry.model_validate(raw)
+    except ValidationError as exc:
+        raise RegistryError(f"{origin}: {_describe(exc, raw)}") from None
+
+
+def load_registry(path: Path | None = None) -> Registry:
+    path = path or DEFAULT_REGISTRY_PATH
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise RegistryError(f"cannot read registry {path}: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise RegistryError(f"registry {path} is not valid YAML: {exc}") from None
+    return parse_registry(raw, str(path))

@@ -1,0 +1,216 @@
+"""Typed settings for every service, built once in `main` from a YAML file and flags.
+
+Nothing here reads the environment at import time: `load_mesh_config` is called by the
+process entry points, which may pass environment-derived overrides explicitly.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
+
+Pool = Literal["on-demand", "spot"]
+PriorityName = Literal["REALTIME", "STANDARD", "BATCH"]
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class TelemetrySettings(Section):
+    # "none" keeps tracing off; "console" prints spans; "otlp" exports to otlp_endpoint;
+    # "file" appends spans as JSON lines to trace_file (what the tests read).
+    traces: Literal["none", "console", "otlp", "file"] = "none"
+    otlp_endpoint: str = "http://127.0.0.1:4317"
+    trace_file: Path | None = None
+    log_format: Literal["text", "json"] = "text"
+    log_level: str = "INFO"
+
+
+class InternalAuthSettings(Section):
+    """The mesh's shared credential for scheduler and worker calls."""
+
+    token: SecretStr | None = None
+    token_file: Path | None = None
+
+    def resolve(self) -> str | None:
+        if self.token is not None:
+            return self.token.get_secret_value()
+        if self.token_file is not None:
+            return self.token_file.read_text().strip()
+        return None
+
+
+class TlsSettings(Section):
+    cert_file: Path | None = None
+    key_file: Path | None = None
+
+    @property
+    def enabled(self) -> bool:
+        return self.cert_file is not None and self.key_file is not None
+
+
+class TenantSettings(Section):
+    """Quotas of one tenant."""
+
+    # Model names the tenant may use; empty means all.
+    allowed_models: list[str] = Field(default_factory=list)
+    highest_priority: PriorityName = "REALTIME"
+    max_concurrent_jobs: int = Field(64, ge=1)
+    max_queued_jobs: int = Field(10_000, ge=1)
+    requests_per_second: float = Field(100.0, gt=0)
+    burst: int = Field(200, ge=1)
+    weight: float = Field(1.0, gt=0)
+
+
+class ApiKeySettings(Section):
+    # Lowercase hex SHA-256 of the key; the key itself is never stored.
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    tenant: str
+
+
+class GatewaySettings(Section):
+    host: str = "127.0.0.1"
+    port: int = 50051
+    metrics_port: int | None = 9401
+    scheduler_address: str = "127.0.0.1:50052"
+    api_keys: list[ApiKeySettings] = Field(default_factory=list)
+    tenants: dict[str, TenantSettings] = Field(default_factory=dict)
+    # Allows running without API keys on a non-loopback address.
+    insecure: bool = False
+    tls: TlsSettings = Field(default_factory=TlsSettings)
+    inline_result_limit_bytes: int = Field(4 * 1024 * 1024, ge=1024)
+    max_message_bytes: int = Field(64 * 1024 * 1024, ge=1024 * 1024)
+    download_chunk_bytes: int = Field(1024 * 1024, ge=1024)
+
+
+class QueueSettings(Section):
+    # Target seconds from acceptance to result for this modality.
+    sla_s: float = Field(gt=0)
+    max_depth: int = Field(10_000, ge=1)
+
+
+class PlacementSettings(Section):
+    """Where jobs of one priority class may run."""
+
+    prefer: Pool = "on-demand"
+    allow: list[Pool] = Field(default_factory=lambda: ["on-demand"])
+    # A job preferring spot that found no spot room for this long goes to on-demand.
+    fallback_after_s: float = Field(30.0, ge=0)
+
+
+def _default_queues() -> dict[str, QueueSettings]:
+    return {
+        "image": QueueSettings(sla_s=10.0),
+        "video": QueueSettings(sla_s=120.0),
+        "audio": QueueSettings(sla_s=30.0),
+    }
+
+
+def _default_placement() -> dict[str, PlacementSettings]:
+    return {
+        "REALTIME": PlacementSettings(prefer="on-demand", allow=["on-demand"]),
+        "STANDARD": PlacementSettings(prefer="on-demand", allow=["on-demand"]),
+        "BATCH": PlacementSettings(prefer="spot", allow=["spot", "on-demand"]),
+    }
+
+
+class SchedulerSettings(Section):
+    host: str = "127.0.0.1"
+    port: int = 50052
+    metrics_port: int | None = 9402
+    store_path: Path = Path(".mediamesh/state/jobs.sqlite3")
+    artifact_dir: Path = Path(".mediamesh/artifacts")
+    queues: dict[str, QueueSettings] = Field(default_factory=_default_queues)
+    # Seconds of waiting that raise a job's effective priority by one class.
+    aging_s_per_class: float = Field(30.0, gt=0)
+    heartbeat_interval_s: float = Field(1.0, gt=0)
+    heartbeat_misses_allowed: int = Field(3, ge=1)
+    max_attempts: int = Field(3, ge=1)
+    retention_s: float = Field(24 * 3600.0, gt=0)
+    placement: dict[PriorityName, PlacementSettings] = Field(default_factory=_default_placement)
+    # Price per device-hour of each pool, for cost accounting.
+    prices_per_device_hour: dict[Pool, float] = Field(
+        default_factory=lambda: {"on-demand": 4.0, "spot": 1.4}
+    )
+    # Save a checkpoint every N steps by modality (0 = only on preemption).
+    checkpoint_every_steps: dict[str, int] = Field(default_factory=dict)
+    max_message_bytes: int = Field(256 * 1024 * 1024, ge=1024 * 1024)
+
+
+class WorkerSettings(Section):
+    worker_id: str = "worker-0"
+    host: str = "127.0.0.1"
+    port: int = 50060
+    # Address the scheduler dials; defaults to host:port.
+    advertise_address: str | None = None
+    metrics_port: int | None = 9410
+    scheduler_address: str = "127.0.0.1:50052"
+    pool: Pool = "on-demand"
+    device: str = "cpu"
+    # Registry models this worker hosts; empty hosts every model.
+    models: list[str] = Field(default_factory=list)
+    # Seconds a draining worker waits for running jobs to reach a checkpoint.
+    drain_grace_s: float = Field(25.0, gt=0)
+    checkpoint_dir: Path = Path(".mediamesh/artifacts/checkpoints")
+    max_message_bytes: int = Field(256 * 1024 * 1024, ge=1024 * 1024)
+    # torch intra-op threads for this worker; 0 leaves torch's default.
+    torch_threads: int = Field(0, ge=0)
+
+    @property
+    def address(self) -> str:
+        return self.advertise_address or f"{self.host}:{self.port}"
+
+
+class MeshConfig(Section):
+    """One file configures the whole mesh; each process takes its own section."""
+
+    models_dir: Path = Path(".mediamesh/models")
+    registry_path: Path | None = None
+    telemetry: TelemetrySettings = Field(default_factory=TelemetrySettings)
+    internal_auth: InternalAuthSettings = Field(default_factory=InternalAuthSettings)
+    gateway: GatewaySettings = Field(default_factory=GatewaySettings)
+    scheduler: SchedulerSettings = Field(default_factory=SchedulerSettings)
+    # The workers `mediamesh up` starts; a standalone worker picks one by id or uses flags.
+    workers: list[WorkerSettings] = Field(
+        default_factory=lambda: [
+            WorkerSettings(worker_id="worker-0", port=50060, metrics_port=9410),
+            WorkerSettings(worker_id="worker-1", port=50061, metrics_port=9411),
+        ]
+    )
+
+
+class ConfigError(ValueError):
+    """A config file that cannot be used, with the field at fault."""
+
+
+def load_mesh_config(path: Path | None, overrides: dict | None = None) -> MeshConfig:
+    raw: dict = {}
+    if path is not None:
+        try:
+            loaded = yaml.safe_load(path.read_text()) or {}
+        except OSError as exc:
+            raise ConfigError(f"cannot read config {path}: {exc.strerror}") from None
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"config {path}: expected a mapping at the top level")
+        raw = loaded
+    for dotted, value in (overrides or {}).items():
+        _set_dotted(raw, dotted, value)
+    try:
+        return MeshConfig.model_validate(raw)
+    except ValidationError as exc:
+        details = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
+        )
+        raise ConfigError(f"config {path or '(defaults)'}: {details}") from None
+
+
+def _set_dotted(raw: dict, dotted: str, value: object) -> None:
+    *parents, leaf = dotted.split(".")
+    node = raw
+    for key in parents:
+        node = node.setdefault(key, {})
+    node[leaf] = value
