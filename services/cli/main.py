@@ -1,0 +1,156 @@
+"""The `mediamesh` command line: run the mesh, run one service, or talk to a running mesh."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from services.common.registry import RegistryError
+from services.common.settings import ConfigError
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+def _env(name: str, default: str | None = None) -> str | None:
+    return os.environ.get(f"MEDIAMESH_{name}", default)
+
+
+def _config_arg(parser: argparse.ArgumentParser) -> None:
+    default = _env("CONFIG")
+    parser.add_argument(
+        "--config",
+        type=Path,
+        default=Path(default) if default else None,
+        help="mesh config YAML (env MEDIAMESH_CONFIG); built-in defaults when omitted",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="mediamesh", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    up = sub.add_parser("up", help="start scheduler, gateway and workers on loopback")
+    _config_arg(up)
+    up.add_argument("--models-dir", type=Path, default=None, help="where the tiny models live")
+    up.add_argument("--run-dir", type=Path, default=Path(".mediamesh/run"), help="logs, config")
+    up.add_argument("--ready-timeout", type=float, default=300.0, help="seconds to become ready")
+    up.add_argument("--no-restart", action="store_true", help="do not restart exited children")
+    up.add_argument("--no-build", action="store_true", help="do not build missing tiny models")
+    up.set_defaults(handler=_cmd_up)
+
+    for name, handler in (("scheduler", _cmd_scheduler), ("gateway", _cmd_gateway)):
+        service = sub.add_parser(name, help=f"run the {name} in this process")
+        _config_arg(service)
+        if name == "gateway":
+            service.add_argument(
+                "--insecure", action="store_true", help="serve without API keys off loopback"
+            )
+        service.set_defaults(handler=handler)
+
+    worker = sub.add_parser("worker", help="run a worker in this process")
+    _config_arg(worker)
+    worker.add_argument("--worker-id", default=_env("WORKER_ID"))
+    worker.add_argument("--pool", choices=["on-demand", "spot"], default=_env("POOL"))
+    worker.add_argument("--host", default=_env("HOST"))
+    worker.add_argument("--port", type=int, default=_env("PORT"))
+    worker.add_argument("--advertise-address", default=_env("ADVERTISE_ADDRESS"))
+    worker.add_argument("--device", default=_env("DEVICE"))
+    worker.add_argument("--models", default=_env("MODELS"), help="comma-separated model names")
+    worker.add_argument("--metrics-port", type=int, default=_env("METRICS_PORT"))
+    worker.add_argument("--scheduler", default=_env("SCHEDULER"), help="scheduler host:port")
+    worker.set_defaults(handler=_cmd_worker)
+
+    models = sub.add_parser("models", help="manage the tiny offline models")
+    models_sub = models.add_subparsers(dest="models_command", required=True)
+    build = models_sub.add_parser("build", help="build tiny models with random weights")
+    build.add_argument("--out", type=Path, default=Path(".mediamesh/models"))
+    build.add_argument("--only", default="", help="comma-separated model names")
+    build.add_argument("--force", action="store_true", help="rebuild even if present")
+    build.set_defaults(handler=_cmd_models_build)
+
+    from services.cli import client_commands
+
+    client_commands.add_commands(sub)
+    return parser
+
+
+def _cmd_up(args: argparse.Namespace) -> int:
+    from services.cli.services import load
+    from services.cli.up import run_up
+
+    overrides = {"models_dir": str(args.models_dir)} if args.models_dir else None
+    config, registry = load(args.config, overrides)
+    if not args.no_build:
+        from services.worker.models.build import build_models
+
+        wanted = {m for w in config.workers for m in w.models} or set(registry.names)
+        buildable = [m.name for m in registry.models if m.source.startswith("{models_dir}")]
+        build_models(config.models_dir, [n for n in buildable if n in wanted])
+    return run_up(config, args.run_dir, args.ready_timeout, restart=not args.no_restart)
+
+
+def _cmd_scheduler(args: argparse.Namespace) -> int:
+    from services.cli.services import load, run_scheduler
+
+    run_scheduler(*load(args.config))
+    return 0
+
+
+def _cmd_gateway(args: argparse.Namespace) -> int:
+    from services.cli.services import load, run_gateway
+
+    overrides = {"gateway.insecure": True} if args.insecure else None
+    run_gateway(*load(args.config, overrides))
+    return 0
+
+
+def _cmd_worker(args: argparse.Namespace) -> int:
+    from services.cli.services import load, run_worker
+    from services.common.settings import WorkerSettings
+
+    config, registry = load(args.config)
+    chosen = next((w for w in config.workers if w.worker_id == args.worker_id), None)
+    base = chosen or WorkerSettings(worker_id=args.worker_id or "worker-0")
+    flags = {
+        "pool": args.pool,
+        "host": args.host,
+        "port": args.port,
+        "advertise_address": args.advertise_address,
+        "device": args.device,
+        "metrics_port": args.metrics_port,
+        "scheduler_address": args.scheduler,
+        "models": [m for m in args.models.split(",") if m] if args.models else None,
+    }
+    worker = WorkerSettings.model_validate(
+        {**base.model_dump(), **{k: v for k, v in flags.items() if v is not None}}
+    )
+    run_worker(config, registry, worker)
+    return 0
+
+
+def _cmd_models_build(args: argparse.Namespace) -> int:
+    from services.worker.models.build import build_models
+
+    names = [n for n in args.only.split(",") if n] or None
+    for path in build_models(args.out, names, force=args.force):
+        print(path)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    handler: Handler = args.handler
+    try:
+        return handler(args)
+    except (ConfigError, RegistryError) as exc:
+        print(f"mediamesh: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

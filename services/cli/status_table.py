@@ -1,0 +1,57 @@
+"""Plain-text tables of a MeshStatus for `mediamesh status` and `mediamesh top`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _table(headers: list[str], rows: list[list[str]]) -> str:
+    widths = [
+        max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)
+    ]
+    line = "  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))
+    body = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
+    return "\n".join([line, *body])
+
+
+def render(status: Any) -> str:
+    queues = [
+        [
+            q.name,
+            str(q.depth),
+            " ".join(f"{k[0]}{v}" for k, v in sorted(q.depth_by_priority.items()) if v) or "-",
+            f"{q.work_s:.1f}",
+            f"{q.oldest_wait_s:.1f}",
+            f"{q.sla_s:.0f}",
+            str(q.running),
+        ]
+        for q in status.queues
+    ]
+    workers = [
+        [
+            w.worker_id,
+            w.pool,
+            ",".join(w.devices),
+            ",".join(w.models),
+            f"{w.load_s:.1f}",
+            w.state,
+        ]
+        for w in status.workers
+    ]
+    cost = status.cost
+    jobs = " ".join(f"{k}={v}" for k, v in sorted(status.jobs_by_state.items())) or "none"
+    return "\n".join(
+        [
+            "QUEUES",
+            _table(
+                ["queue", "depth", "by priority", "work s", "oldest wait s", "sla s", "running"],
+                queues,
+            ),
+            "",
+            "WORKERS",
+            _table(["worker", "pool", "devices", "models", "load s", "state"], workers),
+            "",
+            f"JOBS  {jobs}",
+            f"COST  {cost.cost:.4f} so far; {cost.on_demand_cost:.4f} if all on-demand",
+        ]
+    )

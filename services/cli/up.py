@@ -1,0 +1,184 @@
+"""`mediamesh up`: scheduler, gateway and workers as child processes on loopback.
+
+Children die with the parent (PR_SET_PDEATHSIG), a child that exits unexpectedly is
+restarted after a short back-off, and Ctrl-C or SIGTERM stops them all: workers first
+(they drain), then the gateway, then the scheduler.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+import yaml
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from services.common.settings import MeshConfig
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+@dataclass
+class Child:
+    name: str
+    argv: list[str]
+    address: str
+    process: subprocess.Popen | None = None
+    restarts: int = 0
+    started_at: float = field(default=0.0)
+
+    def start(self, log_dir: Path) -> None:
+        log_file = (log_dir / f"{self.name}.log").open("ab")
+        self.process = subprocess.Popen(
+            self.argv,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            preexec_fn=_die_with_parent,
+        )
+        self.started_at = time.monotonic()
+
+    @property
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+
+def healthy(address: str, timeout: float = 1.0) -> bool:
+    try:
+        with grpc.insecure_channel(address) as channel:
+            stub = health_pb2_grpc.HealthStub(channel)
+            reply = stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=timeout)
+            return reply.status == health_pb2.HealthCheckResponse.SERVING
+    except grpc.RpcError:
+        return False
+
+
+def dump_config(config: MeshConfig) -> dict:
+    """The config as YAML-ready data, secrets included (children must read them back)."""
+    data = config.model_dump(mode="json")
+    token = config.internal_auth.token
+    data["internal_auth"]["token"] = token.get_secret_value() if token else None
+    return data
+
+
+class Mesh:
+    def __init__(self, config: MeshConfig, run_dir: Path, restart: bool = True) -> None:
+        self.config = config
+        self.run_dir = run_dir
+        self.restart = restart
+        run_dir.mkdir(parents=True, exist_ok=True)
+        self.config_path = run_dir / "mesh.yaml"
+        self.config_path.write_text(yaml.safe_dump(dump_config(config)))
+        entry = [sys.executable, "-m", "services.cli.main"]
+        base = ["--config", str(self.config_path)]
+        s, g = config.scheduler, config.gateway
+        self.scheduler = Child("scheduler", [*entry, "scheduler", *base], f"{s.host}:{s.port}")
+        self.gateway = Child("gateway", [*entry, "gateway", *base], f"{g.host}:{g.port}")
+        self.workers = [
+            Child(
+                w.worker_id,
+                [*entry, "worker", *base, "--worker-id", w.worker_id],
+                f"{w.host}:{w.port}",
+            )
+            for w in config.workers
+        ]
+        self._stopping = False
+
+    @property
+    def children(self) -> list[Child]:
+        return [self.scheduler, self.gateway, *self.workers]
+
+    def start(self) -> None:
+        for child in self.children:
+            child.start(self.run_dir)
+
+    def wait_ready(self, timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self._stopping:
+                return False
+            dead = [c.name for c in self.children if not c.alive]
+            if dead:
+                raise RuntimeError(
+                    f"{', '.join(dead)} exited during start-up; see {self.run_dir}/<name>.log"
+                )
+            if all(healthy(c.address) for c in self.children) and self._workers_registered():
+                return True
+            time.sleep(0.25)
+        return False
+
+    def _workers_registered(self) -> bool:
+        from services.cli.api.mesh_client import registered_workers
+
+        wanted = {w.worker_id for w in self.config.workers}
+        return wanted <= registered_workers(self.config)
+
+    def supervise(self) -> None:
+        """Restart children that exit unexpectedly, until stop() is called."""
+        while not self._stopping:
+            for child in self.children:
+                if child.process is not None and not child.alive and not self._stopping:
+                    code = child.process.returncode
+                    if not self.restart:
+                        continue
+                    child.restarts += 1
+                    print(
+                        f"mediamesh: {child.name} exited ({code}); restarting",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                    time.sleep(min(0.5 * child.restarts, 5.0))
+                    child.start(self.run_dir)
+            time.sleep(0.2)
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        self._stopping = True
+        for group in (self.workers, [self.gateway], [self.scheduler]):
+            for child in group:
+                if child.alive:
+                    child.process.send_signal(signal.SIGTERM)  # type: ignore[union-attr]
+            deadline = time.monotonic() + timeout_s
+            for child in group:
+                if child.process is None:
+                    continue
+                try:
+                    child.process.wait(max(deadline - time.monotonic(), 0.1))
+                except subprocess.TimeoutExpired:
+                    child.process.kill()
+                    child.process.wait()
+
+
+def run_up(config: MeshConfig, run_dir: Path, ready_timeout_s: float, restart: bool) -> int:
+    mesh = Mesh(config, run_dir, restart=restart)
+
+    def on_signal(signum: int, frame: object) -> None:
+        mesh._stopping = True
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    mesh.start()
+    try:
+        if not mesh.wait_ready(ready_timeout_s):
+            if mesh._stopping:
+                return 0
+            print(f"mediamesh: not ready after {ready_timeout_s:.0f} s; logs in {run_dir}")
+            return 1
+        print(f"mediamesh ready: gateway {mesh.gateway.address}", flush=True)
+        mesh.supervise()
+        return 0
+    except RuntimeError as exc:
+        print(f"mediamesh: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        mesh.stop()
+        print("mediamesh stopped", flush=True)

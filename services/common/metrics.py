@@ -1,0 +1,23 @@
+"""Prometheus metrics every service shares; service-specific ones live with the service."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Histogram, start_http_server
+
+RPC_REQUESTS = Counter(
+    "mediamesh_rpc_requests",
+    "gRPC calls handled, by service, method and status code.",
+    ["service", "method", "code"],
+)
+RPC_LATENCY = Histogram(
+    "mediamesh_rpc_latency_seconds",
+    "Time to handle a gRPC call (streams: until the stream ends).",
+    ["service", "method"],
+    buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300),
+)
+
+
+def serve_metrics(host: str, port: int | None) -> None:
+    """Expose /metrics over HTTP in a daemon thread; None leaves metrics unexposed."""
+    if port is not None:
+        start_http_server(port, addr=host)

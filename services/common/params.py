@@ -1,0 +1,129 @@
+"""Validate a generation request against its model's limits and fill in defaults.
+
+Pure: the gateway and the scheduler both call it, with plain values decoded by their api
+layers. Every error names the field and the limit it broke.
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+
+from services.common.errors import InvalidArgument, NotFound
+from services.common.generation import GenerationParams, Priority
+from services.common.registry import ModelSpec, Registry
+
+
+@dataclass(frozen=True)
+class RequestFields:
+    """A caller's request; None means unset (the model's default applies)."""
+
+    model: str
+    prompt: str
+    negative_prompt: str = ""
+    steps: int | None = None
+    seed: int | None = None
+    width: int | None = None
+    height: int | None = None
+    num_frames: int | None = None
+    guidance_scale: float | None = None
+    duration_s: float | None = None
+    priority: str = "STANDARD"
+    timeout_ms: int | None = None
+
+
+def find_model(registry: Registry, name: str) -> ModelSpec:
+    if not name:
+        raise InvalidArgument("model: required (see ListModels for the available names)")
+    spec = registry.get(name)
+    if spec is None:
+        raise NotFound(
+            f"model: {name!r} is not in the registry; known: {', '.join(registry.names)}"
+        )
+    return spec
+
+
+def parse_priority(name: str) -> Priority:
+    try:
+        return Priority[name or "STANDARD"]
+    except KeyError:
+        raise InvalidArgument(
+            f"priority: unknown value {name!r}; use REALTIME, STANDARD or BATCH"
+        ) from None
+
+
+def _check_range(field: str, value: float, low: float, high: float) -> None:
+    if not low <= value <= high:
+        raise InvalidArgument(f"{field}: {value} is out of range; allowed {low}..{high}")
+
+
+def _check_prompt(field: str, text: str, limit: int, required: bool) -> None:
+    if required and not text.strip():
+        raise InvalidArgument(f"{field}: must not be empty")
+    if len(text) > limit:
+        raise InvalidArgument(f"{field}: {len(text)} characters; the limit is {limit}")
+    if "\x00" in text:
+        raise InvalidArgument(f"{field}: must not contain NUL characters")
+
+
+def resolve(spec: ModelSpec, fields: RequestFields) -> GenerationParams:
+    """Validated parameters with the model's defaults applied and a seed chosen."""
+    d, lim = spec.defaults, spec.limits
+    _check_prompt("prompt", fields.prompt, lim.max_prompt_chars, required=True)
+    _check_prompt("negative_prompt", fields.negative_prompt, lim.max_prompt_chars, required=False)
+    steps = d.steps if fields.steps is None else fields.steps
+    _check_range("steps", steps, 1, lim.max_steps)
+    guidance = d.guidance_scale if fields.guidance_scale is None else fields.guidance_scale
+    _check_range("guidance_scale", guidance, 0.0, lim.max_guidance_scale)
+    width = height = frames = 0
+    duration = 0.0
+    if spec.modality in ("image", "video"):
+        width = d.width if fields.width is None else fields.width
+        height = d.height if fields.height is None else fields.height
+        for name, value, high in (
+            ("width", width, lim.max_width),
+            ("height", height, lim.max_height),
+        ):
+            _check_range(name, value, lim.size_multiple, high)
+            if value % lim.size_multiple:
+                raise InvalidArgument(
+                    f"{name}: {value} must be a multiple of {lim.size_multiple} for {spec.name}"
+                )
+    else:
+        _reject_set(spec, fields, ("width", "height", "num_frames"))
+    if spec.modality == "video":
+        frames = d.num_frames if fields.num_frames is None else fields.num_frames
+        _check_range("num_frames", frames, 1, lim.max_num_frames)
+        if (frames - 1) % lim.frame_multiple:
+            raise InvalidArgument(
+                f"num_frames: {frames} is not allowed for {spec.name}; "
+                f"(num_frames - 1) must be a multiple of {lim.frame_multiple}"
+            )
+    elif fields.num_frames not in (None, 0) and spec.modality == "image":
+        raise InvalidArgument(f"num_frames: {spec.name} makes images; leave num_frames unset")
+    if spec.modality == "audio":
+        duration = d.duration_s if fields.duration_s is None else fields.duration_s
+        _check_range("duration_s", duration, 0.1, lim.max_duration_s)
+    elif fields.duration_s not in (None, 0):
+        raise InvalidArgument(
+            f"duration_s: only audio models take a duration; {spec.name} does not"
+        )
+    seed = fields.seed if fields.seed is not None else secrets.randbits(63)
+    _check_range("seed", seed, 0, 2**63 - 1)
+    return GenerationParams(
+        prompt=fields.prompt,
+        negative_prompt=fields.negative_prompt,
+        steps=steps,
+        seed=seed,
+        width=width,
+        height=height,
+        num_frames=frames,
+        guidance_scale=guidance,
+        duration_s=duration,
+    )
+
+
+def _reject_set(spec: ModelSpec, fields: RequestFields, names: tuple[str, ...]) -> None:
+    for name in names:
+        if getattr(fields, name) not in (None, 0):
+            raise InvalidArgument(f"{name}: {spec.name} makes {spec.modality}; leave {name} unset")

@@ -1,0 +1,134 @@
+"""Logging and OpenTelemetry tracing, configured once per process from settings."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from opentelemetry import trace
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import (
+    BatchSpanProcessor,
+    ConsoleSpanExporter,
+    SimpleSpanProcessor,
+    SpanExporter,
+    SpanExportResult,
+)
+
+from services.common.settings import TelemetrySettings
+
+_tracing_enabled = False
+
+
+class JsonLinesSpanExporter(SpanExporter):
+    """Appends each finished span as one JSON line, for tests and offline inspection."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._lock = threading.Lock()
+        path.parent.mkdir(parents=True, exist_ok=True)
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        with self._lock, self._path.open("a") as out:
+            for span in spans:
+                out.write(span.to_json(indent=None) + "\n")
+        return SpanExportResult.SUCCESS
+
+    def shutdown(self) -> None:
+        return None
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "ts": round(record.created, 3),
+            "level": record.levelname,
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        entry.update(getattr(record, "fields", {}))
+        if record.exc_info:
+            entry["exc"] = self.formatException(record.exc_info)
+        return json.dumps(entry, default=str)
+
+
+class TextFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        base = super().format(record)
+        fields = getattr(record, "fields", None)
+        if fields:
+            base += " " + " ".join(f"{k}={v}" for k, v in fields.items())
+        return base
+
+
+def setup_logging(settings: TelemetrySettings, service: str) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    if settings.log_format == "json":
+        handler.setFormatter(JsonFormatter())
+    else:
+        handler.setFormatter(TextFormatter(f"%(asctime)s {service} %(levelname)s %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(settings.log_level.upper())
+
+
+def setup_tracing(settings: TelemetrySettings, service: str) -> None:
+    global _tracing_enabled
+    if settings.traces == "none":
+        return
+    provider = TracerProvider(resource=Resource.create({"service.name": service}))
+    exporter: SpanExporter
+    if settings.traces == "console":
+        exporter = ConsoleSpanExporter()
+        provider.add_span_processor(SimpleSpanProcessor(exporter))
+    elif settings.traces == "file":
+        if settings.trace_file is None:
+            raise ValueError("telemetry.trace_file is required when telemetry.traces is 'file'")
+        provider.add_span_processor(SimpleSpanProcessor(JsonLinesSpanExporter(settings.trace_file)))
+    else:
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+
+        exporter = OTLPSpanExporter(endpoint=settings.otlp_endpoint, insecure=True)
+        provider.add_span_processor(BatchSpanProcessor(exporter))
+    trace.set_tracer_provider(provider)
+    _tracing_enabled = True
+
+
+def shutdown_tracing() -> None:
+    provider = trace.get_tracer_provider()
+    if isinstance(provider, TracerProvider):
+        provider.shutdown()
+
+
+def tracer(name: str) -> trace.Tracer:
+    return trace.get_tracer(name)
+
+
+def server_tracing_interceptors() -> list[Any]:
+    if not _tracing_enabled:
+        return []
+    from opentelemetry.instrumentation.grpc import aio_server_interceptor
+
+    return [aio_server_interceptor()]
+
+
+def client_tracing_interceptors() -> list[Any]:
+    if not _tracing_enabled:
+        return []
+    from opentelemetry.instrumentation.grpc import aio_client_interceptors
+
+    return list(aio_client_interceptors())
+
+
+def log_job(logger: logging.Logger, message: str, **fields: Any) -> None:
+    """One structured line per job state change, with the active trace id when there is one."""
+    context = trace.get_current_span().get_span_context()
+    if context.is_valid:
+        fields.setdefault("trace_id", format(context.trace_id, "032x"))
+    logger.info(message, extra={"fields": fields})

@@ -1,0 +1,92 @@
+"""Gateway process wiring: tenancy, the scheduler link, and the public gRPC server."""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import time
+from dataclasses import dataclass
+
+from mediamesh.v1 import gateway_pb2_grpc, scheduler_pb2_grpc
+
+from services.common.channels import internal_channel
+from services.common.registry import Registry
+from services.common.server import Registration, RunningServer, start_server
+from services.common.settings import MeshConfig
+from services.gateway.api.servicer import GatewayServicer, service_names
+from services.gateway.api.upstream import Upstream
+from services.gateway.core.tenancy import Tenancy
+
+log = logging.getLogger("mediamesh.gateway")
+
+
+class InsecureBindError(RuntimeError):
+    """No API keys on a non-loopback address without --insecure."""
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+@dataclass
+class GatewayService:
+    server: RunningServer
+    channel: object
+
+    @property
+    def port(self) -> int:
+        return self.server.port
+
+    async def stop(self, grace_s: float = 2.0) -> None:
+        await self.server.stop(grace_s)
+        await self.channel.close()  # type: ignore[attr-defined]
+
+
+async def start_gateway(config: MeshConfig, registry: Registry) -> GatewayService:
+    g = config.gateway
+    tenancy = Tenancy(g, time.monotonic)
+    if tenancy.open:
+        if not is_loopback(g.host) and not g.insecure:
+            raise InsecureBindError(
+                f"gateway.host {g.host} is not loopback and no gateway.api_keys are configured; "
+                "configure API keys or pass --insecure to serve without authentication"
+            )
+        log.warning("no API keys configured: the gateway on %s is OPEN to every caller", g.host)
+    channel = internal_channel(
+        g.scheduler_address, config.internal_auth.resolve(), g.max_message_bytes
+    )
+    upstream = Upstream(
+        scheduler_pb2_grpc.SchedulerStub(channel), registry, tenancy, g.inline_result_limit_bytes
+    )
+    registrations = [
+        Registration(
+            service_names(),
+            lambda server: gateway_pb2_grpc.add_GatewayServicer_to_server(
+                GatewayServicer(upstream), server
+            ),
+        ),
+        *_kserve_registrations(upstream),
+    ]
+    server = await start_server(
+        registrations,
+        host=g.host,
+        port=g.port,
+        max_message_bytes=g.max_message_bytes,
+        tls=g.tls,
+    )
+    log.info("gateway serving on %s:%d", g.host, server.port)
+    return GatewayService(server, channel)
+
+
+def _kserve_registrations(upstream: Upstream) -> list[Registration]:
+    """The Open Inference Protocol servicer, when its module is present."""
+    try:
+        from services.gateway.api.kserve import registration
+    except ImportError:
+        return []
+    return [registration(upstream)]

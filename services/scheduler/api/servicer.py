@@ -1,0 +1,203 @@
+"""mediamesh.v1.Scheduler over gRPC: decodes requests, calls the runtime, encodes answers."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+
+import grpc
+from mediamesh.v1 import common_pb2, gateway_pb2, scheduler_pb2, scheduler_pb2_grpc
+
+from services.common.errors import InvalidArgument
+from services.common.params import find_model, parse_priority, resolve
+from services.common.registry import Registry
+from services.scheduler.api import convert
+from services.scheduler.core.jobs import TenantQuota
+from services.scheduler.core.scheduler import NewJob
+from services.scheduler.core.units import WorkerInfo
+from services.scheduler.runtime import SchedulerRuntime
+
+log = logging.getLogger(__name__)
+
+
+class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
+    def __init__(
+        self, runtime: SchedulerRuntime, registry: Registry, inline_limit: int, chunk_bytes: int
+    ) -> None:
+        self.runtime = runtime
+        self.registry = registry
+        self.inline_limit = inline_limit
+        self.chunk_bytes = chunk_bytes
+
+    async def Submit(
+        self, request: scheduler_pb2.SubmitRequest, context: grpc.aio.ServicerContext
+    ) -> gateway_pb2.JobHandle:
+        fields = convert.request_fields(request.request)
+        spec = find_model(self.registry, fields.model)
+        params = resolve(spec, fields)
+        priority = parse_priority(fields.priority)
+        new = NewJob(
+            tenant=request.tenant or "default",
+            model=spec.name,
+            priority=priority,
+            params=params,
+            deadline=request.deadline_unix_ms / 1000 if request.deadline_unix_ms else None,
+            idempotency_key=request.request.idempotency_key,
+            quota=TenantQuota(
+                weight=request.tenant_weight or 1.0,
+                max_queued=request.max_queued_jobs,
+                max_running=request.max_running_jobs,
+            ),
+        )
+        job, deduplicated = await self.runtime.submit(new)
+        return gateway_pb2.JobHandle(
+            job_id=job.job_id, state=convert.state(job.state), deduplicated=deduplicated
+        )
+
+    async def Watch(
+        self, request: scheduler_pb2.ScopedJobRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[common_pb2.GenerateEvent]:
+        async for event in self.runtime.watch(request.job_id, request.tenant):
+            data = None
+            if event.artifact is not None and event.artifact.size_bytes <= self.inline_limit:
+                data = await asyncio.to_thread(self.runtime.artifacts.read, event.artifact.path)
+            yield convert.generate_event(event, data, self.inline_limit)
+
+    async def Cancel(
+        self, request: scheduler_pb2.ScopedJobRequest, context: grpc.aio.ServicerContext
+    ) -> common_pb2.JobInfo:
+        job = self.runtime.cancel(request.job_id, request.tenant)
+        return convert.job_info(job, self.runtime.results.get(job.job_id))
+
+    async def GetJob(
+        self, request: scheduler_pb2.ScopedJobRequest, context: grpc.aio.ServicerContext
+    ) -> common_pb2.JobInfo:
+        job = self.runtime.owned_job(request.job_id, request.tenant)
+        return convert.job_info(job, self.runtime.results.get(job.job_id))
+
+    async def ListModels(
+        self, request: gateway_pb2.ListModelsRequest, context: grpc.aio.ServicerContext
+    ) -> gateway_pb2.ListModelsResponse:
+        devices: dict[str, list[str]] = {}
+        for unit in self.runtime.core.units.values():
+            if unit.draining:
+                continue
+            for model in unit.info.models:
+                devices.setdefault(model, []).extend(
+                    f"{unit.worker_id}/{d}" for d in unit.info.devices
+                )
+        return convert.list_models(self.registry.models, devices)
+
+    async def Download(
+        self, request: scheduler_pb2.ScopedJobRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[gateway_pb2.DownloadChunk]:
+        artifact = self.runtime.artifact_of(request.job_id, request.tenant)
+        if request.offset > artifact.size_bytes:
+            raise InvalidArgument(
+                f"offset: {request.offset} is past the end of the artifact ({artifact.size_bytes})"
+            )
+        chunks = self.runtime.artifacts.chunks(artifact.path, request.offset, self.chunk_bytes)
+        while True:
+            item = await asyncio.to_thread(next, chunks, None)
+            if item is None:
+                return
+            offset, data = item
+            yield gateway_pb2.DownloadChunk(
+                data=data,
+                offset=offset,
+                total_size=artifact.size_bytes,
+                mime_type=artifact.mime_type,
+                sha256=artifact.sha256,
+            )
+
+    async def Attach(
+        self,
+        request_iterator: AsyncIterator[scheduler_pb2.WorkerMessage],
+        context: grpc.aio.ServicerContext,
+    ) -> AsyncIterator[scheduler_pb2.SchedulerMessage]:
+        worker_id = ""
+        settings = self.runtime.settings
+        try:
+            async for message in request_iterator:
+                kind = message.WhichOneof("message")
+                if kind == "register":
+                    reg = message.register
+                    if not reg.worker_id or not reg.address:
+                        raise InvalidArgument("register: worker_id and address are required")
+                    worker_id = reg.worker_id
+                    self.runtime.register_worker(
+                        WorkerInfo(
+                            worker_id=reg.worker_id,
+                            address=reg.address,
+                            pool=reg.pool or "on-demand",
+                            devices=tuple(d.id for d in reg.devices) or ("cpu",),
+                            models=frozenset(m.name for m in reg.models),
+                            capacity=max(reg.capacity, 1),
+                        )
+                    )
+                    yield scheduler_pb2.SchedulerMessage(
+                        registered=True,
+                        heartbeat_interval_s=settings.heartbeat_interval_s,
+                        heartbeat_misses_allowed=settings.heartbeat_misses_allowed,
+                    )
+                elif kind == "heartbeat" and worker_id:
+                    self.runtime.worker_heartbeat(worker_id, message.heartbeat.draining)
+        finally:
+            if worker_id:
+                with contextlib.suppress(Exception):
+                    self.runtime.worker_gone(worker_id, "attach stream closed")
+
+    async def GetStatus(
+        self, request: scheduler_pb2.GetStatusRequest, context: grpc.aio.ServicerContext
+    ) -> scheduler_pb2.MeshStatus:
+        core = self.runtime.core
+        status = scheduler_pb2.MeshStatus()
+        for name, queue in self.runtime.settings.queues.items():
+            by_priority = {p.name: core.depth[(name, p)] for p in convert.Priority}
+            status.queues.append(
+                scheduler_pb2.QueueStatus(
+                    name=name,
+                    depth=sum(by_priority.values()),
+                    depth_by_priority=by_priority,
+                    work_s=core.work_s[name],
+                    oldest_wait_s=core.oldest_wait_s(name),
+                    sla_s=queue.sla_s,
+                    running=core.running[name],
+                )
+            )
+        for unit in core.units.values():
+            status.workers.append(
+                scheduler_pb2.WorkerSummary(
+                    worker_id=unit.worker_id,
+                    pool=unit.pool,
+                    devices=list(unit.info.devices),
+                    models=sorted(unit.info.models),
+                    load_s=unit.load_s,
+                    state=unit.state,
+                    address=unit.info.address,
+                )
+            )
+        ledger = core.ledger
+        status.cost.CopyFrom(
+            scheduler_pb2.CostSummary(
+                cost=ledger.cost(),
+                on_demand_cost=ledger.on_demand_cost(),
+                device_seconds_by_pool=dict(ledger.by_pool),
+                device_seconds_by_model=dict(ledger.by_model),
+                device_seconds_by_tenant=dict(ledger.by_tenant),
+            )
+        )
+        counts: dict[str, int] = {}
+        for job in core.jobs.values():
+            counts[job.state.value] = counts.get(job.state.value, 0) + 1
+        status.jobs_by_state.update(counts)
+        return status
+
+
+def registration(servicer: SchedulerServicer) -> tuple[tuple[str, ...], object]:
+    name = scheduler_pb2.DESCRIPTOR.services_by_name["Scheduler"].full_name
+    return (name,), lambda server: scheduler_pb2_grpc.add_SchedulerServicer_to_server(
+        servicer, server
+    )

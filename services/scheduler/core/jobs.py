@@ -1,0 +1,96 @@
+"""Jobs as the scheduler core sees them: plain data, no transport types."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from services.common.generation import GenerationParams, Priority
+
+__all__ = ["GenerationParams", "Job", "JobState", "Priority", "TenantQuota"]
+
+
+class JobState(StrEnum):
+    QUEUED = "QUEUED"
+    DISPATCHED = "DISPATCHED"
+    RUNNING = "RUNNING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+    EXPIRED = "EXPIRED"
+
+    @property
+    def terminal(self) -> bool:
+        return self in TERMINAL_STATES
+
+    @property
+    def in_flight(self) -> bool:
+        return self in (JobState.DISPATCHED, JobState.RUNNING)
+
+
+TERMINAL_STATES = frozenset(
+    {JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobState.EXPIRED}
+)
+
+
+@dataclass(frozen=True)
+class TenantQuota:
+    weight: float = 1.0
+    # 0 means no limit.
+    max_queued: int = 0
+    max_running: int = 0
+
+
+CompatKey = tuple[str, int, int, int, int, float, float]
+
+
+@dataclass
+class Job:
+    job_id: str
+    tenant: str
+    model: str
+    queue: str
+    priority: Priority
+    params: GenerationParams
+    created_at: float
+    deadline: float | None = None
+    idempotency_key: str = ""
+    quota: TenantQuota = field(default_factory=TenantQuota)
+    state: JobState = JobState.QUEUED
+    # Estimated device-seconds for the whole job, from the cost model at acceptance.
+    cost_s: float = 0.0
+    # When the job last entered its queue (acceptance, requeue or preemption).
+    enqueued_at: float = 0.0
+    # Preempted or requeued jobs jump the line of their model.
+    at_front: bool = False
+    # Dispatches so far, and how many of them ended with the worker lost.
+    attempts: int = 0
+    worker_losses: int = 0
+    worker_id: str | None = None
+    batch_id: str | None = None
+    step: int = 0
+    total_steps: int = 0
+    checkpoint: str | None = None
+    finished_at: float | None = None
+    error_code: str = ""
+    error_message: str = ""
+    spot_fallback: bool = False
+
+    @property
+    def compat_key(self) -> CompatKey:
+        """Jobs may share a batch only if every tensor shape and the schedule agree."""
+        p = self.params
+        return (
+            self.model,
+            p.steps,
+            p.width,
+            p.height,
+            p.num_frames,
+            round(p.guidance_scale, 4),
+            round(p.duration_s, 4),
+        )
+
+    @property
+    def remaining_fraction(self) -> float:
+        total = self.total_steps or self.params.steps
+        return max(total - self.step, 0) / max(total, 1)

@@ -1,0 +1,209 @@
+"""Queued jobs of one model, ordered by priority with aging, tenant fair share and EDF.
+
+Heaps and deques hold entries lazily: an entry is live only while its job is QUEUED and
+its sequence number is the job's current one, so removal is O(1) and requeues are safe.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+from collections import defaultdict, deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+from services.scheduler.core.jobs import CompatKey, Job, JobState, Priority
+
+Eligible = Callable[[Job], bool]
+_INF = math.inf
+
+
+@dataclass
+class _Entry:
+    seq: int
+    job: Job
+
+
+@dataclass
+class _TenantLine:
+    # (deadline, seq, entry): earliest deadline first, then arrival.
+    heap: list[tuple[float, int, _Entry]] = field(default_factory=list)
+    live: int = 0
+
+
+class _Bucket:
+    """Jobs of one priority class of one model, shared fairly between tenants."""
+
+    def __init__(self, priority: Priority) -> None:
+        self.priority = priority
+        self.tenants: dict[str, _TenantLine] = {}
+        self.vtime: dict[str, float] = defaultdict(float)
+        self.virtual_clock = 0.0
+        self.oldest: list[tuple[float, int, _Entry]] = []
+        self.live = 0
+
+    def add(self, entry: _Entry, is_live: Callable[[_Entry], bool]) -> None:
+        job = entry.job
+        line = self.tenants.setdefault(job.tenant, _TenantLine())
+        if line.live == 0:
+            # A tenant returning after idling starts at the current virtual time, so it
+            # cannot bank credit while away and then monopolise the class.
+            self.vtime[job.tenant] = max(self.vtime[job.tenant], self.virtual_clock)
+        deadline = job.deadline if job.deadline is not None else _INF
+        heapq.heappush(line.heap, (deadline, entry.seq, entry))
+        heapq.heappush(self.oldest, (job.enqueued_at, entry.seq, entry))
+        line.live += 1
+        self.live += 1
+
+    def oldest_enqueued_at(self, is_live: Callable[[_Entry], bool]) -> float | None:
+        while self.oldest and not is_live(self.oldest[0][2]):
+            heapq.heappop(self.oldest)
+        return self.oldest[0][0] if self.oldest else None
+
+    def head_of(self, tenant: str, is_live: Callable[[_Entry], bool]) -> _Entry | None:
+        line = self.tenants.get(tenant)
+        if line is None:
+            return None
+        while line.heap and not is_live(line.heap[0][2]):
+            heapq.heappop(line.heap)
+        return line.heap[0][2] if line.heap else None
+
+    def tenants_by_share(self) -> list[str]:
+        active = [t for t, line in self.tenants.items() if line.live > 0]
+        return sorted(active, key=lambda t: (self.vtime[t], t))
+
+    def charge(self, job: Job) -> None:
+        self.virtual_clock = max(self.virtual_clock, self.vtime[job.tenant])
+        self.vtime[job.tenant] += max(job.cost_s, 1e-6) / job.quota.weight
+
+
+class ModelQueue:
+    """Every queued job of one model."""
+
+    def __init__(self, model: str, aging_s_per_class: float) -> None:
+        self.model = model
+        self._aging = aging_s_per_class
+        self._seq = itertools.count()
+        self._current: dict[str, int] = {}
+        self._front: deque[_Entry] = deque()
+        self._buckets = {p: _Bucket(p) for p in Priority}
+        self._by_key: dict[CompatKey, dict[Priority, deque[_Entry]]] = {}
+        self._front_by_key: dict[CompatKey, deque[_Entry]] = defaultdict(deque)
+        self.depth = 0
+
+    def _is_live(self, entry: _Entry) -> bool:
+        job = entry.job
+        return job.state is JobState.QUEUED and self._current.get(job.job_id) == entry.seq
+
+    def add(self, job: Job) -> None:
+        entry = _Entry(next(self._seq), job)
+        self._current[job.job_id] = entry.seq
+        self.depth += 1
+        key = job.compat_key
+        if job.at_front:
+            self._front.append(entry)
+            self._front_by_key[key].append(entry)
+            return
+        self._buckets[job.priority].add(entry, self._is_live)
+        per_class = self._by_key.setdefault(key, {p: deque() for p in Priority})
+        per_class[job.priority].append(entry)
+
+    def remove(self, job: Job) -> None:
+        """Forget a job that left the queue; its stale entries are skipped later."""
+        if self._current.pop(job.job_id, None) is None:
+            return
+        self.depth -= 1
+        if not job.at_front:
+            bucket = self._buckets[job.priority]
+            bucket.live -= 1
+            bucket.tenants[job.tenant].live -= 1
+
+    def contains(self, job_id: str) -> bool:
+        return job_id in self._current
+
+    def effective_priority(self, priority: Priority, now: float) -> float | None:
+        """Class minus aging credit of its oldest job; lower wins. None when empty."""
+        bucket = self._buckets[priority]
+        if bucket.live == 0:
+            return None
+        oldest = bucket.oldest_enqueued_at(self._is_live)
+        if oldest is None:
+            return None
+        return int(priority) - (now - oldest) / self._aging
+
+    def best(self, now: float, eligible: Eligible) -> tuple[tuple, Job] | None:
+        """The job this model would run next, with a sort key comparable across models."""
+        for entry in self._live_entries(self._front):
+            if eligible(entry.job):
+                return (0, -_INF, entry.seq), entry.job
+        ranked = []
+        for priority in Priority:
+            effective = self.effective_priority(priority, now)
+            if effective is not None:
+                ranked.append((effective, int(priority)))
+        for effective, priority in sorted(ranked):
+            bucket = self._buckets[Priority(priority)]
+            for tenant in bucket.tenants_by_share():
+                head = bucket.head_of(tenant, self._is_live)
+                if head is not None and eligible(head.job):
+                    deadline = head.job.deadline if head.job.deadline is not None else _INF
+                    return (1, effective, deadline, head.seq), head.job
+        return None
+
+    def companions(self, lead: Job, limit: int, eligible: Eligible) -> list[Job]:
+        """Up to `limit` other queued jobs that may share a batch with `lead`."""
+        key = lead.compat_key
+        found: list[Job] = []
+        for entry in self._iter_key(key):
+            if len(found) >= limit:
+                break
+            if entry.job is not lead and eligible(entry.job):
+                found.append(entry.job)
+        return found
+
+    def compatible_count(self, key: CompatKey, eligible: Eligible, cap: int) -> int:
+        count = 0
+        for entry in self._iter_key(key):
+            if eligible(entry.job):
+                count += 1
+                if count >= cap:
+                    break
+        return count
+
+    def oldest_compatible(self, key: CompatKey) -> float | None:
+        oldest = None
+        for entry in self._iter_key(key):
+            at = entry.job.enqueued_at
+            oldest = at if oldest is None else min(oldest, at)
+        return oldest
+
+    def _iter_key(self, key: CompatKey) -> Iterator[_Entry]:
+        front = self._front_by_key.get(key)
+        if front is not None:
+            yield from self._live_entries(front)
+        per_class = self._by_key.get(key)
+        if per_class is not None:
+            for priority in Priority:
+                yield from self._live_entries(per_class[priority])
+
+    def _live_entries(self, line: deque[_Entry]) -> Iterator[_Entry]:
+        while line and not self._is_live(line[0]):
+            line.popleft()
+        for entry in list(line):
+            if self._is_live(entry):
+                yield entry
+
+    def charge(self, job: Job) -> None:
+        if not job.at_front:
+            self._buckets[job.priority].charge(job)
+
+    def jobs(self) -> Iterator[Job]:
+        seen: set[str] = set()
+        for entry in itertools.chain(
+            self._front, *(line.heap for b in self._buckets.values() for line in b.tenants.values())
+        ):
+            item = entry if isinstance(entry, _Entry) else entry[2]
+            if self._is_live(item) and item.job.job_id not in seen:
+                seen.add(item.job.job_id)
+                yield item.job

@@ -1,0 +1,648 @@
+"""The scheduling policy: queues, batching, routing and job lifecycle, with a clock passed in.
+
+Plain Python with no gRPC, asyncio or torch, so one owner task drives it in the service
+and the simulator drives the very same object with a virtual clock. Every call returns
+immediately; what must happen outside (store writes, dispatches, cancels, events) is
+queued as effects for the owner to take with `take_effects()`.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from services.common.registry import ModelSpec
+from services.scheduler.core.cost import CostModel
+from services.scheduler.core.effects import (
+    CancelOnWorker,
+    Dispatch,
+    Effect,
+    Notice,
+    Progressed,
+    Transition,
+)
+from services.scheduler.core.jobs import (
+    GenerationParams,
+    Job,
+    JobState,
+    Priority,
+    TenantQuota,
+)
+from services.scheduler.core.ledger import CostLedger
+from services.scheduler.core.queues import ModelQueue
+from services.scheduler.core.units import (
+    FreeUnits,
+    Placement,
+    Unit,
+    WorkerInfo,
+    default_placements,
+    pool_decision,
+)
+
+
+@dataclass(frozen=True)
+class QueuePolicy:
+    sla_s: float
+    max_depth: int
+
+
+@dataclass(frozen=True)
+class CorePolicy:
+    queues: dict[str, QueuePolicy]
+    aging_s_per_class: float = 30.0
+    max_worker_losses: int = 3
+    heartbeat_timeout_s: float = 3.0
+    placements: dict[Priority, Placement] = field(default_factory=default_placements)
+    prices_per_device_hour: dict[str, float] = field(
+        default_factory=lambda: {"on-demand": 4.0, "spot": 1.4}
+    )
+
+
+@dataclass(frozen=True)
+class NewJob:
+    tenant: str
+    model: str
+    priority: Priority
+    params: GenerationParams
+    deadline: float | None = None
+    idempotency_key: str = ""
+    quota: TenantQuota = field(default_factory=TenantQuota)
+
+
+@dataclass(frozen=True)
+class Rejection:
+    # gRPC status code name.
+    code: str
+    message: str
+    retry_after_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class Accepted:
+    job: Job
+    deduplicated: bool = False
+
+
+@dataclass
+class _Batch:
+    batch_id: str
+    worker_id: str
+    model: str
+    job_ids: set[str]
+    size: int
+
+
+class SchedulerCore:
+    def __init__(
+        self,
+        specs: list[ModelSpec],
+        policy: CorePolicy,
+        clock: Callable[[], float],
+        new_id: Callable[[], str],
+    ) -> None:
+        self.specs = {s.name: s for s in specs}
+        self.policy = policy
+        self.clock = clock
+        self._new_id = new_id
+        self.cost = CostModel(specs)
+        self.jobs: dict[str, Job] = {}
+        self.units: dict[str, Unit] = {}
+        self._queues = {s.name: ModelQueue(s.name, policy.aging_s_per_class) for s in specs}
+        self._free = FreeUnits()
+        self._batches: dict[str, _Batch] = {}
+        self._idempotency: dict[tuple[str, str], str] = {}
+        self._deadlines: list[tuple[float, str]] = []
+        self._effects: list[Effect] = []
+        self._batch_ids = itertools.count()
+        self._wakeups: list[float] = []
+        # Incremental counters, so metrics and admission never scan every job.
+        self.depth: dict[tuple[str, Priority], int] = defaultdict(int)
+        self.work_s: dict[str, float] = defaultdict(float)
+        self.pool_work_s: dict[tuple[str, str], float] = defaultdict(float)
+        self.running: dict[str, int] = defaultdict(int)
+        self._queued_by_tenant: dict[str, int] = defaultdict(int)
+        self._running_by_tenant: dict[str, int] = defaultdict(int)
+        self._charged: dict[str, float] = {}
+        self.spot_fallbacks: dict[str, int] = defaultdict(int)
+        self.preemptions: dict[str, int] = defaultdict(int)
+        self.ended: dict[tuple[str, JobState], int] = defaultdict(int)
+        self.ledger = CostLedger(dict(policy.prices_per_device_hour))
+
+    # ---- effects -------------------------------------------------------------------------
+
+    def take_effects(self) -> list[Effect]:
+        effects, self._effects = self._effects, []
+        return effects
+
+    def _transition(self, job: Job, state: JobState, reason: str = "") -> None:
+        job.state = state
+        if state.terminal:
+            job.finished_at = self.clock()
+            self.ended[(job.queue, state)] += 1
+        self._effects.append(Transition(job, state, reason))
+
+    # ---- admission -----------------------------------------------------------------------
+
+    def submit(self, new: NewJob) -> Accepted | Rejection:
+        spec = self.specs.get(new.model)
+        if spec is None:
+            return Rejection("NOT_FOUND", f"model {new.model!r} is not in the registry")
+        if new.idempotency_key:
+            existing = self._idempotency.get((new.tenant, new.idempotency_key))
+            if existing is not None and existing in self.jobs:
+                return Accepted(self.jobs[existing], deduplicated=True)
+        queue = spec.modality
+        policy = self.policy.queues.get(queue)
+        if policy is None:
+            return Rejection("FAILED_PRECONDITION", f"no queue is configured for {queue!r}")
+        depth = self.queue_depth(queue)
+        if depth >= policy.max_depth:
+            return Rejection(
+                "RESOURCE_EXHAUSTED",
+                f"queue {queue!r} is full: {depth} jobs queued, max_depth is {policy.max_depth}",
+                self._retry_after(queue),
+            )
+        quota = new.quota
+        if quota.max_queued and self._queued_by_tenant[new.tenant] >= quota.max_queued:
+            return Rejection(
+                "RESOURCE_EXHAUSTED",
+                f"tenant {new.tenant!r} has {self._queued_by_tenant[new.tenant]} jobs queued, "
+                f"the limit is {quota.max_queued}",
+                self._retry_after(queue),
+            )
+        now = self.clock()
+        cost = self.cost.estimate(new.model, new.params)
+        if new.deadline is not None:
+            eta = self.estimate_finish_s(new.model, new.priority, cost)
+            if now + eta > new.deadline:
+                return Rejection(
+                    "RESOURCE_EXHAUSTED",
+                    f"deadline cannot be met: estimated {eta:.1f} s to finish, "
+                    f"{max(new.deadline - now, 0):.1f} s left",
+                    max(eta - (new.deadline - now), 1.0),
+                )
+        job = Job(
+            job_id=self._new_id(),
+            tenant=new.tenant,
+            model=new.model,
+            queue=queue,
+            priority=new.priority,
+            params=new.params,
+            created_at=now,
+            deadline=new.deadline,
+            idempotency_key=new.idempotency_key,
+            quota=quota,
+            cost_s=cost,
+            enqueued_at=now,
+            total_steps=new.params.steps,
+        )
+        self._admit(job)
+        self._transition(job, JobState.QUEUED)
+        return Accepted(job)
+
+    def restore(self, job: Job) -> None:
+        """Take back a job from the store after a restart; unfinished ones queue again."""
+        if job.state.terminal:
+            self.jobs[job.job_id] = job
+            if job.idempotency_key:
+                self._idempotency[(job.tenant, job.idempotency_key)] = job.job_id
+            return
+        job.cost_s = job.cost_s or self.cost.estimate(job.model, job.params)
+        if job.state.in_flight:
+            # Its worker lost the batch with our connection; run it again, first in line.
+            job.at_front = True
+        job.state = JobState.QUEUED
+        job.enqueued_at = self.clock()
+        job.worker_id = job.batch_id = None
+        self._admit(job)
+
+    def _admit(self, job: Job) -> None:
+        self.jobs[job.job_id] = job
+        if job.idempotency_key:
+            self._idempotency[(job.tenant, job.idempotency_key)] = job.job_id
+        if job.deadline is not None:
+            heapq.heappush(self._deadlines, (job.deadline, job.job_id))
+        self._enqueue(job)
+
+    def _enqueue(self, job: Job) -> None:
+        job.state = JobState.QUEUED
+        self._queues[job.model].add(job)
+        work = job.cost_s * job.remaining_fraction
+        self.depth[(job.queue, job.priority)] += 1
+        self.work_s[job.queue] += work
+        self.pool_work_s[(job.queue, self._placement(job).prefer)] += work
+        self._queued_by_tenant[job.tenant] += 1
+
+    def _dequeue(self, job: Job) -> None:
+        self._queues[job.model].remove(job)
+        work = job.cost_s * job.remaining_fraction
+        self.depth[(job.queue, job.priority)] -= 1
+        self.work_s[job.queue] = max(self.work_s[job.queue] - work, 0.0)
+        key = (job.queue, self._placement(job).prefer)
+        self.pool_work_s[key] = max(self.pool_work_s[key] - work, 0.0)
+        self._queued_by_tenant[job.tenant] -= 1
+
+    def _placement(self, job: Job) -> Placement:
+        return self.policy.placements[job.priority]
+
+    def queue_depth(self, queue: str) -> int:
+        return sum(self.depth[(queue, p)] for p in Priority)
+
+    def _units_for(self, model: str) -> list[Unit]:
+        return [u for u in self.units.values() if model in u.info.models and not u.draining]
+
+    def _retry_after(self, queue: str) -> float:
+        units = {
+            u.worker_id
+            for u in self.units.values()
+            if not u.draining and any(self.specs[m].modality == queue for m in u.info.models)
+        }
+        depth = max(self.queue_depth(queue), 1)
+        per_job = self.work_s[queue] / depth
+        return max(per_job / max(len(units), 1), 1.0)
+
+    def estimate_finish_s(self, model: str, priority: Priority, own_cost: float) -> float:
+        """Seconds until a new job would finish: work ahead of it spread over its units."""
+        units = self._units_for(model)
+        if not units:
+            return own_cost
+        queue = self.specs[model].modality
+        ahead = (
+            sum(
+                job.cost_s * job.remaining_fraction
+                for job in self._queues[model].jobs()
+                if job.priority <= priority
+            )
+            if self.depth[(queue, priority)] < 5000
+            else self.work_s[queue]
+        )
+        busy = sum(u.load_s for u in units)
+        return (ahead + busy) / len(units) + own_cost
+
+    def queue_position(self, job: Job) -> int:
+        """Jobs of the same model ahead of `job` (0 = next)."""
+        if job.state is not JobState.QUEUED:
+            return 0
+        return sum(
+            1
+            for other in self._queues[job.model].jobs()
+            if other is not job
+            and (other.at_front, -other.priority, -other.enqueued_at)
+            > (job.at_front, -job.priority, -job.enqueued_at)
+        )
+
+    # ---- workers -------------------------------------------------------------------------
+
+    def register_worker(self, info: WorkerInfo) -> None:
+        if info.worker_id in self.units:
+            self.worker_lost(info.worker_id, "worker registered again")
+        unit = Unit(info=info, last_heartbeat=self.clock())
+        self.units[info.worker_id] = unit
+        self._free.offer(unit)
+
+    def heartbeat(self, worker_id: str, draining: bool = False) -> None:
+        unit = self.units.get(worker_id)
+        if unit is None:
+            return
+        unit.last_heartbeat = self.clock()
+        if draining and not unit.draining:
+            unit.draining = True
+            unit.version += 1
+
+    def check_liveness(self) -> list[str]:
+        now = self.clock()
+        dead = [
+            u.worker_id
+            for u in self.units.values()
+            if now - u.last_heartbeat > self.policy.heartbeat_timeout_s
+        ]
+        for worker_id in dead:
+            self.worker_lost(worker_id, "heartbeats stopped")
+        return dead
+
+    def worker_lost(self, worker_id: str, reason: str) -> None:
+        unit = self.units.pop(worker_id, None)
+        if unit is None:
+            return
+        for batch_id in list(unit.batches):
+            self._abandon_batch(batch_id, f"worker {worker_id} lost: {reason}")
+
+    def _abandon_batch(self, batch_id: str, reason: str) -> None:
+        batch = self._batches.pop(batch_id, None)
+        if batch is None:
+            return
+        for job_id in list(batch.job_ids):
+            job = self.jobs[job_id]
+            self._release(job)
+            job.worker_losses += 1
+            if job.worker_losses >= self.policy.max_worker_losses:
+                job.error_code, job.error_message = (
+                    "UNAVAILABLE",
+                    f"{reason}; gave up after {job.worker_losses} lost workers",
+                )
+                self._finish(job, JobState.FAILED, job.error_message)
+            else:
+                self._requeue_front(job, "requeued", reason)
+        unit = self.units.get(batch.worker_id)
+        if unit is not None:
+            unit.batches.discard(batch_id)
+            unit.version += 1
+            self._free.offer(unit)
+
+    # ---- dispatch ------------------------------------------------------------------------
+
+    def schedule(self) -> list[Dispatch]:
+        """Form batches for every unit with room, least-loaded unit first."""
+        now = self.clock()
+        self._wakeups = []
+        dispatched: list[Dispatch] = []
+        models = [m for m, q in self._queues.items() if q.depth > 0]
+        blocked: set[str] = set()
+        while True:
+            candidates: dict[str, Unit] = {}
+            for model in models:
+                for unit in self._free.ordered(model, self.units):
+                    if unit.worker_id not in blocked:
+                        candidates[unit.worker_id] = unit
+            if not candidates:
+                break
+            unit = min(candidates.values(), key=lambda u: (u.load_s, u.dispatched, u.worker_id))
+            batch = self._form_batch(unit, now)
+            if batch is None:
+                blocked.add(unit.worker_id)
+                continue
+            dispatched.append(batch)
+            models = [m for m in models if self._queues[m].depth > 0]
+        return dispatched
+
+    def _eligibility(self, unit: Unit, now: float) -> Callable[[Job], bool]:
+        room_cache: dict[tuple[str, str], bool] = {}
+
+        def preferred_has_room(model: str, pool: str) -> bool:
+            key = (model, pool)
+            if key not in room_cache:
+                room_cache[key] = any(
+                    u.pool == pool and u.free_slots > 0 and model in u.info.models
+                    for u in self.units.values()
+                )
+            return room_cache[key]
+
+        def eligible(job: Job) -> bool:
+            limit = job.quota.max_running
+            if limit and self._running_by_tenant[job.tenant] >= limit:
+                return False
+            placement = self._placement(job)
+            if unit.pool == placement.prefer:
+                return True
+            ok, _ = pool_decision(
+                job, unit, placement, now, preferred_has_room(job.model, placement.prefer)
+            )
+            if not ok and unit.pool in placement.allow:
+                self._wakeups.append(job.enqueued_at + placement.fallback_after_s)
+            return ok
+
+        return eligible
+
+    def _form_batch(self, unit: Unit, now: float) -> Dispatch | None:
+        eligible = self._eligibility(unit, now)
+        options = []
+        for model in unit.info.models:
+            queue = self._queues.get(model)
+            if queue is None or queue.depth == 0:
+                continue
+            best = queue.best(now, eligible)
+            if best is not None:
+                options.append(best)
+        for _, lead in sorted(options, key=lambda o: o[0]):
+            spec = self.specs[lead.model]
+            batching = spec.batching
+            limit = 1 if batching.mode == "none" else batching.max_batch
+            queue = self._queues[lead.model]
+            companions = queue.companions(lead, limit - 1, eligible) if limit > 1 else []
+            jobs = [lead, *companions]
+            if len(jobs) < limit and not self._window_closed(jobs, batching, now):
+                continue
+            return self._dispatch(unit, lead.model, jobs, now)
+        return None
+
+    def _window_closed(self, jobs: list[Job], batching: object, now: float) -> bool:
+        max_wait_ms = getattr(batching, "max_wait_ms", None)
+        if max_wait_ms is None:
+            return False  # static batching without a cap waits for a full batch
+        closes_at = min(j.enqueued_at for j in jobs) + max_wait_ms / 1000.0
+        if now >= closes_at:
+            return True
+        self._wakeups.append(closes_at)
+        return False
+
+    def _dispatch(self, unit: Unit, model: str, jobs: list[Job], now: float) -> Dispatch:
+        batch_id = f"{unit.worker_id}-b{next(self._batch_ids)}"
+        waits = []
+        for job in jobs:
+            placement = self._placement(job)
+            if unit.pool != placement.prefer and placement.prefer == "spot":
+                job.spot_fallback = True
+                self.spot_fallbacks[job.queue] += 1
+                self._effects.append(
+                    Notice(job, "spot_fallback", "no spot capacity in time; running on-demand")
+                )
+            self._dequeue(job)
+            self._queues[model].charge(job)
+            job.at_front = False
+            job.attempts += 1
+            job.worker_id, job.batch_id = unit.worker_id, batch_id
+            waits.append(now - job.enqueued_at)
+            charge = job.cost_s * job.remaining_fraction
+            self._charged[job.job_id] = charge
+            unit.load_s += charge
+            self.running[job.queue] += 1
+            self._running_by_tenant[job.tenant] += 1
+            self._transition(job, JobState.DISPATCHED)
+        self._batches[batch_id] = _Batch(
+            batch_id, unit.worker_id, model, {j.job_id for j in jobs}, len(jobs)
+        )
+        unit.batches.add(batch_id)
+        unit.dispatched += 1
+        unit.version += 1
+        self._free.offer(unit)
+        dispatch = Dispatch(
+            batch_id, unit.worker_id, unit.info.address, model, tuple(jobs), tuple(waits)
+        )
+        self._effects.append(dispatch)
+        return dispatch
+
+    def next_wakeup(self) -> float | None:
+        """Earliest time at which a timer (batch window, fallback, deadline) may change things."""
+        times = [t for t in self._wakeups if t > self.clock()]
+        while self._deadlines and self._deadline_stale(self._deadlines[0]):
+            heapq.heappop(self._deadlines)
+        if self._deadlines:
+            times.append(self._deadlines[0][0])
+        return min(times) if times else None
+
+    def _deadline_stale(self, item: tuple[float, str]) -> bool:
+        job = self.jobs.get(item[1])
+        return job is None or job.state.terminal or job.deadline != item[0]
+
+    # ---- reports from workers ------------------------------------------------------------
+
+    def _in_batch(self, job_id: str, batch_id: str) -> Job | None:
+        """The job if it is still in flight in this batch; stale reports are ignored."""
+        job = self.jobs.get(job_id)
+        if job is None or not job.state.in_flight or job.batch_id != batch_id:
+            return None
+        return job
+
+    def job_progress(
+        self, job_id: str, batch_id: str, step: int, total_steps: int, step_seconds: float = 0.0
+    ) -> None:
+        job = self._in_batch(job_id, batch_id)
+        if job is None:
+            return
+        if job.state is JobState.DISPATCHED:
+            self._transition(job, JobState.RUNNING)
+        job.step, job.total_steps = step, total_steps
+        batch = self._batches.get(batch_id)
+        if step_seconds > 0 and batch is not None:
+            self.cost.observe_step(job.model, job.params, batch.size, step_seconds)
+            unit = self.units.get(batch.worker_id)
+            pool = unit.pool if unit is not None else "unknown"
+            self.ledger.record(pool, job.model, job.tenant, step_seconds / batch.size)
+        self._effects.append(Progressed(job, step, total_steps))
+
+    def job_succeeded(self, job_id: str, batch_id: str) -> Job | None:
+        job = self._in_batch(job_id, batch_id)
+        if job is None:
+            return None
+        self._release(job)
+        self._finish(job, JobState.SUCCEEDED)
+        return job
+
+    def job_failed(self, job_id: str, batch_id: str, code: str, message: str) -> None:
+        job = self._in_batch(job_id, batch_id)
+        if job is None:
+            return
+        self._release(job)
+        job.error_code, job.error_message = code, message
+        state = JobState.CANCELLED if code == "CANCELLED" else JobState.FAILED
+        self._finish(job, state, message)
+
+    def job_preempted(self, job_id: str, batch_id: str, checkpoint: str, step: int) -> None:
+        job = self._in_batch(job_id, batch_id)
+        if job is None:
+            return
+        self._release(job)
+        job.checkpoint = checkpoint or None
+        job.step = step
+        self.preemptions[self.units[job.worker_id].pool if job.worker_id in self.units else ""] += 1
+        self._requeue_front(job, "preempted", f"preempted at step {step}; checkpoint saved")
+
+    def job_checkpointed(self, job_id: str, batch_id: str, checkpoint: str, step: int) -> None:
+        job = self._in_batch(job_id, batch_id)
+        if job is not None:
+            job.checkpoint = checkpoint
+
+    def batch_size(self, batch_id: str) -> int:
+        batch = self._batches.get(batch_id)
+        return batch.size if batch is not None else 1
+
+    def batch_ended(self, batch_id: str) -> None:
+        """The worker's stream for this batch closed; anything unreported goes back in line."""
+        batch = self._batches.get(batch_id)
+        if batch is None:
+            return
+        if batch.job_ids:
+            self._abandon_batch(batch_id, "batch ended without a result")
+            return
+        self._batches.pop(batch_id)
+        unit = self.units.get(batch.worker_id)
+        if unit is not None:
+            unit.batches.discard(batch_id)
+            unit.version += 1
+            self._free.offer(unit)
+
+    def _release(self, job: Job) -> None:
+        """Take an in-flight job off its unit's load and its batch's open set."""
+        charge = self._charged.pop(job.job_id, 0.0)
+        unit = self.units.get(job.worker_id or "")
+        if unit is not None:
+            unit.load_s = max(unit.load_s - charge, 0.0)
+            unit.version += 1
+            self._free.offer(unit)
+        batch = self._batches.get(job.batch_id or "")
+        if batch is not None:
+            batch.job_ids.discard(job.job_id)
+        self.running[job.queue] -= 1
+        self._running_by_tenant[job.tenant] -= 1
+
+    def _requeue_front(self, job: Job, kind: str, message: str) -> None:
+        job.at_front = True
+        job.enqueued_at = self.clock()
+        job.worker_id = job.batch_id = None
+        self._enqueue(job)
+        self._effects.append(Notice(job, kind, message))
+        self._transition(job, JobState.QUEUED, message)
+
+    def _finish(self, job: Job, state: JobState, reason: str = "") -> None:
+        self._transition(job, state, reason)
+
+    # ---- cancel and deadlines ------------------------------------------------------------
+
+    def cancel(self, job_id: str) -> Job | None:
+        job = self.jobs.get(job_id)
+        if job is None or job.state.terminal:
+            return job
+        self._stop(job, JobState.CANCELLED, "CANCELLED", "cancelled by request")
+        return job
+
+    def expire_due(self) -> list[Job]:
+        now = self.clock()
+        expired = []
+        while self._deadlines and self._deadlines[0][0] <= now:
+            item = heapq.heappop(self._deadlines)
+            if self._deadline_stale(item):
+                continue
+            job = self.jobs[item[1]]
+            self._stop(job, JobState.EXPIRED, "DEADLINE_EXCEEDED", "deadline passed")
+            expired.append(job)
+        return expired
+
+    def _stop(self, job: Job, state: JobState, code: str, message: str) -> None:
+        worker = self.units.get(job.worker_id or "")
+        if job.state is JobState.QUEUED:
+            self._dequeue(job)
+        elif job.state.in_flight:
+            self._release(job)
+            if worker is not None:
+                self._effects.append(
+                    CancelOnWorker(worker.worker_id, worker.info.address, (job.job_id,))
+                )
+        job.error_code, job.error_message = code, message
+        self._finish(job, state, message)
+
+    # ---- housekeeping --------------------------------------------------------------------
+
+    def forget(self, job_id: str) -> None:
+        """Drop a finished job from memory (the store keeps it for its retention)."""
+        job = self.jobs.get(job_id)
+        if job is None or not job.state.terminal:
+            return
+        del self.jobs[job_id]
+        if job.idempotency_key:
+            self._idempotency.pop((job.tenant, job.idempotency_key), None)
+
+    def oldest_wait_s(self, queue: str) -> float:
+        now = self.clock()
+        waits = [
+            now - at
+            for model, q in self._queues.items()
+            if self.specs[model].modality == queue and q.depth > 0
+            for at in [min((j.enqueued_at for j in q.jobs()), default=now)]
+        ]
+        return max(waits, default=0.0)
+
+    def queued_jobs(self, model: str) -> list[Job]:
+        return list(self._queues[model].jobs())

@@ -1,0 +1,87 @@
+"""Scheduler process: settings -> store, core, runtime, gRPC server; stops on SIGTERM."""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from dataclasses import dataclass
+
+from services.common.registry import Registry
+from services.common.server import Registration, RunningServer, start_server
+from services.common.settings import MeshConfig
+from services.scheduler.api.servicer import SchedulerServicer, registration
+from services.scheduler.api.worker_link import GrpcWorkerLink
+from services.scheduler.core.jobs import Priority
+from services.scheduler.core.scheduler import CorePolicy, QueuePolicy, SchedulerCore
+from services.scheduler.core.units import Placement
+from services.scheduler.runtime import SchedulerRuntime, WorkerLink
+from services.scheduler.store.artifacts import ArtifactStore
+from services.scheduler.store.job_store import JobStore
+
+log = logging.getLogger("mediamesh.scheduler")
+
+
+def core_policy(config: MeshConfig) -> CorePolicy:
+    s = config.scheduler
+    return CorePolicy(
+        queues={n: QueuePolicy(q.sla_s, q.max_depth) for n, q in s.queues.items()},
+        aging_s_per_class=s.aging_s_per_class,
+        max_worker_losses=s.max_attempts,
+        heartbeat_timeout_s=s.heartbeat_interval_s * (s.heartbeat_misses_allowed + 1),
+        placements={
+            Priority[name]: Placement(p.prefer, frozenset(p.allow), p.fallback_after_s)
+            for name, p in s.placement.items()
+        },
+        prices_per_device_hour=dict(s.prices_per_device_hour),
+    )
+
+
+def new_job_id() -> str:
+    return uuid.uuid4().hex
+
+
+@dataclass
+class SchedulerService:
+    runtime: SchedulerRuntime
+    server: RunningServer
+
+    @property
+    def port(self) -> int:
+        return self.server.port
+
+    async def stop(self, grace_s: float = 2.0) -> None:
+        await self.server.stop(grace_s)
+        await self.runtime.stop()
+
+
+async def start_scheduler(
+    config: MeshConfig, registry: Registry, link: WorkerLink | None = None
+) -> SchedulerService:
+    s = config.scheduler
+    token = config.internal_auth.resolve()
+    core = SchedulerCore(registry.models, core_policy(config), time.time, new_job_id)
+    runtime = SchedulerRuntime(
+        core,
+        JobStore(s.store_path),
+        ArtifactStore(s.artifact_dir),
+        link or GrpcWorkerLink(token, s.max_message_bytes),
+        s,
+    )
+    await runtime.start()
+    servicer = SchedulerServicer(
+        runtime,
+        registry,
+        inline_limit=config.gateway.inline_result_limit_bytes,
+        chunk_bytes=config.gateway.download_chunk_bytes,
+    )
+    names, add = registration(servicer)
+    server = await start_server(
+        [Registration(names, add)],  # type: ignore[arg-type]
+        host=s.host,
+        port=s.port,
+        max_message_bytes=s.max_message_bytes,
+        internal_token=token,
+    )
+    log.info("scheduler serving on %s:%d", s.host, server.port)
+    return SchedulerService(runtime, server)

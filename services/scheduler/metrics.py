@@ -1,0 +1,58 @@
+"""The scheduler's Prometheus metrics (documented in the README)."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+_WAIT_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
+
+QUEUE_DEPTH = Gauge("mediamesh_queue_depth", "Jobs queued.", ["queue", "priority"])
+QUEUE_WORK = Gauge(
+    "mediamesh_queue_work_seconds", "Estimated device-seconds of queued work.", ["queue"]
+)
+QUEUE_POOL_WORK = Gauge(
+    "mediamesh_queue_pool_work_seconds",
+    "Estimated device-seconds of queued work by the pool the jobs prefer (autoscaling metric).",
+    ["queue", "pool"],
+)
+QUEUE_SLA = Gauge("mediamesh_queue_sla_seconds", "Latency objective of the queue.", ["queue"])
+QUEUE_OLDEST = Gauge(
+    "mediamesh_queue_oldest_wait_seconds", "Seconds the oldest queued job has waited.", ["queue"]
+)
+QUEUE_WAIT = Histogram(
+    "mediamesh_queue_wait_seconds",
+    "Time from entering the queue to dispatch.",
+    ["queue", "priority"],
+    buckets=_WAIT_BUCKETS,
+)
+JOB_LATENCY = Histogram(
+    "mediamesh_job_latency_seconds",
+    "Time from acceptance to the end of a job.",
+    ["queue", "priority"],
+    buckets=_WAIT_BUCKETS,
+)
+BATCH_SIZE = Histogram(
+    "mediamesh_batch_size",
+    "Jobs per dispatched batch.",
+    ["model"],
+    buckets=(1, 2, 3, 4, 6, 8, 16, 32),
+)
+JOBS = Counter("mediamesh_jobs", "Jobs accepted and ended, by state.", ["queue", "state"])
+DEVICE_LOAD = Gauge(
+    "mediamesh_device_load",
+    "Device-seconds of work dispatched or running on a worker's devices.",
+    ["worker", "device"],
+)
+WORKERS = Gauge("mediamesh_workers", "Workers by pool and state.", ["pool", "state"])
+PREEMPTIONS = Counter("mediamesh_preemptions", "Jobs checkpointed off a draining worker.", ["pool"])
+SPOT_FALLBACKS = Counter(
+    "mediamesh_spot_fallbacks", "Jobs that preferred spot but ran on-demand.", ["queue"]
+)
+DEVICE_SECONDS = Counter(
+    "mediamesh_device_seconds", "Measured device-seconds of denoising.", ["pool", "model"]
+)
+COST = Counter("mediamesh_cost", "Money spent at each pool's price per device-hour.", ["pool"])
+ON_DEMAND_COST = Gauge(
+    "mediamesh_on_demand_equivalent_cost",
+    "What the device-seconds so far would have cost all on on-demand.",
+)

@@ -1,0 +1,439 @@
+"""The scheduler's owner task: drives the pure core and carries out its effects.
+
+Every core call happens on the event loop and returns at once; effects are applied right
+after, in order: store writes are queued to the store's thread, events go to watchers,
+batches and cancels go to workers through a `WorkerLink`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Protocol
+
+from services.common.errors import MeshError, NotFound
+from services.common.settings import SchedulerSettings
+from services.common.telemetry import log_job
+from services.scheduler import metrics
+from services.scheduler.core.effects import (
+    CancelOnWorker,
+    Dispatch,
+    Effect,
+    Notice,
+    Progressed,
+    Transition,
+)
+from services.scheduler.core.jobs import Job, JobState
+from services.scheduler.core.scheduler import Accepted, NewJob, SchedulerCore
+from services.scheduler.core.units import WorkerInfo
+from services.scheduler.events import EventHub, WatchEvent
+from services.scheduler.store.artifacts import ArtifactStore, StoredArtifact
+from services.scheduler.store.job_store import JobStore
+from services.worker.core.batch import (
+    JobCheckpointed,
+    JobFailed,
+    JobFinished,
+    JobNotice,
+    JobParams,
+    JobPreempted,
+    StepDone,
+    WorkerEvent,
+)
+
+log = logging.getLogger("mediamesh.scheduler")
+
+
+class WorkerLink(Protocol):
+    """How the scheduler reaches workers (gRPC in the service, in-process in tests)."""
+
+    def run_batch(
+        self, address: str, batch_id: str, model: str, jobs: list[JobParams]
+    ) -> AsyncIterator[WorkerEvent]: ...
+
+    async def cancel(self, address: str, job_ids: list[str]) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+class SchedulerRuntime:
+    def __init__(
+        self,
+        core: SchedulerCore,
+        store: JobStore,
+        artifacts: ArtifactStore,
+        link: WorkerLink,
+        settings: SchedulerSettings,
+    ) -> None:
+        self.core = core
+        self.store = store
+        self.artifacts = artifacts
+        self.link = link
+        self.settings = settings
+        self.hub = EventHub()
+        self.results: dict[str, StoredArtifact] = {}
+        self._kick = asyncio.Event()
+        self._tasks: set[asyncio.Task] = set()
+        self._loop_task: asyncio.Task | None = None
+        self._housekeeping_task: asyncio.Task | None = None
+
+    # ---- lifecycle -----------------------------------------------------------------------
+
+    async def start(self) -> None:
+        since = time.time() - self.settings.retention_s
+        restored = 0
+        for job, result in await self.store.load(since):
+            if result:
+                self.results[job.job_id] = StoredArtifact(**result)
+            was_unfinished = not job.state.terminal
+            self.core.restore(job)
+            if was_unfinished:
+                restored += 1
+                self.store.save(job)
+        if restored:
+            log.info("recovered %d unfinished jobs from the store", restored)
+        for name, queue in self.settings.queues.items():
+            metrics.QUEUE_SLA.labels(name).set(queue.sla_s)
+        self._loop_task = asyncio.create_task(self._dispatch_loop(), name="dispatch-loop")
+        self._housekeeping_task = asyncio.create_task(self._housekeeping(), name="housekeeping")
+
+    async def stop(self) -> None:
+        for task in (self._loop_task, self._housekeeping_task, *self._tasks):
+            if task is not None:
+                task.cancel()
+        for task in (self._loop_task, self._housekeeping_task, *self._tasks):
+            if task is not None:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+        await self.link.close()
+        await self.store.close()
+
+    def kick(self) -> None:
+        self._kick.set()
+
+    async def _dispatch_loop(self) -> None:
+        tick = self.settings.heartbeat_interval_s
+        while True:
+            try:
+                self.core.expire_due()
+                self.core.check_liveness()
+                self.core.schedule()
+                self.apply(self.core.take_effects())
+                self._refresh_gauges()
+            except Exception:
+                log.exception("dispatch loop iteration failed; continuing")
+            wake = self.core.next_wakeup()
+            timeout = tick if wake is None else min(max(wake - time.time(), 0.0), tick)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._kick.wait(), timeout)
+            self._kick.clear()
+
+    async def _housekeeping(self) -> None:
+        while True:
+            await asyncio.sleep(min(60.0, self.settings.retention_s / 4))
+            cutoff = time.time() - self.settings.retention_s
+            for job_id in await self.store.purge(cutoff):
+                artifact = self.results.pop(job_id, None)
+                self.artifacts.delete(artifact.path if artifact else None)
+                self.core.forget(job_id)
+            self._sweep_checkpoints(cutoff)
+
+    def _sweep_checkpoints(self, cutoff: float) -> None:
+        live = {j.checkpoint for j in self.core.jobs.values() if j.checkpoint}
+        folder = self.artifacts.root / "checkpoints"
+        for path in folder.glob("*.pt") if folder.exists() else ():
+            if str(path) not in live and path.stat().st_mtime < cutoff:
+                path.unlink(missing_ok=True)
+
+    # ---- effects -------------------------------------------------------------------------
+
+    def apply(self, effects: list[Effect]) -> None:
+        for effect in effects:
+            if isinstance(effect, Transition):
+                self._on_transition(effect)
+            elif isinstance(effect, Dispatch):
+                self._spawn(self._run_batch(effect))
+            elif isinstance(effect, CancelOnWorker):
+                self._spawn(self.link.cancel(effect.address, list(effect.job_ids)))
+            elif isinstance(effect, Notice):
+                job = effect.job
+                self.hub.publish(
+                    WatchEvent(
+                        job.job_id,
+                        job.state,
+                        "notice",
+                        notice=effect.kind,
+                        message=effect.message,
+                        worker_id=job.worker_id or "",
+                        attempt=job.attempts,
+                    )
+                )
+                if effect.kind == "spot_fallback":
+                    metrics.SPOT_FALLBACKS.labels(job.queue).inc()
+            elif isinstance(effect, Progressed):
+                self.hub.publish(
+                    WatchEvent(
+                        effect.job.job_id,
+                        effect.job.state,
+                        "progress",
+                        step=effect.step,
+                        total_steps=effect.total_steps,
+                    )
+                )
+        if effects:
+            self.kick()
+
+    def _spawn(self, coro: object) -> None:
+        task = asyncio.ensure_future(coro)  # type: ignore[arg-type]
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _on_transition(self, effect: Transition) -> None:
+        job, state = effect.job, effect.state
+        artifact = self.results.get(job.job_id)
+        self.store.save(job, artifact.__dict__ if artifact and state.terminal else None)
+        log_job(
+            log,
+            f"job {state.value.lower()}",
+            job_id=job.job_id,
+            tenant=job.tenant,
+            model=job.model,
+            state=state.value,
+            worker=job.worker_id or "",
+            reason=effect.reason,
+        )
+        if state is JobState.QUEUED:
+            if job.attempts == 0:
+                metrics.JOBS.labels(job.queue, "ACCEPTED").inc()
+            self.hub.publish(self.queued_event(job))
+        elif state is JobState.DISPATCHED:
+            self.hub.publish(
+                WatchEvent(
+                    job.job_id,
+                    state,
+                    "notice",
+                    notice="dispatched",
+                    message=f"dispatched to {job.worker_id} (attempt {job.attempts})",
+                    worker_id=job.worker_id or "",
+                    attempt=job.attempts,
+                )
+            )
+        elif state.terminal:
+            metrics.JOBS.labels(job.queue, state.value).inc()
+            metrics.JOB_LATENCY.labels(job.queue, job.priority.name).observe(
+                max((job.finished_at or time.time()) - job.created_at, 0.0)
+            )
+            if job.checkpoint:
+                self.artifacts.delete(job.checkpoint)
+            self.hub.publish(self.final_event(job))
+
+    def queued_event(self, job: Job) -> WatchEvent:
+        position = self.core.queue_position(job)
+        eta = self.core.estimate_finish_s(job.model, job.priority, job.cost_s)
+        return WatchEvent(
+            job.job_id, JobState.QUEUED, "queued", position=position, eta_s=eta, queue=job.queue
+        )
+
+    def final_event(self, job: Job) -> WatchEvent:
+        if job.state is JobState.SUCCEEDED:
+            return WatchEvent(
+                job.job_id, job.state, "result", artifact=self.results.get(job.job_id)
+            )
+        return WatchEvent(
+            job.job_id, job.state, "error", code=job.error_code, message=job.error_message
+        )
+
+    # ---- batches -------------------------------------------------------------------------
+
+    def _job_params(self, job: Job) -> JobParams:
+        p = job.params
+        every = self.settings.checkpoint_every_steps.get(job.queue, 0)
+        return JobParams(
+            job_id=job.job_id,
+            prompt=p.prompt,
+            negative_prompt=p.negative_prompt,
+            steps=p.steps,
+            seed=p.seed,
+            width=p.width,
+            height=p.height,
+            num_frames=p.num_frames,
+            guidance_scale=p.guidance_scale,
+            duration_s=p.duration_s,
+            resume_checkpoint=job.checkpoint,
+            checkpoint_every_steps=every,
+        )
+
+    async def _run_batch(self, dispatch: Dispatch) -> None:
+        metrics.BATCH_SIZE.labels(dispatch.model).observe(len(dispatch.jobs))
+        for job, wait in zip(dispatch.jobs, dispatch.waits, strict=True):
+            metrics.QUEUE_WAIT.labels(job.queue, job.priority.name).observe(wait)
+        params = [self._job_params(j) for j in dispatch.jobs]
+        batch_id = dispatch.batch_id
+        try:
+            stream = self.link.run_batch(dispatch.address, batch_id, dispatch.model, params)
+            async for event in stream:
+                await self._on_worker_event(batch_id, event)
+        except Exception as exc:
+            log.warning("batch %s on %s ended with an error: %s", batch_id, dispatch.worker_id, exc)
+        finally:
+            self.core.batch_ended(batch_id)
+            self.apply(self.core.take_effects())
+
+    async def _on_worker_event(self, batch_id: str, event: WorkerEvent) -> None:
+        core = self.core
+        if isinstance(event, StepDone):
+            core.job_progress(
+                event.job_id, batch_id, event.step, event.total_steps, event.step_seconds
+            )
+            job = core.jobs.get(event.job_id)
+            unit = core.units.get(job.worker_id or "") if job else None
+            if job is not None and unit is not None and event.step_seconds > 0:
+                share = event.step_seconds / core.batch_size(batch_id)
+                price = core.policy.prices_per_device_hour.get(unit.pool, 0.0)
+                metrics.DEVICE_SECONDS.labels(unit.pool, job.model).inc(share)
+                metrics.COST.labels(unit.pool).inc(share / 3600 * price)
+        elif isinstance(event, JobFinished):
+            job = core.jobs.get(event.job_id)
+            if job is None or job.batch_id != batch_id or not job.state.in_flight:
+                return
+            artifact = await asyncio.to_thread(
+                self.artifacts.write, event.job_id, event.data, event.mime_type, event.seed
+            )
+            self.results[event.job_id] = artifact
+            if core.job_succeeded(event.job_id, batch_id) is None:
+                self.results.pop(event.job_id, None)
+                self.artifacts.delete(artifact.path)
+        elif isinstance(event, JobFailed):
+            core.job_failed(event.job_id, batch_id, event.code, event.message)
+        elif isinstance(event, JobPreempted):
+            job = core.jobs.get(event.job_id)
+            pool = core.units[job.worker_id].pool if job and job.worker_id in core.units else ""
+            core.job_preempted(event.job_id, batch_id, event.checkpoint, event.step)
+            metrics.PREEMPTIONS.labels(pool or "unknown").inc()
+        elif isinstance(event, JobCheckpointed):
+            core.job_checkpointed(event.job_id, batch_id, event.checkpoint, event.step)
+        elif isinstance(event, JobNotice):
+            job = core.jobs.get(event.job_id)
+            if job is not None:
+                self.hub.publish(
+                    WatchEvent(
+                        job.job_id, job.state, "notice", notice=event.kind, message=event.message
+                    )
+                )
+        self.apply(core.take_effects())
+
+    # ---- calls from the API --------------------------------------------------------------
+
+    async def submit(self, new: NewJob) -> tuple[Job, bool]:
+        outcome = self.core.submit(new)
+        if not isinstance(outcome, Accepted):
+            raise MeshError(outcome.message, code=outcome.code, retry_after_s=outcome.retry_after_s)
+        job = outcome.job
+        if outcome.deduplicated:
+            return job, True
+        # The job is durable before the caller hears it was accepted.
+        await self.store.save(job)
+        self.apply(self.core.take_effects())
+        return job, False
+
+    def owned_job(self, job_id: str, tenant: str) -> Job:
+        """The job if it exists and belongs to the tenant; otherwise NOT_FOUND, identically."""
+        job = self.core.jobs.get(job_id)
+        if job is None or (tenant and job.tenant != tenant):
+            raise NotFound(f"job_id: no job {job_id!r}")
+        return job
+
+    def cancel(self, job_id: str, tenant: str) -> Job:
+        self.owned_job(job_id, tenant)
+        job = self.core.cancel(job_id)
+        self.apply(self.core.take_effects())
+        assert job is not None
+        return job
+
+    async def watch(self, job_id: str, tenant: str) -> AsyncIterator[WatchEvent]:
+        job = self.owned_job(job_id, tenant)
+        queue = self.hub.subscribe(job_id)
+        try:
+            yield self.snapshot_event(job)
+            if job.state.terminal:
+                return
+            while True:
+                event = await queue.get()
+                yield event
+                if event.final:
+                    return
+        finally:
+            self.hub.unsubscribe(job_id, queue)
+
+    def snapshot_event(self, job: Job) -> WatchEvent:
+        if job.state.terminal:
+            return self.final_event(job)
+        if job.state is JobState.QUEUED:
+            return self.queued_event(job)
+        return WatchEvent(
+            job.job_id,
+            job.state,
+            "progress",
+            step=job.step,
+            total_steps=job.total_steps or job.params.steps,
+        )
+
+    def artifact_of(self, job_id: str, tenant: str) -> StoredArtifact:
+        job = self.owned_job(job_id, tenant)
+        artifact = self.results.get(job_id)
+        if job.state is not JobState.SUCCEEDED or artifact is None:
+            raise MeshError(
+                f"job_id: job {job_id!r} has no result (state {job.state.value})",
+                code="FAILED_PRECONDITION",
+            )
+        if not Path(artifact.path).exists():
+            raise NotFound(f"job_id: the artifact of job {job_id!r} is gone (retention)")
+        return artifact
+
+    # ---- workers -------------------------------------------------------------------------
+
+    def register_worker(self, info: WorkerInfo) -> None:
+        self.core.register_worker(info)
+        log.info(
+            "worker %s registered: pool=%s models=%s address=%s",
+            info.worker_id,
+            info.pool,
+            ",".join(sorted(info.models)),
+            info.address,
+        )
+        self.apply(self.core.take_effects())
+        self.kick()
+
+    def worker_heartbeat(self, worker_id: str, draining: bool) -> None:
+        self.core.heartbeat(worker_id, draining)
+
+    def worker_gone(self, worker_id: str, reason: str) -> None:
+        if worker_id in self.core.units:
+            log.warning("worker %s lost: %s", worker_id, reason)
+        self.core.worker_lost(worker_id, reason)
+        self.apply(self.core.take_effects())
+
+    # ---- metrics -------------------------------------------------------------------------
+
+    def _refresh_gauges(self) -> None:
+        core = self.core
+        for (queue, priority), depth in core.depth.items():
+            metrics.QUEUE_DEPTH.labels(queue, priority.name).set(depth)
+        for queue in self.settings.queues:
+            metrics.QUEUE_WORK.labels(queue).set(core.work_s[queue])
+            metrics.QUEUE_OLDEST.labels(queue).set(core.oldest_wait_s(queue))
+            for pool in ("on-demand", "spot"):
+                metrics.QUEUE_POOL_WORK.labels(queue, pool).set(core.pool_work_s[(queue, pool)])
+        states: dict[tuple[str, str], int] = {
+            (p, s): 0 for p in ("on-demand", "spot") for s in ("ready", "busy", "draining")
+        }
+        for unit in core.units.values():
+            states[(unit.pool, unit.state)] = states.get((unit.pool, unit.state), 0) + 1
+            for device in unit.info.devices:
+                metrics.DEVICE_LOAD.labels(unit.worker_id, device).set(unit.load_s)
+        for (pool, state), count in states.items():
+            metrics.WORKERS.labels(pool, state).set(count)
+        metrics.ON_DEMAND_COST.set(core.ledger.on_demand_cost())

@@ -1,0 +1,215 @@
+"""Durable job store on SQLite (WAL): every accepted job and every transition is written.
+
+All access goes through one dedicated thread, so writes land in the order they were
+issued and the event loop never blocks on disk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from services.scheduler.core.jobs import GenerationParams, Job, JobState, Priority, TenantQuota
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS jobs (
+    job_id TEXT PRIMARY KEY,
+    tenant TEXT NOT NULL,
+    model TEXT NOT NULL,
+    queue TEXT NOT NULL,
+    priority INTEGER NOT NULL,
+    state TEXT NOT NULL,
+    params TEXT NOT NULL,
+    quota TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    deadline REAL,
+    idempotency_key TEXT NOT NULL,
+    cost_s REAL NOT NULL,
+    attempts INTEGER NOT NULL,
+    worker_losses INTEGER NOT NULL,
+    step INTEGER NOT NULL,
+    total_steps INTEGER NOT NULL,
+    checkpoint TEXT,
+    finished_at REAL,
+    error_code TEXT NOT NULL,
+    error_message TEXT NOT NULL,
+    spot_fallback INTEGER NOT NULL,
+    result TEXT
+);
+CREATE INDEX IF NOT EXISTS jobs_unfinished ON jobs (state) WHERE finished_at IS NULL;
+CREATE INDEX IF NOT EXISTS jobs_finished ON jobs (finished_at) WHERE finished_at IS NOT NULL;
+CREATE UNIQUE INDEX IF NOT EXISTS jobs_idempotency
+    ON jobs (tenant, idempotency_key) WHERE idempotency_key != '';
+"""
+
+_COLUMNS = [
+    "job_id",
+    "tenant",
+    "model",
+    "queue",
+    "priority",
+    "state",
+    "params",
+    "quota",
+    "created_at",
+    "deadline",
+    "idempotency_key",
+    "cost_s",
+    "attempts",
+    "worker_losses",
+    "step",
+    "total_steps",
+    "checkpoint",
+    "finished_at",
+    "error_code",
+    "error_message",
+    "spot_fallback",
+    "result",
+]
+
+
+def job_row(job: Job, result: dict[str, Any] | None = None) -> tuple:
+    """A snapshot of the job's fields, taken on the event loop before the write is queued."""
+    return (
+        job.job_id,
+        job.tenant,
+        job.model,
+        job.queue,
+        int(job.priority),
+        job.state.value,
+        json.dumps(asdict(job.params)),
+        json.dumps(asdict(job.quota)),
+        job.created_at,
+        job.deadline,
+        job.idempotency_key,
+        job.cost_s,
+        job.attempts,
+        job.worker_losses,
+        job.step,
+        job.total_steps,
+        job.checkpoint,
+        job.finished_at,
+        job.error_code,
+        job.error_message,
+        int(job.spot_fallback),
+        json.dumps(result) if result is not None else None,
+    )
+
+
+def job_from_row(row: sqlite3.Row) -> tuple[Job, dict[str, Any] | None]:
+    job = Job(
+        job_id=row["job_id"],
+        tenant=row["tenant"],
+        model=row["model"],
+        queue=row["queue"],
+        priority=Priority(row["priority"]),
+        params=GenerationParams(**json.loads(row["params"])),
+        created_at=row["created_at"],
+        deadline=row["deadline"],
+        idempotency_key=row["idempotency_key"],
+        quota=TenantQuota(**json.loads(row["quota"])),
+        state=JobState(row["state"]),
+        cost_s=row["cost_s"],
+        attempts=row["attempts"],
+        worker_losses=row["worker_losses"],
+        step=row["step"],
+        total_steps=row["total_steps"],
+        checkpoint=row["checkpoint"],
+        finished_at=row["finished_at"],
+        error_code=row["error_code"],
+        error_message=row["error_message"],
+        spot_fallback=bool(row["spot_fallback"]),
+    )
+    result = json.loads(row["result"]) if row["result"] else None
+    return job, result
+
+
+class JobStore:
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._path = path
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="job-store")
+        self._db: sqlite3.Connection | None = None
+        self._executor.submit(self._open).result()
+
+    def _open(self) -> None:
+        db = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
+        db.row_factory = sqlite3.Row
+        db.execute("PRAGMA journal_mode=WAL")
+        # NORMAL with WAL survives a process crash (SIGKILL); only power loss can drop the tail.
+        db.execute("PRAGMA synchronous=NORMAL")
+        db.executescript(_SCHEMA)
+        self._db = db
+
+    async def _run(self, fn: Any, *args: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+    def _save(self, row: tuple) -> None:
+        assert self._db is not None
+        placeholders = ",".join("?" * len(_COLUMNS))
+        updates = ",".join(f"{c}=excluded.{c}" for c in _COLUMNS[1:] if c != "result")
+        self._db.execute(
+            f"INSERT INTO jobs ({','.join(_COLUMNS)}) VALUES ({placeholders}) "
+            f"ON CONFLICT(job_id) DO UPDATE SET {updates}, "
+            "result=COALESCE(excluded.result, jobs.result)",
+            row,
+        )
+
+    def save(self, job: Job, result: dict[str, Any] | None = None) -> asyncio.Future:
+        """Queue a write of the job as it is now; await the future for durability."""
+        return asyncio.ensure_future(self._run(self._save, job_row(job, result)))
+
+    def _load(self, since_finished: float) -> list[tuple[Job, dict[str, Any] | None]]:
+        assert self._db is not None
+        rows = self._db.execute(
+            "SELECT * FROM jobs WHERE finished_at IS NULL OR finished_at >= ? ORDER BY created_at",
+            (since_finished,),
+        ).fetchall()
+        return [job_from_row(r) for r in rows]
+
+    async def load(self, since_finished: float) -> list[tuple[Job, dict[str, Any] | None]]:
+        """Unfinished jobs, and finished ones still within retention."""
+        return await self._run(self._load, since_finished)
+
+    def _get(self, job_id: str) -> tuple[Job, dict[str, Any] | None] | None:
+        assert self._db is not None
+        row = self._db.execute("SELECT * FROM jobs WHERE job_id = ?", (job_id,)).fetchone()
+        return job_from_row(row) if row else None
+
+    async def get(self, job_id: str) -> tuple[Job, dict[str, Any] | None] | None:
+        return await self._run(self._get, job_id)
+
+    def _purge(self, finished_before: float) -> list[str]:
+        assert self._db is not None
+        rows = self._db.execute(
+            "SELECT job_id FROM jobs WHERE finished_at IS NOT NULL AND finished_at < ?",
+            (finished_before,),
+        ).fetchall()
+        ids = [r["job_id"] for r in rows]
+        self._db.executemany("DELETE FROM jobs WHERE job_id = ?", [(i,) for i in ids])
+        return ids
+
+    async def purge(self, finished_before: float) -> list[str]:
+        """Delete jobs that ended before the cut-off; returns their ids."""
+        return await self._run(self._purge, finished_before)
+
+    def _counts(self) -> dict[str, int]:
+        assert self._db is not None
+        rows = self._db.execute("SELECT state, COUNT(*) AS n FROM jobs GROUP BY state").fetchall()
+        return {r["state"]: r["n"] for r in rows}
+
+    async def counts(self) -> dict[str, int]:
+        return await self._run(self._counts)
+
+    async def close(self) -> None:
+        def _close() -> None:
+            if self._db is not None:
+                self._db.close()
+
+        await self._run(_close)
+        self._executor.shutdown(wait=True)

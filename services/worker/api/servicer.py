@@ -1,0 +1,59 @@
+"""mediamesh.v1.Worker over gRPC."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+
+import grpc
+from mediamesh.v1 import worker_pb2, worker_pb2_grpc
+
+from services.scheduler.api import convert
+from services.worker.runtime import WorkerRuntime
+
+
+class WorkerServicer(worker_pb2_grpc.WorkerServicer):
+    def __init__(self, runtime: WorkerRuntime, on_drain: Callable[[float, bool], None]) -> None:
+        self.runtime = runtime
+        self._on_drain = on_drain
+
+    async def RunBatch(
+        self, request: worker_pb2.RunBatchRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[worker_pb2.BatchEvent]:
+        jobs = [convert.job_params(spec) for spec in request.jobs]
+        async for event in self.runtime.run_batch(request.batch_id, request.model, jobs):
+            yield convert.batch_event(event)
+
+    async def Cancel(
+        self, request: worker_pb2.CancelJobsRequest, context: grpc.aio.ServicerContext
+    ) -> worker_pb2.CancelJobsResponse:
+        return worker_pb2.CancelJobsResponse(cancelled=self.runtime.cancel(list(request.job_ids)))
+
+    async def Drain(
+        self, request: worker_pb2.DrainRequest, context: grpc.aio.ServicerContext
+    ) -> worker_pb2.DrainResponse:
+        preempting = self.runtime.start_drain()
+        self._on_drain(request.grace_s, request.exit)
+        if request.grace_s > 0 and not request.exit:
+            await self.runtime.wait_drained(request.grace_s)
+        await asyncio.sleep(0)
+        return worker_pb2.DrainResponse(preempted=preempting)
+
+    async def Status(
+        self, request: worker_pb2.WorkerStatusRequest, context: grpc.aio.ServicerContext
+    ) -> worker_pb2.WorkerStatusResponse:
+        return worker_pb2.WorkerStatusResponse(
+            worker_id=self.runtime.worker_id,
+            pool=self.runtime.pool,
+            models=sorted(self.runtime.hosts),
+            running_jobs=self.runtime.running_jobs,
+            draining=self.runtime.draining,
+        )
+
+
+def service_names() -> tuple[str, ...]:
+    return (worker_pb2.DESCRIPTOR.services_by_name["Worker"].full_name,)
+
+
+def adder(servicer: WorkerServicer) -> Callable[[grpc.aio.Server], None]:
+    return lambda server: worker_pb2_grpc.add_WorkerServicer_to_server(servicer, server)

@@ -1,0 +1,72 @@
+"""Builds the tiny offline models of the default registry with random, seeded weights.
+
+Each model is written with `save_pretrained` exactly like a hub checkpoint, so the worker
+loads it through the same `from_pretrained` path it uses for real models. A `.complete`
+marker is written last: a directory without it is a crashed build and is rebuilt.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from diffusers import DiffusionPipeline
+
+from services.worker.models.tiny_families import (
+    build_flux,
+    build_stable_audio,
+    build_wan,
+)
+
+log = logging.getLogger(__name__)
+
+COMPLETE_MARKER = ".complete"
+BUILD_SEED = 20240601
+
+BUILDERS: dict[str, Callable[[], DiffusionPipeline]] = {
+    "flux-tiny": lambda: build_flux("tiny"),
+    "flux-small": lambda: build_flux("small"),
+    "wan-tiny": build_wan,
+    "stable-audio-tiny": build_stable_audio,
+}
+
+
+def is_complete(model_dir: Path) -> bool:
+    return (model_dir / COMPLETE_MARKER).is_file()
+
+
+def build_models(out_dir: Path, names: list[str] | None = None, force: bool = False) -> list[Path]:
+    """Writes each named model (all buildable ones by default) to `out_dir/<name>`.
+
+    Names without a builder (`echo` is builtin) are skipped. Returns the model directories.
+    """
+    wanted = list(BUILDERS) if names is None else [n for n in names if n in BUILDERS]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written: list[Path] = []
+    for name in wanted:
+        target = out_dir / name
+        if is_complete(target) and not force:
+            written.append(target)
+            continue
+        if target.exists():
+            shutil.rmtree(target)
+        # The same seed per model, not one stream over all: a model's weights must not
+        # depend on which other models were built in the same call.
+        torch.manual_seed(BUILD_SEED)
+        pipeline = BUILDERS[name]()
+        pipeline.save_pretrained(target, safe_serialization=True)
+        (target / COMPLETE_MARKER).write_text(f"{count_parameters(pipeline)}\n")
+        log.info("built %s (%d parameters) at %s", name, count_parameters(pipeline), target)
+        written.append(target)
+    return written
+
+
+def count_parameters(pipeline: DiffusionPipeline) -> int:
+    total = 0
+    for component in pipeline.components.values():
+        if isinstance(component, torch.nn.Module):
+            total += sum(p.numel() for p in component.parameters())
+    return total

@@ -1,0 +1,229 @@
+"""Per-job denoising checkpoints and the scheduler shim that resumes from one.
+
+A checkpoint holds one job's latents row after step k, the scheduler's state with its
+batched tensors cut down to that row (multistep solvers such as UniPC keep a history of
+model outputs), the generator state and the job's parameters. Resuming reinstalls that
+state at the scheduler's first use, so any pipeline that calls `set_timesteps` and then
+`scale_model_input`/`step` continues bit-for-bit where the interrupted run stopped.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import functools
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from services.worker.core.batch import JobParams
+
+FORMAT_VERSION = 1
+# Scheduler attributes that are configuration or objects rebuilt by `set_timesteps`.
+_SKIPPED_ATTRIBUTES = {"config", "_internal_dict", "noise_sampler"}
+_ROW = "__row__"
+_NUMPY = "__numpy__"
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint that cannot be used for this job and model."""
+
+
+@dataclass
+class Checkpoint:
+    model: str
+    job: JobParams
+    step: int
+    total_steps: int
+    latents: torch.Tensor  # one row, batch dimension kept
+    scheduler_state: dict[str, Any]
+    generator_state: torch.Tensor
+    remaining_timesteps: torch.Tensor
+
+
+def checkpoint_path(directory: Path, job_id: str, step: int) -> Path:
+    safe_id = re.sub(r"[^A-Za-z0-9._-]", "_", job_id)
+    return directory / f"{safe_id}-step{step}.pt"
+
+
+def write_checkpoint(path: Path, checkpoint: Checkpoint) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    payload = {
+        "version": FORMAT_VERSION,
+        "model": checkpoint.model,
+        "job": dataclasses.asdict(checkpoint.job),
+        "step": checkpoint.step,
+        "total_steps": checkpoint.total_steps,
+        "latents": checkpoint.latents.detach().cpu().contiguous(),
+        "scheduler_state": checkpoint.scheduler_state,
+        "generator_state": checkpoint.generator_state,
+        "remaining_timesteps": checkpoint.remaining_timesteps.detach().cpu(),
+    }
+    # Write then rename so a crash mid-write never leaves a truncated file behind the name.
+    partial = path.with_suffix(".partial")
+    torch.save(payload, partial)
+    partial.replace(path)
+
+
+def read_checkpoint(path: str, model: str, job: JobParams) -> Checkpoint:
+    """Loads and checks a checkpoint for `job`; raises CheckpointError with the reason."""
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise CheckpointError(f"checkpoint {path} does not exist") from None
+    except Exception as exc:
+        raise CheckpointError(f"checkpoint {path} is unreadable: {exc}") from None
+    if not isinstance(payload, dict) or payload.get("version") != FORMAT_VERSION:
+        raise CheckpointError(f"checkpoint {path} has an unknown format")
+    if payload["model"] != model:
+        raise CheckpointError(f"checkpoint {path} belongs to model {payload['model']!r}")
+    stored = JobParams(**payload["job"])
+    for field in ("steps", "width", "height", "num_frames", "duration_s", "seed"):
+        if getattr(stored, field) != getattr(job, field):
+            raise CheckpointError(f"checkpoint {path} was made with a different {field}")
+    step, total = int(payload["step"]), int(payload["total_steps"])
+    if not 0 < step < total or total != job.steps:
+        raise CheckpointError(f"checkpoint {path} has step {step} of {total}")
+    return Checkpoint(
+        model=model,
+        job=stored,
+        step=step,
+        total_steps=total,
+        latents=payload["latents"],
+        scheduler_state=payload["scheduler_state"],
+        generator_state=payload["generator_state"],
+        remaining_timesteps=payload["remaining_timesteps"],
+    )
+
+
+def snapshot_scheduler(scheduler: Any, batch_shape: torch.Size, row: int) -> dict[str, Any]:
+    """The scheduler's mutable state, with tensors shaped like the latents cut to `row`."""
+    state: dict[str, Any] = {}
+    for name, value in vars(scheduler).items():
+        if name in _SKIPPED_ATTRIBUTES or callable(value):
+            continue
+        encoded = _encode(value, batch_shape, row)
+        if encoded is not _UNSUPPORTED:
+            state[name] = encoded
+    return state
+
+
+def merge_scheduler_states(states: list[dict[str, Any]]) -> dict[str, Any]:
+    """Stacks the per-job states of jobs resumed together back into one batch state."""
+    merged: dict[str, Any] = {}
+    for name in states[0]:
+        merged[name] = _merge([s[name] for s in states])
+    return merged
+
+
+@contextmanager
+def resume_schedule(scheduler: Any, state: dict[str, Any], device: torch.device) -> Iterator[None]:
+    """Makes the pipeline's next denoising loop start at the checkpoint's step.
+
+    `set_timesteps` builds the full schedule as usual (so shifts and sigma transforms match
+    the uninterrupted run) and then hands the pipeline only the remaining timesteps. At the
+    scheduler's first use the full schedule and the saved state come back: step index,
+    multistep history and everything else `step` reads.
+    """
+    pending = [False]
+    original_set = scheduler.set_timesteps
+
+    @functools.wraps(original_set)
+    def set_timesteps(*args: Any, **kwargs: Any) -> None:
+        original_set(*args, **kwargs)
+        remaining = len(scheduler.timesteps) - _saved_step_index(state)
+        if remaining <= 0:
+            raise CheckpointError("checkpoint step is past the end of the schedule")
+        scheduler.timesteps = scheduler.timesteps[-remaining:]
+        pending[0] = True
+
+    def install() -> None:
+        if not pending[0]:
+            return
+        for name, value in state.items():
+            setattr(scheduler, name, _decode(value, getattr(scheduler, name, None), device))
+        pending[0] = False
+
+    def wrap(original: Any) -> Any:
+        # functools.wraps keeps the signature visible: pipelines inspect `step` to decide
+        # whether to pass `generator` and `eta`.
+        @functools.wraps(original)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            install()
+            return original(*args, **kwargs)
+
+        return call
+
+    patched = ["set_timesteps"]
+    scheduler.set_timesteps = set_timesteps
+    for method in ("step", "scale_model_input"):
+        if hasattr(scheduler, method):
+            setattr(scheduler, method, wrap(getattr(scheduler, method)))
+            patched.append(method)
+    try:
+        yield
+    finally:
+        for method in patched:
+            vars(scheduler).pop(method, None)
+
+
+def _saved_step_index(state: dict[str, Any]) -> int:
+    index = state.get("_step_index")
+    if not isinstance(index, int):
+        raise CheckpointError("scheduler state has no step index")
+    return index
+
+
+class _Unsupported:
+    pass
+
+
+_UNSUPPORTED = _Unsupported()
+
+
+def _encode(value: Any, batch_shape: torch.Size, row: int) -> Any:
+    if isinstance(value, torch.Tensor):
+        if value.shape == batch_shape:
+            return {_ROW: value[row : row + 1].detach().cpu().clone()}
+        return value.detach().cpu().clone()
+    if isinstance(value, np.ndarray):
+        return {_NUMPY: torch.from_numpy(np.array(value))}
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, list | tuple):
+        items = [_encode(v, batch_shape, row) for v in value]
+        if any(item is _UNSUPPORTED for item in items):
+            return _UNSUPPORTED
+        return items
+    return _UNSUPPORTED
+
+
+def _merge(values: list[Any]) -> Any:
+    first = values[0]
+    if isinstance(first, dict) and _ROW in first:
+        return {_ROW: torch.cat([v[_ROW] for v in values], dim=0)}
+    if isinstance(first, list):
+        return [_merge([v[i] for v in values]) for i in range(len(first))]
+    return copy.deepcopy(first)
+
+
+def _decode(value: Any, current: Any, device: torch.device) -> Any:
+    """Restores a saved value; plain tensors go where the fresh schedule put them."""
+    if isinstance(value, dict) and _ROW in value:
+        return value[_ROW].to(device)
+    if isinstance(value, dict) and _NUMPY in value:
+        return value[_NUMPY].numpy()
+    if isinstance(value, torch.Tensor):
+        # Schedulers keep sigmas on the CPU on purpose (no device sync per step).
+        target = current.device if isinstance(current, torch.Tensor) else device
+        return value.to(target)
+    if isinstance(value, list):
+        currents = current if isinstance(current, list) and len(current) == len(value) else None
+        return [_decode(v, currents[i] if currents else None, device) for i, v in enumerate(value)]
+    return value

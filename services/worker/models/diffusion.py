@@ -1,0 +1,238 @@
+"""The batch runner shared by every diffusers-backed host.
+
+A batch is split into groups that can share one pipeline call: fresh jobs together,
+resumed jobs by the step they resume from (and audio jobs by duration). Each group runs
+with one `torch.Generator` per job, so a job's noise never depends on its neighbours.
+
+Batch tolerance: a job's pixels alone and in a batch of three differ by at most 1/255
+(one 8-bit level) for flux-tiny on CPU float32; the difference is float rounding in
+batched matmuls, not different noise (see tests/service/worker_models/test_flux_host.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import traceback
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import torch
+from diffusers import DiffusionPipeline
+
+from services.common.registry import ModelSpec
+from services.worker.core.batch import (
+    BatchCancelled,
+    BatchControl,
+    Emit,
+    JobFailed,
+    JobFinished,
+    JobNotice,
+    JobParams,
+    JobPreempted,
+)
+from services.worker.models.checkpoint import (
+    Checkpoint,
+    CheckpointError,
+    merge_scheduler_states,
+    read_checkpoint,
+    resume_schedule,
+)
+from services.worker.models.progress import StepTracker, Terminals
+
+log = logging.getLogger(__name__)
+
+# Parameters every job of one run_batch call must share (the scheduler groups by them).
+SHARED_FIELDS = ("steps", "width", "height", "num_frames", "guidance_scale")
+
+
+class DiffusionHost:
+    """Runs batches on one loaded pipeline; subclasses call and decode their family."""
+
+    def __init__(
+        self,
+        spec: ModelSpec,
+        pipeline: DiffusionPipeline,
+        *,
+        device: str,
+        checkpoint_dir: Path,
+        device_ids: list[str] | None = None,
+    ) -> None:
+        self.spec = spec
+        self.pipeline = pipeline
+        self.device = torch.device(device)
+        self.device_ids = device_ids or [device]
+        self.checkpoint_dir = checkpoint_dir
+        pipeline.set_progress_bar_config(disable=True)
+
+    # Family hooks -------------------------------------------------------------------
+
+    def validate(self, jobs: list[JobParams]) -> str | None:
+        """A reason the jobs cannot run on this model, or None."""
+        return None
+
+    def group_key(self, job: JobParams) -> tuple[Any, ...]:
+        """Jobs with different keys run in separate pipeline calls."""
+        return ()
+
+    def generate(
+        self,
+        jobs: list[JobParams],
+        generators: list[torch.Generator],
+        latents: torch.Tensor | None,
+        tracker: StepTracker,
+    ) -> Any:
+        raise NotImplementedError
+
+    def encode(self, output: Any, index: int, job: JobParams) -> tuple[bytes, str]:
+        raise NotImplementedError
+
+    @property
+    def denoiser(self) -> torch.nn.Module:
+        return self.pipeline.transformer
+
+    # Batch contract -----------------------------------------------------------------
+
+    def run_batch(self, jobs: list[JobParams], control: BatchControl, emit: Emit) -> None:
+        terminals = Terminals(emit)
+        try:
+            self._run(jobs, control, terminals)
+        except Exception as exc:
+            log.exception("batch of %s failed", self.spec.name)
+            for job in jobs:
+                terminals.send(job.job_id, JobFailed(job.job_id, "INTERNAL", _describe(exc)))
+        finally:
+            for job in jobs:
+                terminals.send(job.job_id, JobFailed(job.job_id, "INTERNAL", "no result produced"))
+
+    def close(self) -> None:
+        self.pipeline = None  # type: ignore[assignment]
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+
+    def _run(self, jobs: list[JobParams], control: BatchControl, terminals: Terminals) -> None:
+        if not jobs:
+            return
+        problem = _shape_mismatch(jobs) or self.validate(jobs)
+        if problem:
+            for job in jobs:
+                terminals.send(job.job_id, JobFailed(job.job_id, "INVALID_ARGUMENT", problem))
+            return
+        for group, checkpoints in self._plan(jobs, terminals):
+            self._run_group(group, checkpoints, control, terminals)
+
+    def _plan(
+        self, jobs: list[JobParams], terminals: Terminals
+    ) -> list[tuple[list[JobParams], list[Checkpoint] | None]]:
+        """Resumed groups first (they hold the oldest work), then fresh ones."""
+        resumed: dict[tuple[Any, ...], list[tuple[JobParams, Checkpoint]]] = defaultdict(list)
+        fresh: dict[tuple[Any, ...], list[JobParams]] = defaultdict(list)
+        for job in jobs:
+            if job.resume_checkpoint:
+                try:
+                    checkpoint = read_checkpoint(job.resume_checkpoint, self.spec.name, job)
+                except CheckpointError as exc:
+                    terminals.emit(JobNotice(job.job_id, "restarted", str(exc)))
+                else:
+                    terminals.emit(
+                        JobNotice(job.job_id, "resumed", f"resuming at step {checkpoint.step + 1}")
+                    )
+                    resumed[(checkpoint.step, *self.group_key(job))].append((job, checkpoint))
+                    continue
+            fresh[self.group_key(job)].append(job)
+        plan: list[tuple[list[JobParams], list[Checkpoint] | None]] = []
+        for pairs in resumed.values():
+            plan.append(([job for job, _ in pairs], [c for _, c in pairs]))
+        plan.extend((group, None) for group in fresh.values())
+        return plan
+
+    def _run_group(
+        self,
+        jobs: list[JobParams],
+        checkpoints: list[Checkpoint] | None,
+        control: BatchControl,
+        terminals: Terminals,
+    ) -> None:
+        waiting = []
+        for index, job in enumerate(jobs):
+            if control.is_cancelled(job.job_id):
+                failure = JobFailed(job.job_id, "CANCELLED", "cancelled at step 0")
+                terminals.send(job.job_id, failure)
+            elif control.preempt_requested:
+                # Nothing ran yet: the job goes back with the checkpoint it came with, if any.
+                step = checkpoints[index].step if checkpoints else 0
+                reference = job.resume_checkpoint if checkpoints else ""
+                terminals.send(job.job_id, JobPreempted(job.job_id, reference or "", step))
+            else:
+                waiting.append(index)
+        if not waiting:
+            return
+        jobs = [jobs[i] for i in waiting]
+        checkpoints = [checkpoints[i] for i in waiting] if checkpoints else None
+        generators = [torch.Generator("cpu").manual_seed(job.seed) for job in jobs]
+        if checkpoints:
+            for generator, checkpoint in zip(generators, checkpoints, strict=True):
+                generator.set_state(checkpoint.generator_state)
+        tracker = StepTracker(
+            model=self.spec.name,
+            jobs=jobs,
+            generators=generators,
+            control=control,
+            terminals=terminals,
+            checkpoint_dir=self.checkpoint_dir,
+            scheduler=self.pipeline.scheduler,
+            start_step=checkpoints[0].step if checkpoints else 0,
+        )
+        hook = self.denoiser.register_forward_pre_hook(tracker.mark_step_start)
+        try:
+            output = self._generate(jobs, generators, checkpoints, tracker)
+        except BatchCancelled:
+            return
+        except Exception as exc:
+            log.exception("group of %d jobs on %s failed", len(jobs), self.spec.name)
+            for job in jobs:
+                terminals.send(job.job_id, JobFailed(job.job_id, "INTERNAL", _describe(exc)))
+            return
+        finally:
+            hook.remove()
+        for index, job in enumerate(jobs):
+            if not tracker.live[index]:
+                continue
+            try:
+                data, mime = self.encode(output, index, job)
+            except Exception as exc:
+                terminals.send(job.job_id, JobFailed(job.job_id, "INTERNAL", _describe(exc)))
+                continue
+            tracker.discard_periodic(job.job_id)
+            terminals.send(job.job_id, JobFinished(job.job_id, data, mime, job.seed))
+
+    def _generate(
+        self,
+        jobs: list[JobParams],
+        generators: list[torch.Generator],
+        checkpoints: list[Checkpoint] | None,
+        tracker: StepTracker,
+    ) -> Any:
+        if not checkpoints:
+            return self.generate(jobs, generators, None, tracker)
+        state = merge_scheduler_states([c.scheduler_state for c in checkpoints])
+        latents = torch.cat([c.latents for c in checkpoints]).to(self.device)
+        with resume_schedule(self.pipeline.scheduler, state, self.device):
+            return self.generate(jobs, generators, latents, tracker)
+
+
+def _shape_mismatch(jobs: list[JobParams]) -> str | None:
+    first = jobs[0]
+    for field in SHARED_FIELDS:
+        values = {getattr(job, field) for job in jobs}
+        if len(values) > 1:
+            return f"jobs of one batch must share {field}, got {sorted(values)}"
+    if first.steps < 1:
+        return "steps must be at least 1"
+    return None
+
+
+def _describe(exc: BaseException) -> str:
+    where = traceback.extract_tb(exc.__traceback__)[-1:] if exc.__traceback__ else []
+    place = f" at {where[0].filename.rsplit('/', 1)[-1]}:{where[0].lineno}" if where else ""
+    return f"{type(exc).__name__}: {exc}{place}"

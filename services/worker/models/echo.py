@@ -1,0 +1,66 @@
+"""A model without torch: one StepDone per step and a solid-colour PNG, for overhead tests."""
+
+from __future__ import annotations
+
+import time
+import zlib
+
+import numpy as np
+
+from services.common.registry import ModelSpec
+from services.worker.core.batch import (
+    BatchControl,
+    Emit,
+    JobFailed,
+    JobFinished,
+    JobParams,
+    StepDone,
+)
+from services.worker.models.encode import encode_png
+from services.worker.models.progress import Terminals
+
+
+def seed_colour(seed: int) -> tuple[int, int, int]:
+    packed = zlib.crc32(seed.to_bytes(8, "little", signed=True)) & 0xFFFFFF
+    return (packed >> 16) & 0xFF, (packed >> 8) & 0xFF, packed & 0xFF
+
+
+class EchoHost:
+    """Preemption is not modelled: a batch finishes in microseconds, sooner than a handover."""
+
+    def __init__(self, spec: ModelSpec, device: str) -> None:
+        self.spec = spec
+        self.device_ids = [device]
+
+    def run_batch(self, jobs: list[JobParams], control: BatchControl, emit: Emit) -> None:
+        terminals = Terminals(emit)
+        try:
+            self._run(jobs, control, terminals)
+        except Exception as exc:
+            for job in jobs:
+                terminals.send(job.job_id, JobFailed(job.job_id, "INTERNAL", str(exc)))
+
+    def _run(self, jobs: list[JobParams], control: BatchControl, terminals: Terminals) -> None:
+        live = list(jobs)
+        steps = max((job.steps for job in jobs), default=0)
+        for step in range(1, steps + 1):
+            started = time.perf_counter()
+            for job in list(live):
+                if control.is_cancelled(job.job_id):
+                    live.remove(job)
+                    message = f"cancelled at step {step - 1}"
+                    terminals.send(job.job_id, JobFailed(job.job_id, "CANCELLED", message))
+            elapsed = time.perf_counter() - started
+            for job in live:
+                if step <= job.steps:
+                    terminals.emit(StepDone(job.job_id, step, job.steps, elapsed))
+        for job in live:
+            width = job.width or self.spec.defaults.width or 16
+            height = job.height or self.spec.defaults.height or 16
+            pixels = np.empty((height, width, 3), dtype=np.uint8)
+            pixels[:] = seed_colour(job.seed)
+            data = encode_png(pixels)
+            terminals.send(job.job_id, JobFinished(job.job_id, data, "image/png", job.seed))
+
+    def close(self) -> None:
+        return None

@@ -1,0 +1,143 @@
+"""The contract between the worker and a loaded model, and how a registry entry is loaded.
+
+A host owns one routing unit: one or more devices the model occupies. `run_batch` blocks
+in a worker thread (never on an event loop), reports through `emit`, gives every job
+exactly one terminal event and never raises.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Protocol
+
+import torch
+from diffusers import DiffusionPipeline
+
+from services.common.registry import ModelSpec
+from services.worker.core.batch import BatchControl, Emit, JobParams
+from services.worker.models.diffusion import DiffusionHost
+from services.worker.models.echo import EchoHost
+from services.worker.models.memory import (
+    DTYPE_BYTES,
+    ModelLoadError,
+    check_fits,
+    weight_parameters,
+)
+
+log = logging.getLogger(__name__)
+
+TORCH_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+class ModelHost(Protocol):
+    spec: ModelSpec
+    device_ids: list[str]
+
+    def run_batch(self, jobs: list[JobParams], control: BatchControl, emit: Emit) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def host_class(spec: ModelSpec) -> type[DiffusionHost]:
+    from services.worker.models.flux import FluxHost
+    from services.worker.models.stable_audio import StableAudioHost
+    from services.worker.models.wan import WanHost
+
+    families: dict[str, type[DiffusionHost]] = {
+        "FluxPipeline": FluxHost,
+        "WanPipeline": WanHost,
+        "StableAudioPipeline": StableAudioHost,
+    }
+    try:
+        return families[spec.pipeline]
+    except KeyError:
+        raise ModelLoadError(
+            f"model {spec.name!r}: pipeline {spec.pipeline!r} is not supported "
+            f"(known: Echo, {', '.join(sorted(families))})"
+        ) from None
+
+
+def load_host(spec: ModelSpec, *, models_dir: Path, device: str, checkpoint_dir: Path) -> ModelHost:
+    """Loads the model of a registry entry; raises ModelLoadError with the reason."""
+    if spec.pipeline == "Echo":
+        return EchoHost(spec, device)
+    mode = spec.parallelism.mode
+    if mode == "pipeline":
+        from services.worker.parallel.pipeline_mode import load_pipeline_parallel_host
+
+        return load_pipeline_parallel_host(
+            spec, models_dir=models_dir, checkpoint_dir=checkpoint_dir
+        )
+    if mode == "tensor":
+        from services.worker.parallel.tensor_host import load_tensor_parallel_host
+
+        return load_tensor_parallel_host(
+            spec, models_dir=models_dir, device=device, checkpoint_dir=checkpoint_dir
+        )
+    family = host_class(spec)
+    pipeline = load_pipeline(spec, models_dir=models_dir, device=device)
+    return family(spec, pipeline, device=device, checkpoint_dir=checkpoint_dir)
+
+
+def load_pipeline(
+    spec: ModelSpec, *, models_dir: Path, device: str | None, **options: object
+) -> DiffusionPipeline:
+    """`from_pretrained` of the spec's pipeline class, on `device` (None: leave placement
+    to `options`, e.g. an accelerate device_map)."""
+    import diffusers
+
+    source = spec.resolved_source(models_dir)
+    local_dir = Path(source) if Path(source).is_dir() else _cached_snapshot(source)
+    if spec.source.startswith("{models_dir}") and local_dir is None:
+        raise ModelLoadError(
+            f"model {spec.name!r}: {source} does not exist; build it with `mediamesh models build`"
+        )
+    if device is not None and local_dir is not None:
+        needed = weight_parameters(local_dir) * DTYPE_BYTES[spec.dtype]
+        check_fits(spec.name, needed, device)
+    if spec.quantization == "int8-dynamic" and device is not None and device != "cpu":
+        raise ModelLoadError(
+            f"model {spec.name!r}: int8-dynamic quantization has CPU kernels only, not {device}"
+        )
+    pipeline_class = getattr(diffusers, spec.pipeline, diffusers.DiffusionPipeline)
+    kwargs: dict[str, object] = {dtype_keyword(): TORCH_DTYPES[spec.dtype]}
+    kwargs.update(options)
+    if Path(source).is_dir():
+        kwargs["local_files_only"] = True
+    try:
+        pipeline = pipeline_class.from_pretrained(source, **kwargs)
+    except (OSError, ValueError) as exc:
+        raise ModelLoadError(f"model {spec.name!r}: cannot load {source}: {exc}") from exc
+    if device is not None:
+        pipeline.to(device)
+    if spec.quantization == "int8-dynamic":
+        quantize_int8_dynamic(pipeline.transformer)
+    return pipeline
+
+
+def dtype_keyword() -> str:
+    # diffusers renamed `torch_dtype` to `dtype` (0.42 warns on the old name); releases
+    # before the rename have no resolver and only know `torch_dtype`.
+    try:
+        from diffusers.utils.deprecation_utils import _resolve_dtype  # noqa: F401
+    except ImportError:
+        return "torch_dtype"
+    return "dtype"
+
+
+def quantize_int8_dynamic(module: torch.nn.Module) -> None:
+    """Int8 weights with activations quantized per batch at run time, Linear layers only."""
+    from torch.ao.quantization import quantize_dynamic
+
+    quantize_dynamic(module, {torch.nn.Linear}, dtype=torch.qint8, inplace=True)
+
+
+def _cached_snapshot(repo_id: str) -> Path | None:
+    """The local copy of a hub repository, when one is already in the cache."""
+    try:
+        from huggingface_hub import snapshot_download
+
+        return Path(snapshot_download(repo_id, local_files_only=True))
+    except Exception:
+        return None

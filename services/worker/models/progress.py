@@ -1,0 +1,162 @@
+"""What happens at each step boundary of a running group: progress, cancel, preempt, save.
+
+`StepTracker.on_step` is called by the pipeline's step callback with the latents after the
+step. It emits events, and raises `BatchCancelled` to stop the denoising loop once no job
+needs further steps (all cancelled, or preempted with a checkpoint written).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from services.worker.core.batch import (
+    BatchCancelled,
+    BatchControl,
+    Emit,
+    JobCheckpointed,
+    JobFailed,
+    JobParams,
+    JobPreempted,
+    StepDone,
+)
+from services.worker.models.checkpoint import (
+    Checkpoint,
+    checkpoint_path,
+    snapshot_scheduler,
+    write_checkpoint,
+)
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Terminals:
+    """Which jobs of a batch already have their one terminal event."""
+
+    sink: Emit
+    done: set[str] = field(default_factory=set)
+
+    def send(self, job_id: str, event: Any) -> None:
+        if job_id in self.done:
+            return
+        self.done.add(job_id)
+        self.emit(event)
+
+    def emit(self, event: Any) -> None:
+        # A failing sink must not turn into a failed batch or a raising run_batch.
+        try:
+            self.sink(event)
+        except Exception:
+            log.exception("emit failed for %r", event)
+
+    def has(self, job_id: str) -> bool:
+        return job_id in self.done
+
+
+@dataclass
+class StepTracker:
+    model: str
+    jobs: list[JobParams]
+    generators: list[torch.Generator]
+    control: BatchControl
+    terminals: Terminals
+    checkpoint_dir: Path
+    scheduler: Any
+    start_step: int = 0
+    live: list[bool] = field(default_factory=list)
+    periodic: dict[str, Path] = field(default_factory=dict)
+    _step_started: float | None = None
+    # Called after every step; tests and parallel hosts use it to observe boundaries.
+    on_boundary: Callable[[int], None] | None = None
+
+    def __post_init__(self) -> None:
+        self.live = [not self.terminals.has(job.job_id) for job in self.jobs]
+
+    @property
+    def total_steps(self) -> int:
+        return self.jobs[0].steps
+
+    def mark_step_start(self, *_: Any) -> None:
+        """Forward pre-hook on the denoiser: the first call after a boundary starts a step."""
+        if self._step_started is None:
+            self._step_started = time.perf_counter()
+
+    def on_step(self, loop_index: int, latents: torch.Tensor) -> None:
+        step = self.start_step + loop_index + 1
+        started = self._step_started or time.perf_counter()
+        step_seconds = time.perf_counter() - started
+        self._step_started = None
+        if self.on_boundary is not None:
+            self.on_boundary(step)
+        for index, job in enumerate(self.jobs):
+            if self.live[index] and self.control.is_cancelled(job.job_id):
+                self.live[index] = False
+                self.discard_periodic(job.job_id)
+                self.terminals.send(
+                    job.job_id, JobFailed(job.job_id, "CANCELLED", f"cancelled at step {step}")
+                )
+        if not any(self.live):
+            raise BatchCancelled(f"every job cancelled by step {step}")
+        for index, job in enumerate(self.jobs):
+            if self.live[index]:
+                self.terminals.emit(StepDone(job.job_id, step, self.total_steps, step_seconds))
+        if step >= self.total_steps:
+            return  # finishing costs less than a checkpoint and a resume
+        if self.control.preempt_requested:
+            self._preempt(step, latents)
+        self._periodic(step, latents)
+
+    def _preempt(self, step: int, latents: torch.Tensor) -> None:
+        for index, job in enumerate(self.jobs):
+            if not self.live[index]:
+                continue
+            path = self._write(index, step, latents)
+            self.live[index] = False
+            self.discard_periodic(job.job_id)
+            self.terminals.send(job.job_id, JobPreempted(job.job_id, str(path), step))
+        raise BatchCancelled(f"preempted at step {step}")
+
+    def _periodic(self, step: int, latents: torch.Tensor) -> None:
+        for index, job in enumerate(self.jobs):
+            every = job.checkpoint_every_steps
+            if not self.live[index] or every <= 0 or step % every != 0:
+                continue
+            path = self._write(index, step, latents)
+            previous = self.periodic.get(job.job_id)
+            self.periodic[job.job_id] = path
+            if previous is not None and previous != path:
+                previous.unlink(missing_ok=True)
+            self.terminals.emit(JobCheckpointed(job.job_id, str(path), step))
+
+    def discard_periodic(self, job_id: str) -> None:
+        """A finished or cancelled job will never resume: its periodic checkpoint is garbage."""
+        path = self.periodic.pop(job_id, None)
+        if path is not None:
+            path.unlink(missing_ok=True)
+
+    def _write(self, index: int, step: int, latents: torch.Tensor) -> Path:
+        job = self.jobs[index]
+        path = checkpoint_path(self.checkpoint_dir, job.job_id, step)
+        timesteps = getattr(self.scheduler, "timesteps", torch.empty(0))
+        write_checkpoint(
+            path,
+            Checkpoint(
+                model=self.model,
+                job=job,
+                step=step,
+                total_steps=self.total_steps,
+                latents=latents[index : index + 1],
+                scheduler_state=snapshot_scheduler(self.scheduler, latents.shape, index),
+                # Stochastic samplers keep drawing from the job's generator after step k.
+                generator_state=self.generators[index].get_state(),
+                remaining_timesteps=timesteps[-(self.total_steps - step) :],
+            ),
+        )
+        return path

@@ -1,0 +1,94 @@
+"""Pipeline parallelism: a model's layers spread over devices (and disk) by accelerate.
+
+`device_map: balanced` places whole pipeline components (text encoders, transformer, VAE)
+on different GPUs; diffusers balances over GPUs only, so on a CPU-only host everything
+stays on the CPU. `auto`/`sequential` split the denoiser itself layer by layer within
+`max_memory`, spilling what does not fit to `offload_folder` on disk; the layers then
+run in order, each on its device, and the output equals the single-device result.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import diffusers
+import torch
+
+from services.common.registry import ModelSpec
+from services.worker.models.diffusion import DiffusionHost
+from services.worker.models.host import TORCH_DTYPES, dtype_keyword, host_class, load_pipeline
+from services.worker.models.memory import ModelLoadError
+
+log = logging.getLogger(__name__)
+
+DENOISER = "transformer"
+
+
+def accelerate_max_memory(limits: dict[str, str]) -> dict[int | str, str]:
+    """Registry keys ("cuda:1", "cpu", "disk") to accelerate's (1, "cpu", "disk")."""
+    converted: dict[int | str, str] = {}
+    for device, limit in limits.items():
+        if device.startswith("cuda:"):
+            converted[int(device.split(":", 1)[1])] = limit
+        elif device == "cuda":
+            converted[0] = limit
+        else:
+            converted[device] = limit
+    return converted
+
+
+def load_pipeline_parallel_host(
+    spec: ModelSpec, *, models_dir: Path, checkpoint_dir: Path
+) -> DiffusionHost:
+    options = spec.parallelism
+    devices = options.devices or ["cpu"]
+    max_memory = accelerate_max_memory(options.max_memory) or None
+    family = host_class(spec)
+    if options.device_map == "balanced":
+        pipeline = load_pipeline(
+            spec, models_dir=models_dir, device=None, device_map="balanced", max_memory=max_memory
+        )
+    else:
+        if spec.quantization != "none":
+            raise ModelLoadError(f"model {spec.name!r}: quantization needs parallelism mode data")
+        denoiser = _load_split_denoiser(spec, models_dir, max_memory, options.offload_folder)
+        pipeline = load_pipeline(spec, models_dir=models_dir, device=None, transformer=denoiser)
+        # Everything but the split denoiser lives on the first device, where the
+        # denoiser's accelerate hooks also return their outputs.
+        for name, component in pipeline.components.items():
+            if name != DENOISER and isinstance(component, torch.nn.Module):
+                component.to(devices[0])
+    return family(
+        spec, pipeline, device=devices[0], checkpoint_dir=checkpoint_dir, device_ids=devices
+    )
+
+
+def _load_split_denoiser(
+    spec: ModelSpec,
+    models_dir: Path,
+    max_memory: dict[int | str, str] | None,
+    offload_folder: str | None,
+) -> torch.nn.Module:
+    source = spec.resolved_source(models_dir)
+    local = Path(source).is_dir()
+    pipeline_class = getattr(diffusers, spec.pipeline, diffusers.DiffusionPipeline)
+    index = pipeline_class.load_config(source, local_files_only=local)
+    library, class_name = index[DENOISER]
+    if library != "diffusers":
+        raise ModelLoadError(f"model {spec.name!r}: denoiser class {library}.{class_name}")
+    model_class = getattr(diffusers, class_name)
+    if offload_folder:
+        Path(offload_folder).mkdir(parents=True, exist_ok=True)
+    try:
+        return model_class.from_pretrained(
+            source,
+            subfolder=DENOISER,
+            **{dtype_keyword(): TORCH_DTYPES[spec.dtype]},
+            device_map=spec.parallelism.device_map,
+            max_memory=max_memory,
+            offload_folder=offload_folder,
+            local_files_only=local,
+        )
+    except (OSError, ValueError) as exc:
+        raise ModelLoadError(f"model {spec.name!r}: cannot split {class_name}: {exc}") from exc

@@ -1,0 +1,153 @@
+"""The worker's owner: loaded models, one device thread, and the controls of running batches.
+
+Torch runs only in the device thread. The event loop hands batches to it and receives
+events back through `call_soon_threadsafe`, so status, cancel and drain stay responsive
+while a batch runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from services.worker import metrics
+from services.worker.core.batch import (
+    BatchControl,
+    JobFailed,
+    JobFinished,
+    JobParams,
+    JobPreempted,
+    StepDone,
+    WorkerEvent,
+)
+from services.worker.models.host import ModelHost
+
+log = logging.getLogger("mediamesh.worker")
+
+
+class WorkerDraining(Exception):
+    """The worker takes no new batches."""
+
+
+@dataclass
+class _Running:
+    batch_id: str
+    model: str
+    control: BatchControl
+    job_ids: list[str] = field(default_factory=list)
+
+
+class WorkerRuntime:
+    def __init__(self, worker_id: str, pool: str, hosts: dict[str, ModelHost]) -> None:
+        self.worker_id = worker_id
+        self.pool = pool
+        self.hosts = hosts
+        # One thread per worker: a device runs one batch at a time.
+        self._device = ThreadPoolExecutor(max_workers=1, thread_name_prefix="device")
+        self._running: dict[str, _Running] = {}
+        self._lock = threading.Lock()
+        self.draining = False
+        self.drained = asyncio.Event()
+        self.state_changed = asyncio.Event()
+
+    @property
+    def running_jobs(self) -> list[str]:
+        return [j for r in self._running.values() for j in r.job_ids]
+
+    @property
+    def running_batches(self) -> int:
+        return len(self._running)
+
+    async def run_batch(
+        self, batch_id: str, model: str, jobs: list[JobParams]
+    ) -> AsyncIterator[WorkerEvent]:
+        host = self.hosts.get(model)
+        if self.draining:
+            # Hand the jobs straight back, keeping any checkpoint, rather than fail them.
+            for job in jobs:
+                yield JobPreempted(job.job_id, job.resume_checkpoint or "", 0)
+            return
+        if host is None:
+            for job in jobs:
+                yield JobFailed(job.job_id, "FAILED_PRECONDITION", f"model {model!r} not hosted")
+            return
+        loop = asyncio.get_running_loop()
+        events: asyncio.Queue[WorkerEvent | None] = asyncio.Queue()
+        control = BatchControl([j.job_id for j in jobs])
+        running = _Running(batch_id, model, control, [j.job_id for j in jobs])
+        self._running[batch_id] = running
+        self.state_changed.set()
+
+        def emit(event: WorkerEvent) -> None:
+            loop.call_soon_threadsafe(events.put_nowait, event)
+
+        def run() -> None:
+            started = time.perf_counter()
+            try:
+                host.run_batch(jobs, control, emit)
+            finally:
+                metrics.BATCH_SECONDS.labels(model).observe(time.perf_counter() - started)
+                loop.call_soon_threadsafe(events.put_nowait, None)
+
+        future = loop.run_in_executor(self._device, run)
+        try:
+            while True:
+                event = await events.get()
+                if event is None:
+                    break
+                if isinstance(event, StepDone) and event.step_seconds > 0:
+                    metrics.STEP_SECONDS.labels(model).observe(event.step_seconds)
+                elif isinstance(event, JobPreempted):
+                    metrics.CHECKPOINTS.labels("preempted").inc()
+                elif isinstance(event, JobFinished):
+                    metrics.JOBS.labels(model, "SUCCEEDED").inc()
+                elif isinstance(event, JobFailed):
+                    metrics.JOBS.labels(model, event.code).inc()
+                yield event
+        finally:
+            # The caller went away (scheduler restart or cancel): stop at the next step.
+            control.cancel(running.job_ids)
+            await asyncio.shield(future)
+            self._running.pop(batch_id, None)
+            self.state_changed.set()
+            if self.draining and not self._running:
+                self.drained.set()
+
+    def cancel(self, job_ids: list[str]) -> list[str]:
+        found: list[str] = []
+        for running in list(self._running.values()):
+            found.extend(running.control.cancel(job_ids))
+        return found
+
+    def start_drain(self) -> list[str]:
+        """Stop taking batches and ask running ones to checkpoint at their next step."""
+        self.draining = True
+        preempting = self.running_jobs
+        for running in self._running.values():
+            running.control.preempt()
+        if not self._running:
+            self.drained.set()
+        self.state_changed.set()
+        return preempting
+
+    async def wait_drained(self, grace_s: float) -> bool:
+        try:
+            await asyncio.wait_for(self.drained.wait(), grace_s)
+            return True
+        except TimeoutError:
+            return False
+
+    def close(self) -> None:
+        for running in self._running.values():
+            running.control.cancel(running.job_ids)
+        self._device.shutdown(wait=True, cancel_futures=True)
+        for host in self.hosts.values():
+            try:
+                host.close()
+            except Exception:
+                log.exception("closing a model host failed")
