@@ -8,6 +8,7 @@ restarted after a short back-off, and Ctrl-C or SIGTERM stops them all: workers 
 from __future__ import annotations
 
 import ctypes
+import secrets
 import signal
 import subprocess
 import sys
@@ -18,8 +19,9 @@ from pathlib import Path
 import grpc
 import yaml
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from pydantic import SecretStr
 
-from services.common.settings import MeshConfig
+from services.common.settings import InternalAuthSettings, MeshConfig
 
 _PR_SET_PDEATHSIG = 1
 
@@ -73,6 +75,10 @@ def dump_config(config: MeshConfig) -> dict:
 
 class Mesh:
     def __init__(self, config: MeshConfig, run_dir: Path, restart: bool = True) -> None:
+        if config.internal_auth.resolve() is None:
+            # Internal services never run open: mint a token for this mesh's lifetime.
+            auth = InternalAuthSettings(token=SecretStr(secrets.token_urlsafe(24)))
+            config = config.model_copy(update={"internal_auth": auth})
         self.config = config
         self.run_dir = run_dir
         self.restart = restart

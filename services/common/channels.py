@@ -20,22 +20,30 @@ def _with_token(details: grpc.aio.ClientCallDetails, token: str) -> grpc.aio.Cli
     )
 
 
-class _TokenInterceptor(
-    grpc.aio.UnaryUnaryClientInterceptor,
-    grpc.aio.UnaryStreamClientInterceptor,
-    grpc.aio.StreamUnaryClientInterceptor,
-    grpc.aio.StreamStreamClientInterceptor,
-):
+class _TokenInterceptor:
     def __init__(self, token: str) -> None:
         self._token = token
 
     async def _call(self, continuation: Callable, details: Any, request: Any) -> Any:
         return await continuation(_with_token(details, self._token), request)
 
-    intercept_unary_unary = _call
-    intercept_unary_stream = _call
-    intercept_stream_unary = _call
-    intercept_stream_stream = _call
+
+# grpc.aio files each interceptor under the first call type it matches, so one class that
+# implemented all four would only ever see unary-unary calls.
+class _UnaryUnaryToken(_TokenInterceptor, grpc.aio.UnaryUnaryClientInterceptor):
+    intercept_unary_unary = _TokenInterceptor._call
+
+
+class _UnaryStreamToken(_TokenInterceptor, grpc.aio.UnaryStreamClientInterceptor):
+    intercept_unary_stream = _TokenInterceptor._call
+
+
+class _StreamUnaryToken(_TokenInterceptor, grpc.aio.StreamUnaryClientInterceptor):
+    intercept_stream_unary = _TokenInterceptor._call
+
+
+class _StreamStreamToken(_TokenInterceptor, grpc.aio.StreamStreamClientInterceptor):
+    intercept_stream_stream = _TokenInterceptor._call
 
 
 def internal_channel(
@@ -43,7 +51,10 @@ def internal_channel(
 ) -> grpc.aio.Channel:
     interceptors: list[Any] = list(client_tracing_interceptors())
     if token:
-        interceptors.append(_TokenInterceptor(token))
+        interceptors.extend(
+            kind(token)
+            for kind in (_UnaryUnaryToken, _UnaryStreamToken, _StreamUnaryToken, _StreamStreamToken)
+        )
     return grpc.aio.insecure_channel(
         address, options=message_options(max_message_bytes), interceptors=interceptors
     )

@@ -432,7 +432,8 @@ class SchedulerCore:
         max_wait_ms = getattr(batching, "max_wait_ms", None)
         if max_wait_ms is None:
             return False  # static batching without a cap waits for a full batch
-        closes_at = min(j.enqueued_at for j in jobs) + max_wait_ms / 1000.0
+        # From acceptance, so a requeued or preempted job does not wait for a window twice.
+        closes_at = min(j.created_at for j in jobs) + max_wait_ms / 1000.0
         if now >= closes_at:
             return True
         self._wakeups.append(closes_at)

@@ -24,6 +24,8 @@ from services.worker.models.tiny_families import (
 log = logging.getLogger(__name__)
 
 COMPLETE_MARKER = ".complete"
+# Models that exist in code only and need no files.
+BUILTIN = {"echo"}
 BUILD_SEED = 20240601
 
 BUILDERS: dict[str, Callable[[], DiffusionPipeline]] = {
@@ -41,8 +43,11 @@ def is_complete(model_dir: Path) -> bool:
 def build_models(out_dir: Path, names: list[str] | None = None, force: bool = False) -> list[Path]:
     """Writes each named model (all buildable ones by default) to `out_dir/<name>`.
 
-    Names without a builder (`echo` is builtin) are skipped. Returns the model directories.
+    Builtin models (`echo`) are skipped. Returns the model directories.
     """
+    unknown = [n for n in names or [] if n not in BUILDERS and n not in BUILTIN]
+    if unknown:
+        raise ValueError(f"no builder for {', '.join(unknown)}; known: {', '.join(BUILDERS)}")
     wanted = list(BUILDERS) if names is None else [n for n in names if n in BUILDERS]
     out_dir.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []

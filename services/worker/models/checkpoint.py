@@ -74,6 +74,15 @@ def write_checkpoint(path: Path, checkpoint: Checkpoint) -> None:
 def read_checkpoint(path: str, model: str, job: JobParams) -> Checkpoint:
     """Loads and checks a checkpoint for `job`; raises CheckpointError with the reason."""
     try:
+        return _read_checkpoint(path, model, job)
+    except CheckpointError:
+        raise
+    except Exception as exc:
+        raise CheckpointError(f"checkpoint {path} is malformed: {exc!r}") from None
+
+
+def _read_checkpoint(path: str, model: str, job: JobParams) -> Checkpoint:
+    try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
     except FileNotFoundError:
         raise CheckpointError(f"checkpoint {path} does not exist") from None
@@ -90,6 +99,10 @@ def read_checkpoint(path: str, model: str, job: JobParams) -> Checkpoint:
     step, total = int(payload["step"]), int(payload["total_steps"])
     if not 0 < step < total or total != job.steps:
         raise CheckpointError(f"checkpoint {path} has step {step} of {total}")
+    # A scheduler without a step counter cannot be resumed mid-schedule; better to
+    # restart now than to fail the job inside the pipeline.
+    if _saved_step_index(payload["scheduler_state"]) != step:
+        raise CheckpointError(f"checkpoint {path} has no scheduler state for step {step}")
     return Checkpoint(
         model=model,
         job=stored,

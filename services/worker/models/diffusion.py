@@ -63,6 +63,8 @@ class DiffusionHost:
         self.device = torch.device(device)
         self.device_ids = device_ids or [device]
         self.checkpoint_dir = checkpoint_dir
+        # False on tensor-parallel helper ranks: rank 0 alone writes checkpoint files.
+        self.persist_checkpoints = True
         pipeline.set_progress_bar_config(disable=True)
 
     # Family hooks -------------------------------------------------------------------
@@ -94,6 +96,7 @@ class DiffusionHost:
     # Batch contract -----------------------------------------------------------------
 
     def run_batch(self, jobs: list[JobParams], control: BatchControl, emit: Emit) -> None:
+        """`control` may be any object with BatchControl's read side (see parallel.sync)."""
         terminals = Terminals(emit)
         try:
             self._run(jobs, control, terminals)
@@ -153,14 +156,18 @@ class DiffusionHost:
         control: BatchControl,
         terminals: Terminals,
     ) -> None:
+        # Tensor-parallel ranks agree on cancel/preempt flags at every decision point.
+        sync = getattr(control, "sync", None)
+        if sync is not None:
+            sync()
         waiting = []
         for index, job in enumerate(jobs):
+            step = checkpoints[index].step if checkpoints else 0
             if control.is_cancelled(job.job_id):
-                failure = JobFailed(job.job_id, "CANCELLED", "cancelled at step 0")
+                failure = JobFailed(job.job_id, "CANCELLED", f"cancelled at step {step}")
                 terminals.send(job.job_id, failure)
             elif control.preempt_requested:
                 # Nothing ran yet: the job goes back with the checkpoint it came with, if any.
-                step = checkpoints[index].step if checkpoints else 0
                 reference = job.resume_checkpoint if checkpoints else ""
                 terminals.send(job.job_id, JobPreempted(job.job_id, reference or "", step))
             else:
@@ -182,6 +189,8 @@ class DiffusionHost:
             checkpoint_dir=self.checkpoint_dir,
             scheduler=self.pipeline.scheduler,
             start_step=checkpoints[0].step if checkpoints else 0,
+            persist=self.persist_checkpoints,
+            on_boundary=sync,
         )
         hook = self.denoiser.register_forward_pre_hook(tracker.mark_step_start)
         try:

@@ -70,6 +70,8 @@ class StepTracker:
     checkpoint_dir: Path
     scheduler: Any
     start_step: int = 0
+    # Tensor-parallel helper ranks track the same steps but leave files to rank 0.
+    persist: bool = True
     live: list[bool] = field(default_factory=list)
     periodic: dict[str, Path] = field(default_factory=dict)
     _step_started: float | None = None
@@ -131,19 +133,21 @@ class StepTracker:
             path = self._write(index, step, latents)
             previous = self.periodic.get(job.job_id)
             self.periodic[job.job_id] = path
-            if previous is not None and previous != path:
+            if previous is not None and previous != path and self.persist:
                 previous.unlink(missing_ok=True)
             self.terminals.emit(JobCheckpointed(job.job_id, str(path), step))
 
     def discard_periodic(self, job_id: str) -> None:
         """A finished or cancelled job will never resume: its periodic checkpoint is garbage."""
         path = self.periodic.pop(job_id, None)
-        if path is not None:
+        if path is not None and self.persist:
             path.unlink(missing_ok=True)
 
     def _write(self, index: int, step: int, latents: torch.Tensor) -> Path:
         job = self.jobs[index]
         path = checkpoint_path(self.checkpoint_dir, job.job_id, step)
+        if not self.persist:
+            return path
         timesteps = getattr(self.scheduler, "timesteps", torch.empty(0))
         write_checkpoint(
             path,

@@ -2,6 +2,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from services.worker.models.build import COMPLETE_MARKER, build_models
 
 
@@ -27,3 +29,8 @@ def test_an_unfinished_build_is_redone(tmp_path) -> None:
     assert (broken / COMPLETE_MARKER).is_file() and not (broken / "junk").exists()
     assert (broken / "tokenizer" / "tokenizer.json").is_file()
     assert (broken / "tokenizer_2" / "tokenizer.json").is_file()
+
+
+def test_unknown_names_are_an_error(tmp_path) -> None:
+    with pytest.raises(ValueError, match="no builder for flux-huge"):
+        build_models(tmp_path, ["flux-huge"])

@@ -9,7 +9,7 @@ import argparse
 import re
 
 import pytest
-from support import DEPLOY, mediamesh_commands
+from deploy_support import DEPLOY, mediamesh_commands
 
 # Every `mediamesh` subcommand the deploy files run or tell operators to run.
 DEPLOY_SUBCOMMANDS = {
@@ -83,4 +83,6 @@ def test_cli_accepts_every_deploy_command_line():
         try:
             parser.parse_args(argv)
         except SystemExit as exc:
-            pytest.fail(f"{command.where}: `mediamesh {' '.join(argv)}` is rejected (exit {exc.code})")
+            pytest.fail(
+                f"{command.where}: `mediamesh {' '.join(argv)}` is rejected (exit {exc.code})"
+            )

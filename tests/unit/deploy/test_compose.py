@@ -6,7 +6,7 @@ import json
 
 import jsonschema
 import pytest
-from support import COMPOSE_FILE, DEPLOY, SCHEMAS, flag, load_compose, load_yaml
+from deploy_support import COMPOSE_FILE, DEPLOY, SCHEMAS, flag, load_compose, load_yaml
 
 from services.common.registry import load_registry
 from services.common.settings import load_mesh_config

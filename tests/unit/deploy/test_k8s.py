@@ -6,7 +6,7 @@ import re
 
 import kubernetes_validate
 import pytest
-from support import (
+from deploy_support import (
     EXTERNAL_OBJECTS,
     K8S_VERSION,
     MESH_IMAGES,
@@ -34,7 +34,7 @@ SHORTEST_SPOT_NOTICE_S = 30
 
 
 def test_required_overlays_exist():
-    assert REQUIRED_OVERLAYS <= set(OVERLAYS)
+    assert set(OVERLAYS) >= REQUIRED_OVERLAYS
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
@@ -82,7 +82,9 @@ def test_referenced_configmaps_secrets_and_claims_exist(overlay):
                 f"listed as created by the operator"
             )
     for kind, name in external:
-        assert (kind, name) not in present, f"{overlay}: {kind} {name} is both external and rendered"
+        assert (kind, name) not in present, (
+            f"{overlay}: {kind} {name} is both external and rendered"
+        )
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
@@ -95,7 +97,9 @@ def test_selectors_match_their_pods(overlay):
         assert selector.items() <= labels.items(), deployment["metadata"]["name"]
         # No two Deployments may select each other's pods.
         matching = [t for t in templates if selector.items() <= t.items()]
-        assert len(matching) == 1, f"{deployment['metadata']['name']} selects {len(matching)} pod templates"
+        assert len(matching) == 1, (
+            f"{deployment['metadata']['name']} selects {len(matching)} pod templates"
+        )
     for obj in [*by_kind(docs, "Service"), *by_kind(docs, "PodDisruptionBudget")]:
         spec = obj["spec"]
         selector = spec["selector"].get("matchLabels", spec["selector"])
@@ -106,7 +110,8 @@ def test_selectors_match_their_pods(overlay):
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_env_references_are_defined_before_use(overlay):
-    """`$(VAR)` in env values expands only variables listed earlier in the same container."""
+    """`$(VAR)` in env values expands only variables listed earlier in the same container;
+    in command and args, only variables of the container's env."""
     for workload in by_kind(render_overlay(overlay), "Deployment"):
         for container in all_containers(workload):
             defined: set[str] = set()
@@ -117,6 +122,13 @@ def test_env_references_are_defined_before_use(overlay):
                         f"{entry['name']} uses $({ref}) before it is defined"
                     )
                 defined.add(entry["name"])
+            argv = " ".join([*container.get("command", []), *container.get("args", [])])
+            for ref in re.findall(r"\$\((\w+)\)", argv):
+                # An undefined one would reach the program as the literal text "$(NAME)".
+                assert ref in defined, (
+                    f"{overlay} {workload['metadata']['name']}/{container['name']}: "
+                    f"command uses $({ref}), which its env does not define"
+                )
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
@@ -180,7 +192,9 @@ def test_every_worker_has_a_disruption_budget(overlay):
     pdbs = by_kind(docs, "PodDisruptionBudget")
     for worker in workers(docs):
         labels = worker["spec"]["template"]["metadata"]["labels"]
-        covering = [p for p in pdbs if p["spec"]["selector"]["matchLabels"].items() <= labels.items()]
+        covering = [
+            p for p in pdbs if p["spec"]["selector"]["matchLabels"].items() <= labels.items()
+        ]
         assert len(covering) == 1, f"{worker['metadata']['name']}: {len(covering)} PDBs"
         assert covering[0]["spec"].get("maxUnavailable") == 1
 
@@ -199,7 +213,7 @@ def test_workers_drain_within_their_grace_period(overlay):
         assert grace + 5 <= period, f"{name}: drain {grace} s leaves no time in {period} s"
         if name.endswith("-spot"):
             assert period <= SHORTEST_SPOT_NOTICE_S, (
-                f"{name}: {period} s of grace is longer than a {SHORTEST_SPOT_NOTICE_S} s spot notice"
+                f"{name}: {period} s of grace outlasts a {SHORTEST_SPOT_NOTICE_S} s spot notice"
             )
 
 
@@ -208,7 +222,9 @@ def test_spot_workers_only_run_on_spot_nodes():
     docs = render_overlay("gpu-prod")
     for worker in workers(docs):
         spec = pod_spec(worker)
-        tolerates_spot = any(t.get("key") == "mediamesh.io/pool" for t in spec.get("tolerations", []))
+        tolerates_spot = any(
+            t.get("key") == "mediamesh.io/pool" for t in spec.get("tolerations", [])
+        )
         if worker["metadata"]["name"].endswith("-spot"):
             assert spec["nodeSelector"] == {"mediamesh.io/pool": "spot"}
             assert {
@@ -226,7 +242,9 @@ def test_spot_workers_only_run_on_spot_nodes():
             assert not any(t.get("key") == "mediamesh.io/pool" for t in tolerations)
 
 
-@pytest.mark.parametrize(("overlay", "gpus", "device"), [("gpu-prod", 1, "cuda:0"), ("cpu-dev", 0, "cpu")])
+@pytest.mark.parametrize(
+    ("overlay", "gpus", "device"), [("gpu-prod", 1, "cuda:0"), ("cpu-dev", 0, "cpu")]
+)
 def test_worker_devices(overlay, gpus, device):
     for worker in workers(render_overlay(overlay)):
         container = main_container(worker)
@@ -243,7 +261,9 @@ def test_mesh_containers_have_grpc_probes(overlay):
         container = main_container(workload)
         grpc_port = next(p["containerPort"] for p in container["ports"] if p["name"] == "grpc")
         for probe in ("readinessProbe", "livenessProbe"):
-            assert container[probe]["grpc"]["port"] == grpc_port, f"{workload['metadata']['name']} {probe}"
+            assert container[probe]["grpc"]["port"] == grpc_port, (
+                f"{workload['metadata']['name']} {probe}"
+            )
         if component(workload) == "worker":
             assert container["startupProbe"]["grpc"]["port"] == grpc_port
 

@@ -9,8 +9,7 @@ from urllib.parse import urlsplit
 
 import jsonschema
 import pytest
-from queries import keda_queries, scaled_objects
-from support import (
+from deploy_support import (
     CONFIG_DIR,
     SCHEMAS,
     by_kind,
@@ -22,6 +21,7 @@ from support import (
     render_overlay,
     workers,
 )
+from queries import keda_queries, scaled_objects
 
 OVERLAYS = overlays()
 CRD = SCHEMAS / "keda.sh_scaledobjects.yaml"
@@ -111,7 +111,11 @@ def test_each_trigger_queries_its_own_modality_and_pool(overlay):
         match = QUERY.match(trigger["metadata"]["query"])
         assert match, f"{obj['metadata']['name']}: query {trigger['metadata']['query']!r}"
         assert match["queue"] == labels["mediamesh.io/modality"]
-        assert match["pool"] == labels["mediamesh.io/pool"] == env_of(main_container(worker))["MEDIAMESH_POOL"]
+        assert (
+            match["pool"]
+            == labels["mediamesh.io/pool"]
+            == env_of(main_container(worker))["MEDIAMESH_POOL"]
+        )
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import yaml
-from support import (
+from deploy_support import (
     CONFIG_DIR,
     DEPLOY,
     by_kind,
@@ -97,7 +97,9 @@ def _owner(where: str) -> str:
 def test_dockerfiles_expose_the_default_ports():
     for path in dockerfiles():
         instructions = dockerfile_instructions(path)
-        exposed = {int(p.split("/")[0]) for w, rest in instructions if w == "EXPOSE" for p in rest.split()}
+        exposed = {
+            int(p.split("/")[0]) for w, rest in instructions if w == "EXPOSE" for p in rest.split()
+        }
         assert set(GRPC.values()) | set(METRICS.values()) <= exposed, path.name
         env = " ".join(rest for w, rest in instructions if w == "ENV")
         address = env.split("HEALTHCHECK_ADDRESS=")[1].split()[0]
@@ -152,14 +154,18 @@ def test_k8s_prometheus_scrapes_the_metrics_port_by_name():
     config = load_yaml(DEPLOY / "prometheus" / "prometheus-k8s.yml")
     (job,) = [j for j in config["scrape_configs"] if "kubernetes_sd_configs" in j]
     keeps = {
-        tuple(r["source_labels"]): r["regex"] for r in job["relabel_configs"] if r.get("action") == "keep"
+        tuple(r["source_labels"]): r["regex"]
+        for r in job["relabel_configs"]
+        if r.get("action") == "keep"
     }
     assert keeps[("__meta_kubernetes_pod_container_port_name",)] == "metrics"
     assert keeps[("__meta_kubernetes_pod_annotation_prometheus_io_scrape",)] == "true"
     for overlay in OVERLAYS:
         docs = render_overlay(overlay)
         for workload in mesh_workloads(docs):
-            names = [p["name"] for c in pod_spec(workload)["containers"] for p in c.get("ports", [])]
+            names = [
+                p["name"] for c in pod_spec(workload)["containers"] for p in c.get("ports", [])
+            ]
             assert names.count("metrics") == 1
         prometheus = find(docs, "Deployment", "prometheus")
         (volume,) = [v for v in pod_spec(prometheus)["volumes"] if "configMap" in v]

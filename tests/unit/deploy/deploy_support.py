@@ -36,7 +36,9 @@ def overlays() -> list[str]:
 
 
 def kubectl() -> str:
-    found = shutil.which("kubectl") or ("/usr/bin/kubectl" if Path("/usr/bin/kubectl").exists() else None)
+    found = shutil.which("kubectl") or (
+        "/usr/bin/kubectl" if Path("/usr/bin/kubectl").exists() else None
+    )
     if found is None:
         pytest.fail(
             "kubectl is not installed: the k8s tests render deploy/k8s with `kubectl kustomize` "
@@ -134,7 +136,9 @@ def mounts(workload: dict, container: dict) -> list[Mount]:
     out = []
     for m in container.get("volumeMounts", []):
         assert m["name"] in volumes, f"{container['name']}: mount of unknown volume {m['name']}"
-        out.append(Mount(m["mountPath"], volumes[m["name"]], m.get("subPath"), m.get("readOnly", False)))
+        out.append(
+            Mount(m["mountPath"], volumes[m["name"]], m.get("subPath"), m.get("readOnly", False))
+        )
     return out
 
 
@@ -143,9 +147,13 @@ def mount_for(workload: dict, container: dict, path: str) -> tuple[Mount, str]:
     best: Mount | None = None
     for m in mounts(workload, container):
         root = m.path.rstrip("/")
-        if (path == root or path.startswith(root + "/")) and (best is None or len(root) > len(best.path)):
+        if (path == root or path.startswith(root + "/")) and (
+            best is None or len(root) > len(best.path)
+        ):
             best = m
-    assert best is not None, f"{workload['metadata']['name']}/{container['name']}: nothing mounted at {path}"
+    assert best is not None, (
+        f"{workload['metadata']['name']}/{container['name']}: nothing mounted at {path}"
+    )
     return best, path[len(best.path.rstrip("/")) :].lstrip("/")
 
 

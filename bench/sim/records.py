@@ -1,0 +1,147 @@
+"""Per-job outcomes in flat arrays, and the statistics the report is made of."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from bench.sim.arrivals import ArrivalPlan
+from services.scheduler.core.jobs import JobState, Priority
+
+# Outcome codes in `JobRecords.outcome`.
+PENDING, SUCCEEDED, FAILED, REJECTED, STOPPED = 0, 1, 2, 3, 4
+OUTCOME_OF_STATE = {
+    JobState.SUCCEEDED: SUCCEEDED,
+    JobState.FAILED: FAILED,
+    JobState.CANCELLED: STOPPED,
+    JobState.EXPIRED: STOPPED,
+}
+PERCENTILES = (50, 95, 99)
+
+
+class JobRecords:
+    """One slot per arrival, indexed by the arrival's position in the plan."""
+
+    def __init__(self, plan: ArrivalPlan, modality_of_model: dict[str, str]) -> None:
+        n = len(plan)
+        self.plan = plan
+        self.modalities = tuple(sorted(set(modality_of_model.values())))
+        index = {m: i for i, m in enumerate(self.modalities)}
+        per_model = np.array(
+            [index.get(modality_of_model.get(m, ""), -1) for m in plan.models], dtype=np.int16
+        )
+        self.modality = per_model[plan.model] if n else np.zeros(0, dtype=np.int16)
+        self.first_dispatch = np.full(n, np.nan)
+        self.finished = np.full(n, np.nan)
+        self.outcome = np.zeros(n, dtype=np.int8)
+        # How many times each job ended: conservation says exactly once.
+        self.ends = np.zeros(n, dtype=np.int32)
+        self.preempted = 0
+
+    def end(self, index: int, outcome: int, at: float) -> None:
+        self.ends[index] += 1
+        self.outcome[index] = outcome
+        self.finished[index] = at
+
+    def summary(self, sla_s: dict[str, float]) -> dict:
+        """SLA attainment and wait/latency percentiles by modality, and by modality x priority."""
+        latency = self.finished - self.plan.times
+        wait = self.first_dispatch - self.plan.times
+        result: dict = {"by_modality": {}, "by_modality_priority": {}}
+        for m, modality in enumerate(self.modalities):
+            of_modality = self.modality == m
+            sla = sla_s.get(modality, float("inf"))
+            result["by_modality"][modality] = _stats(
+                of_modality, self.outcome, wait, latency, sla
+            )
+            for priority in Priority:
+                mask = of_modality & (self.plan.priority == int(priority))
+                if mask.any():
+                    key = f"{modality}/{priority.name}"
+                    result["by_modality_priority"][key] = _stats(
+                        mask, self.outcome, wait, latency, sla
+                    )
+        result["total"] = {
+            "jobs": len(self.outcome),
+            "succeeded": int((self.outcome == SUCCEEDED).sum()),
+            "failed": int((self.outcome == FAILED).sum()),
+            "rejected": int((self.outcome == REJECTED).sum()),
+            "unfinished": int((self.outcome == PENDING).sum()),
+            "preempted_runs": self.preempted,
+        }
+        return result
+
+    def attainment(self, sla_s: dict[str, float], priorities: set[int] | None = None) -> dict:
+        """Fraction of each modality's jobs (of these priorities) done within its SLA."""
+        latency = self.finished - self.plan.times
+        out: dict[str, float] = {}
+        for m, modality in enumerate(self.modalities):
+            mask = self.modality == m
+            if priorities:
+                mask &= np.isin(self.plan.priority, list(priorities))
+            total = int(mask.sum())
+            if total:
+                met = mask & (self.outcome == SUCCEEDED) & (latency <= sla_s.get(modality, 0.0))
+                out[modality] = float(met.sum()) / total
+        return out
+
+
+def _percentiles(values: np.ndarray) -> dict[str, float | None]:
+    values = values[~np.isnan(values)]
+    if len(values) == 0:
+        return {f"p{p}": None for p in PERCENTILES}
+    points = np.percentile(values, PERCENTILES)
+    return {f"p{p}": float(v) for p, v in zip(PERCENTILES, points, strict=True)}
+
+
+def _stats(
+    mask: np.ndarray, outcome: np.ndarray, wait: np.ndarray, latency: np.ndarray, sla: float
+) -> dict:
+    total = int(mask.sum())
+    done = mask & (outcome == SUCCEEDED)
+    met = done & (latency <= sla)
+    return {
+        "jobs": total,
+        "succeeded": int(done.sum()),
+        "rejected": int((mask & (outcome == REJECTED)).sum()),
+        "unfinished": int((mask & (outcome == PENDING)).sum()),
+        "sla_s": sla,
+        "sla_attainment": float(met.sum()) / total if total else None,
+        "wait_s": _percentiles(wait[mask]),
+        "latency_s": _percentiles(latency[done]),
+    }
+
+
+@dataclass
+class TimeSeries:
+    """Sampled state of the mesh for the over-time plot."""
+
+    t: list[float] = field(default_factory=list)
+    depth: dict[str, list[int]] = field(default_factory=dict)
+    replicas: dict[str, list[int]] = field(default_factory=dict)
+    busy: list[int] = field(default_factory=list)
+
+    def latency_over_time(
+        self, records: JobRecords, bins: int = 100
+    ) -> dict[str, dict[str, list[float | None]]]:
+        """p50/p95 latency of the jobs finishing in each time bin, per modality."""
+        done = records.outcome == SUCCEEDED
+        if not done.any():
+            return {}
+        finished = records.finished[done]
+        latency = finished - records.plan.times[done]
+        modality = records.modality[done]
+        edges = np.linspace(0.0, float(finished.max()) + 1e-9, bins + 1)
+        which = np.clip(np.searchsorted(edges, finished, side="right") - 1, 0, bins - 1)
+        out: dict[str, dict[str, list[float | None]]] = {}
+        for m, name in enumerate(records.modalities):
+            series: dict[str, list[float | None]] = {"t": [], "p50": [], "p95": []}
+            of_modality = modality == m
+            for b in range(bins):
+                values = latency[of_modality & (which == b)]
+                series["t"].append(float((edges[b] + edges[b + 1]) / 2))
+                series["p50"].append(float(np.percentile(values, 50)) if len(values) else None)
+                series["p95"].append(float(np.percentile(values, 95)) if len(values) else None)
+            out[name] = series
+        return out

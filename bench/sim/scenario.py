@@ -1,0 +1,224 @@
+"""What a simulation runs: fleet, workload, spot behaviour and autoscaling, from YAML or JSON.
+
+The scheduler section is the mesh's own `SchedulerSettings`, so a scenario is judged by the
+same queues, SLAs, placement rules and aging the real scheduler is configured with.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from services.common.registry import ModelSpec, Registry, load_registry, parse_registry
+from services.common.settings import Pool, PriorityName, SchedulerSettings
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class DeviceType(Section):
+    """One kind of accelerator: what it costs and how fast it runs each model."""
+
+    price_per_hour: dict[Pool, float] = Field(
+        default_factory=lambda: {"on-demand": 4.0, "spot": 1.4}
+    )
+    # Seconds of one denoising step for a batch of one, per work unit (megapixel-frame or
+    # audio second): the same unit as the registry's cost.step_s_per_megapixel.
+    step_s_per_unit: dict[str, Annotated[float, Field(gt=0)]]
+    # Fixed seconds per job (text encoders, decode); the registry's cost.overhead_s if absent.
+    overhead_s: dict[str, Annotated[float, Field(ge=0)]] = Field(default_factory=dict)
+    # A batch of b costs b**batch_exponent times a batch of one (0.8: batching saves 24 % at 4).
+    batch_exponent: float = Field(0.8, gt=0, le=1)
+
+
+class Autoscale(Section):
+    """A KEDA ScaledObject on mediamesh_queue_pool_work_seconds{queue,pool}."""
+
+    min_replicas: int = Field(0, ge=0)
+    max_replicas: int = Field(ge=1)
+    # metricType AverageValue: device-seconds of backlog one replica should carry.
+    threshold: float = Field(gt=0)
+    activation_threshold: float = Field(0.0, ge=0)
+    polling_s: float = Field(30.0, gt=0)
+    cooldown_s: float = Field(300.0, ge=0)
+
+
+class Deployment(Section):
+    """A group of identical workers: one device each, one pool, one modality or all models."""
+
+    name: str
+    device: str
+    pool: Pool = "on-demand"
+    # Models of this modality the device type has a speed for; None hosts all of them.
+    modality: Literal["image", "video", "audio"] | None = None
+    replicas: int = Field(0, ge=0)
+    autoscale: Autoscale | None = None
+
+    @model_validator(mode="after")
+    def _scaled_pools_have_a_queue(self) -> Deployment:
+        if self.autoscale is not None and self.modality is None:
+            raise ValueError(f"deployment {self.name!r}: autoscale needs a modality (its queue)")
+        return self
+
+
+class Arrivals(Section):
+    process: Literal["poisson", "bursty", "diurnal", "trace"] = "poisson"
+    # poisson and diurnal (the mean of the sinusoid).
+    rate_per_s: float = Field(10.0, gt=0)
+    # bursty: on/off Poisson with exponentially distributed period lengths.
+    burst_rate_per_s: float = Field(50.0, ge=0)
+    idle_rate_per_s: float = Field(1.0, ge=0)
+    mean_burst_s: float = Field(30.0, gt=0)
+    mean_idle_s: float = Field(120.0, gt=0)
+    # diurnal: rate(t) = rate * (1 + amplitude * sin(2 pi (t + phase_s) / period_s)).
+    amplitude: float = Field(0.5, ge=0, le=1)
+    period_s: float = Field(86_400.0, gt=0)
+    phase_s: float = 0.0
+    # trace: JSON lines {"t": s, "model": ..., "priority": ..., "tenant": ...}; relative paths
+    # are resolved against the scenario file.
+    path: Path | None = None
+
+
+class Tenant(Section):
+    share: float = Field(1.0, gt=0)
+    weight: float = Field(1.0, gt=0)
+    max_queued: int = Field(0, ge=0)
+    max_running: int = Field(0, ge=0)
+
+
+class Workload(Section):
+    jobs: int = Field(10_000, ge=1)
+    arrivals: Arrivals = Field(default_factory=Arrivals)
+    # Relative weights; normalised.
+    models: dict[str, Annotated[float, Field(gt=0)]]
+    priorities: dict[PriorityName, Annotated[float, Field(gt=0)]] = Field(
+        default_factory=lambda: {"STANDARD": 1.0}
+    )
+    tenants: dict[str, Tenant] = Field(default_factory=lambda: {"default": Tenant()})
+    # Generation parameters per model over the registry defaults (steps, width, height, ...).
+    params: dict[str, dict[str, float | int]] = Field(default_factory=dict)
+
+
+class Spot(Section):
+    # Poisson rate of preemption notices per spot device.
+    preemptions_per_device_hour: float = Field(0.0, ge=0)
+    notice_s: float = Field(30.0, ge=0)
+
+
+class RightSize(Section):
+    target: float = Field(0.99, gt=0, le=1)
+    # Priorities whose jobs count towards the target; all when empty.
+    priorities: list[PriorityName] = Field(default_factory=list)
+    spot_shares: list[Annotated[float, Field(ge=0, le=1)]] = Field(
+        default_factory=lambda: [0.0, 0.25, 0.5]
+    )
+    # Device types to try; all of the scenario's when empty.
+    devices: list[str] = Field(default_factory=list)
+    # Seconds of arrivals each trial simulates (keeps the search fast).
+    window_s: float = Field(300.0, gt=0)
+    max_jobs: int = Field(60_000, ge=100)
+
+
+class Scenario(Section):
+    name: str = "scenario"
+    seed: int = 0
+    # Registry file (relative to the scenario) or inline models; the default registry if neither.
+    registry_path: Path | None = None
+    models: list[dict] | None = None
+    scheduler: SchedulerSettings = Field(default_factory=SchedulerSettings)
+    device_types: dict[str, DeviceType]
+    fleet: list[Deployment]
+    # Seconds from asking for a replica to it registering (node provisioning + model load).
+    startup_s: float = Field(60.0, ge=0)
+    spot: Spot = Field(default_factory=Spot)
+    workload: Workload
+    # Arrivals stop at the workload's job count; jobs still queued this long after the last
+    # arrival count as unfinished.
+    drain_s: float = Field(3600.0, gt=0)
+    sample_s: float = Field(0.0, ge=0)
+    right_size: RightSize = Field(default_factory=RightSize)
+
+    @model_validator(mode="after")
+    def _references_resolve(self) -> Scenario:
+        for deployment in self.fleet:
+            if deployment.device not in self.device_types:
+                raise ValueError(
+                    f"deployment {deployment.name!r}: unknown device type {deployment.device!r}"
+                )
+        names = [d.name for d in self.fleet]
+        if len(set(names)) != len(names):
+            raise ValueError("deployment names must be unique")
+        return self
+
+    def registry(self, base: Path | None = None) -> Registry:
+        if self.models is not None:
+            return parse_registry({"models": self.models}, f"scenario {self.name!r}")
+        if self.registry_path is not None:
+            path = self.registry_path
+            if base is not None and not path.is_absolute():
+                path = base / path
+            return load_registry(path)
+        return load_registry()
+
+    def specs(self) -> dict[str, ModelSpec]:
+        return {spec.name: spec for spec in self.registry().models}
+
+
+class ScenarioError(ValueError):
+    """A scenario file that cannot be used, with the field at fault."""
+
+
+def parse_scenario(raw: object, origin: str = "scenario", base: Path | None = None) -> Scenario:
+    if not isinstance(raw, dict):
+        raise ScenarioError(f"{origin}: expected a mapping at the top level")
+    try:
+        scenario = Scenario.model_validate(raw)
+    except ValidationError as exc:
+        details = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
+        )
+        raise ScenarioError(f"{origin}: {details}") from None
+    if base is not None:
+        scenario = _resolve_paths(scenario, base)
+    _check_models(scenario, origin)
+    return scenario
+
+
+def _resolve_paths(scenario: Scenario, base: Path) -> Scenario:
+    updates: dict = {}
+    if scenario.registry_path is not None and not scenario.registry_path.is_absolute():
+        updates["registry_path"] = base / scenario.registry_path
+    trace = scenario.workload.arrivals.path
+    if trace is not None and not trace.is_absolute():
+        arrivals = scenario.workload.arrivals.model_copy(update={"path": base / trace})
+        workload = scenario.workload.model_copy(update={"arrivals": arrivals})
+        updates["workload"] = workload
+    return scenario.model_copy(update=updates) if updates else scenario
+
+
+def _check_models(scenario: Scenario, origin: str) -> None:
+    known = set(scenario.specs())
+    for model in scenario.workload.models:
+        if model not in known:
+            raise ScenarioError(f"{origin}: workload model {model!r} is not in the registry")
+    for name, device in scenario.device_types.items():
+        unknown = set(device.step_s_per_unit) - known
+        if unknown:
+            raise ScenarioError(f"{origin}: device {name!r} has speeds for unknown {unknown}")
+
+
+def load_scenario(path: Path) -> Scenario:
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ScenarioError(f"cannot read scenario {path}: {exc.strerror}") from None
+    try:
+        raw = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except (yaml.YAMLError, json.JSONDecodeError) as exc:
+        raise ScenarioError(f"scenario {path} cannot be parsed: {exc}") from None
+    return parse_scenario(raw, str(path), base=path.parent)

@@ -1,0 +1,103 @@
+"""What every rank of a tensor-parallel group runs: sharding, and the helper-rank loop."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from diffusers import DiffusionPipeline
+from torch.distributed.device_mesh import init_device_mesh
+
+from services.common.registry import ModelSpec
+from services.worker.parallel.flux_tp import shard_flux_transformer
+from services.worker.parallel.sync import SyncedControl
+
+log = logging.getLogger(__name__)
+
+PARENT_POLL_S = 1.0
+
+
+def shard_denoiser(pipeline: DiffusionPipeline, spec: ModelSpec, device: str, size: int) -> None:
+    """Collective: all ranks call it once the default process group is up."""
+    if spec.parallelism.backend == "deepspeed":
+        from services.worker.parallel.deepspeed_backend import shard_with_deepspeed
+
+        shard_with_deepspeed(pipeline, spec, size)
+        return
+    mesh = init_device_mesh(torch.device(device).type, (size,))
+    shard_flux_transformer(pipeline.transformer, mesh)
+
+
+def _exit_with_parent(parent: int) -> None:
+    # A helper whose rank 0 was killed would otherwise wait on its queue forever.
+    while True:
+        if os.getppid() != parent:
+            os._exit(1)
+        time.sleep(PARENT_POLL_S)
+
+
+def helper_main(
+    *,
+    rank: int,
+    size: int,
+    init_method: str,
+    backend: str,
+    spec_data: dict,
+    models_dir: str,
+    device: str,
+    checkpoint_dir: str,
+    commands: Any,
+    replies: Any,
+    timeout_s: float,
+) -> None:
+    """Entry point of ranks 1..size-1 (a spawned process)."""
+    from services.worker.models.host import host_class, load_pipeline
+
+    watchdog = threading.Thread(target=_exit_with_parent, args=(os.getppid(),), daemon=True)
+    watchdog.start()
+    spec = ModelSpec.model_validate(spec_data)
+    try:
+        if device.startswith("cuda"):
+            torch.cuda.set_device(torch.device(device))
+        pipeline = load_pipeline(spec, models_dir=Path(models_dir), device=device)
+        host = host_class(spec)(spec, pipeline, device=device, checkpoint_dir=Path(checkpoint_dir))
+        host.persist_checkpoints = False
+        replies.put(("loaded", rank, None))
+        dist.init_process_group(
+            backend,
+            init_method=init_method,
+            rank=rank,
+            world_size=size,
+            timeout=timedelta(seconds=timeout_s),
+        )
+        shard_denoiser(pipeline, spec, device, size)
+        replies.put(("ready", rank, None))
+    except Exception as exc:
+        replies.put(("error", rank, f"{type(exc).__name__}: {exc}"))
+        return
+    try:
+        _serve(host, device, commands, replies, rank)
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def _serve(host: Any, device: str, commands: Any, replies: Any, rank: int) -> None:
+    while True:
+        kind, jobs = commands.get()
+        if kind == "stop":
+            return
+        synced = SyncedControl([job.job_id for job in jobs], None, torch.device(device))
+        try:
+            host.run_batch(jobs, synced, lambda _event: None)
+        except Exception as exc:  # run_batch never raises; this guards the loop anyway
+            replies.put(("error", rank, str(exc)))
+            continue
+        replies.put(("done", rank, None))

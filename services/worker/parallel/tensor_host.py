@@ -1,0 +1,221 @@
+"""Tensor parallelism: one model sharded over `size` ranks of a torch.distributed group.
+
+Rank 0 lives in the worker process and speaks gRPC through `TensorParallelHost`; ranks
+1..size-1 are helper processes it spawns. Every rank loads the full pipeline and shards
+the transformer; text encoders, VAE and the sampler run replicated, so all ranks hold the
+same latents. Each batch is sent to the helpers over a queue (not a collective: an idle
+wait must not hit the group's timeout), then all ranks run it in lockstep, agreeing on
+cancel/preempt through `SyncedControl`. Rank 0 alone emits events and writes checkpoints.
+
+Limits: Flux only (other families use data or pipeline mode); one tensor-parallel host per
+worker process, since torch.distributed has one default group per process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import multiprocessing as mp
+import queue
+import socket
+import threading
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from services.common.registry import ModelSpec
+from services.worker.core.batch import BatchControl, Emit, JobFailed, JobParams
+from services.worker.models.diffusion import DiffusionHost
+from services.worker.models.host import host_class, load_pipeline
+from services.worker.models.memory import ModelLoadError
+from services.worker.parallel.rank import helper_main, shard_denoiser
+from services.worker.parallel.sync import SyncedControl
+
+log = logging.getLogger(__name__)
+
+STARTUP_TIMEOUT_S = 300.0
+# Longest a rank may wait in one collective: a dead peer turns into an error, not a hang.
+COLLECTIVE_TIMEOUT = timedelta(seconds=300)
+BATCH_ACK_TIMEOUT_S = 60.0
+STOP_TIMEOUT_S = 10.0
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+class TensorParallelHost:
+    """Rank 0 of the group; `close()` stops and reaps every helper process."""
+
+    def __init__(
+        self,
+        spec: ModelSpec,
+        inner: DiffusionHost,
+        helpers: list[Any],
+        commands: list[Any],
+        replies: Any,
+        device: torch.device,
+    ) -> None:
+        self.spec = spec
+        self.inner = inner
+        self.device_ids = list(inner.device_ids)
+        self._helpers = helpers
+        self._commands = commands
+        self._replies = replies
+        self._device = device
+        self._lock = threading.Lock()
+        self._broken: str | None = None
+
+    def run_batch(self, jobs: list[JobParams], control: BatchControl, emit: Emit) -> None:
+        with self._lock:
+            if self._broken is not None or not self._helpers_alive():
+                self._broken = self._broken or "a helper rank exited"
+                for job in jobs:
+                    message = f"tensor-parallel group is down: {self._broken}"
+                    emit(JobFailed(job.job_id, "INTERNAL", message))
+                return
+            for commands in self._commands:
+                commands.put(("batch", jobs))
+            synced = SyncedControl([job.job_id for job in jobs], control, self._device)
+            self.inner.run_batch(jobs, synced, emit)
+            self._await_acks()
+
+    def _await_acks(self) -> None:
+        for _ in self._helpers:
+            try:
+                kind, rank, detail = self._replies.get(timeout=BATCH_ACK_TIMEOUT_S)
+            except queue.Empty:
+                self._broken = "a helper rank did not finish the batch"
+                return
+            if kind != "done":
+                self._broken = f"rank {rank}: {detail}"
+
+    def _helpers_alive(self) -> bool:
+        return all(process.is_alive() for process in self._helpers)
+
+    def close(self) -> None:
+        for commands in self._commands:
+            with contextlib.suppress(OSError, ValueError):
+                commands.put(("stop", None))
+        for process in self._helpers:
+            process.join(STOP_TIMEOUT_S)
+            if process.is_alive():
+                process.terminate()
+                process.join(STOP_TIMEOUT_S)
+            if process.is_alive():
+                process.kill()
+                process.join()
+        self._helpers = []
+        if dist.is_initialized():
+            dist.destroy_process_group()
+        self.inner.close()
+
+
+def load_tensor_parallel_host(
+    spec: ModelSpec, *, models_dir: Path, device: str, checkpoint_dir: Path
+) -> TensorParallelHost | DiffusionHost:
+    options = spec.parallelism
+    if options.backend == "deepspeed":
+        from services.worker.parallel.deepspeed_backend import check_deepspeed
+
+        check_deepspeed(spec, device)
+    if spec.pipeline != "FluxPipeline":
+        raise ModelLoadError(
+            f"model {spec.name!r}: tensor parallelism is implemented for FluxPipeline only; "
+            "use parallelism mode data or pipeline"
+        )
+    if spec.quantization != "none":
+        raise ModelLoadError(f"model {spec.name!r}: quantization needs parallelism mode data")
+    size = options.size
+    devices = options.devices or [device] * size
+    if len(devices) != size:
+        raise ModelLoadError(f"model {spec.name!r}: {len(devices)} devices for {size} ranks")
+    if size == 1 and options.backend == "torch":
+        pipeline = load_pipeline(spec, models_dir=models_dir, device=devices[0])
+        return host_class(spec)(spec, pipeline, device=devices[0], checkpoint_dir=checkpoint_dir)
+    if dist.is_initialized():
+        raise ModelLoadError(
+            f"model {spec.name!r}: this worker process already has a torch.distributed group; "
+            "run one tensor-parallel model per worker process"
+        )
+    backend = "nccl" if devices[0].startswith("cuda") else "gloo"
+    init_method = f"tcp://127.0.0.1:{free_port()}"
+    context = mp.get_context("spawn")
+    replies = context.Queue()
+    helpers, commands = [], []
+    for rank in range(1, size):
+        inbox = context.Queue()
+        process = context.Process(
+            target=helper_main,
+            name=f"mediamesh-tp-{spec.name}-rank{rank}",
+            kwargs={
+                "rank": rank,
+                "size": size,
+                "init_method": init_method,
+                "backend": backend,
+                "spec_data": spec.model_dump(),
+                "models_dir": str(models_dir),
+                "device": devices[rank],
+                "checkpoint_dir": str(checkpoint_dir),
+                "commands": inbox,
+                "replies": replies,
+                "timeout_s": COLLECTIVE_TIMEOUT.total_seconds(),
+            },
+            daemon=True,
+        )
+        process.start()
+        helpers.append(process)
+        commands.append(inbox)
+    try:
+        pipeline = load_pipeline(spec, models_dir=models_dir, device=devices[0])
+        _await(replies, helpers, "loaded")
+        if devices[0].startswith("cuda"):
+            torch.cuda.set_device(torch.device(devices[0]))
+        dist.init_process_group(
+            backend, init_method=init_method, rank=0, world_size=size, timeout=COLLECTIVE_TIMEOUT
+        )
+        shard_denoiser(pipeline, spec, devices[0], size)
+        _await(replies, helpers, "ready")
+    except BaseException:
+        _reap(helpers, commands)
+        if dist.is_initialized():
+            dist.destroy_process_group()
+        raise
+    inner = host_class(spec)(
+        spec, pipeline, device=devices[0], checkpoint_dir=checkpoint_dir, device_ids=devices
+    )
+    return TensorParallelHost(spec, inner, helpers, commands, replies, torch.device(devices[0]))
+
+
+def _await(replies: Any, helpers: list[Any], expected: str) -> None:
+    pending = len(helpers)
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    while pending:
+        if time.monotonic() > deadline:
+            raise ModelLoadError(f"tensor-parallel helpers not {expected} in {STARTUP_TIMEOUT_S}s")
+        try:
+            kind, rank, detail = replies.get(timeout=1.0)
+        except queue.Empty:
+            if not all(process.is_alive() for process in helpers):
+                raise ModelLoadError("a tensor-parallel helper rank died while starting") from None
+            continue
+        if kind == "error":
+            raise ModelLoadError(f"tensor-parallel rank {rank} failed to start: {detail}")
+        if kind == expected:
+            pending -= 1
+
+
+def _reap(helpers: list[Any], commands: list[Any]) -> None:
+    for inbox in commands:
+        inbox.put(("stop", None))
+    for process in helpers:
+        process.join(2)
+        if process.is_alive():
+            process.kill()
+            process.join()

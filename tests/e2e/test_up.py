@@ -1,0 +1,96 @@
+"""The mesh as a user runs it: `mediamesh up`, the CLI, grpcurl, and a clean Ctrl-C."""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from tests.conftest import ROOT
+from tests.e2e.conftest import port_bound, stop
+
+pytestmark = pytest.mark.e2e
+
+GRPCURL = shutil.which("grpcurl") or str(ROOT / ".venv" / "bin" / "grpcurl")
+IMAGE_WORKERS = [{"models": ["flux-tiny", "echo"]}, {"models": ["flux-tiny", "echo"]}]
+
+
+def grpcurl(*args: str) -> str:
+    result = subprocess.run(
+        [GRPCURL, "-plaintext", *args], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def test_up_generate_grpcurl_and_clean_stop(launch, tmp_path: Path):
+    mesh = launch(IMAGE_WORKERS)
+    assert any(line.startswith("mediamesh ready: gateway 127.0.0.1:") for line in mesh.output)
+
+    out = tmp_path / "fox.png"
+    result = mesh.cli(
+        "generate",
+        "--gateway",
+        mesh.gateway,
+        "--model",
+        "flux-tiny",
+        "--prompt",
+        "a red fox",
+        "--steps",
+        "4",
+        "--width",
+        "96",
+        "--height",
+        "64",
+        "--seed",
+        "11",
+        "--out",
+        str(out),
+    )
+    assert result.returncode == 0, result.stderr
+    assert "denoising" in result.stderr  # the progress bar
+    assert Image.open(out).size == (96, 64)
+
+    services = grpcurl(mesh.gateway, "list").split()
+    assert {"mediamesh.v1.Gateway", "grpc.health.v1.Health"} <= set(services)
+    assert "rpc Generate" in grpcurl(mesh.gateway, "describe", "mediamesh.v1.Gateway")
+    assert "mediamesh.v1.Scheduler" in grpcurl(mesh.scheduler, "list")
+    body = json.dumps({"model": "flux-tiny", "prompt": "a red fox", "steps": 3, "seed": 5})
+    stream = grpcurl("-d", body, mesh.gateway, "mediamesh.v1.Gateway/Generate")
+    events = [json.loads(chunk) for chunk in _json_objects(stream)]
+    progress = [e["progress"] for e in events if "progress" in e]
+    assert [p["step"] for p in progress] == [1, 2, 3]
+    final = events[-1]
+    assert final["state"] == "SUCCEEDED" and final["result"]["mime_type"] == "image/png"
+    import base64
+
+    png = Image.open(io.BytesIO(base64.b64decode(final["result"]["data"])))
+    assert png.size == (64, 64)
+
+    status = mesh.cli("status", "--config", str(mesh.config_path))
+    assert status.returncode == 0 and "worker-0" in status.stdout and "SUCCEEDED=2" in status.stdout
+
+    ports = mesh.ports()
+    stop(mesh)
+    assert mesh.process.returncode == 0
+    assert not [p for p in ports if port_bound(p)], "a port is still bound after stop"
+
+
+def _json_objects(text: str) -> list[str]:
+    """grpcurl prints one pretty JSON object per message, back to back."""
+    objects, depth, start = [], 0, 0
+    for index, char in enumerate(text):
+        if char == "{":
+            if depth == 0:
+                start = index
+            depth += 1
+        elif char == "}":
+            depth -= 1
+            if depth == 0:
+                objects.append(text[start : index + 1])
+    return objects

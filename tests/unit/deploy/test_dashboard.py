@@ -1,0 +1,140 @@
+"""deploy/grafana: the dashboard imports cleanly and every query names real metrics and labels."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from queries import (
+    VARIABLE_VALUES,
+    dashboard,
+    dashboard_panels,
+    dashboard_queries,
+    deploy_queries,
+    keda_queries,
+)
+
+DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
+# Metric modules whose definitions the queries must match.
+METRIC_MODULES = (
+    "services.common.metrics",
+    "services.scheduler.metrics",
+    "services.worker.metrics",
+)
+# Labels Prometheus adds to every scraped series.
+TARGET_LABELS = {"instance", "job", "namespace", "pod", "component", "modality", "mediamesh_pool"}
+
+
+@pytest.fixture(scope="module")
+def dash() -> dict:
+    return dashboard()
+
+
+def test_importable_shape(dash):
+    assert 36 <= dash["schemaVersion"] <= 41
+    assert dash["uid"] and dash["title"]
+    (ds_input,) = dash["__inputs"]
+    assert ds_input["type"] == "datasource" and ds_input["pluginId"] == "prometheus"
+    variables = {v["name"]: v for v in dash["templating"]["list"]}
+    assert variables["datasource"]["type"] == "datasource"
+    assert variables["datasource"]["query"] == "prometheus"
+    ids = [p["id"] for p in dashboard_panels(dash)]
+    assert len(ids) == len(set(ids)), "panel ids must be unique"
+
+
+def test_every_panel_uses_the_datasource_variable(dash):
+    for panel in dashboard_panels(dash):
+        if panel["type"] == "row":
+            continue
+        assert panel["datasource"] == DATASOURCE, panel["title"]
+        assert panel["targets"], f"{panel['title']}: no targets"
+        for target in panel["targets"]:
+            assert target.get("expr", "").strip(), f"{panel['title']} {target['refId']}: no expr"
+            assert target["datasource"] == DATASOURCE, f"{panel['title']} {target['refId']}"
+
+
+def test_variables_used_are_defined(dash):
+    defined = {v["name"] for v in dash["templating"]["list"]}
+    for panel in dashboard_panels(dash):
+        text = " ".join(
+            [panel.get("title", ""), *(t.get("expr", "") for t in panel.get("targets", []))]
+        )
+        for name in re.findall(r"\$\{?(\w+)", text):
+            assert name in defined or name.startswith("__"), (
+                f"{panel['title']}: ${name} is undefined"
+            )
+            assert name in VARIABLE_VALUES or name == "datasource", (
+                f"queries.py has no value for ${name}"
+            )
+        if "repeat" in panel:
+            assert panel["repeat"] in defined
+
+
+def test_required_panels(dash):
+    exprs = " ".join(q.expr for q in dashboard_queries())
+    for needle in (
+        "mediamesh_queue_depth",
+        "mediamesh_queue_work_seconds",
+        "mediamesh_queue_wait_seconds_bucket",
+        "mediamesh_job_latency_seconds_bucket",
+        "mediamesh_queue_sla_seconds",
+        "mediamesh_batch_size_bucket",
+        "mediamesh_device_load",
+        "mediamesh_jobs_total",
+        "mediamesh_preemptions_total",
+        "mediamesh_spot_fallbacks_total",
+        'mediamesh_rpc_requests_total{code!="OK"}',
+    ):
+        assert needle in exprs, f"no panel queries {needle}"
+    assert exprs.count("histogram_quantile(") >= 6
+
+
+def _metric_definitions() -> dict[str, set[str]]:
+    """Exposed series name -> label names, from the services' prometheus_client objects."""
+    import importlib
+
+    from prometheus_client.metrics import MetricWrapperBase
+
+    exposed: dict[str, set[str]] = {}
+    for module_name in METRIC_MODULES:
+        module = importlib.import_module(module_name)
+        for value in vars(module).values():
+            if not isinstance(value, MetricWrapperBase):
+                continue
+            name, labels = value._name, set(value._labelnames)
+            if value._type == "counter":
+                exposed[f"{name}_total"] = labels
+            elif value._type == "histogram":
+                for suffix in ("_sum", "_count"):
+                    exposed[name + suffix] = labels
+                exposed[f"{name}_bucket"] = labels | {"le"}
+            else:
+                exposed[name] = labels
+    return exposed
+
+
+def test_queries_name_real_metrics_and_labels():
+    exposed = _metric_definitions()
+    for query in [*keda_queries(), *dashboard_queries()]:
+        expr = query.expr
+        metrics = set(re.findall(r"\bmediamesh_\w+", expr))
+        assert metrics, f"{query.source}: no mediamesh metric in {expr!r}"
+        labels_available = set(TARGET_LABELS) | {"le"}
+        for metric in metrics:
+            assert metric in exposed, f"{query.source}: {metric} is not defined by the services"
+            labels_available |= exposed[metric]
+        selectors = re.findall(r"\{([^}]*)\}", expr)
+        grouped = re.findall(r"\b(?:by|on|without|ignoring)\s*\(([^)]*)\)", expr)
+        used = {m for s in selectors for m in re.findall(r"(\w+)\s*(?:=~|!~|!=|=)", s)}
+        used |= {label.strip() for g in grouped for label in g.split(",") if label.strip()}
+        unknown = used - labels_available
+        assert not unknown, f"{query.source}: labels {unknown} do not exist on {metrics}"
+
+
+def test_queries_are_balanced_and_substituted():
+    queries = deploy_queries()
+    assert len(queries) == len(set(queries)) >= 20
+    for expr in queries:
+        assert "$" not in expr and "[[" not in expr, expr
+        for opening, closing in ("()", "[]", "{}"):
+            assert expr.count(opening) == expr.count(closing), expr

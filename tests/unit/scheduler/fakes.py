@@ -1,0 +1,66 @@
+"""A hand-written clock and core builder for the scheduler's unit tests."""
+
+from __future__ import annotations
+
+import itertools
+
+from services.common.registry import load_registry
+from services.scheduler.core.jobs import GenerationParams, Priority, TenantQuota
+from services.scheduler.core.scheduler import CorePolicy, NewJob, QueuePolicy, SchedulerCore
+from services.scheduler.core.units import WorkerInfo
+
+
+class FakeClock:
+    def __init__(self, now: float = 1000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def make_core(clock: FakeClock, **policy_overrides: object) -> SchedulerCore:
+    registry = load_registry()
+    ids = itertools.count()
+    policy = CorePolicy(
+        queues={
+            "image": QueuePolicy(10.0, 100),
+            "video": QueuePolicy(120.0, 100),
+            "audio": QueuePolicy(30.0, 100),
+        },
+        **policy_overrides,  # type: ignore[arg-type]
+    )
+    return SchedulerCore(registry.models, policy, clock, lambda: f"job-{next(ids)}")
+
+
+def worker(
+    worker_id: str, models: tuple[str, ...] = ("flux-tiny",), pool: str = "on-demand"
+) -> WorkerInfo:
+    return WorkerInfo(worker_id, f"{worker_id}:1", pool, ("cpu",), frozenset(models), 1)
+
+
+def new_job(
+    model: str = "flux-tiny",
+    priority: Priority = Priority.STANDARD,
+    tenant: str = "t1",
+    steps: int = 4,
+    width: int = 64,
+    seed: int = 1,
+    deadline: float | None = None,
+    key: str = "",
+    quota: TenantQuota | None = None,
+) -> NewJob:
+    params = GenerationParams(
+        prompt="p", steps=steps, seed=seed, width=width, height=64, guidance_scale=3.5
+    )
+    return NewJob(
+        tenant=tenant,
+        model=model,
+        priority=priority,
+        params=params,
+        deadline=deadline,
+        idempotency_key=key,
+        quota=quota or TenantQuota(),
+    )

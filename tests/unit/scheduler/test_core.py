@@ -1,0 +1,334 @@
+"""The scheduling policy with an injected clock: queues, batching, routing, lifecycle."""
+
+from __future__ import annotations
+
+from services.scheduler.core.effects import CancelOnWorker, Dispatch
+from services.scheduler.core.jobs import JobState, Priority, TenantQuota
+from services.scheduler.core.scheduler import Accepted, Rejection
+from services.scheduler.core.units import Placement
+
+from .fakes import FakeClock, make_core, new_job, worker
+
+
+def submit(core, **kwargs):
+    outcome = core.submit(new_job(**kwargs))
+    assert isinstance(outcome, Accepted), outcome
+    return outcome.job
+
+
+def test_submit_queues_and_dispatches_to_a_worker_hosting_the_model():
+    clock = FakeClock()
+    core = make_core(clock)
+    core.register_worker(worker("w0", ("wan-tiny",)))
+    core.register_worker(worker("w1", ("flux-tiny",)))
+    job = submit(core)
+    clock.advance(1)
+    [dispatch] = core.schedule()
+    assert dispatch.worker_id == "w1"
+    assert [j.job_id for j in dispatch.jobs] == [job.job_id]
+    assert job.state is JobState.DISPATCHED
+
+
+def test_dynamic_batch_waits_for_window_then_dispatches_partial():
+    clock = FakeClock()
+    core = make_core(clock)
+    core.register_worker(worker("w0"))
+    submit(core)
+    submit(core)
+    assert core.schedule() == []  # max_batch 4, window 30 ms still open
+    assert core.next_wakeup() == clock.now + 0.03
+    clock.advance(0.031)
+    [dispatch] = core.schedule()
+    assert len(dispatch.jobs) == 2
+
+
+def test_dynamic_batch_dispatches_at_once_when_full():
+    clock = FakeClock()
+    core = make_core(clock)
+    core.register_worker(worker("w0"))
+    for _ in range(5):
+        submit(core)
+    [dispatch] = core.schedule()
+    assert len(dispatch.jobs) == 4
+
+
+def test_batch_never_mixes_compatibility_keys():
+    clock = FakeClock()
+    core = make_core(clock)
+    core.register_worker(worker("w0"))
+    submit(core, steps=4)
+    submit(core, steps=8)
+    submit(core, steps=4, width=128)
+    clock.advance(1)
+    [dispatch] = core.schedule()
+    assert len(dispatch.jobs) == 1
+
+
+def test_realtime_goes_before_batch_work():
+    clock = FakeClock()
+    core = make_core(clock)
+    core.register_worker(worker("w0"))
+    bulk = [submit(core, priority=Priority.BATCH, steps=5) for _ in range(3)]
+    urgent = submit(core, priority=Priority.REALTIME)
+    clock.advance(1)
+    [dispatch] = core.schedule()
+    assert dispatch.jobs[0] is urgent
+    assert all(j.state is JobState.QUEUED for j in bulk)
+
+
+def test_aging_lets_batch_work_through_a_stream_of_realtime_work():
+    clock = FakeClock()
+    everywhere = Placement("on-demand", frozenset({"on-demand"}), 0.0)
+    core = make_core(clock, aging_s_per_class=10.0, placements=dict.fromkeys(Priority, everywhere))
+    core.register_worker(worker("w0"))
+    old_bulk = submit(core, priority=Priority.BATCH, steps=5)
+    clock.advance(25)  # 2.5 classes of aging: beats a fresh REALTIME job (0)
+    submit(core, priority=Priority.REALTIME)
+    [dispatch] = core.schedule()
+    assert dispatch.jobs[0] is old_bulk
+
+
+def test_earliest_deadline_first_among_equals():
+    clock = FakeClock()
+    core = make_core(clock)
+    core.register_worker(worker("w0"))
+    later = submit(core, deadline=clock.now + 500, steps=5)
+    sooner = submit(core, deadline=clock.now + 100, steps=6)
+    clock.advance(1)
+    [dispatch] = core.schedule()
+    assert dispatch.jobs[0] is sooner
+    assert later.state is JobState.QUEUED
+
+
+def test_fair_share_between_tenants_in_a_class():
+    clock = FakeClock()
+    core = make_core(clock)
+    core.register_worker(worker("w0"))
+    for i in range(20):
+        submit(core, tenant="bulk", steps=5, seed=i)
+    single = submit(core, tenant="small", steps=6)
+    order = []
+    for _ in range(3):
+        clock.advance(1)
+        [dispatch] = core.schedule()
+        order.append(dispatch.jobs[0].tenant)
+        for job in dispatch.jobs:
+            core.job_succeeded(job.job_id, dispatch.batch_id)
+        core.batch_ended(dispatch.batch_id)
+    assert "small" in order[:2]
+    assert single.state is JobState.SUCCEEDED
+
+
+def test_least_loaded_worker_gets_the_batch_and_ties_alternate():
+    clock = FakeClock()
+    core = make_core(clock)
+    for name in ("w0", "w1"):
+        core.register_worker(worker(name))
+    seen = []
+    for i in range(4):
+        submit(core, steps=5 + i)
+        clock.advance(1)
+        [dispatch] = core.schedule()
+        seen.append(dispatch.worker_id)
+        for job in dispatch.jobs:
+            core.job_succeeded(job.job_id, dispatch.batch_id)
+        core.batch_ended(dispatch.batch_id)
+    assert seen.count("w0") == 2 and seen.count("w1") == 2
+
+
+def test_busy_worker_gets_nothing_until_its_batch_ends():
+    clock = FakeClock()
+    core = make_core(clock)
+    core.register_worker(worker("w0"))
+    submit(core, steps=5)
+    submit(core, steps=6)
+    clock.advance(1)
+    [first] = core.schedule()
+    assert core.schedule() == []
+    core.job_succeeded(first.jobs[0].job_id, first.batch_id)
+    core.batch_ended(first.batch_id)
+    [second] = core.schedule()
+    assert second.jobs[0].params.steps == 6
+
+
+def test_queue_depth_limit_rejects_with_retry_hint_and_does_not_accept():
+    clock = FakeClock()
+    core = make_core(clock)
+    core.policy.queues["image"] = type(core.policy.queues["image"])(10.0, 2)
+    submit(core)
+    submit(core)
+    outcome = core.submit(new_job())
+    assert isinstance(outcome, Rejection)
+    assert outcome.code == "RESOURCE_EXHAUSTED"
+    assert "max_depth is 2" in outcome.message
+    assert outcome.retry_after_s >= 1.0
+    assert len(core.jobs) == 2
+
+
+def test_deadline_that_cannot_be_met_is_rejected_at_submit():
+    clock = FakeClock()
+    core = make_core(clock)
+    core.register_worker(worker("w0"))
+    for i in range(50):
+        submit(core, steps=50, width=512, seed=i)
+    outcome = core.submit(new_job(deadline=clock.now + 0.5))
+    assert isinstance(outcome, Rejection)
+    assert "deadline cannot be met" in outcome.message
+
+
+def test_tenant_queued_limit():
+    clock = FakeClock()
+    core = make_core(clock)
+    quota = TenantQuota(max_queued=1)
+    submit(core, quota=quota)
+    outcome = core.submit(new_job(quota=quota))
+    assert isinstance(outcome, Rejection) and "limit is 1" in outcome.message
+
+
+def test_same_idempotency_key_returns_the_same_job():
+    clock = FakeClock()
+    core = make_core(clock)
+    first = submit(core, key="k1")
+    again = core.submit(new_job(key="k1"))
+    assert isinstance(again, Accepted) and again.deduplicated and again.job is first
+    other_tenant = submit(core, key="k1", tenant="t2")
+    assert other_tenant is not first
+
+
+def test_cancel_queued_is_immediate_and_running_asks_the_worker():
+    clock = FakeClock()
+    core = make_core(clock)
+    core.register_worker(worker("w0"))
+    queued = submit(core, steps=5)
+    core.cancel(queued.job_id)
+    assert queued.state is JobState.CANCELLED
+    running = submit(core, steps=6)
+    clock.advance(1)
+    [dispatch] = core.schedule()
+    core.take_effects()
+    core.cancel(running.job_id)
+    effects = core.take_effects()
+    assert running.state is JobState.CANCELLED
+    assert any(isinstance(e, CancelOnWorker) and e.job_ids == (running.job_id,) for e in effects)
+    core.job_succeeded(running.job_id, dispatch.batch_id)  # a late report is ignored
+    assert running.state is JobState.CANCELLED
+
+
+def test_deadline_expires_queued_and_running_jobs():
+    clock = FakeClock()
+    core = make_core(clock)
+    queued = submit(core, deadline=clock.now + 5)
+    clock.advance(6)
+    core.expire_due()
+    assert queued.state is JobState.EXPIRED
+    assert queued.error_code == "DEADLINE_EXCEEDED"
+
+
+def test_worker_loss_requeues_in_flight_jobs_at_the_front_then_gives_up():
+    clock = FakeClock()
+    core = make_core(clock, max_worker_losses=2)
+    core.register_worker(worker("w0"))
+    job = submit(core, steps=5)
+    later = submit(core, steps=6)
+    clock.advance(1)
+    core.schedule()
+    core.worker_lost("w0", "killed")
+    assert job.state is JobState.QUEUED and job.at_front and job.worker_losses == 1
+    core.register_worker(worker("w1"))
+    [dispatch] = core.schedule()
+    assert dispatch.jobs[0] is job
+    assert later.state is JobState.QUEUED
+    core.worker_lost("w1", "killed again")
+    assert job.state is JobState.FAILED
+    assert "gave up after 2 lost workers" in job.error_message
+
+
+def test_heartbeat_timeout_declares_worker_dead():
+    clock = FakeClock()
+    core = make_core(clock, heartbeat_timeout_s=3.0)
+    core.register_worker(worker("w0"))
+    clock.advance(2)
+    core.heartbeat("w0")
+    clock.advance(2)
+    assert core.check_liveness() == []
+    clock.advance(2)
+    assert core.check_liveness() == ["w0"]
+
+
+def test_preempted_job_goes_to_the_front_with_its_checkpoint():
+    clock = FakeClock()
+    core = make_core(clock)
+    core.register_worker(worker("spot0", pool="spot"))
+    core.register_worker(worker("od0"))
+    waiting = submit(core, steps=5)
+    job = submit(core, priority=Priority.BATCH, steps=8)
+    clock.advance(1)
+    dispatches = {d.worker_id: d for d in core.schedule()}
+    assert dispatches["spot0"].jobs == (job,)
+    core.job_preempted(job.job_id, dispatches["spot0"].batch_id, "/ckpt/job.pt", 3)
+    assert job.state is JobState.QUEUED and job.checkpoint == "/ckpt/job.pt" and job.step == 3
+    assert waiting.state is JobState.DISPATCHED
+
+
+def test_batch_prefers_spot_and_falls_back_to_on_demand_after_the_wait():
+    clock = FakeClock()
+    placements = {
+        Priority.REALTIME: Placement("on-demand", frozenset({"on-demand"}), 0.0),
+        Priority.STANDARD: Placement("on-demand", frozenset({"on-demand"}), 0.0),
+        Priority.BATCH: Placement("spot", frozenset({"spot", "on-demand"}), 10.0),
+    }
+    core = make_core(clock, placements=placements)
+    core.register_worker(worker("od0"))
+    job = submit(core, priority=Priority.BATCH)
+    clock.advance(1)
+    assert core.schedule() == []
+    assert core.next_wakeup() is not None
+    clock.advance(10)
+    [dispatch] = core.schedule()
+    assert dispatch.worker_id == "od0" and job.spot_fallback
+    assert core.spot_fallbacks["image"] == 1
+
+
+def test_realtime_never_runs_on_spot_by_default():
+    clock = FakeClock()
+    core = make_core(clock)
+    core.register_worker(worker("spot0", pool="spot"))
+    submit(core, priority=Priority.REALTIME)
+    clock.advance(100)
+    assert core.schedule() == []
+
+
+def test_draining_worker_gets_no_batches():
+    clock = FakeClock()
+    core = make_core(clock)
+    core.register_worker(worker("w0"))
+    core.heartbeat("w0", draining=True)
+    submit(core)
+    clock.advance(1)
+    assert core.schedule() == []
+
+
+def test_batch_ending_without_results_requeues_its_jobs():
+    clock = FakeClock()
+    core = make_core(clock)
+    core.register_worker(worker("w0"))
+    job = submit(core)
+    clock.advance(1)
+    [dispatch] = core.schedule()
+    core.batch_ended(dispatch.batch_id)
+    assert job.state is JobState.QUEUED and job.worker_losses == 1
+
+
+def test_progress_calibrates_the_cost_model_and_the_ledger():
+    clock = FakeClock()
+    core = make_core(clock)
+    core.register_worker(worker("w0"))
+    job = submit(core)
+    before = core.cost.step_s_per_unit("flux-tiny")
+    clock.advance(1)
+    [dispatch] = core.schedule()
+    assert isinstance(dispatch, Dispatch)
+    core.job_progress(job.job_id, dispatch.batch_id, 1, 4, step_seconds=0.02)
+    assert job.state is JobState.RUNNING
+    assert core.cost.step_s_per_unit("flux-tiny") != before
+    assert core.ledger.by_pool["on-demand"] > 0
