@@ -52,9 +52,7 @@ class JobRecords:
         for m, modality in enumerate(self.modalities):
             of_modality = self.modality == m
             sla = sla_s.get(modality, float("inf"))
-            result["by_modality"][modality] = _stats(
-                of_modality, self.outcome, wait, latency, sla
-            )
+            result["by_modality"][modality] = _stats(of_modality, self.outcome, wait, latency, sla)
             for priority in Priority:
                 mask = of_modality & (self.plan.priority == int(priority))
                 if mask.any():

@@ -13,6 +13,7 @@ from services.common.channels import internal_channel
 from services.common.registry import Registry
 from services.common.server import Registration, RunningServer, start_server
 from services.common.settings import MeshConfig
+from services.gateway.api import kserve
 from services.gateway.api.servicer import GatewayServicer, service_names
 from services.gateway.api.upstream import Upstream
 from services.gateway.core.tenancy import Tenancy
@@ -61,7 +62,11 @@ async def start_gateway(config: MeshConfig, registry: Registry) -> GatewayServic
         g.scheduler_address, config.internal_auth.resolve(), g.max_message_bytes
     )
     upstream = Upstream(
-        scheduler_pb2_grpc.SchedulerStub(channel), registry, tenancy, g.inline_result_limit_bytes
+        scheduler_pb2_grpc.SchedulerStub(channel),
+        registry,
+        tenancy,
+        g.inline_result_limit_bytes,
+        g.max_message_bytes,
     )
     registrations = [
         Registration(
@@ -70,7 +75,7 @@ async def start_gateway(config: MeshConfig, registry: Registry) -> GatewayServic
                 GatewayServicer(upstream), server
             ),
         ),
-        *_kserve_registrations(upstream),
+        kserve.registration(upstream),
     ]
     server = await start_server(
         registrations,
@@ -81,12 +86,3 @@ async def start_gateway(config: MeshConfig, registry: Registry) -> GatewayServic
     )
     log.info("gateway serving on %s:%d", g.host, server.port)
     return GatewayService(server, channel)
-
-
-def _kserve_registrations(upstream: Upstream) -> list[Registration]:
-    """The Open Inference Protocol servicer, when its module is present."""
-    try:
-        from services.gateway.api.kserve import registration
-    except ImportError:
-        return []
-    return [registration(upstream)]

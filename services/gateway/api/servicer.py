@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import AsyncIterator
 
 import grpc
 from mediamesh.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc, scheduler_pb2
 
 from services.common.params import find_model, parse_priority, resolve
-from services.gateway.api.upstream import Upstream, caller_of, relay_errors
+from services.gateway.api.upstream import Upstream, call_deadline_ms, caller_of, relay_errors
 from services.scheduler.api import convert
 
 
@@ -26,17 +25,8 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
         priority = parse_priority(fields.priority)
         resolve(spec, fields)  # reject bad input here, before it costs the scheduler anything
         self.up.tenancy.admit(caller, spec.name, priority)
-        deadline_ms = _deadline_ms(request, context)
-        submit = scheduler_pb2.SubmitRequest(
-            request=request,
-            tenant=caller.tenant,
-            deadline_unix_ms=deadline_ms,
-            tenant_weight=caller.quota.weight,
-            max_queued_jobs=caller.quota.max_queued_jobs,
-            max_running_jobs=caller.quota.max_concurrent_jobs,
-        )
-        async with relay_errors(context):
-            handle = await self.up.scheduler.Submit(submit, timeout=30)
+        deadline_ms = call_deadline_ms(fields.timeout_ms, context)
+        handle = await self.up.submit(request, caller, deadline_ms)
         return handle, caller.tenant
 
     async def Generate(
@@ -92,18 +82,6 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
         caller = caller_of(self.up.tenancy, context)
         async for chunk in self.up.download(request.job_id, caller.tenant, request.offset, context):
             yield chunk
-
-
-def _deadline_ms(request: common_pb2.GenerateRequest, context: grpc.aio.ServicerContext) -> int:
-    """The earlier of the request's timeout_ms and the call's own gRPC deadline."""
-    now = time.time()
-    candidates = []
-    if request.HasField("timeout_ms") and request.timeout_ms > 0:
-        candidates.append(now + request.timeout_ms / 1000)
-    remaining = context.time_remaining()
-    if remaining is not None:
-        candidates.append(now + remaining)
-    return int(min(candidates) * 1000) if candidates else 0
 
 
 def service_names() -> tuple[str, ...]:

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import grpc
 from mediamesh.v1 import common_pb2, gateway_pb2, scheduler_pb2, scheduler_pb2_grpc
 
-from services.common.errors import RETRY_AFTER_KEY
+from services.common.errors import RETRY_AFTER_KEY, MeshError
 from services.common.registry import Registry
 from services.gateway.core.tenancy import Caller, Tenancy
+
+SUBMIT_TIMEOUT_S = 30
 
 
 @dataclass
@@ -20,6 +23,23 @@ class Upstream:
     registry: Registry
     tenancy: Tenancy
     inline_limit: int
+    # The gateway's own message limit: what one answer to a caller may hold.
+    max_message_bytes: int = 64 * 1024 * 1024
+
+    async def submit(
+        self, request: common_pb2.GenerateRequest, caller: Caller, deadline_ms: int
+    ) -> gateway_pb2.JobHandle:
+        """Submit for an authenticated, admitted caller; scheduler errors raise MeshError."""
+        submit = scheduler_pb2.SubmitRequest(
+            request=request,
+            tenant=caller.tenant,
+            deadline_unix_ms=deadline_ms,
+            tenant_weight=caller.quota.weight,
+            max_queued_jobs=caller.quota.max_queued_jobs,
+            max_running_jobs=caller.quota.max_concurrent_jobs,
+        )
+        async with mesh_errors():
+            return await self.scheduler.Submit(submit, timeout=SUBMIT_TIMEOUT_S)
 
     async def watch(
         self, job_id: str, tenant: str, context: grpc.aio.ServicerContext
@@ -43,6 +63,18 @@ class Upstream:
                 yield chunk
 
 
+def call_deadline_ms(timeout_ms: int | None, context: grpc.aio.ServicerContext) -> int:
+    """The earlier of a request's own timeout and the call's gRPC deadline, as Unix ms (0: none)."""
+    now = time.time()
+    candidates = []
+    if timeout_ms:
+        candidates.append(now + timeout_ms / 1000)
+    remaining = context.time_remaining()
+    if remaining is not None:
+        candidates.append(now + remaining)
+    return int(min(candidates) * 1000) if candidates else 0
+
+
 def caller_of(tenancy: Tenancy, context: grpc.aio.ServicerContext) -> Caller:
     metadata = dict(context.invocation_metadata() or ())
     return tenancy.authenticate(metadata.get("authorization"))
@@ -56,3 +88,19 @@ async def relay_errors(context: grpc.aio.ServicerContext) -> AsyncIterator[None]
     except grpc.aio.AioRpcError as exc:
         trailing = tuple((k, v) for k, v in (exc.trailing_metadata() or ()) if k == RETRY_AFTER_KEY)
         await context.abort(exc.code(), exc.details() or "", trailing)
+
+
+@contextlib.asynccontextmanager
+async def mesh_errors() -> AsyncIterator[None]:
+    """Turn a scheduler status into a MeshError, keeping its code, message and retry hint."""
+    try:
+        yield
+    except grpc.aio.AioRpcError as exc:
+        retry_ms = next(
+            (v for k, v in (exc.trailing_metadata() or ()) if k == RETRY_AFTER_KEY), "0"
+        )
+        raise MeshError(
+            exc.details() or exc.code().name,
+            code=exc.code().name,
+            retry_after_s=int(retry_ms) / 1000,
+        ) from None

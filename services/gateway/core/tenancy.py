@@ -35,15 +35,17 @@ class TokenBucket:
         self.tokens = float(burst)
         self.updated = clock()
 
-    def take(self) -> float:
-        """0 when a token was taken, else seconds until one is available."""
+    def take(self, count: int = 1) -> float:
+        """0 when `count` tokens were taken, else seconds until they are available."""
+        # More than the burst could never be granted; the whole bucket is the most one call pays.
+        count = min(count, self.burst)
         now = self.clock()
         self.tokens = min(self.burst, self.tokens + (now - self.updated) * self.rate)
         self.updated = now
-        if self.tokens >= 1:
-            self.tokens -= 1
+        if self.tokens >= count:
+            self.tokens -= count
             return 0.0
-        return (1 - self.tokens) / self.rate
+        return (count - self.tokens) / self.rate
 
 
 class Tenancy:
@@ -68,8 +70,8 @@ class Tenancy:
             raise Unauthenticated("authorization: unknown API key")
         return Caller(tenant, self._tenants.get(tenant, TenantSettings()))
 
-    def admit(self, caller: Caller, model: str, priority: Priority) -> None:
-        """Checks model access, priority ceiling and request rate before a submission."""
+    def admit(self, caller: Caller, model: str, priority: Priority, jobs: int = 1) -> None:
+        """Checks model access, priority ceiling and request rate before submitting `jobs`."""
         quota = caller.quota
         if quota.allowed_models and model not in quota.allowed_models:
             raise PermissionDenied(
@@ -82,14 +84,14 @@ class Tenancy:
                 f"priority: {priority.name} is above tenant {caller.tenant!r}'s highest "
                 f"allowed priority {ceiling.name}"
             )
-        self.check_rate(caller)
+        self.check_rate(caller, jobs)
 
-    def check_rate(self, caller: Caller) -> None:
+    def check_rate(self, caller: Caller, jobs: int = 1) -> None:
         bucket = self._buckets.get(caller.tenant)
         if bucket is None:
             bucket = TokenBucket(caller.quota.requests_per_second, caller.quota.burst, self._clock)
             self._buckets[caller.tenant] = bucket
-        wait = bucket.take()
+        wait = bucket.take(jobs)
         if wait > 0:
             raise ResourceExhausted(
                 f"rate: tenant {caller.tenant!r} is over {caller.quota.requests_per_second} "

@@ -1,0 +1,147 @@
+"""Build a simulation from a scenario, run it, and collect what the report needs."""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, fields
+
+from bench.sim.arrivals import ArrivalPlan, generate
+from bench.sim.cluster import Cluster
+from bench.sim.engine import Engine
+from bench.sim.fleet import DeploymentState, Speed, hosted_models
+from bench.sim.records import JobRecords, TimeSeries
+from bench.sim.scenario import Autoscale, Deployment, Scenario
+from services.common.registry import ModelSpec
+from services.common.settings import MeshConfig
+from services.scheduler.core.jobs import GenerationParams, TenantQuota
+from services.scheduler.main import core_policy
+
+_PARAM_NAMES = {f.name for f in fields(GenerationParams)} - {"prompt", "negative_prompt", "seed"}
+
+
+@dataclass
+class SimulationResult:
+    scenario: str
+    seed: int
+    jobs: int
+    devices: int
+    sim_seconds: float
+    wall_seconds: float
+    stats: dict
+    fleet: dict
+    scheduler: dict
+    series: TimeSeries
+    records: JobRecords
+    sla_s: dict[str, float]
+
+    @property
+    def jobs_per_wall_s(self) -> float:
+        return self.jobs / self.wall_seconds if self.wall_seconds > 0 else math.inf
+
+    @property
+    def cost_per_hour(self) -> float:
+        hours = self.sim_seconds / 3600
+        return self.fleet["cost"] / hours if hours > 0 else 0.0
+
+
+def job_params(spec: ModelSpec, overrides: dict[str, float | int]) -> GenerationParams:
+    """The registry's defaults for a model with the workload's overrides on top."""
+    values = spec.defaults.model_dump()
+    unknown = set(overrides) - _PARAM_NAMES
+    if unknown:
+        raise ValueError(f"workload.params.{spec.name}: unknown parameters {sorted(unknown)}")
+    values.update(overrides)
+    return GenerationParams(prompt="", **{k: v for k, v in values.items() if k in _PARAM_NAMES})
+
+
+def scale_fleet(fleet: list[Deployment], devices: int) -> list[Deployment]:
+    """The same fleet shape with `devices` replicas in all, split by largest remainder."""
+    total = sum(d.replicas for d in fleet)
+    if total == 0:
+        raise ValueError("--devices needs a fleet with replicas to scale")
+    factor = devices / total
+    shares = [d.replicas * factor for d in fleet]
+    counts = [math.floor(s) for s in shares]
+    by_remainder = sorted(range(len(fleet)), key=lambda i: counts[i] - shares[i])
+    for i in by_remainder[: devices - sum(counts)]:
+        counts[i] += 1
+    scaled = []
+    for deployment, count in zip(fleet, counts, strict=True):
+        update: dict = {"replicas": count}
+        if deployment.autoscale is not None:
+            a = deployment.autoscale
+            update["autoscale"] = Autoscale(
+                **{
+                    **a.model_dump(),
+                    "min_replicas": min(math.ceil(a.min_replicas * factor), count),
+                    "max_replicas": max(math.ceil(a.max_replicas * factor), count, 1),
+                }
+            )
+        scaled.append(deployment.model_copy(update=update))
+    return scaled
+
+
+def simulate(
+    scenario: Scenario,
+    jobs: int | None = None,
+    devices: int | None = None,
+    seed: int | None = None,
+    plan: ArrivalPlan | None = None,
+) -> SimulationResult:
+    seed = scenario.seed if seed is None else seed
+    registry = scenario.registry()
+    specs = {s.name: s for s in registry.models}
+    workload = scenario.workload
+    params = {m: job_params(specs[m], workload.params.get(m, {})) for m in specs}
+    plan = plan if plan is not None else generate(workload, seed, jobs)
+    fleet = scale_fleet(scenario.fleet, devices) if devices is not None else scenario.fleet
+    quotas = {
+        name: TenantQuota(t.weight, t.max_queued, t.max_running)
+        for name, t in workload.tenants.items()
+    }
+    records = JobRecords(plan, {name: spec.modality for name, spec in specs.items()})
+    policy = core_policy(MeshConfig(scheduler=scenario.scheduler))
+    engine = Engine(registry.models, policy, plan, params, quotas, records)
+    speeds = {name: Speed(d, specs, params) for name, d in scenario.device_types.items()}
+    states = []
+    for deployment in fleet:
+        target = deployment.replicas
+        if deployment.autoscale is not None:
+            scale = deployment.autoscale
+            target = min(max(target, scale.min_replicas), scale.max_replicas)
+        models = hosted_models(deployment, scenario.device_types[deployment.device], specs)
+        states.append(DeploymentState(deployment, models, target))
+    last_arrival = float(plan.times[-1]) if len(plan) else 0.0
+    sample_s = scenario.sample_s or max(last_arrival / 400, 1.0)
+    cluster = Cluster(engine, scenario, states, speeds, sample_s, seed + 1)
+
+    started = time.perf_counter()
+    cluster.start()
+    engine.run(until=last_arrival + scenario.drain_s)
+    wall = time.perf_counter() - started
+    cluster.close()
+
+    sla_s = {q: s.sla_s for q, s in scenario.scheduler.queues.items()}
+    core = engine.core
+    return SimulationResult(
+        scenario=scenario.name,
+        seed=seed,
+        jobs=len(plan),
+        devices=sum(s.target for s in states),
+        sim_seconds=engine.now,
+        wall_seconds=wall,
+        stats=records.summary(sla_s),
+        fleet=cluster.accounting.summary(),
+        scheduler={
+            "batches": engine.dispatches,
+            "mean_batch_size": (engine.ended / engine.dispatches) if engine.dispatches else 0.0,
+            "spot_notices": cluster.notices,
+            "preemptions": dict(core.preemptions),
+            "spot_fallbacks": dict(core.spot_fallbacks),
+            "calibrated_step_s_per_unit": {m: core.cost.step_s_per_unit(m) for m in specs},
+        },
+        series=cluster.series,
+        records=records,
+        sla_s=sla_s,
+    )

@@ -1,0 +1,216 @@
+"""inference.GRPCInferenceService: the Open Inference Protocol (KServe v2 / Triton) gateway.
+
+Same port, API keys, tenants and quotas as mediamesh.v1.Gateway. Errors follow the status
+codes Triton gives the same mistakes: an unknown model is NOT_FOUND ("Request for unknown
+model"), malformed input INVALID_ARGUMENT, an expired timeout UNAVAILABLE.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.metadata
+import logging
+from collections.abc import AsyncIterator, Callable
+
+import grpc
+from inference import grpc_service_pb2 as pb
+from inference import grpc_service_pb2_grpc as pb_grpc
+from mediamesh.v1 import gateway_pb2
+
+from services.common.errors import MeshError, NotFound
+from services.common.registry import ModelSpec
+from services.common.server import Registration
+from services.gateway.api import kserve_messages as messages
+from services.gateway.api.kserve_jobs import ElementProgress, run_call
+from services.gateway.api.upstream import Upstream, caller_of, mesh_errors
+from services.gateway.core.inference_call import (
+    MODEL_VERSION,
+    check_version,
+    encode_outputs,
+    parse_call,
+)
+from services.gateway.core.tenancy import Caller
+
+log = logging.getLogger("mediamesh.gateway.kserve")
+
+SERVER_NAME = "mediamesh"
+# Protocol extensions served: request priority and timeout, and request parameters.
+EXTENSIONS = ("schedule_policy", "parameters")
+_READY_TIMEOUT_S = 5
+
+
+def _server_version() -> str:
+    try:
+        return importlib.metadata.version("mediamesh")
+    except importlib.metadata.PackageNotFoundError:
+        return "0"
+
+
+class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
+    def __init__(self, upstream: Upstream) -> None:
+        self.up = upstream
+
+    # ---- health and metadata -------------------------------------------------------------
+
+    async def ServerLive(
+        self, request: pb.ServerLiveRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ServerLiveResponse:
+        # Open like grpc.health.v1: probes carry no API key and learn nothing about tenants.
+        return pb.ServerLiveResponse(live=True)
+
+    async def ServerReady(
+        self, request: pb.ServerReadyRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ServerReadyResponse:
+        ready = await self._ready_models()
+        return pb.ServerReadyResponse(ready=bool(ready))
+
+    async def ModelReady(
+        self, request: pb.ModelReadyRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ModelReadyResponse:
+        caller_of(self.up.tenancy, context)
+        # Like Triton, an unknown model or version is simply not ready.
+        if self.up.registry.get(request.name) is None or request.version not in ("", MODEL_VERSION):
+            return pb.ModelReadyResponse(ready=False)
+        return pb.ModelReadyResponse(ready=request.name in await self._ready_models())
+
+    async def ServerMetadata(
+        self, request: pb.ServerMetadataRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ServerMetadataResponse:
+        caller_of(self.up.tenancy, context)
+        return pb.ServerMetadataResponse(
+            name=SERVER_NAME, version=_server_version(), extensions=list(EXTENSIONS)
+        )
+
+    async def ModelMetadata(
+        self, request: pb.ModelMetadataRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ModelMetadataResponse:
+        caller_of(self.up.tenancy, context)
+        spec = self._model(request.name, request.version)
+        return messages.model_metadata(spec)
+
+    # ---- inference -----------------------------------------------------------------------
+
+    async def ModelInfer(
+        self, request: pb.ModelInferRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ModelInferResponse:
+        caller = caller_of(self.up.tenancy, context)
+        return await self._infer(request, caller, context)
+
+    async def ModelStreamInfer(
+        self,
+        request_iterator: AsyncIterator[pb.ModelInferRequest],
+        context: grpc.aio.ServicerContext,
+    ) -> AsyncIterator[pb.ModelStreamInferResponse]:
+        caller = caller_of(self.up.tenancy, context)
+        responses: asyncio.Queue[pb.ModelStreamInferResponse | None] = asyncio.Queue()
+        running: set[asyncio.Task] = set()
+
+        async def read_requests() -> None:
+            try:
+                async for request in request_iterator:
+                    task = asyncio.create_task(
+                        self._stream_one(request, caller, context, responses.put_nowait)
+                    )
+                    running.add(task)
+                    task.add_done_callback(running.discard)
+                while running:
+                    await asyncio.wait(set(running))
+            finally:
+                responses.put_nowait(None)
+
+        reader = asyncio.create_task(read_requests())
+        try:
+            while (response := await responses.get()) is not None:
+                yield response
+            await reader
+        finally:
+            # The caller left or the stream failed: nobody will read the results.
+            reader.cancel()
+            for task in list(running):
+                task.cancel()
+
+    async def _stream_one(
+        self,
+        request: pb.ModelInferRequest,
+        caller: Caller,
+        context: grpc.aio.ServicerContext,
+        emit: Callable[[pb.ModelStreamInferResponse], None],
+    ) -> None:
+        def progress(p: ElementProgress) -> None:
+            parameters = {
+                "step": p.step,
+                "total_steps": p.total_steps,
+                "element": p.element,
+                "job_id": p.job_id,
+                messages.FINAL_FLAG: False,
+            }
+            emit(messages.stream_response(request, parameters=parameters))
+
+        try:
+            final = await self._infer(request, caller, context, progress)
+            final.parameters[messages.FINAL_FLAG].bool_param = True
+            emit(pb.ModelStreamInferResponse(infer_response=final))
+        except MeshError as exc:
+            emit(messages.stream_error(request, _stream_error_text(exc)))
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("stream request %r for model %r failed", request.id, request.model_name)
+            emit(messages.stream_error(request, "INTERNAL: internal error; see the gateway log"))
+
+    async def _infer(
+        self,
+        request: pb.ModelInferRequest,
+        caller: Caller,
+        context: grpc.aio.ServicerContext,
+        on_progress: Callable[[ElementProgress], None] | None = None,
+    ) -> pb.ModelInferResponse:
+        spec = self._model(request.model_name, request.model_version)
+        call = parse_call(
+            spec,
+            messages.input_tensors(request),
+            messages.parameter_values(request.parameters),
+            messages.requested_outputs(request),
+        )
+        results = await run_call(self.up, call, caller, context, on_progress)
+        return messages.infer_response(request, encode_outputs(results, call.outputs))
+
+    # ---- helpers -------------------------------------------------------------------------
+
+    def _model(self, name: str, version: str) -> ModelSpec:
+        spec = self.up.registry.get(name)
+        if spec is None:
+            raise NotFound(
+                f"Request for unknown model: '{name}' is not found; "
+                f"known: {', '.join(self.up.registry.names)}"
+            )
+        check_version(spec, version)
+        return spec
+
+    async def _ready_models(self) -> set[str]:
+        try:
+            async with mesh_errors():
+                reply = await self.up.scheduler.ListModels(
+                    gateway_pb2.ListModelsRequest(), timeout=_READY_TIMEOUT_S
+                )
+        except MeshError:
+            return set()
+        return {m.name for m in reply.models if m.ready}
+
+
+def _stream_error_text(exc: MeshError) -> str:
+    # A stream error is only a string, so the code and the retry hint travel inside it.
+    text = f"{exc.code}: {exc.message}"
+    if exc.retry_after_s:
+        text += f" (retry after {int(exc.retry_after_s * 1000)} ms)"
+    return text
+
+
+def registration(upstream: Upstream) -> Registration:
+    name = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"].full_name
+    return Registration(
+        (name,),
+        lambda server: pb_grpc.add_GRPCInferenceServiceServicer_to_server(
+            InferenceServicer(upstream), server
+        ),
+    )

@@ -1,0 +1,170 @@
+"""Run one Open Inference Protocol call as mesh jobs: submit every element, follow, collect.
+
+The caller has no job ids to come back with, so unlike mediamesh.v1.Gateway/Generate the
+jobs of a call that fails, is cancelled or loses its caller are cancelled too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import grpc
+from mediamesh.v1 import common_pb2, scheduler_pb2
+
+from services.common.errors import MeshError, ResourceExhausted, Unavailable
+from services.common.params import RequestFields, parse_priority
+from services.gateway.api.upstream import Upstream, call_deadline_ms, mesh_errors
+from services.gateway.core.inference_call import ElementResult, InferCall, job_failure
+from services.gateway.core.tenancy import Caller
+
+# Room left in a message for everything but the artifacts themselves.
+_ENVELOPE_BYTES = 64 * 1024
+_CANCEL_TIMEOUT_S = 5
+_OPTIONAL_FIELDS = (
+    "steps",
+    "seed",
+    "width",
+    "height",
+    "num_frames",
+    "guidance_scale",
+    "duration_s",
+    "timeout_ms",
+)
+
+
+@dataclass(frozen=True)
+class ElementProgress:
+    element: int
+    step: int
+    total_steps: int
+    job_id: str
+
+
+ProgressSink = Callable[[ElementProgress], None]
+
+
+def generate_request(fields: RequestFields) -> common_pb2.GenerateRequest:
+    request = common_pb2.GenerateRequest(
+        model=fields.model,
+        prompt=fields.prompt,
+        negative_prompt=fields.negative_prompt,
+        priority=common_pb2.Priority.Value(fields.priority),
+    )
+    for name in _OPTIONAL_FIELDS:
+        value = getattr(fields, name)
+        if value is not None:
+            setattr(request, name, value)
+    return request
+
+
+async def run_call(
+    up: Upstream,
+    call: InferCall,
+    caller: Caller,
+    context: grpc.aio.ServicerContext,
+    on_progress: ProgressSink | None = None,
+) -> list[ElementResult]:
+    first = call.elements[0]
+    up.tenancy.admit(caller, call.model, parse_priority(first.priority), jobs=len(call.elements))
+    deadline_ms = call_deadline_ms(first.timeout_ms, context)
+    job_ids: list[str] = []
+    try:
+        for fields in call.elements:
+            handle = await up.submit(generate_request(fields), caller, deadline_ms)
+            job_ids.append(handle.job_id)
+        results = await _follow_all(up, caller.tenant, job_ids, on_progress)
+    except BaseException:
+        await asyncio.shield(_cancel(up, caller.tenant, job_ids))
+        raise
+    total = sum(len(r.data) for r in results)
+    if total > up.max_message_bytes - _ENVELOPE_BYTES:
+        raise _too_large(total, up.max_message_bytes)
+    return results
+
+
+async def _follow_all(
+    up: Upstream, tenant: str, job_ids: list[str], on_progress: ProgressSink | None
+) -> list[ElementResult]:
+    tasks = [
+        asyncio.create_task(_follow(up, tenant, index, job_id, on_progress))
+        for index, job_id in enumerate(job_ids)
+    ]
+    try:
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+        for task in tasks:
+            if task in done and task.exception() is not None:
+                raise task.exception()  # type: ignore[misc]
+        return [task.result() for task in tasks]
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def _follow(
+    up: Upstream, tenant: str, index: int, job_id: str, on_progress: ProgressSink | None
+) -> ElementResult:
+    events = up.scheduler.Watch(scheduler_pb2.ScopedJobRequest(job_id=job_id, tenant=tenant))
+    try:
+        async with mesh_errors():
+            async for event in events:
+                kind = event.WhichOneof("event")
+                if kind == "progress" and on_progress is not None:
+                    p = event.progress
+                    on_progress(ElementProgress(index, p.step, p.total_steps, job_id))
+                elif kind == "result":
+                    return await _result(up, tenant, job_id, event.result)
+                elif kind == "error":
+                    raise job_failure(job_id, event.error.code, event.error.message)
+    finally:
+        events.cancel()
+    raise Unavailable(f"job {job_id}: the scheduler ended its event stream without a result")
+
+
+async def _result(
+    up: Upstream, tenant: str, job_id: str, result: common_pb2.Result
+) -> ElementResult:
+    data = result.data
+    if not data and result.HasField("artifact"):
+        size = result.artifact.size_bytes
+        if size > up.max_message_bytes - _ENVELOPE_BYTES:
+            raise _too_large(size, up.max_message_bytes)
+        data = await _download(up, tenant, job_id)
+    return ElementResult(data, result.mime_type, result.seed)
+
+
+async def _download(up: Upstream, tenant: str, job_id: str) -> bytes:
+    """The artifact above the inline limit, fetched in the scheduler's chunks and checked."""
+    parts: list[bytes] = []
+    expected = ""
+    chunks = up.scheduler.Download(scheduler_pb2.ScopedJobRequest(job_id=job_id, tenant=tenant))
+    async with mesh_errors():
+        async for chunk in chunks:
+            parts.append(chunk.data)
+            expected = chunk.sha256 or expected
+    data = b"".join(parts)
+    if expected and hashlib.sha256(data).hexdigest() != expected:
+        raise MeshError(f"job {job_id}: the downloaded artifact does not match its sha256")
+    return data
+
+
+async def _cancel(up: Upstream, tenant: str, job_ids: list[str]) -> None:
+    for job_id in job_ids:
+        # Best effort: a job that already ended or a scheduler that is gone changes nothing.
+        with contextlib.suppress(grpc.aio.AioRpcError):
+            await up.scheduler.Cancel(
+                scheduler_pb2.ScopedJobRequest(job_id=job_id, tenant=tenant),
+                timeout=_CANCEL_TIMEOUT_S,
+            )
+
+
+def _too_large(size: int, limit: int) -> ResourceExhausted:
+    return ResourceExhausted(
+        f"output: {size} bytes of artifacts do not fit in one response "
+        f"(gateway.max_message_bytes is {limit}); send fewer prompt elements, or use "
+        "mediamesh.v1.Gateway Submit and Download"
+    )

@@ -1,0 +1,299 @@
+"""An Open Inference Protocol request as mediamesh jobs, and their results as output tensors.
+
+Pure: the api layer hands over tensors and parameters as plain values. Every registry model
+takes input `prompt` (BYTES, one generation per element) and optional `negative_prompt`
+(BYTES, one element or one per prompt), and answers with outputs `output` (BYTES: each
+element's artifact) and `seed` (INT64: the seed each element used).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from services.common.errors import InvalidArgument, MeshError, NotFound
+from services.common.params import RequestFields, resolve
+from services.common.registry import ModelSpec
+from services.gateway.core.tensors import join_bytes_tensor, pack_int64, split_bytes_tensor
+
+ParamValue = bool | int | float | str
+
+PROMPT, NEGATIVE_PROMPT = "prompt", "negative_prompt"
+OUTPUT, SEED = "output", "seed"
+MODEL_VERSION = "1"
+# Parameters the client libraries add for their own protocol handling, never for the model.
+CLIENT_PARAMETER_PREFIX = "triton_"
+_INT_PARAMETERS = ("steps", "seed", "width", "height", "num_frames")
+_FLOAT_PARAMETERS = ("guidance_scale", "duration_s")
+KNOWN_PARAMETERS = (*_INT_PARAMETERS, *_FLOAT_PARAMETERS, "priority", "timeout")
+# The schedule-policy extension numbers priority levels from 1, the highest.
+_PRIORITY_LEVELS = ("REALTIME", "STANDARD", "BATCH")
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    name: str
+    datatype: str
+    shape: tuple[int, ...]
+
+
+INPUTS = (TensorSpec(PROMPT, "BYTES", (-1,)), TensorSpec(NEGATIVE_PROMPT, "BYTES", (-1,)))
+OUTPUTS = (TensorSpec(OUTPUT, "BYTES", (-1,)), TensorSpec(SEED, "INT64", (-1,)))
+
+
+@dataclass(frozen=True)
+class InputTensor:
+    """One input as sent: typed `elements` (contents.bytes_contents) and/or `raw` bytes."""
+
+    name: str
+    datatype: str
+    shape: tuple[int, ...]
+    elements: tuple[bytes, ...] = ()
+    raw: bytes | None = None
+    # True when the typed contents hold values of a non-BYTES kind.
+    other_contents: bool = False
+
+
+@dataclass(frozen=True)
+class InferCall:
+    """Validated jobs, one per prompt element, and the outputs to return."""
+
+    model: str
+    elements: tuple[RequestFields, ...]
+    outputs: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ElementResult:
+    data: bytes
+    mime_type: str
+    seed: int
+
+
+@dataclass(frozen=True)
+class OutputTensor:
+    name: str
+    datatype: str
+    shape: tuple[int, ...]
+    parameters: Mapping[str, ParamValue]
+    raw: bytes
+
+
+def check_version(spec: ModelSpec, version: str) -> None:
+    if version not in ("", MODEL_VERSION):
+        raise NotFound(
+            f"Request for unknown model: '{spec.name}' version {version} is not found; "
+            f"the only version is {MODEL_VERSION}"
+        )
+
+
+def parse_call(
+    spec: ModelSpec,
+    inputs: Sequence[InputTensor],
+    parameters: Mapping[str, ParamValue],
+    requested_outputs: Sequence[str],
+) -> InferCall:
+    by_name = _inputs_by_name(spec, inputs)
+    if PROMPT not in by_name:
+        raise InvalidArgument(
+            f"inputs: '{PROMPT}' is required for model '{spec.name}' (BYTES, shape [-1])"
+        )
+    prompts = _texts(by_name[PROMPT])
+    limit = spec.batching.max_batch
+    if len(prompts) > limit:
+        raise InvalidArgument(
+            f"{PROMPT}: {len(prompts)} elements; the limit for model '{spec.name}' is {limit} "
+            "(its max batch)"
+        )
+    negatives = [""] * len(prompts)
+    if NEGATIVE_PROMPT in by_name:
+        sent = _texts(by_name[NEGATIVE_PROMPT])
+        if len(sent) not in (1, len(prompts)):
+            raise InvalidArgument(
+                f"{NEGATIVE_PROMPT}: {len(sent)} elements; send 1, or one per {PROMPT} "
+                f"element ({len(prompts)})"
+            )
+        negatives = sent * len(prompts) if len(sent) == 1 else sent
+    base = _fields_from_parameters(spec.name, parameters)
+    elements = []
+    for index, (prompt, negative) in enumerate(zip(prompts, negatives, strict=True)):
+        seed = None if base.seed is None else base.seed + index
+        fields = replace(base, prompt=prompt, negative_prompt=negative, seed=seed)
+        try:
+            resolve(spec, fields)
+        except MeshError as exc:
+            where = f" (element {index})" if len(prompts) > 1 else ""
+            raise InvalidArgument(exc.message + where) from None
+        elements.append(fields)
+    return InferCall(spec.name, tuple(elements), _outputs(spec.name, requested_outputs))
+
+
+def _inputs_by_name(spec: ModelSpec, inputs: Sequence[InputTensor]) -> dict[str, InputTensor]:
+    known = {t.name for t in INPUTS}
+    by_name: dict[str, InputTensor] = {}
+    for tensor in inputs:
+        if tensor.name not in known:
+            raise InvalidArgument(
+                f"unexpected inference input '{tensor.name}' for model '{spec.name}'; "
+                f"inputs are {PROMPT} and {NEGATIVE_PROMPT}"
+            )
+        if tensor.name in by_name:
+            raise InvalidArgument(f"{tensor.name}: sent more than once")
+        by_name[tensor.name] = tensor
+    return by_name
+
+
+def _elements(tensor: InputTensor) -> list[bytes]:
+    name = tensor.name
+    if tensor.datatype != "BYTES":
+        raise InvalidArgument(f"{name}: datatype must be BYTES, got {tensor.datatype or '(none)'}")
+    if len(tensor.shape) not in (1, 2) or (len(tensor.shape) == 2 and tensor.shape[1] != 1):
+        raise InvalidArgument(f"{name}: shape must be [N] or [N, 1], got {list(tensor.shape)}")
+    expected = math.prod(tensor.shape)
+    if expected < 1:
+        raise InvalidArgument(f"{name}: shape {list(tensor.shape)} has no elements; need >= 1")
+    if tensor.other_contents:
+        raise InvalidArgument(f"{name}: BYTES elements belong in contents.bytes_contents")
+    if tensor.raw is not None and tensor.elements:
+        raise InvalidArgument(
+            f"{name}: send the elements in contents or in raw_input_contents, not both"
+        )
+    elements = split_bytes_tensor(tensor.raw, name) if tensor.raw is not None else tensor.elements
+    if len(elements) != expected:
+        raise InvalidArgument(
+            f"{name}: shape {list(tensor.shape)} needs {expected} elements, got {len(elements)}"
+        )
+    return list(elements)
+
+
+def _texts(tensor: InputTensor) -> list[str]:
+    texts = []
+    for index, element in enumerate(_elements(tensor)):
+        try:
+            texts.append(element.decode("utf-8"))
+        except UnicodeDecodeError as exc:
+            raise InvalidArgument(
+                f"{tensor.name}[{index}]: not valid UTF-8 (byte {exc.start})"
+            ) from None
+    return texts
+
+
+def _fields_from_parameters(model: str, parameters: Mapping[str, ParamValue]) -> RequestFields:
+    values: dict[str, object] = {}
+    for name, value in parameters.items():
+        if name.startswith(CLIENT_PARAMETER_PREFIX):
+            continue
+        if name in _INT_PARAMETERS:
+            values[name] = _integer(name, value)
+        elif name in _FLOAT_PARAMETERS:
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise InvalidArgument(f"{name}: expected a number, got {_kind(value)}")
+            values[name] = float(value)
+        elif name == "priority":
+            values[name] = parse_priority_parameter(value)
+        elif name == "timeout":
+            micros = _integer(name, value)
+            if micros < 0:
+                raise InvalidArgument(f"timeout: {micros} is negative; microseconds >= 0")
+            # Triton's 0 means no timeout; sub-millisecond values round up, never to 0.
+            values["timeout_ms"] = math.ceil(micros / 1000) if micros else None
+        else:
+            raise InvalidArgument(
+                f"parameters: unknown parameter '{name}'; known: {', '.join(KNOWN_PARAMETERS)}"
+            )
+    return RequestFields(model=model, prompt="", **values)  # type: ignore[arg-type]
+
+
+def _integer(name: str, value: ParamValue) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidArgument(f"{name}: expected an integer parameter, got {_kind(value)}")
+    return value
+
+
+def _kind(value: ParamValue) -> str:
+    return {bool: "bool", int: "integer", float: "double", str: "string"}[type(value)]
+
+
+def parse_priority_parameter(value: ParamValue) -> str:
+    """REALTIME/STANDARD/BATCH by name, or the schedule-policy level 1..3 (0 = default)."""
+    if isinstance(value, str):
+        name = value.strip().upper()
+        if name in _PRIORITY_LEVELS:
+            return name
+        raise InvalidArgument(
+            f"priority: unknown value {value!r}; use REALTIME, STANDARD or BATCH, or 1..3"
+        )
+    level = _integer("priority", value)
+    if level == 0:
+        return "STANDARD"
+    if not 1 <= level <= len(_PRIORITY_LEVELS):
+        raise InvalidArgument(
+            f"priority: {level} is out of range; allowed 1..{len(_PRIORITY_LEVELS)} "
+            "(1 = REALTIME, the highest; 0 = default STANDARD)"
+        )
+    return _PRIORITY_LEVELS[level - 1]
+
+
+def _outputs(model: str, requested: Sequence[str]) -> tuple[str, ...]:
+    known = tuple(t.name for t in OUTPUTS)
+    for name in requested:
+        if name not in known:
+            raise InvalidArgument(
+                f"unexpected inference output '{name}' for model '{model}'; "
+                f"outputs are {', '.join(known)}"
+            )
+    return tuple(dict.fromkeys(requested)) or known
+
+
+def encode_outputs(results: Sequence[ElementResult], wanted: Sequence[str]) -> list[OutputTensor]:
+    shape = (len(results),)
+    tensors = []
+    for name in wanted:
+        if name == OUTPUT:
+            mimes = list(dict.fromkeys(r.mime_type for r in results))
+            # One model has one MIME type, except video that fell back to its second format.
+            content_type = mimes[0] if len(mimes) == 1 else ",".join(r.mime_type for r in results)
+            tensors.append(
+                OutputTensor(
+                    OUTPUT,
+                    "BYTES",
+                    shape,
+                    {"content_type": content_type},
+                    join_bytes_tensor([r.data for r in results]),
+                )
+            )
+        elif name == SEED:
+            tensors.append(
+                OutputTensor(SEED, "INT64", shape, {}, pack_int64([r.seed for r in results]))
+            )
+    return tensors
+
+
+_STATUS_NAMES = frozenset(
+    {
+        "CANCELLED",
+        "UNKNOWN",
+        "INVALID_ARGUMENT",
+        "DEADLINE_EXCEEDED",
+        "NOT_FOUND",
+        "ALREADY_EXISTS",
+        "PERMISSION_DENIED",
+        "RESOURCE_EXHAUSTED",
+        "FAILED_PRECONDITION",
+        "ABORTED",
+        "OUT_OF_RANGE",
+        "UNIMPLEMENTED",
+        "INTERNAL",
+        "UNAVAILABLE",
+        "DATA_LOSS",
+        "UNAUTHENTICATED",
+    }
+)
+
+
+def job_failure(job_id: str, code: str, message: str) -> MeshError:
+    """The status Triton gives the same outcome: an expired request is UNAVAILABLE there."""
+    if code == "DEADLINE_EXCEEDED":
+        return MeshError(f"Request timeout expired (job {job_id}: {message})", code="UNAVAILABLE")
+    return MeshError(f"job {job_id}: {message}", code=code if code in _STATUS_NAMES else "INTERNAL")

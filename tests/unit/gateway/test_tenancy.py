@@ -1,0 +1,79 @@
+"""API keys, tenants and quotas, with a fake clock."""
+
+from __future__ import annotations
+
+import pytest
+
+from services.common.errors import PermissionDenied, ResourceExhausted, Unauthenticated
+from services.common.generation import Priority
+from services.common.settings import GatewaySettings
+from services.gateway.core.tenancy import OPEN_TENANT, Tenancy, TokenBucket, hash_key
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def settings(**tenant: object) -> GatewaySettings:
+    return GatewaySettings(
+        api_keys=[{"sha256": hash_key("key-a"), "tenant": "a"}],
+        tenants={"a": tenant},
+    )
+
+
+def test_no_keys_is_open_with_the_default_tenant():
+    tenancy = Tenancy(GatewaySettings(), Clock())
+    assert tenancy.open and tenancy.authenticate(None).tenant == OPEN_TENANT
+
+
+@pytest.mark.parametrize(
+    ("header", "words"),
+    [(None, "missing"), ("Basic abc", "Bearer"), ("Bearer ", "Bearer"), ("Bearer nope", "unknown")],
+)
+def test_keys_are_required_and_checked(header, words):
+    with pytest.raises(Unauthenticated) as caught:
+        Tenancy(settings(), Clock()).authenticate(header)
+    assert words in caught.value.message
+
+
+def test_a_key_maps_to_its_tenant():
+    assert Tenancy(settings(), Clock()).authenticate("Bearer key-a").tenant == "a"
+
+
+def test_model_and_priority_ceiling_are_permissions():
+    tenancy = Tenancy(settings(allowed_models=["echo"], highest_priority="STANDARD"), Clock())
+    caller = tenancy.authenticate("bearer key-a")
+    tenancy.admit(caller, "echo", Priority.BATCH)
+    with pytest.raises(PermissionDenied, match="may not use 'flux-tiny'"):
+        tenancy.admit(caller, "flux-tiny", Priority.BATCH)
+    with pytest.raises(PermissionDenied, match="REALTIME is above"):
+        tenancy.admit(caller, "echo", Priority.REALTIME)
+
+
+def test_rate_limit_answers_with_the_wait_and_refills():
+    clock = Clock()
+    tenancy = Tenancy(settings(requests_per_second=2, burst=2), clock)
+    caller = tenancy.authenticate("Bearer key-a")
+    tenancy.admit(caller, "echo", Priority.STANDARD)
+    tenancy.admit(caller, "echo", Priority.STANDARD)
+    with pytest.raises(ResourceExhausted) as caught:
+        tenancy.admit(caller, "echo", Priority.STANDARD)
+    assert caught.value.retry_after_s == pytest.approx(0.5)
+    clock.now += 0.5
+    tenancy.admit(caller, "echo", Priority.STANDARD)
+
+
+def test_a_call_of_several_jobs_takes_one_token_per_job():
+    clock = Clock()
+    bucket = TokenBucket(rate=1.0, burst=4, clock=clock)
+    assert bucket.take(3) == 0
+    assert bucket.take(3) == pytest.approx(2.0)
+    clock.now += 2
+    assert bucket.take(3) == 0
+    # More than the burst can never be granted, so it costs the whole bucket instead.
+    clock.now += 10
+    assert bucket.take(50) == 0
