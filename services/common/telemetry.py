@@ -10,7 +10,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from opentelemetry import trace
+from opentelemetry import propagate, trace
+from opentelemetry.context import Context
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import (
@@ -90,7 +91,9 @@ def setup_tracing(settings: TelemetrySettings, service: str) -> None:
     elif settings.traces == "file":
         if settings.trace_file is None:
             raise ValueError("telemetry.trace_file is required when telemetry.traces is 'file'")
-        provider.add_span_processor(SimpleSpanProcessor(JsonLinesSpanExporter(settings.trace_file)))
+        # One file per process ({service} in the path), so writers never interleave lines.
+        path = Path(str(settings.trace_file).replace("{service}", service.replace(" ", "-")))
+        provider.add_span_processor(SimpleSpanProcessor(JsonLinesSpanExporter(path)))
     else:
         from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
 
@@ -124,6 +127,17 @@ def client_tracing_interceptors() -> list[Any]:
     from opentelemetry.instrumentation.grpc import aio_client_interceptors
 
     return list(aio_client_interceptors())
+
+
+def current_trace_carrier() -> dict[str, str]:
+    """The active trace context as W3C headers, to keep with a job until it is dispatched."""
+    carrier: dict[str, str] = {}
+    propagate.inject(carrier)
+    return carrier
+
+
+def context_from(carrier: dict[str, str] | None) -> Context | None:
+    return propagate.extract(carrier) if carrier else None
 
 
 def log_job(logger: logging.Logger, message: str, **fields: Any) -> None:

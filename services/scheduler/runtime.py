@@ -33,6 +33,7 @@ from services.scheduler.core.units import WorkerInfo
 from services.scheduler.events import EventHub, WatchEvent
 from services.scheduler.store.artifacts import ArtifactStore, StoredArtifact
 from services.scheduler.store.job_store import JobStore
+from services.scheduler.tracing import batch_span
 from services.worker.core.batch import (
     JobCheckpointed,
     JobFailed,
@@ -272,15 +273,18 @@ class SchedulerRuntime:
             metrics.QUEUE_WAIT.labels(job.queue, job.priority.name).observe(wait)
         params = [self._job_params(j) for j in dispatch.jobs]
         batch_id = dispatch.batch_id
-        try:
-            stream = self.link.run_batch(dispatch.address, batch_id, dispatch.model, params)
-            async for event in stream:
-                await self._on_worker_event(batch_id, event)
-        except Exception as exc:
-            log.warning("batch %s on %s ended with an error: %s", batch_id, dispatch.worker_id, exc)
-        finally:
-            self.core.batch_ended(batch_id)
-            self.apply(self.core.take_effects())
+        with batch_span(dispatch):
+            try:
+                stream = self.link.run_batch(dispatch.address, batch_id, dispatch.model, params)
+                async for event in stream:
+                    await self._on_worker_event(batch_id, event)
+            except Exception as exc:
+                log.warning(
+                    "batch %s on %s ended with an error: %s", batch_id, dispatch.worker_id, exc
+                )
+            finally:
+                self.core.batch_ended(batch_id)
+                self.apply(self.core.take_effects())
 
     async def _on_worker_event(self, batch_id: str, event: WorkerEvent) -> None:
         core = self.core

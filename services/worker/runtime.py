@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from services.common.telemetry import tracer
 from services.worker import metrics
 from services.worker.core.batch import (
     BatchControl,
@@ -28,6 +29,16 @@ from services.worker.core.batch import (
 from services.worker.models.host import ModelHost
 
 log = logging.getLogger("mediamesh.worker")
+_tracer = tracer("mediamesh.worker")
+
+
+def _span_fields(event: WorkerEvent) -> dict[str, str | int | float]:
+    fields: dict[str, str | int | float] = {"mediamesh.job_id": event.job_id}
+    for name in ("step", "total_steps", "step_seconds", "code", "kind"):
+        value = getattr(event, name, None)
+        if value is not None:
+            fields[f"mediamesh.{name}"] = value
+    return fields
 
 
 class WorkerDraining(Exception):
@@ -95,11 +106,16 @@ class WorkerRuntime:
                 loop.call_soon_threadsafe(events.put_nowait, None)
 
         future = loop.run_in_executor(self._device, run)
+        span = _tracer.start_span(
+            "run batch",
+            attributes={"mediamesh.batch_id": batch_id, "mediamesh.model": model},
+        )
         try:
             while True:
                 event = await events.get()
                 if event is None:
                     break
+                span.add_event(type(event).__name__, _span_fields(event))
                 if isinstance(event, StepDone) and event.step_seconds > 0:
                     metrics.STEP_SECONDS.labels(model).observe(event.step_seconds)
                 elif isinstance(event, JobPreempted):
@@ -113,6 +129,7 @@ class WorkerRuntime:
             # The caller went away (scheduler restart or cancel): stop at the next step.
             control.cancel(running.job_ids)
             await asyncio.shield(future)
+            span.end()
             self._running.pop(batch_id, None)
             self.state_changed.set()
             if self.draining and not self._running:

@@ -13,6 +13,7 @@ from mediamesh.v1 import common_pb2, gateway_pb2, scheduler_pb2, scheduler_pb2_g
 from services.common.errors import InvalidArgument
 from services.common.params import find_model, parse_priority, resolve
 from services.common.registry import Registry
+from services.common.telemetry import current_trace_carrier
 from services.scheduler.api import convert
 from services.scheduler.core.jobs import TenantQuota
 from services.scheduler.core.scheduler import NewJob
@@ -50,6 +51,7 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
                 max_queued=request.max_queued_jobs,
                 max_running=request.max_running_jobs,
             ),
+            trace_carrier=current_trace_carrier(),
         )
         job, deduplicated = await self.runtime.submit(new)
         return gateway_pb2.JobHandle(

@@ -75,6 +75,8 @@ class Job:
     error_code: str = ""
     error_message: str = ""
     spot_fallback: bool = False
+    # W3C trace headers of the request that created the job, for the queue-wait span.
+    trace_carrier: dict[str, str] = field(default_factory=dict)
 
     @property
     def compat_key(self) -> CompatKey:

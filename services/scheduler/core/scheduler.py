@@ -70,6 +70,7 @@ class NewJob:
     deadline: float | None = None
     idempotency_key: str = ""
     quota: TenantQuota = field(default_factory=TenantQuota)
+    trace_carrier: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -198,6 +199,7 @@ class SchedulerCore:
             cost_s=cost,
             enqueued_at=now,
             total_steps=new.params.steps,
+            trace_carrier=dict(new.trace_carrier),
         )
         self._admit(job)
         self._transition(job, JobState.QUEUED)

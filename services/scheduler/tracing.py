@@ -1,0 +1,52 @@
+"""Spans the scheduler adds to each request's trace: time in the queue, and the batch."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+from opentelemetry import trace
+
+from services.common.telemetry import context_from, tracer
+from services.scheduler.core.effects import Dispatch
+
+_tracer = tracer("mediamesh.scheduler")
+
+
+def _ns(seconds: float) -> int:
+    return int(seconds * 1e9)
+
+
+@contextlib.contextmanager
+def batch_span(dispatch: Dispatch) -> Iterator[None]:
+    """A `queue wait` span per job, then one `batch` span that the RunBatch call runs under.
+
+    The batch belongs to its first job's trace and links to the others, so every job's
+    trace leads to the worker that ran it.
+    """
+    contexts = [context_from(job.trace_carrier) for job in dispatch.jobs]
+    for job, wait, context in zip(dispatch.jobs, dispatch.waits, contexts, strict=True):
+        if context is None:
+            continue
+        dispatched_at = job.enqueued_at + wait
+        span = _tracer.start_span(
+            "queue wait",
+            context=context,
+            start_time=_ns(job.enqueued_at),
+            attributes={"mediamesh.job_id": job.job_id, "mediamesh.queue": job.queue},
+        )
+        span.end(end_time=_ns(dispatched_at))
+    parent = next((c for c in contexts if c is not None), None)
+    links = [trace.Link(trace.get_current_span(c).get_span_context()) for c in contexts[1:] if c]
+    with _tracer.start_as_current_span(
+        "batch",
+        context=parent,
+        links=links,
+        attributes={
+            "mediamesh.batch_id": dispatch.batch_id,
+            "mediamesh.model": dispatch.model,
+            "mediamesh.worker_id": dispatch.worker_id,
+            "mediamesh.batch_size": len(dispatch.jobs),
+        },
+    ):
+        yield
