@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
 Pool = Literal["on-demand", "spot"]
 PriorityName = Literal["REALTIME", "STANDARD", "BATCH"]
@@ -139,6 +139,14 @@ class SchedulerSettings(Section):
     # Save a checkpoint every N steps by modality (0 = only on preemption).
     checkpoint_every_steps: dict[str, int] = Field(default_factory=dict)
     max_message_bytes: int = Field(256 * 1024 * 1024, ge=1024 * 1024)
+
+    @field_validator("placement", mode="after")
+    @classmethod
+    def _every_class_placed(
+        cls, value: dict[PriorityName, PlacementSettings]
+    ) -> dict[PriorityName, PlacementSettings]:
+        """A config that names some classes keeps the defaults for the others."""
+        return {**_default_placement(), **value}
 
 
 class WorkerSettings(Section):

@@ -204,6 +204,7 @@ class SchedulerRuntime:
             model=job.model,
             state=state.value,
             worker=job.worker_id or "",
+            batch=job.batch_id or "",
             reason=effect.reason,
         )
         if state is JobState.QUEUED:
@@ -319,6 +320,10 @@ class SchedulerRuntime:
             metrics.PREEMPTIONS.labels(pool or "unknown").inc()
         elif isinstance(event, JobCheckpointed):
             core.job_checkpointed(event.job_id, batch_id, event.checkpoint, event.step)
+            job = core.jobs.get(event.job_id)
+            if job is not None and job.checkpoint == event.checkpoint:
+                # Durable at once: a scheduler restart must resume from here too.
+                self.store.save(job)
         elif isinstance(event, JobNotice):
             job = core.jobs.get(event.job_id)
             if job is not None:
@@ -377,6 +382,16 @@ class SchedulerRuntime:
             return self.final_event(job)
         if job.state is JobState.QUEUED:
             return self.queued_event(job)
+        if job.step == 0:
+            return WatchEvent(
+                job.job_id,
+                job.state,
+                "notice",
+                notice="dispatched",
+                message=f"dispatched to {job.worker_id} (attempt {job.attempts})",
+                worker_id=job.worker_id or "",
+                attempt=job.attempts,
+            )
         return WatchEvent(
             job.job_id,
             job.state,

@@ -106,6 +106,7 @@ def job_info(job: Job, artifact: StoredArtifact | None) -> Any:
         step=job.step,
         total_steps=job.total_steps or job.params.steps,
         seed=job.params.seed,
+        worker_id=job.worker_id or job.last_worker_id,
     )
     if artifact is not None and job.state is JobState.SUCCEEDED:
         info.result.CopyFrom(result_message(artifact, 0, None))

@@ -67,6 +67,8 @@ class Job:
     attempts: int = 0
     worker_losses: int = 0
     worker_id: str | None = None
+    # Kept after the job leaves its worker, for operators asking where it ran.
+    last_worker_id: str = ""
     batch_id: str | None = None
     step: int = 0
     total_steps: int = 0

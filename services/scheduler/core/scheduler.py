@@ -423,12 +423,28 @@ class SchedulerCore:
             batching = spec.batching
             limit = 1 if batching.mode == "none" else batching.max_batch
             queue = self._queues[lead.model]
-            companions = queue.companions(lead, limit - 1, eligible) if limit > 1 else []
+            joins = self._companion_eligibility(unit, lead)
+            companions = queue.companions(lead, limit - 1, joins) if limit > 1 else []
             jobs = [lead, *companions]
             if len(jobs) < limit and not self._window_closed(jobs, batching, now):
                 continue
             return self._dispatch(unit, lead.model, jobs, now)
         return None
+
+    def _companion_eligibility(self, unit: Unit, lead: Job) -> Callable[[Job], bool]:
+        """Companions share the lead's pool decision: jobs requeued together (a preempted
+        batch) must not be split because their fallback clocks differ by microseconds."""
+
+        def joins(job: Job) -> bool:
+            limit = job.quota.max_running
+            if limit and self._running_by_tenant[job.tenant] >= limit:
+                return False
+            placement = self._placement(job)
+            if job.priority is lead.priority:
+                return unit.pool == placement.prefer or unit.pool in placement.allow
+            return unit.pool == placement.prefer
+
+        return joins
 
     def _window_closed(self, jobs: list[Job], batching: object, now: float) -> bool:
         max_wait_ms = getattr(batching, "max_wait_ms", None)
@@ -457,6 +473,7 @@ class SchedulerCore:
             job.at_front = False
             job.attempts += 1
             job.worker_id, job.batch_id = unit.worker_id, batch_id
+            job.last_worker_id = unit.worker_id
             waits.append(now - job.enqueued_at)
             charge = job.cost_s * job.remaining_fraction
             self._charged[job.job_id] = charge

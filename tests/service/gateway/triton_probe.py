@@ -74,7 +74,9 @@ def stream(client: triton.InferenceServerClient, headers: dict) -> dict:
         request_id="s1",
         parameters={"steps": 3, "seed": 1},
     )
-    client.async_stream_infer("flux-tiny", [_prompts("x")], request_id="bad", parameters={"steps": 99})
+    client.async_stream_infer(
+        "flux-tiny", [_prompts("x")], request_id="bad", parameters={"steps": 99}
+    )
     seen: dict = {"progress": [], "final": None, "errors": []}
     while seen["final"] is None or not seen["errors"]:
         result, error = responses.get(timeout=120)
@@ -87,8 +89,11 @@ def stream(client: triton.InferenceServerClient, headers: dict) -> dict:
             seen["final"] = {"id": response.id, "sizes": _images(result)}
         else:
             seen["progress"].append(
-                [params["element"].int64_param, params["step"].int64_param,
-                 params["total_steps"].int64_param]
+                [
+                    params["element"].int64_param,
+                    params["step"].int64_param,
+                    params["total_steps"].int64_param,
+                ]
             )
     client.stop_stream()
     return seen

@@ -196,7 +196,7 @@ class ModelInfo(_message.Message):
     def __init__(self, name: _Optional[str] = ..., modality: _Optional[str] = ..., pipeline: _Optional[str] = ..., parallelism: _Optional[str] = ..., limits: _Optional[_Union[ModelLimits, _Mapping]] = ..., ready: _Optional[bool] = ..., mime_type: _Optional[str] = ..., devices: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class JobInfo(_message.Message):
-    __slots__ = ("job_id", "model", "state", "priority", "tenant", "created_unix_ms", "finished_unix_ms", "attempts", "step", "total_steps", "result", "error", "seed")
+    __slots__ = ("job_id", "model", "state", "priority", "tenant", "created_unix_ms", "finished_unix_ms", "attempts", "step", "total_steps", "result", "error", "seed", "worker_id")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
@@ -210,6 +210,7 @@ class JobInfo(_message.Message):
     RESULT_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     SEED_FIELD_NUMBER: _ClassVar[int]
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     model: str
     state: JobState
@@ -223,4 +224,5 @@ class JobInfo(_message.Message):
     result: Result
     error: Error
     seed: int
-    def __init__(self, job_id: _Optional[str] = ..., model: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., priority: _Optional[_Union[Priority, str]] = ..., tenant: _Optional[str] = ..., created_unix_ms: _Optional[int] = ..., finished_unix_ms: _Optional[int] = ..., attempts: _Optional[int] = ..., step: _Optional[int] = ..., total_steps: _Optional[int] = ..., result: _Optional[_Union[Result, _Mapping]] = ..., error: _Optional[_Union[Error, _Mapping]] = ..., seed: _Optional[int] = ...) -> None: ...
+    worker_id: str
+    def __init__(self, job_id: _Optional[str] = ..., model: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., priority: _Optional[_Union[Priority, str]] = ..., tenant: _Optional[str] = ..., created_unix_ms: _Optional[int] = ..., finished_unix_ms: _Optional[int] = ..., attempts: _Optional[int] = ..., step: _Optional[int] = ..., total_steps: _Optional[int] = ..., result: _Optional[_Union[Result, _Mapping]] = ..., error: _Optional[_Union[Error, _Mapping]] = ..., seed: _Optional[int] = ..., worker_id: _Optional[str] = ...) -> None: ...

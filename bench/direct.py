@@ -1,0 +1,138 @@
+"""The baseline: a pipeline called directly in one process, no gRPC, no queue; prints JSON.
+
+The model is loaded as a worker loads it (`load_host`) and `run_batch` runs in one thread,
+as on a worker's device thread. Each batch size runs the same number of requests as
+back-to-back batches; a request's latency is its batch's wall time, which is what a caller
+holding `batch_size` requests at once would see.
+
+    python -m bench.direct --model flux-tiny --threads 2 --batch-sizes 1,2,4,8 --requests 16
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import torch  # noqa: E402
+
+from services.common.registry import ModelSpec, load_registry  # noqa: E402
+from services.worker.core.batch import (  # noqa: E402
+    BatchControl,
+    JobFailed,
+    JobFinished,
+    JobParams,
+    WorkerEvent,
+)
+from services.worker.models.host import ModelHost, load_host  # noqa: E402
+
+
+def jobs_for(spec: ModelSpec, first: int, count: int, steps: int = 0) -> list[JobParams]:
+    """Jobs with the model's defaults, as the scheduler fills in an unset request."""
+    d = spec.defaults
+    return [
+        JobParams(
+            job_id=f"direct-{first + i}",
+            prompt=f"bench {first + i}",
+            steps=steps or d.steps,
+            seed=first + i,
+            width=d.width,
+            height=d.height,
+            num_frames=d.num_frames,
+            guidance_scale=d.guidance_scale,
+            duration_s=d.duration_s,
+        )
+        for i in range(count)
+    ]
+
+
+def run_one_batch(
+    host: ModelHost, device: ThreadPoolExecutor, jobs: list[JobParams]
+) -> tuple[float, int]:
+    """(wall seconds, failed jobs) of one batch on the device thread."""
+    events: list[WorkerEvent] = []
+    control = BatchControl([j.job_id for j in jobs])
+    started = time.perf_counter()
+    device.submit(host.run_batch, jobs, control, events.append).result()
+    elapsed = time.perf_counter() - started
+    finished = sum(isinstance(e, JobFinished) for e in events)
+    failed = sum(isinstance(e, JobFailed) for e in events)
+    return elapsed, failed + (len(jobs) - finished - failed)
+
+
+def measure(
+    host: ModelHost, spec: ModelSpec, batch_size: int, requests: int, steps: int
+) -> dict:
+    batches = max(1, math.ceil(requests / batch_size))
+    latencies_ms: list[float] = []
+    errors = 0
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="device") as device:
+        started = time.perf_counter()
+        for index in range(batches):
+            elapsed, failed = run_one_batch(
+                host, device, jobs_for(spec, index * batch_size, batch_size, steps)
+            )
+            errors += failed
+            latencies_ms += [round(elapsed * 1000.0, 3)] * (batch_size - failed)
+        duration = time.perf_counter() - started
+    return {
+        "batch_size": batch_size,
+        "concurrency": batch_size,
+        "requests": batches * batch_size,
+        "errors": errors,
+        "duration_s": duration,
+        "latencies_ms": latencies_ms,
+    }
+
+
+def run_model(
+    spec: ModelSpec, models_dir: Path, sizes: list[int], requests: int, steps: int
+) -> dict:
+    with tempfile.TemporaryDirectory(prefix="mediamesh-direct-") as checkpoints:
+        host = load_host(spec, models_dir=models_dir, device="cpu", checkpoint_dir=Path(checkpoints))
+        # The first call pays one-off costs (allocator, kernel selection); keep it out.
+        with ThreadPoolExecutor(max_workers=1) as device:
+            run_one_batch(host, device, jobs_for(spec, 10_000, 1, steps))
+        results = [measure(host, spec, size, requests, steps) for size in sizes]
+        host.close()
+    defaults = spec.defaults.model_dump()
+    if steps:
+        defaults["steps"] = steps
+    return {"model": spec.name, "params": defaults, "sizes": results}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.direct", description=__doc__)
+    parser.add_argument("--model", action="append", required=True, help="repeat for more")
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
+    parser.add_argument("--batch-sizes", default="1,2,4,8")
+    parser.add_argument("--requests", type=int, default=16, help="per batch size")
+    parser.add_argument("--steps", type=int, default=0, help="0: the model's default")
+    parser.add_argument("--models-dir", type=Path, default=Path(".mediamesh/models"))
+    args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    registry = load_registry()
+    sizes = [int(s) for s in args.batch_sizes.split(",") if s]
+    reports = []
+    for name in args.model:
+        spec = registry.get(name)
+        if spec is None:
+            parser.error(f"unknown model {name!r}")
+        reports.append(run_model(spec, args.models_dir, sizes, args.requests, args.steps))
+    report = {"threads": torch.get_num_threads(), "models": reports}
+    print(json.dumps(report), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

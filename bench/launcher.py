@@ -1,0 +1,241 @@
+"""`mediamesh up` as a child process on free loopback ports, stopped with Ctrl-C like a user.
+
+Each benchmark gets its own mesh in a fresh directory, so no job, artifact or calibrated
+cost model carries over from one benchmark to the next.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+import yaml
+
+from bench.common import ROOT, log
+
+MODELS_DIR = Path(os.environ.get("MEDIAMESH_MODELS_DIR", ROOT / ".mediamesh" / "models"))
+READY_TIMEOUT_S = 300.0
+# Quotas far above any load a benchmark offers: we measure the mesh, not the rate limiter.
+UNLIMITED_TENANT = {
+    "max_concurrent_jobs": 100_000,
+    "max_queued_jobs": 100_000,
+    "requests_per_second": 1_000_000.0,
+    "burst": 1_000_000,
+}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def mesh_config(
+    workdir: Path, workers: list[dict[str, Any]], scheduler: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """A whole-mesh config on loopback; `workers` entries override the per-worker defaults."""
+    scheduler_port = free_port()
+    config: dict[str, Any] = {
+        "models_dir": str(MODELS_DIR),
+        "gateway": {
+            "host": "127.0.0.1",
+            "port": free_port(),
+            "metrics_port": free_port(),
+            "scheduler_address": f"127.0.0.1:{scheduler_port}",
+            "tenants": {"default": UNLIMITED_TENANT},
+        },
+        "scheduler": {
+            "host": "127.0.0.1",
+            "port": scheduler_port,
+            "metrics_port": free_port(),
+            "store_path": str(workdir / "state" / "jobs.sqlite3"),
+            "artifact_dir": str(workdir / "artifacts"),
+            **(scheduler or {}),
+        },
+        "workers": [],
+    }
+    for index, overrides in enumerate(workers):
+        entry = {
+            "worker_id": f"worker-{index}",
+            "host": "127.0.0.1",
+            "port": free_port(),
+            "metrics_port": free_port(),
+            "scheduler_address": f"127.0.0.1:{scheduler_port}",
+            "checkpoint_dir": str(workdir / "artifacts" / "checkpoints"),
+            # Short: a benchmark's mesh is stopped with work still queued.
+            "drain_grace_s": 2,
+            **overrides,
+        }
+        config["workers"].append(entry)
+    return config
+
+
+def public_config(config: dict[str, Any]) -> dict[str, Any]:
+    """The config as recorded in a result: ports and temp paths vary per run and say nothing."""
+    workers = [
+        {k: v for k, v in w.items() if k not in ("port", "metrics_port", "checkpoint_dir", "host")}
+        for w in config["workers"]
+    ]
+    scheduler = {
+        k: v
+        for k, v in config["scheduler"].items()
+        if k not in ("port", "metrics_port", "store_path", "artifact_dir", "host")
+    }
+    return {"scheduler": scheduler, "workers": workers, "gateway_tenant": UNLIMITED_TENANT}
+
+
+@dataclass
+class Mesh:
+    process: subprocess.Popen
+    config: dict[str, Any]
+    run_dir: Path
+    output: list[str] = field(default_factory=list)
+
+    @property
+    def gateway(self) -> str:
+        return f"127.0.0.1:{self.config['gateway']['port']}"
+
+    @property
+    def scheduler(self) -> str:
+        return f"127.0.0.1:{self.config['scheduler']['port']}"
+
+    def children(self) -> list[psutil.Process]:
+        try:
+            return psutil.Process(self.process.pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            return []
+
+    def child_pid(self, role: str, worker_id: str | None = None) -> int:
+        """The pid of the scheduler, gateway or a worker process `mediamesh up` started."""
+        for child in self.children():
+            try:
+                argv = child.cmdline()
+            except psutil.Error:
+                continue
+            if role not in argv[3:5]:
+                continue
+            if worker_id is None or worker_id in argv:
+                return child.pid
+        raise LookupError(f"no {role} {worker_id or ''} process under mediamesh up")
+
+    def log_tail(self, chars: int = 3000) -> str:
+        return "\n".join(
+            f"--- {p.name}\n{p.read_text(errors='replace')[-chars:]}"
+            for p in sorted(self.run_dir.glob("*.log"))
+        )
+
+
+def _start(workdir: Path, config: dict[str, Any]) -> Mesh:
+    path = workdir / "mesh.yaml"
+    path.write_text(yaml.safe_dump(config))
+    run_dir = workdir / "run"
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "PYTHONUNBUFFERED": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+    }
+    argv = [sys.executable, "-m", "services.cli.main", "up", "--config", str(path)]
+    argv += ["--run-dir", str(run_dir), "--ready-timeout", str(READY_TIMEOUT_S)]
+    process = subprocess.Popen(
+        argv,
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    mesh = Mesh(process, config, run_dir)
+    ready = threading.Event()
+
+    def pump() -> None:
+        assert process.stdout is not None
+        for line in process.stdout:
+            mesh.output.append(line)
+            if line.startswith("mediamesh ready:"):
+                ready.set()
+        ready.set()  # exited: stop waiting
+
+    threading.Thread(target=pump, daemon=True).start()
+    ready.wait(READY_TIMEOUT_S + 10)
+    if process.poll() is not None or not any(
+        line.startswith("mediamesh ready:") for line in mesh.output
+    ):
+        tail = mesh.log_tail()
+        stop(mesh)
+        raise RuntimeError(f"mesh did not become ready: {''.join(mesh.output)}\n{tail}")
+    return mesh
+
+
+def stop(mesh: Mesh) -> None:
+    """Ctrl-C, then make sure nothing it started is left running."""
+    children = mesh.children()
+    if mesh.process.poll() is None:
+        mesh.process.send_signal(signal.SIGINT)
+        try:
+            mesh.process.wait(60)
+        except subprocess.TimeoutExpired:
+            log("mediamesh up did not stop within 60 s; killing it")
+            mesh.process.kill()
+            mesh.process.wait()
+    # Children restarted after the snapshot are children of `up` too; look again.
+    _gone, alive = psutil.wait_procs(children + mesh.children(), timeout=15)
+    for proc in alive:
+        log(f"killing leftover process {proc.pid}")
+        proc.kill()
+
+
+@contextmanager
+def running_mesh(
+    workers: list[dict[str, Any]], scheduler: dict[str, Any] | None = None
+) -> Iterator[Mesh]:
+    with tempfile.TemporaryDirectory(prefix="mediamesh-bench-") as tmp:
+        workdir = Path(tmp)
+        config = mesh_config(workdir, workers, scheduler)
+        started = time.monotonic()
+        mesh = _start(workdir, config)
+        log(f"mesh ready in {time.monotonic() - started:.1f} s at {mesh.gateway}")
+        try:
+            yield mesh
+        finally:
+            stop(mesh)
+
+
+class MeshSession:
+    """Hands each benchmark a mesh. With `shared` (the smoke run) one mesh, started on first
+    use with that config, serves every benchmark: starting four meshes would take longer on
+    two cores than the smoke run's whole budget."""
+
+    def __init__(self, shared: tuple[list[dict[str, Any]], dict[str, Any]] | None = None) -> None:
+        self.shared = shared
+        self._stack = contextlib.ExitStack()
+        self._mesh: Mesh | None = None
+
+    @contextmanager
+    def mesh(
+        self, workers: list[dict[str, Any]], scheduler: dict[str, Any] | None = None
+    ) -> Iterator[Mesh]:
+        if self.shared is None:
+            with running_mesh(workers, scheduler) as mesh:
+                yield mesh
+            return
+        if self._mesh is None or self._mesh.process.poll() is not None:
+            self._mesh = self._stack.enter_context(running_mesh(*self.shared))
+        yield self._mesh
+
+    def close(self) -> None:
+        self._stack.close()
+        self._mesh = None

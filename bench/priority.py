@@ -1,0 +1,185 @@
+"""priority: REALTIME image latency alone, then under a BATCH flood at twice capacity.
+
+Capacity is measured first: the closed-loop throughput of the BATCH image+video mix with
+enough callers to keep every worker busy. The flood then offers twice that rate open-loop,
+so the queue grows for the whole window, and REALTIME flux-tiny requests run one at a time
+through it. BATCH completions inside the REALTIME window show whether BATCH is starved.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+from bench.common import (
+    Options,
+    Result,
+    level,
+    level_from_load,
+    log,
+    run_loadgen,
+    start_loadgen,
+    stop_loadgen,
+)
+from bench.launcher import public_config
+
+REALTIME_MODEL = "flux-tiny"
+FLOOD_MODELS = ["flux-tiny", "wan-tiny"]
+IMAGE_SLA_S = 10.0
+# The local mesh has no spot workers: BATCH must be allowed on on-demand or it never runs.
+SCHEDULER: dict[str, Any] = {
+    "queues": {
+        "image": {"sla_s": IMAGE_SLA_S},
+        "video": {"sla_s": 120.0},
+        "audio": {"sla_s": 30.0},
+    },
+    "placement": {"BATCH": {"prefer": "on-demand", "allow": ["on-demand"]}},
+}
+# Two single-thread workers on two cores, each hosting both flood models.
+WORKERS = [{"models": FLOOD_MODELS, "torch_threads": 1} for _ in range(2)]
+FLOOD_OVERLOAD = 2.0
+# Seconds the flood runs before REALTIME requests start, so they meet a standing queue.
+FLOOD_LEAD_S = 3.0
+
+
+def sizes(smoke: bool) -> dict[str, int]:
+    if smoke:
+        return {"capacity_concurrency": 4, "capacity_requests": 4, "realtime_requests": 3}
+    return {"capacity_concurrency": 16, "capacity_requests": 48, "realtime_requests": 40}
+
+
+def run(options: Options) -> Result:
+    result = Result("priority", options)
+    n = sizes(options.smoke)
+    with options.meshes.mesh(WORKERS, SCHEDULER) as mesh:
+        sla_s = _image_sla(mesh.config)
+        result.config = {
+            "realtime_model": REALTIME_MODEL,
+            "flood_models": FLOOD_MODELS,
+            "flood_overload": FLOOD_OVERLOAD,
+            "flood_lead_s": 0.5 if options.smoke else FLOOD_LEAD_S,
+            **n,
+            "mesh": public_config(mesh.config),
+        }
+        capacity_report = run_loadgen(
+            mesh.gateway,
+            FLOOD_MODELS,
+            timeout_s=900,
+            concurrency=n["capacity_concurrency"],
+            requests=n["capacity_requests"],
+            warmup=min(n["capacity_concurrency"], 8),
+            priority="BATCH",
+        )
+        capacity = level_from_load(capacity_report, phase="capacity", priority="BATCH")
+        log(_describe(capacity))
+        alone = level_from_load(_realtime(mesh.gateway, n["realtime_requests"]), phase="alone")
+        log(_describe(alone))
+        rate = max(FLOOD_OVERLOAD * (capacity["throughput_rps"] or 1.0), 0.5)
+        flood = start_loadgen(
+            mesh.gateway, FLOOD_MODELS, mode="open", rate=rate, priority="BATCH", max_seconds=900
+        )
+        try:
+            time.sleep(result.config["flood_lead_s"])
+            loaded_report = _realtime(mesh.gateway, n["realtime_requests"])
+        finally:
+            flood_report = stop_loadgen(flood)
+        loaded = level_from_load(loaded_report, phase="under_flood")
+        log(_describe(loaded))
+        batch = _flood_level(flood_report, loaded_report["started"], loaded_report["ended"])
+        log(_describe(batch))
+    result.levels = [capacity, alone, loaded, batch]
+    result.summary = {
+        "capacity_rps": capacity["throughput_rps"],
+        "flood_offered_rps": round(rate, 3),
+        "image_queue_sla_s": sla_s,
+        "realtime_p99_ms_alone": alone["p99_ms"],
+        "realtime_p99_ms_under_flood": loaded["p99_ms"],
+        "realtime_within_sla": loaded["p99_ms"] is not None and loaded["p99_ms"] <= sla_s * 1000,
+        "batch_throughput_rps_during_flood": batch["throughput_rps"],
+        "batch_starved": not batch["throughput_rps"],
+        "batch_completed_by_model": batch["completed_by_model"],
+    }
+    plot(result, loaded_report, flood_report)
+    return result
+
+
+def _realtime(gateway: str, requests: int) -> dict[str, Any]:
+    return run_loadgen(
+        gateway,
+        [REALTIME_MODEL],
+        timeout_s=900,
+        concurrency=1,
+        requests=requests,
+        warmup=1,
+        priority="REALTIME",
+    )
+
+
+def _flood_level(report: dict[str, Any], start: float, end: float) -> dict[str, Any]:
+    """BATCH work finished while REALTIME requests were being measured."""
+    inside = [f for f in report["finished"] if start <= f[1] <= end]
+    latencies = [(f[1] - f[0]) * 1000 for f in inside if f[2]]
+    by_model: dict[str, int] = {}
+    for f in inside:
+        if f[2]:
+            by_model[f[3]] = by_model.get(f[3], 0) + 1
+    return level(
+        report["concurrency"],
+        latencies,
+        sum(1 for f in inside if not f[2]),
+        end - start,
+        phase="flood",
+        priority="BATCH",
+        mode="open",
+        offered_rps=report["rate"],
+        issued=report["issued"],
+        unfinished_at_stop=report["unfinished"],
+        completed_by_model=by_model,
+        error_codes=report["error_codes"],
+    )
+
+
+def _image_sla(config: dict[str, Any]) -> float:
+    queues = config["scheduler"].get("queues") or {}
+    return float(queues.get("image", {}).get("sla_s", IMAGE_SLA_S))
+
+
+def _describe(row: dict[str, Any]) -> str:
+    return (
+        f"priority {row['phase']}: {row['requests']} requests, {row['throughput_rps']} req/s, "
+        f"p50 {row['p50_ms']} ms, p99 {row['p99_ms']} ms, errors {row['errors']}"
+    )
+
+
+def plot(result: Result, realtime: dict[str, Any], flood: dict[str, Any]) -> None:
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4))
+    sla_ms = result.summary["image_queue_sla_s"] * 1000
+    rows = [r for r in result.levels if r["phase"] in ("alone", "under_flood")]
+    labels = [r["phase"] for r in rows]
+    for key, marker in (("p50_ms", "o"), ("p95_ms", "s"), ("p99_ms", "x")):
+        left.plot(labels, [r[key] or 0 for r in rows], marker=marker, label=key)
+    left.axhline(sla_ms, color="tab:red", linestyle="--", label="image SLA")
+    left.set_yscale("log")
+    left.set_ylabel("REALTIME latency (ms)")
+    left.set_title(f"REALTIME {REALTIME_MODEL}")
+    left.legend()
+    origin = flood["started"]
+    done = [f for f in flood["finished"] if f[2]]
+    right.scatter(
+        [f[1] - origin for f in done], [f[1] - f[0] for f in done], s=6, label="BATCH done"
+    )
+    right.axvspan(
+        realtime["started"] - origin, realtime["ended"] - origin, alpha=0.15, label="REALTIME run"
+    )
+    right.set_xlabel("seconds since the flood started")
+    right.set_ylabel("BATCH latency (s)")
+    right.set_title(f"BATCH flood at {result.summary['flood_offered_rps']} req/s")
+    right.legend()
+    fig.tight_layout()
+    fig.savefig(result.plot_path, dpi=100)
+    plt.close(fig)

@@ -1,0 +1,263 @@
+"""recovery: SIGKILL a worker mid-batch, and SIGKILL the scheduler; time until service resumes.
+
+worker: two flux-small jobs form one batch on one worker; at step 2 that worker is killed.
+Measured from the kill to the first progress event of one of its jobs on another worker
+(also: to the requeue and to the new dispatch). `mediamesh up` restarts the dead worker,
+and the next trial waits until it has registered again.
+scheduler: killed with two jobs in flight; measured from the kill to health SERVING, to
+the first successful Submit through the gateway, and to the next progress of a job.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+import matplotlib
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from mediamesh.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+from bench.common import Options, Result, level, log
+from bench.launcher import Mesh, public_config
+
+MODEL = "flux-small"
+WORKERS = [{"models": [MODEL], "torch_threads": 1} for _ in range(2)]
+JOBS = 2
+POLL_S = 0.02
+TRIAL_TIMEOUT_S = 180.0
+
+
+@dataclass
+class Tracker:
+    """Every event of the trial's jobs, with when it arrived."""
+
+    events: list[tuple[float, str, common_pb2.GenerateEvent]] = field(default_factory=list)
+    worker_of: dict[str, str] = field(default_factory=dict)
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def add(self, job_id: str, event: common_pb2.GenerateEvent) -> None:
+        if event.WhichOneof("event") == "notice" and event.notice.kind == "dispatched":
+            self.worker_of[job_id] = event.notice.worker_id
+        self.events.append((time.monotonic(), job_id, event))
+        self.changed.set()
+
+    def first(self, after: float, kind: str, notice: str = "", exclude_worker: str = "") -> float:
+        for at, job_id, event in self.events:
+            if at < after or event.WhichOneof("event") != kind:
+                continue
+            if notice and event.notice.kind != notice:
+                continue
+            if exclude_worker and self.worker_of.get(job_id) == exclude_worker:
+                continue
+            return at
+        return 0.0
+
+    async def until(self, predicate: Any, timeout: float = TRIAL_TIMEOUT_S) -> None:
+        deadline = time.monotonic() + timeout
+        while not predicate():
+            self.changed.clear()
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("recovery trial: condition not met in time")
+            try:
+                await asyncio.wait_for(self.changed.wait(), min(left, 1.0))
+            except TimeoutError:
+                pass
+
+
+async def follow(stub: gateway_pb2_grpc.GatewayStub, job_id: str, tracker: Tracker) -> None:
+    """Watch a job to its end, re-attaching when the mesh drops the stream."""
+    while True:
+        try:
+            async for event in stub.Watch(gateway_pb2.WatchRequest(job_id=job_id)):
+                tracker.add(job_id, event)
+                if event.WhichOneof("event") in ("result", "error"):
+                    return
+        except grpc.aio.AioRpcError:
+            await asyncio.sleep(0.1)
+
+
+async def submit(stub: gateway_pb2_grpc.GatewayStub, steps: int, tag: str) -> list[str]:
+    ids = []
+    for index in range(JOBS):
+        request = common_pb2.GenerateRequest(
+            model=MODEL, prompt=f"recovery {tag} {index}", steps=steps, seed=index
+        )
+        ids.append((await stub.Submit(request, timeout=30)).job_id)
+    return ids
+
+
+async def cancel_all(stub: gateway_pb2_grpc.GatewayStub, ids: list[str]) -> None:
+    for job_id in ids:
+        try:
+            await stub.Cancel(gateway_pb2.CancelRequest(job_id=job_id), timeout=10)
+        except grpc.aio.AioRpcError:
+            pass
+
+
+async def workers_ready(stub: gateway_pb2_grpc.GatewayStub, count: int) -> None:
+    """Until `count` live workers host the model (a restarted one has registered again)."""
+    deadline = time.monotonic() + TRIAL_TIMEOUT_S
+    while time.monotonic() < deadline:
+        try:
+            reply = await stub.ListModels(gateway_pb2.ListModelsRequest(), timeout=5)
+            model = next(m for m in reply.models if m.name == MODEL)
+            if len({d.split("/")[0] for d in model.devices}) >= count:
+                return
+        except (grpc.aio.AioRpcError, StopIteration):
+            pass
+        await asyncio.sleep(0.25)
+    raise TimeoutError(f"fewer than {count} workers host {MODEL}")
+
+
+async def worker_trial(mesh: Mesh, stub: gateway_pb2_grpc.GatewayStub, steps: int) -> dict:
+    await workers_ready(stub, len(mesh.config["workers"]))
+    tracker = Tracker()
+    ids = await submit(stub, steps, "worker")
+    watchers = [asyncio.create_task(follow(stub, j, tracker)) for j in ids]
+    try:
+        await tracker.until(
+            lambda: any(
+                e.WhichOneof("event") == "progress" and e.progress.step >= 2
+                for _, _, e in tracker.events
+            )
+        )
+        victim = next(w for j, w in tracker.worker_of.items() if j in ids)
+        os.kill(mesh.child_pid("worker", victim), signal.SIGKILL)
+        killed = time.monotonic()
+        await tracker.until(lambda: tracker.first(killed, "progress", exclude_worker=victim) > 0)
+        return {
+            "victim": victim,
+            "resumed_on": next(iter({tracker.worker_of[j] for j in ids} - {victim}), victim),
+            "requeued_s": _since(killed, tracker.first(killed, "notice", "requeued")),
+            "redispatched_s": _since(killed, tracker.first(killed, "notice", "dispatched")),
+            "recovered_s": _since(killed, tracker.first(killed, "progress", exclude_worker=victim)),
+        }
+    finally:
+        await cancel_all(stub, ids)
+        for task in watchers:
+            task.cancel()
+
+
+async def scheduler_trial(mesh: Mesh, stub: gateway_pb2_grpc.GatewayStub, steps: int) -> dict:
+    await workers_ready(stub, len(mesh.config["workers"]))
+    tracker = Tracker()
+    ids = await submit(stub, steps, "scheduler")
+    watchers = [asyncio.create_task(follow(stub, j, tracker)) for j in ids]
+    try:
+        await tracker.until(
+            lambda: any(e.WhichOneof("event") == "progress" for _, _, e in tracker.events)
+        )
+        os.kill(mesh.child_pid("scheduler"), signal.SIGKILL)
+        killed = time.monotonic()
+        serving = await _health_serving(mesh.scheduler) - killed
+        probe = common_pb2.GenerateRequest(model=MODEL, prompt="probe", steps=1)
+        while True:
+            try:
+                ids.append((await stub.Submit(probe, timeout=5)).job_id)
+                break
+            except grpc.aio.AioRpcError:
+                await asyncio.sleep(POLL_S)
+            if time.monotonic() - killed > TRIAL_TIMEOUT_S:
+                raise TimeoutError("no Submit succeeded after the scheduler restart")
+        submitted = time.monotonic() - killed
+        await tracker.until(lambda: tracker.first(killed, "progress") > 0)
+        return {
+            "health_serving_s": round(serving, 3),
+            "recovered_s": round(submitted, 3),
+            "jobs_progress_again_s": _since(killed, tracker.first(killed, "progress")),
+        }
+    finally:
+        await cancel_all(stub, ids)
+        for task in watchers:
+            task.cancel()
+
+
+async def _health_serving(address: str) -> float:
+    async with grpc.aio.insecure_channel(address) as channel:
+        health = health_pb2_grpc.HealthStub(channel)
+        deadline = time.monotonic() + TRIAL_TIMEOUT_S
+        while time.monotonic() < deadline:
+            try:
+                reply = await health.Check(health_pb2.HealthCheckRequest(), timeout=1)
+                if reply.status == health_pb2.HealthCheckResponse.SERVING:
+                    return time.monotonic()
+            except grpc.aio.AioRpcError:
+                pass
+            await asyncio.sleep(POLL_S)
+    raise TimeoutError("scheduler not SERVING again")
+
+
+def _since(start: float, at: float) -> float | None:
+    return round(at - start, 3) if at else None
+
+
+async def trials(mesh: Mesh, count: int, steps: int) -> dict[str, list[dict]]:
+    outcomes: dict[str, list[dict]] = {"worker_sigkill": [], "scheduler_sigkill": []}
+    async with grpc.aio.insecure_channel(mesh.gateway) as channel:
+        stub = gateway_pb2_grpc.GatewayStub(channel)
+        for name, trial in (("worker_sigkill", worker_trial), ("scheduler_sigkill", scheduler_trial)):
+            for index in range(count):
+                try:
+                    outcome = await trial(mesh, stub, steps)
+                except (TimeoutError, LookupError, grpc.aio.AioRpcError) as exc:
+                    outcome = {"error": repr(exc), "recovered_s": None}
+                log(f"recovery {name} #{index + 1}: {outcome}")
+                outcomes[name].append(outcome)
+    return outcomes
+
+
+def run(options: Options) -> Result:
+    result = Result("recovery", options)
+    count, steps = (1, 6) if options.smoke else (3, 12)
+    with options.meshes.mesh(WORKERS) as mesh:
+        result.config = {
+            "model": MODEL,
+            "jobs_in_flight": JOBS,
+            "steps": steps,
+            "trials": count,
+            "mesh": public_config(mesh.config),
+        }
+        outcomes = asyncio.run(trials(mesh, count, steps))
+    for name, rows in outcomes.items():
+        times = [r["recovered_s"] * 1000 for r in rows if r.get("recovered_s") is not None]
+        errors = len(rows) - len(times)
+        # Throughput has no meaning for a restart; the level carries the recovery times.
+        entry = level(JOBS, times, errors, 0.0, phase=name, trials=rows)
+        result.levels.append(entry)
+    result.summary = {
+        name: {
+            "recovered_p50_ms": e["p50_ms"],
+            "recovered_max_ms": max((r["recovered_s"] or 0) * 1000 for r in e["trials"]),
+        }
+        for name, e in zip(outcomes, result.levels, strict=True)
+    }
+    plot(result)
+    return result
+
+
+def plot(result: Result) -> None:
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    parts = {
+        "worker_sigkill": ("requeued_s", "redispatched_s", "recovered_s"),
+        "scheduler_sigkill": ("health_serving_s", "recovered_s", "jobs_progress_again_s"),
+    }
+    for ax, row in zip(axes, result.levels, strict=True):
+        keys = parts[row["phase"]]
+        for index, trial in enumerate(row["trials"]):
+            values = [trial.get(k) or 0 for k in keys]
+            ax.plot(keys, values, marker="o", label=f"trial {index + 1}")
+        ax.set_title(f"{row['phase']}: seconds after SIGKILL")
+        ax.set_ylabel("seconds")
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(result.plot_path, dpi=100)
+    plt.close(fig)

@@ -1,0 +1,155 @@
+"""Spot capacity without lost work: preemption with checkpoints resumed elsewhere."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+import urllib.request
+from pathlib import Path
+
+import grpc
+import numpy as np
+import pytest
+from imageio_ffmpeg import read_frames
+from mediamesh.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
+
+from tests.e2e.conftest import wait_for
+
+pytestmark = pytest.mark.e2e
+
+VIDEO = {"model": "wan-tiny", "steps": 24, "width": 128, "height": 128, "num_frames": 17}
+PLACEMENT = {
+    "placement": {
+        "BATCH": {"prefer": "spot", "allow": ["spot", "on-demand"], "fallback_after_s": 2.0}
+    }
+}
+
+
+def frames_of(data: bytes, folder: Path, name: str) -> np.ndarray:
+    path = folder / f"{name}.mp4"
+    path.write_bytes(data)
+    reader = read_frames(str(path))
+    meta = next(reader)
+    width, height = meta["size"]
+    return np.stack([np.frombuffer(f, np.uint8).reshape(height, width, 3) for f in reader])
+
+
+class Follower:
+    """Watches a job in the background, keeping every event."""
+
+    def __init__(self, stub: gateway_pb2_grpc.GatewayStub, job_id: str) -> None:
+        import threading
+
+        self.events: list[common_pb2.GenerateEvent] = []
+        self.done = threading.Event()
+
+        def run() -> None:
+            while not self.done.is_set():
+                try:
+                    for event in stub.Watch(gateway_pb2.WatchRequest(job_id=job_id), timeout=120):
+                        self.events.append(event)
+                        if event.WhichOneof("event") in ("result", "error"):
+                            self.done.set()
+                except grpc.RpcError:
+                    time.sleep(0.3)
+                except ValueError:  # the test closed the channel
+                    return
+
+        threading.Thread(target=run, daemon=True).start()
+
+    def steps(self) -> list[int]:
+        return [e.progress.step for e in self.events if e.HasField("progress")]
+
+    def notices(self) -> list[str]:
+        return [e.notice.kind for e in self.events if e.HasField("notice")]
+
+
+def metric(port: int, name: str) -> float:
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name))
+
+
+def test_spot_worker_sigterm_checkpoints_and_the_job_resumes_on_demand(launch, tmp_path):
+    mesh = launch(
+        [{"models": ["wan-tiny"], "pool": "spot"}, {"models": ["wan-tiny"], "pool": "on-demand"}],
+        extra_args=("--no-restart",),
+        scheduler=PLACEMENT,
+    )
+    with grpc.insecure_channel(mesh.gateway) as channel:
+        stub = gateway_pb2_grpc.GatewayStub(channel)
+        batch = [
+            stub.Submit(
+                common_pb2.GenerateRequest(
+                    prompt=f"clip {seed}", seed=seed, priority=common_pb2.BATCH, **VIDEO
+                )
+            ).job_id
+            for seed in (1, 2)
+        ]
+        followers = [Follower(stub, job_id) for job_id in batch]
+        wait_for(lambda: len(followers[0].steps()) >= 5, timeout=120)
+        assert stub.GetJob(gateway_pb2.GetJobRequest(job_id=batch[0])).worker_id == "worker-0"
+        os.kill(mesh.child_pid("--worker-id worker-0"), signal.SIGTERM)
+        for follower in followers:
+            assert follower.done.wait(240)
+
+        for follower in followers:
+            final = follower.events[-1]
+            assert final.state == common_pb2.SUCCEEDED, final
+            steps = follower.steps()
+            assert "preempted" in follower.notices() and "resumed" in follower.notices()
+            assert "spot_fallback" in follower.notices()
+            assert steps.count(1) == 1, f"progress restarted from step 1: {steps}"
+            assert steps[-1] == 24 and sorted(set(steps)) == list(range(1, 25))
+
+        # The same batch without interruption, on the on-demand worker. A blocker keeps the
+        # worker busy so both reference jobs queue and form one batch, in the same order.
+        other_key = {**VIDEO, "steps": 23}  # never batched with the reference jobs
+        blocker = stub.Submit(common_pb2.GenerateRequest(prompt="blocker", seed=9, **other_key))
+        reference = [
+            stub.Submit(
+                common_pb2.GenerateRequest(prompt=f"clip {seed}", seed=seed, **VIDEO)
+            ).job_id
+            for seed in (1, 2)
+        ]
+        reference_followers = [Follower(stub, job_id) for job_id in [blocker.job_id, *reference]]
+        for follower in reference_followers:
+            assert follower.done.wait(240)
+        for resumed, uninterrupted in zip(followers, reference_followers[1:], strict=True):
+            assert uninterrupted.events[-1].state == common_pb2.SUCCEEDED
+            assert resumed.events[-1].result.data == uninterrupted.events[-1].result.data
+        frames = frames_of(followers[0].events[-1].result.data, tmp_path, "resumed")
+        assert frames.shape == (17, 128, 128, 3)
+
+    scheduler_metrics = mesh.config["scheduler"]["metrics_port"]
+    assert metric(scheduler_metrics, "mediamesh_spot_fallbacks_total") >= 2
+    assert metric(scheduler_metrics, "mediamesh_preemptions_total") >= 2
+    status = mesh.cli("status", "--config", str(mesh.config_path))
+    assert "COST" in status.stdout and "if all on-demand" in status.stdout
+    checkpoints = Path(mesh.config["workers"][0]["checkpoint_dir"])
+    assert not list(checkpoints.glob("*.pt")), "checkpoints must be deleted when their job ends"
+
+
+def test_sigkill_with_periodic_checkpoints_redoes_at_most_one_interval(launch):
+    mesh = launch(
+        [{"models": ["wan-tiny"]}, {"models": ["wan-tiny"]}],
+        extra_args=("--no-restart",),
+        scheduler={"checkpoint_every_steps": {"video": 4}},
+    )
+    with grpc.insecure_channel(mesh.gateway) as channel:
+        stub = gateway_pb2_grpc.GatewayStub(channel)
+        job_id = stub.Submit(common_pb2.GenerateRequest(prompt="clip", seed=3, **VIDEO)).job_id
+        follower = Follower(stub, job_id)
+        wait_for(lambda: len(follower.steps()) >= 10, timeout=120)
+        worker = stub.GetJob(gateway_pb2.GetJobRequest(job_id=job_id)).worker_id
+        killed_after = max(follower.steps())
+        os.kill(mesh.child_pid(f"--worker-id {worker}"), signal.SIGKILL)
+        assert follower.done.wait(240)
+    assert follower.events[-1].state == common_pb2.SUCCEEDED
+    steps = follower.steps()
+    restart_index = next(i for i in range(1, len(steps)) if steps[i] <= steps[i - 1])
+    resumed_from = steps[restart_index] - 1
+    redone = max(steps[:restart_index]) - resumed_from
+    assert max(steps[:restart_index]) >= killed_after
+    assert 0 <= redone <= 4, f"redid {redone} steps: {steps}"
+    assert "resumed" in [e.notice.kind for e in follower.events if e.HasField("notice")]

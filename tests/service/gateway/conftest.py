@@ -1,0 +1,66 @@
+"""A mesh with API keys for two tenants, and helpers to call it as either of them."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from services.gateway.core.tenancy import hash_key
+from tests.conftest import ROOT
+from tests.service.conftest import InProcessMesh, start_mesh, stop_mesh
+
+KEY_A, KEY_B = "key-of-tenant-a", "key-of-tenant-b"
+# BATCH jobs prefer spot workers; the in-process worker is on-demand, so fall back at once.
+NO_SPOT_WAIT = {
+    "placement": {
+        "REALTIME": {"prefer": "on-demand", "allow": ["on-demand"]},
+        "STANDARD": {"prefer": "on-demand", "allow": ["on-demand"]},
+        "BATCH": {"prefer": "spot", "allow": ["spot", "on-demand"], "fallback_after_s": 0},
+    }
+}
+
+
+def keyed(**tenants: dict) -> dict:
+    """Gateway settings with KEY_A for tenant a and KEY_B for tenant b."""
+    return {
+        "api_keys": [
+            {"sha256": hash_key(KEY_A), "tenant": "a"},
+            {"sha256": hash_key(KEY_B), "tenant": "b"},
+        ],
+        "tenants": tenants,
+    }
+
+
+def auth(key: str) -> tuple[tuple[str, str], ...]:
+    return (("authorization", f"Bearer {key}"),)
+
+
+@pytest.fixture
+async def keyed_mesh(tmp_path: Path, models_dir: Path) -> AsyncIterator[InProcessMesh]:
+    mesh = await start_mesh(
+        tmp_path, models_dir, [["flux-tiny", "echo"]], gateway=keyed(), scheduler=NO_SPOT_WAIT
+    )
+    yield mesh
+    await stop_mesh(mesh)
+
+
+async def run_probe(address: str, *args: str) -> dict:
+    """tests.service.gateway.triton_probe in its own process (see its docstring for why)."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "tests.service.gateway.triton_probe",
+        address,
+        *args,
+        cwd=ROOT,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(process.communicate(), 240)
+    assert process.returncode == 0, err.decode()[-3000:]
+    return json.loads(out)
