@@ -159,7 +159,9 @@ def _summary(levels: list[dict[str, Any]], direct: dict[str, dict[str, Any]]) ->
             "best_ratio_mesh_to_direct": _ratio(
                 best_mesh["throughput_rps"], best_direct["throughput_rps"]
             ),
-            "ratio_by_concurrency": {str(r["concurrency"]): r["ratio_to_direct"] for r in mesh_rows},
+            "ratio_by_concurrency": {
+                str(r["concurrency"]): r["ratio_to_direct"] for r in mesh_rows
+            },
         }
     return summary
 

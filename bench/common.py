@@ -90,7 +90,7 @@ def percentiles(latencies_ms: Sequence[float]) -> dict[str, float | None]:
 
 
 def level(
-    concurrency: int,
+    concurrency: int | None,
     latencies_ms: Sequence[float],
     errors: int,
     duration_s: float,

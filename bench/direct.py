@@ -23,17 +23,17 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-import torch  # noqa: E402
+import torch
 
-from services.common.registry import ModelSpec, load_registry  # noqa: E402
-from services.worker.core.batch import (  # noqa: E402
+from services.common.registry import ModelSpec, load_registry
+from services.worker.core.batch import (
     BatchControl,
     JobFailed,
     JobFinished,
     JobParams,
     WorkerEvent,
 )
-from services.worker.models.host import ModelHost, load_host  # noqa: E402
+from services.worker.models.host import ModelHost, load_host
 
 
 def jobs_for(spec: ModelSpec, first: int, count: int, steps: int = 0) -> list[JobParams]:
@@ -69,9 +69,7 @@ def run_one_batch(
     return elapsed, failed + (len(jobs) - finished - failed)
 
 
-def measure(
-    host: ModelHost, spec: ModelSpec, batch_size: int, requests: int, steps: int
-) -> dict:
+def measure(host: ModelHost, spec: ModelSpec, batch_size: int, requests: int, steps: int) -> dict:
     batches = max(1, math.ceil(requests / batch_size))
     latencies_ms: list[float] = []
     errors = 0
@@ -98,7 +96,9 @@ def run_model(
     spec: ModelSpec, models_dir: Path, sizes: list[int], requests: int, steps: int
 ) -> dict:
     with tempfile.TemporaryDirectory(prefix="mediamesh-direct-") as checkpoints:
-        host = load_host(spec, models_dir=models_dir, device="cpu", checkpoint_dir=Path(checkpoints))
+        host = load_host(
+            spec, models_dir=models_dir, device="cpu", checkpoint_dir=Path(checkpoints)
+        )
         # The first call pays one-off costs (allocator, kernel selection); keep it out.
         with ThreadPoolExecutor(max_workers=1) as device:
             run_one_batch(host, device, jobs_for(spec, 10_000, 1, steps))

@@ -86,7 +86,11 @@ def mesh_config(
 def public_config(config: dict[str, Any]) -> dict[str, Any]:
     """The config as recorded in a result: ports and temp paths vary per run and say nothing."""
     workers = [
-        {k: v for k, v in w.items() if k not in ("port", "metrics_port", "checkpoint_dir", "host")}
+        {
+            k: v
+            for k, v in w.items()
+            if k not in ("port", "metrics_port", "checkpoint_dir", "host", "scheduler_address")
+        }
         for w in config["workers"]
     ]
     scheduler = {

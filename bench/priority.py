@@ -129,7 +129,7 @@ def _flood_level(report: dict[str, Any], start: float, end: float) -> dict[str, 
         if f[2]:
             by_model[f[3]] = by_model.get(f[3], 0) + 1
     return level(
-        report["concurrency"],
+        None,  # open loop: no fixed number of callers
         latencies,
         sum(1 for f in inside if not f[2]),
         end - start,

@@ -11,6 +11,7 @@ the first successful Submit through the gateway, and to the next progress of a j
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import time
@@ -23,6 +24,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from mediamesh.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
 
 matplotlib.use("Agg")
+
 import matplotlib.pyplot as plt
 
 from bench.common import Options, Result, level, log
@@ -39,26 +41,48 @@ TRIAL_TIMEOUT_S = 180.0
 class Tracker:
     """Every event of the trial's jobs, with when it arrived."""
 
-    events: list[tuple[float, str, common_pb2.GenerateEvent]] = field(default_factory=list)
+    # (arrival, job id, event, the worker the job was on when the event arrived)
+    events: list[tuple[float, str, common_pb2.GenerateEvent, str]] = field(default_factory=list)
     worker_of: dict[str, str] = field(default_factory=dict)
     changed: asyncio.Event = field(default_factory=asyncio.Event)
 
     def add(self, job_id: str, event: common_pb2.GenerateEvent) -> None:
         if event.WhichOneof("event") == "notice" and event.notice.kind == "dispatched":
             self.worker_of[job_id] = event.notice.worker_id
-        self.events.append((time.monotonic(), job_id, event))
+        self.events.append((time.monotonic(), job_id, event, self.worker_of.get(job_id, "")))
         self.changed.set()
 
     def first(self, after: float, kind: str, notice: str = "", exclude_worker: str = "") -> float:
-        for at, job_id, event in self.events:
+        for at, _, event, worker in self.events:
             if at < after or event.WhichOneof("event") != kind:
                 continue
             if notice and event.notice.kind != notice:
                 continue
-            if exclude_worker and self.worker_of.get(job_id) == exclude_worker:
+            if exclude_worker and worker == exclude_worker:
                 continue
             return at
         return 0.0
+
+    def first_fresh_progress(self, after: float) -> float:
+        """The first progress after a post-`after` dispatch: a re-attached Watch replays the
+        last step it knew, which is not new work."""
+        dispatched: set[str] = set()
+        for at, job_id, event, _ in self.events:
+            if at < after:
+                continue
+            kind = event.WhichOneof("event")
+            if kind == "notice" and event.notice.kind == "dispatched":
+                dispatched.add(job_id)
+            elif kind == "progress" and job_id in dispatched:
+                return at
+        return 0.0
+
+    def progressed(self, min_step: int) -> str:
+        """A job that has reached `min_step`, or ""."""
+        for _, job_id, event, _ in self.events:
+            if event.WhichOneof("event") == "progress" and event.progress.step >= min_step:
+                return job_id
+        return ""
 
     async def until(self, predicate: Any, timeout: float = TRIAL_TIMEOUT_S) -> None:
         deadline = time.monotonic() + timeout
@@ -67,10 +91,8 @@ class Tracker:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise TimeoutError("recovery trial: condition not met in time")
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.changed.wait(), min(left, 1.0))
-            except TimeoutError:
-                pass
 
 
 async def follow(stub: gateway_pb2_grpc.GatewayStub, job_id: str, tracker: Tracker) -> None:
@@ -86,21 +108,21 @@ async def follow(stub: gateway_pb2_grpc.GatewayStub, job_id: str, tracker: Track
 
 
 async def submit(stub: gateway_pb2_grpc.GatewayStub, steps: int, tag: str) -> list[str]:
-    ids = []
-    for index in range(JOBS):
-        request = common_pb2.GenerateRequest(
+    """All at once, so they land within one batching window and share one batch."""
+    requests = [
+        common_pb2.GenerateRequest(
             model=MODEL, prompt=f"recovery {tag} {index}", steps=steps, seed=index
         )
-        ids.append((await stub.Submit(request, timeout=30)).job_id)
-    return ids
+        for index in range(JOBS)
+    ]
+    handles = await asyncio.gather(*(stub.Submit(r, timeout=30) for r in requests))
+    return [h.job_id for h in handles]
 
 
 async def cancel_all(stub: gateway_pb2_grpc.GatewayStub, ids: list[str]) -> None:
     for job_id in ids:
-        try:
+        with contextlib.suppress(grpc.aio.AioRpcError):
             await stub.Cancel(gateway_pb2.CancelRequest(job_id=job_id), timeout=10)
-        except grpc.aio.AioRpcError:
-            pass
 
 
 async def workers_ready(stub: gateway_pb2_grpc.GatewayStub, count: int) -> None:
@@ -124,19 +146,18 @@ async def worker_trial(mesh: Mesh, stub: gateway_pb2_grpc.GatewayStub, steps: in
     ids = await submit(stub, steps, "worker")
     watchers = [asyncio.create_task(follow(stub, j, tracker)) for j in ids]
     try:
-        await tracker.until(
-            lambda: any(
-                e.WhichOneof("event") == "progress" and e.progress.step >= 2
-                for _, _, e in tracker.events
-            )
-        )
-        victim = next(w for j, w in tracker.worker_of.items() if j in ids)
+        await tracker.until(lambda: bool(tracker.progressed(2)))
+        victim = tracker.worker_of[tracker.progressed(2)]
+        victim_jobs = [j for j in ids if tracker.worker_of.get(j) == victim]
         os.kill(mesh.child_pid("worker", victim), signal.SIGKILL)
         killed = time.monotonic()
         await tracker.until(lambda: tracker.first(killed, "progress", exclude_worker=victim) > 0)
         return {
             "victim": victim,
-            "resumed_on": next(iter({tracker.worker_of[j] for j in ids} - {victim}), victim),
+            "victim_jobs": len(victim_jobs),
+            # Jobs split over both workers make the survivor finish its own batch first.
+            "survivor_was_busy": len(victim_jobs) < len(ids),
+            "resumed_on": sorted({tracker.worker_of[j] for j in victim_jobs} - {victim}),
             "requeued_s": _since(killed, tracker.first(killed, "notice", "requeued")),
             "redispatched_s": _since(killed, tracker.first(killed, "notice", "dispatched")),
             "recovered_s": _since(killed, tracker.first(killed, "progress", exclude_worker=victim)),
@@ -154,7 +175,7 @@ async def scheduler_trial(mesh: Mesh, stub: gateway_pb2_grpc.GatewayStub, steps:
     watchers = [asyncio.create_task(follow(stub, j, tracker)) for j in ids]
     try:
         await tracker.until(
-            lambda: any(e.WhichOneof("event") == "progress" for _, _, e in tracker.events)
+            lambda: any(e.WhichOneof("event") == "progress" for _, _, e, _ in tracker.events)
         )
         os.kill(mesh.child_pid("scheduler"), signal.SIGKILL)
         killed = time.monotonic()
@@ -169,11 +190,11 @@ async def scheduler_trial(mesh: Mesh, stub: gateway_pb2_grpc.GatewayStub, steps:
             if time.monotonic() - killed > TRIAL_TIMEOUT_S:
                 raise TimeoutError("no Submit succeeded after the scheduler restart")
         submitted = time.monotonic() - killed
-        await tracker.until(lambda: tracker.first(killed, "progress") > 0)
+        await tracker.until(lambda: tracker.first_fresh_progress(killed) > 0)
         return {
             "health_serving_s": round(serving, 3),
             "recovered_s": round(submitted, 3),
-            "jobs_progress_again_s": _since(killed, tracker.first(killed, "progress")),
+            "jobs_progress_again_s": _since(killed, tracker.first_fresh_progress(killed)),
         }
     finally:
         await cancel_all(stub, ids)
@@ -204,7 +225,10 @@ async def trials(mesh: Mesh, count: int, steps: int) -> dict[str, list[dict]]:
     outcomes: dict[str, list[dict]] = {"worker_sigkill": [], "scheduler_sigkill": []}
     async with grpc.aio.insecure_channel(mesh.gateway) as channel:
         stub = gateway_pb2_grpc.GatewayStub(channel)
-        for name, trial in (("worker_sigkill", worker_trial), ("scheduler_sigkill", scheduler_trial)):
+        for name, trial in (
+            ("worker_sigkill", worker_trial),
+            ("scheduler_sigkill", scheduler_trial),
+        ):
             for index in range(count):
                 try:
                     outcome = await trial(mesh, stub, steps)

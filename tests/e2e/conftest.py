@@ -87,7 +87,10 @@ def mesh_config(tmp: Path, models_dir: Path, workers: list[dict], **sections: di
         "workers": [],
     }
     for key, value in sections.items():
-        config.setdefault(key, {}).update(value)
+        if isinstance(value, dict):
+            config.setdefault(key, {}).update(value)
+        else:
+            config[key] = value
     for index, worker in enumerate(workers):
         entry = {
             "worker_id": f"worker-{index}",

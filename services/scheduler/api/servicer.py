@@ -86,10 +86,12 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         for unit in self.runtime.core.units.values():
             if unit.draining:
                 continue
-            for model in unit.info.models:
-                devices.setdefault(model, []).extend(
-                    f"{unit.worker_id}/{d}" for d in unit.info.devices
+            for model, ids in unit.info.model_devices:
+                # Ranks sharing one device type ("cpu", "cpu") are still distinct devices.
+                labels = (
+                    [f"{d}#{i}" for i, d in enumerate(ids)] if len(set(ids)) < len(ids) else ids
                 )
+                devices.setdefault(model, []).extend(f"{unit.worker_id}/{d}" for d in labels)
         return convert.list_models(self.registry.models, devices)
 
     async def Download(
@@ -137,6 +139,7 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
                             devices=tuple(d.id for d in reg.devices) or ("cpu",),
                             models=frozenset(m.name for m in reg.models),
                             capacity=max(reg.capacity, 1),
+                            model_devices=tuple((m.name, tuple(m.device_ids)) for m in reg.models),
                         )
                     )
                     yield scheduler_pb2.SchedulerMessage(

@@ -22,6 +22,8 @@ class WorkerInfo:
     devices: tuple[str, ...]
     models: frozenset[str]
     capacity: int = 1
+    # Devices each model occupies (a tensor-parallel model lists one per rank).
+    model_devices: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
 
 @dataclass

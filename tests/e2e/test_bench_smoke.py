@@ -1,0 +1,67 @@
+"""`python -m bench.run all --smoke` keeps working: every result is complete, nothing is left running."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.conftest import ROOT
+
+pytestmark = pytest.mark.e2e
+
+BENCHMARKS = ("overhead", "batching", "priority", "recovery")
+LEVEL_FIELDS = ("concurrency", "requests", "errors", "throughput_rps", "p50_ms", "p95_ms", "p99_ms")
+
+
+def test_bench_smoke_writes_every_result(tmp_path: Path, models_dir: Path):
+    out = tmp_path / "results"
+    # The meshes' temp dirs land here, so a leftover process can be found by its path.
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    env = {**os.environ, "TMPDIR": str(scratch), "MEDIAMESH_MODELS_DIR": str(models_dir)}
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.run", "all", "--smoke", "--out", str(out)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=270,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+
+    for name in BENCHMARKS:
+        record = json.loads((out / f"{name}.json").read_text())
+        assert record["name"] == name
+        assert record["smoke"] is True
+        assert len(record["git"]["commit"]) == 40
+        assert record["machine"]["cpu_count"] >= 1
+        assert record["machine"]["memory_bytes"] > 0
+        assert record["config"]["mesh"]["workers"]
+        assert record["levels"], name
+        for level in record["levels"]:
+            missing = [f for f in LEVEL_FIELDS if f not in level]
+            assert not missing, f"{name} level lacks {missing}: {level}"
+        assert (out / record["plot"]).stat().st_size > 0
+
+    overhead = json.loads((out / "overhead.json").read_text())
+    assert {lv["api"] for lv in overhead["levels"]} == {"native", "kserve"}
+    assert all(lv["errors"] == 0 for lv in overhead["levels"])
+    batching = json.loads((out / "batching.json").read_text())
+    assert {lv["path"] for lv in batching["levels"]} == {"direct", "mesh"}
+    priority = json.loads((out / "priority.json").read_text())
+    assert "realtime_within_sla" in priority["summary"]
+    recovery = json.loads((out / "recovery.json").read_text())
+    assert all(lv["errors"] == 0 for lv in recovery["levels"]), recovery["levels"]
+
+    leftovers = [
+        p.pid
+        for p in psutil.process_iter(["cmdline"])
+        if str(scratch) in " ".join(p.info["cmdline"] or [])
+    ]
+    assert not leftovers, f"processes left running: {leftovers}"
