@@ -56,3 +56,14 @@ ON_DEMAND_COST = Gauge(
     "mediamesh_on_demand_equivalent_cost",
     "What the device-seconds so far would have cost all on on-demand.",
 )
+
+
+def declare_series(queues: list[str]) -> None:
+    """Create every label set at 0, so the first event shows in rate() and increase()."""
+    for queue in queues:
+        for state in ("ACCEPTED", "SUCCEEDED", "FAILED", "CANCELLED", "EXPIRED"):
+            JOBS.labels(queue, state)
+        SPOT_FALLBACKS.labels(queue)
+    for pool in ("on-demand", "spot"):
+        PREEMPTIONS.labels(pool)
+        COST.labels(pool)

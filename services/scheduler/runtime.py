@@ -96,6 +96,7 @@ class SchedulerRuntime:
                 self.store.save(job)
         if restored:
             log.info("recovered %d unfinished jobs from the store", restored)
+        metrics.declare_series(list(self.settings.queues))
         for name, queue in self.settings.queues.items():
             metrics.QUEUE_SLA.labels(name).set(queue.sla_s)
         self._loop_task = asyncio.create_task(self._dispatch_loop(), name="dispatch-loop")

@@ -19,6 +19,7 @@ from services.common.telemetry import tracer
 from services.worker import metrics
 from services.worker.core.batch import (
     BatchControl,
+    JobCheckpointed,
     JobFailed,
     JobFinished,
     JobParams,
@@ -64,6 +65,10 @@ class WorkerRuntime:
         self._lock = threading.Lock()
         self.draining = False
         self.drained = asyncio.Event()
+        for device in {d for h in hosts.values() for d in h.device_ids}:
+            metrics.DEVICE_UTILIZATION.labels(device).set(0)
+        for reason in ("preempted", "periodic"):
+            metrics.CHECKPOINTS.labels(reason)
         self.state_changed = asyncio.Event()
 
     @property
@@ -99,9 +104,13 @@ class WorkerRuntime:
 
         def run() -> None:
             started = time.perf_counter()
+            for device in host.device_ids:
+                metrics.DEVICE_UTILIZATION.labels(device).set(1)
             try:
                 host.run_batch(jobs, control, emit)
             finally:
+                for device in host.device_ids:
+                    metrics.DEVICE_UTILIZATION.labels(device).set(0)
                 metrics.BATCH_SECONDS.labels(model).observe(time.perf_counter() - started)
                 loop.call_soon_threadsafe(events.put_nowait, None)
 
@@ -120,6 +129,8 @@ class WorkerRuntime:
                     metrics.STEP_SECONDS.labels(model).observe(event.step_seconds)
                 elif isinstance(event, JobPreempted):
                     metrics.CHECKPOINTS.labels("preempted").inc()
+                elif isinstance(event, JobCheckpointed):
+                    metrics.CHECKPOINTS.labels("periodic").inc()
                 elif isinstance(event, JobFinished):
                     metrics.JOBS.labels(model, "SUCCEEDED").inc()
                 elif isinstance(event, JobFailed):

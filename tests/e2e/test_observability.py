@@ -62,12 +62,7 @@ BACKLOG = [
 
 # Dashboard queries that cannot return data on this mesh, and why. Checked strictly: one that
 # starts returning data must be taken off this list.
-NO_DATA: dict[str, str] = {
-    "avg by (instance, device) (avg_over_time(mediamesh_worker_device_busy_ratio[1m]))": (
-        "mediamesh_worker_device_busy_ratio (services/worker/metrics.py DEVICE_UTILIZATION) "
-        "is declared but never set, so no series exists"
-    ),
-}
+NO_DATA: dict[str, str] = {}
 
 # Families each service's /metrics must declare (as prometheus_client names them: no _total).
 RPC_FAMILIES = {"mediamesh_rpc_requests", "mediamesh_rpc_latency_seconds"}

@@ -4,23 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from mediamesh.v1 import common_pb2, gateway_pb2, worker_pb2
+from mediamesh.v1 import common_pb2, gateway_pb2
 
 from services.common.params import RequestFields
 from services.common.registry import ModelSpec
 from services.scheduler.core.jobs import Job, JobState, Priority
 from services.scheduler.events import WatchEvent
 from services.scheduler.store.artifacts import StoredArtifact
-from services.worker.core.batch import (
-    JobCheckpointed,
-    JobFailed,
-    JobFinished,
-    JobNotice,
-    JobParams,
-    JobPreempted,
-    StepDone,
-    WorkerEvent,
-)
 
 _STATE = {s: common_pb2.JobState.Value(s.value) for s in JobState}
 
@@ -148,89 +138,6 @@ def list_models(specs: list[ModelSpec], devices: dict[str, list[str]]) -> Any:
     return gateway_pb2.ListModelsResponse(
         models=[model_info(s, devices.get(s.name, [])) for s in specs]
     )
-
-
-def job_spec(params: JobParams, deadline_ms: int) -> Any:
-    return worker_pb2.JobSpec(
-        job_id=params.job_id,
-        prompt=params.prompt,
-        negative_prompt=params.negative_prompt,
-        steps=params.steps,
-        seed=params.seed,
-        width=params.width,
-        height=params.height,
-        num_frames=params.num_frames,
-        guidance_scale=params.guidance_scale,
-        duration_s=params.duration_s,
-        deadline_unix_ms=deadline_ms,
-        resume_checkpoint=params.resume_checkpoint or "",
-        checkpoint_every_steps=params.checkpoint_every_steps,
-    )
-
-
-def job_params(s: worker_pb2.JobSpec) -> JobParams:
-    return JobParams(
-        job_id=s.job_id,
-        prompt=s.prompt,
-        negative_prompt=s.negative_prompt,
-        steps=s.steps,
-        seed=s.seed,
-        width=s.width,
-        height=s.height,
-        num_frames=s.num_frames,
-        guidance_scale=s.guidance_scale,
-        duration_s=s.duration_s,
-        resume_checkpoint=s.resume_checkpoint or None,
-        checkpoint_every_steps=s.checkpoint_every_steps,
-    )
-
-
-def worker_event(m: worker_pb2.BatchEvent) -> WorkerEvent | None:
-    kind = m.WhichOneof("event")
-    job_id = m.job_id
-    if kind == "progress":
-        p = m.progress
-        return StepDone(job_id, p.step, p.total_steps, m.step_seconds)
-    if kind == "output":
-        o = m.output
-        return JobFinished(job_id, o.data, o.mime_type, o.seed)
-    if kind == "error":
-        return JobFailed(job_id, m.error.code, m.error.message)
-    if kind == "preempted":
-        p = m.preempted
-        return JobPreempted(job_id, p.checkpoint, p.step)
-    if kind == "checkpointed":
-        c = m.checkpointed
-        return JobCheckpointed(job_id, c.checkpoint, c.step)
-    if kind == "notice":
-        return JobNotice(job_id, m.notice.kind, m.notice.message)
-    return None
-
-
-def batch_event(event: WorkerEvent) -> Any:
-    message = worker_pb2.BatchEvent(job_id=event.job_id)
-    if isinstance(event, StepDone):
-        message.progress.CopyFrom(
-            common_pb2.Progress(step=event.step, total_steps=event.total_steps)
-        )
-        message.step_seconds = event.step_seconds
-    elif isinstance(event, JobFinished):
-        message.output.CopyFrom(
-            worker_pb2.JobOutput(data=event.data, mime_type=event.mime_type, seed=event.seed)
-        )
-    elif isinstance(event, JobFailed):
-        message.error.CopyFrom(common_pb2.Error(code=event.code, message=event.message))
-    elif isinstance(event, JobPreempted):
-        message.preempted.CopyFrom(
-            worker_pb2.Preempted(checkpoint=event.checkpoint, step=event.step)
-        )
-    elif isinstance(event, JobCheckpointed):
-        message.checkpointed.CopyFrom(
-            worker_pb2.Checkpointed(checkpoint=event.checkpoint, step=event.step)
-        )
-    elif isinstance(event, JobNotice):
-        message.notice.CopyFrom(common_pb2.Notice(kind=event.kind, message=event.message))
-    return message
 
 
 def priority_of(value: str) -> Priority:

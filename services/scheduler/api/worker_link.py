@@ -8,8 +8,8 @@ from collections.abc import AsyncIterator
 import grpc
 from mediamesh.v1 import worker_pb2, worker_pb2_grpc
 
+from services.common.api import worker_wire
 from services.common.channels import internal_channel
-from services.scheduler.api import convert
 from services.worker.core.batch import JobParams, WorkerEvent
 
 log = logging.getLogger(__name__)
@@ -32,12 +32,12 @@ class GrpcWorkerLink:
         self, address: str, batch_id: str, model: str, jobs: list[JobParams]
     ) -> AsyncIterator[WorkerEvent]:
         request = worker_pb2.RunBatchRequest(
-            batch_id=batch_id, model=model, jobs=[convert.job_spec(j, 0) for j in jobs]
+            batch_id=batch_id, model=model, jobs=[worker_wire.job_spec(j, 0) for j in jobs]
         )
         call = self._stub(address).RunBatch(request)
         try:
             async for message in call:
-                event = convert.worker_event(message)
+                event = worker_wire.worker_event(message)
                 if event is not None:
                     yield event
         finally:

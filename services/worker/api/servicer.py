@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator, Callable
 import grpc
 from mediamesh.v1 import worker_pb2, worker_pb2_grpc
 
-from services.scheduler.api import convert
+from services.common.api import worker_wire
 from services.worker.runtime import WorkerRuntime
 
 
@@ -20,9 +20,9 @@ class WorkerServicer(worker_pb2_grpc.WorkerServicer):
     async def RunBatch(
         self, request: worker_pb2.RunBatchRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[worker_pb2.BatchEvent]:
-        jobs = [convert.job_params(spec) for spec in request.jobs]
+        jobs = [worker_wire.job_params(spec) for spec in request.jobs]
         async for event in self.runtime.run_batch(request.batch_id, request.model, jobs):
-            yield convert.batch_event(event)
+            yield worker_wire.batch_event(event)
 
     async def Cancel(
         self, request: worker_pb2.CancelJobsRequest, context: grpc.aio.ServicerContext

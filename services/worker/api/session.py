@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
 
 import grpc
 from mediamesh.v1 import scheduler_pb2, scheduler_pb2_grpc
@@ -57,26 +56,29 @@ class SchedulerSession:
             backoff = min(backoff * 2, 5.0)
 
     async def _attach(self, stub: scheduler_pb2_grpc.SchedulerStub) -> None:
-        interval = asyncio.Queue[float]()
-
-        async def messages() -> AsyncIterator[scheduler_pb2.WorkerMessage]:
-            yield scheduler_pb2.WorkerMessage(register=self.registration)
-            every = await interval.get()
+        # Writes go through the call object rather than a request generator, so cancelling
+        # the session never has to close a generator that is still suspended in a wait.
+        call = stub.Attach()
+        try:
+            await call.write(scheduler_pb2.WorkerMessage(register=self.registration))
+            reply = await call.read()
+            if reply is grpc.aio.EOF or not reply.registered:
+                return
+            self.registered.set()
+            log.info("registered with the scheduler at %s", self.address)
+            every = reply.heartbeat_interval_s or 1.0
             while True:
-                yield scheduler_pb2.WorkerMessage(
-                    heartbeat=scheduler_pb2.WorkerHeartbeat(
-                        draining=self.runtime.draining,
-                        running_batches=self.runtime.running_batches,
+                self.runtime.state_changed.clear()
+                await call.write(
+                    scheduler_pb2.WorkerMessage(
+                        heartbeat=scheduler_pb2.WorkerHeartbeat(
+                            draining=self.runtime.draining,
+                            running_batches=self.runtime.running_batches,
+                        )
                     )
                 )
-                # Report drain at once, otherwise beat at the interval the scheduler asked for.
-                self.runtime.state_changed.clear()
+                # Report a drain at once, otherwise beat at the interval the scheduler asked for.
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self.runtime.state_changed.wait(), every)
-
-        call = stub.Attach(messages())
-        async for reply in call:
-            if reply.registered:
-                interval.put_nowait(reply.heartbeat_interval_s or 1.0)
-                self.registered.set()
-                log.info("registered with the scheduler at %s", self.address)
+        finally:
+            call.cancel()
