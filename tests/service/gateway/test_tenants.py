@@ -62,7 +62,12 @@ async def test_a_tenant_never_sees_another_tenants_jobs(keyed_mesh):
     handle = await stub.Submit(
         common_pb2.GenerateRequest(model="echo", prompt="mine"), metadata=auth(KEY_A)
     )
-    events = [e async for e in stub.Watch(gateway_pb2.WatchRequest(job_id=handle.job_id), metadata=auth(KEY_A))]
+    events = [
+        e
+        async for e in stub.Watch(
+            gateway_pb2.WatchRequest(job_id=handle.job_id), metadata=auth(KEY_A)
+        )
+    ]
     assert events[-1].state == common_pb2.SUCCEEDED
 
     def calls(job_id: str, key: str) -> list:
@@ -108,7 +113,9 @@ async def test_queued_job_limit_answers_resource_exhausted_with_retry_after(quot
         await stub.Submit(request, metadata=auth(KEY_A))
     for error in (
         await rejected(stub.Submit(request, metadata=auth(KEY_A))),
-        await rejected(kserve(quota_mesh).ModelInfer(infer_request("echo"), metadata=auth(KEY_A))),
+        await rejected(
+            kserve(quota_mesh).ModelInfer(infer_request("echo"), metadata=auth(KEY_A), timeout=10)
+        ),
     ):
         assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
         assert "the limit is 2" in error.details() and retry_after_ms(error) > 0
@@ -116,13 +123,16 @@ async def test_queued_job_limit_answers_resource_exhausted_with_retry_after(quot
 
 
 async def test_request_rate_answers_resource_exhausted_with_retry_after(quota_mesh):
-    # Three prompts are three jobs: more than tenant b's burst of 2, so nothing is submitted.
-    error = await rejected(kserve(quota_mesh).ModelInfer(infer_request("echo", 3), metadata=auth(KEY_B)))
-    assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "rate" in error.details()
-    assert 0 < retry_after_ms(error) <= 2000
     stub = quota_mesh.gateway_stub()
     request = common_pb2.GenerateRequest(model="echo", prompt="x")
     await stub.Submit(request, metadata=auth(KEY_B))
+    # Two prompts are two jobs, and tenant b's bucket (burst 2) has one token left.
+    infer = kserve(quota_mesh).ModelInfer(
+        infer_request("echo", 2), metadata=auth(KEY_B), timeout=10
+    )
+    error = await rejected(infer)
+    assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "rate" in error.details()
+    assert 0 < retry_after_ms(error) <= 2000
     await stub.Submit(request, metadata=auth(KEY_B))
     error = await rejected(stub.Submit(request, metadata=auth(KEY_B)))
     assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
@@ -136,9 +146,15 @@ async def test_priority_ceiling_and_model_list_are_refused_on_both_apis(quota_me
     flux = common_pb2.GenerateRequest(model="flux-tiny", prompt="x")
     cases = [
         (stub.Submit(realtime, metadata=auth(KEY_A)), "REALTIME is above"),
-        (triton.ModelInfer(infer_request("echo", priority=1), metadata=auth(KEY_A)), "REALTIME is above"),
+        (
+            triton.ModelInfer(infer_request("echo", priority=1), metadata=auth(KEY_A), timeout=10),
+            "REALTIME is above",
+        ),
         (stub.Submit(flux, metadata=auth(KEY_A)), "may not use 'flux-tiny'"),
-        (triton.ModelInfer(infer_request("flux-tiny"), metadata=auth(KEY_A)), "may not use"),
+        (
+            triton.ModelInfer(infer_request("flux-tiny"), metadata=auth(KEY_A), timeout=10),
+            "may not use",
+        ),
     ]
     for call, words in cases:
         error = await rejected(call)
