@@ -23,16 +23,15 @@ from bench.launcher import MODELS_DIR, public_config
 MODELS = ("flux-tiny", "flux-small")
 CONCURRENCY = (1, 8, 32, 64)
 DIRECT_BATCH_SIZES = (1, 2, 4, 8)
-# One device: on two cores, one worker with both threads; the direct run gets the same two.
-TORCH_THREADS = 2
-WORKERS = [{"models": list(MODELS), "torch_threads": TORCH_THREADS}]
-# Measured requests per level. flux-small takes ~2 s a request here, so its larger levels
-# send one request per concurrent caller: enough to keep every batch full but the last.
+# One worker is one device. Its torch threads (and the direct run's) default to one: on two
+# cores the gateway, scheduler and load generator need the other, and a two-thread OpenMP
+# pool that loses a core to them or to a neighbour ran 3-20x slower here than one thread.
+# Measured requests per level, sized for a few seconds to a minute each on two cores.
 MESH_REQUESTS = {
-    "flux-tiny": {1: 16, 8: 32, 32: 64, 64: 128},
-    "flux-small": {1: 4, 8: 8, 32: 32, 64: 64},
+    "flux-tiny": {1: 64, 8: 160, 32: 320, 64: 640},
+    "flux-small": {1: 12, 8: 32, 32: 64, 64: 128},
 }
-DIRECT_REQUESTS = {"flux-tiny": 16, "flux-small": 8}
+DIRECT_REQUESTS = {"flux-tiny": 64, "flux-small": 16}
 # The smoke run checks the code paths, not the numbers: one step keeps it to seconds.
 SMOKE_PARAMS = {"steps": 1}
 
@@ -41,7 +40,7 @@ def mesh_requests(model: str, concurrency: int, smoke: bool) -> tuple[int, int]:
     """(measured, warm-up) requests of one level."""
     if smoke:
         return 2, 0
-    return MESH_REQUESTS[model][concurrency], min(concurrency, 4)
+    return MESH_REQUESTS[model][concurrency], min(concurrency, 8)
 
 
 def request_params(smoke: bool) -> dict[str, int]:
@@ -49,9 +48,9 @@ def request_params(smoke: bool) -> dict[str, int]:
     return SMOKE_PARAMS if smoke else {}
 
 
-def run_direct(models: list[str], requests: int, smoke: bool) -> list[dict[str, Any]]:
+def run_direct(models: list[str], requests: int, smoke: bool, threads: int) -> list[dict[str, Any]]:
     sizes = (1, 2) if smoke else DIRECT_BATCH_SIZES
-    argv = [sys.executable, "-m", "bench.direct", "--threads", str(TORCH_THREADS)]
+    argv = [sys.executable, "-m", "bench.direct", "--threads", str(threads)]
     for model in models:
         argv += ["--model", model]
     argv += ["--models-dir", str(MODELS_DIR), "--batch-sizes", ",".join(map(str, sizes))]
@@ -71,17 +70,18 @@ def run_direct(models: list[str], requests: int, smoke: bool) -> list[dict[str, 
     return json.loads(lines[-1])["models"]
 
 
-def direct_reports(smoke: bool) -> list[dict[str, Any]]:
+def direct_reports(smoke: bool, threads: int) -> list[dict[str, Any]]:
     if smoke:
         # One process for both models: importing torch twice is a third of the smoke budget.
-        return run_direct(list(MODELS), 2, smoke)
-    return [r for m in MODELS for r in run_direct([m], DIRECT_REQUESTS[m], smoke)]
+        return run_direct(list(MODELS), 2, smoke, threads)
+    return [r for m in MODELS for r in run_direct([m], DIRECT_REQUESTS[m], smoke, threads)]
 
 
 def run(options: Options) -> Result:
     result = Result("batching", options)
     direct: dict[str, dict[str, Any]] = {}
-    for report in direct_reports(options.smoke):
+    threads = options.torch_threads
+    for report in direct_reports(options.smoke, threads):
         model = report["model"]
         rows = [
             level(
@@ -101,11 +101,12 @@ def run(options: Options) -> Result:
         best = max(rows, key=lambda r: r["throughput_rps"] or 0)
         direct[model] = {"best": best, "params": report["params"]}
     params = request_params(options.smoke)
-    with options.meshes.mesh(WORKERS) as mesh:
+    workers = [{"models": list(MODELS), "torch_threads": threads}]
+    with options.meshes.mesh(workers) as mesh:
         result.config = {
             "models": list(MODELS),
             "concurrency": list(CONCURRENCY),
-            "torch_threads": TORCH_THREADS,
+            "torch_threads": threads,
             "direct_batch_sizes": sorted({r["batch_size"] for r in result.levels}),
             "request_params": {m: direct[m]["params"] for m in MODELS},
             "mesh_requests": {

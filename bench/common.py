@@ -39,6 +39,8 @@ class Options:
     smoke: bool
     out_dir: Path
     meshes: MeshSession
+    # torch intra-op threads of the batching benchmark's worker and of its direct baseline.
+    torch_threads: int = 1
 
 
 def git_commit() -> dict[str, Any]:
@@ -106,6 +108,8 @@ def level(
         "throughput_rps": None if throughput is None else round(throughput, 3),
         **percentiles(latencies_ms),
         "duration_s": round(duration_s, 3),
+        # A neighbour's burst shows here: compare with the machine's core count.
+        "load_avg_1m_after": round(os.getloadavg()[0], 2),
         **extra,
     }
 

@@ -25,7 +25,7 @@ def requests_for(concurrency: int, smoke: bool) -> tuple[int, int]:
     """(measured, warm-up) requests of one level."""
     if smoke:
         return max(8, concurrency), min(concurrency, 8)
-    return {1: 300, 16: 1000, 64: 2000}.get(concurrency, 30 * concurrency), 2 * concurrency
+    return {1: 100, 16: 1000, 64: 2000}.get(concurrency, 30 * concurrency), 2 * concurrency
 
 
 def kserve_available() -> bool:

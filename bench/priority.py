@@ -50,7 +50,7 @@ FLOOD_LEAD_S = 3.0
 def sizes(smoke: bool) -> dict[str, int]:
     if smoke:
         return {"capacity_concurrency": 4, "capacity_requests": 4, "realtime_requests": 3}
-    return {"capacity_concurrency": 16, "capacity_requests": 48, "realtime_requests": 40}
+    return {"capacity_concurrency": 32, "capacity_requests": 128, "realtime_requests": 60}
 
 
 def run(options: Options) -> Result:

@@ -20,6 +20,7 @@ from typing import Any
 
 import grpc
 import matplotlib
+import numpy as np
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from mediamesh.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
 
@@ -34,7 +35,9 @@ MODEL = "flux-small"
 WORKERS = [{"models": [MODEL], "torch_threads": 1} for _ in range(2)]
 JOBS = 2
 POLL_S = 0.02
-TRIAL_TIMEOUT_S = 180.0
+TRIAL_TIMEOUT_S = 60.0
+# Bounds the optional waits of the scheduler trial (workers re-attaching, jobs resuming).
+SCHEDULER_WAIT_S = 20.0
 
 
 @dataclass
@@ -125,23 +128,25 @@ async def cancel_all(stub: gateway_pb2_grpc.GatewayStub, ids: list[str]) -> None
             await stub.Cancel(gateway_pb2.CancelRequest(job_id=job_id), timeout=10)
 
 
-async def workers_ready(stub: gateway_pb2_grpc.GatewayStub, count: int) -> None:
-    """Until `count` live workers host the model (a restarted one has registered again)."""
-    deadline = time.monotonic() + TRIAL_TIMEOUT_S
+async def workers_ready(stub: gateway_pb2_grpc.GatewayStub, count: int, timeout: float) -> bool:
+    """Whether `count` live workers host the model (a restarted one has registered again)."""
+    deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
             reply = await stub.ListModels(gateway_pb2.ListModelsRequest(), timeout=5)
             model = next(m for m in reply.models if m.name == MODEL)
             if len({d.split("/")[0] for d in model.devices}) >= count:
-                return
+                return True
         except (grpc.aio.AioRpcError, StopIteration):
             pass
         await asyncio.sleep(0.25)
-    raise TimeoutError(f"fewer than {count} workers host {MODEL}")
+    return False
 
 
 async def worker_trial(mesh: Mesh, stub: gateway_pb2_grpc.GatewayStub, steps: int) -> dict:
-    await workers_ready(stub, len(mesh.config["workers"]))
+    count = len(mesh.config["workers"])
+    if not await workers_ready(stub, count, TRIAL_TIMEOUT_S):
+        raise TimeoutError(f"fewer than {count} workers host {MODEL}")
     tracker = Tracker()
     ids = await submit(stub, steps, "worker")
     watchers = [asyncio.create_task(follow(stub, j, tracker)) for j in ids]
@@ -169,14 +174,17 @@ async def worker_trial(mesh: Mesh, stub: gateway_pb2_grpc.GatewayStub, steps: in
 
 
 async def scheduler_trial(mesh: Mesh, stub: gateway_pb2_grpc.GatewayStub, steps: int) -> dict:
-    await workers_ready(stub, len(mesh.config["workers"]))
+    # Serving again is health plus a Submit; jobs running again also needs the workers to
+    # re-attach, so a mesh whose workers did not is still measured, and says so.
+    attached = await workers_ready(stub, len(mesh.config["workers"]), SCHEDULER_WAIT_S)
     tracker = Tracker()
     ids = await submit(stub, steps, "scheduler")
     watchers = [asyncio.create_task(follow(stub, j, tracker)) for j in ids]
     try:
-        await tracker.until(
-            lambda: any(e.WhichOneof("event") == "progress" for _, _, e, _ in tracker.events)
-        )
+        if attached:
+            await tracker.until(
+                lambda: any(e.WhichOneof("event") == "progress" for _, _, e, _ in tracker.events)
+            )
         os.kill(mesh.child_pid("scheduler"), signal.SIGKILL)
         killed = time.monotonic()
         serving = await _health_serving(mesh.scheduler) - killed
@@ -190,10 +198,16 @@ async def scheduler_trial(mesh: Mesh, stub: gateway_pb2_grpc.GatewayStub, steps:
             if time.monotonic() - killed > TRIAL_TIMEOUT_S:
                 raise TimeoutError("no Submit succeeded after the scheduler restart")
         submitted = time.monotonic() - killed
-        await tracker.until(lambda: tracker.first_fresh_progress(killed) > 0)
+        if attached:
+            with contextlib.suppress(TimeoutError):
+                await tracker.until(
+                    lambda: tracker.first_fresh_progress(killed) > 0, SCHEDULER_WAIT_S
+                )
         return {
+            "workers_attached_before_kill": attached,
             "health_serving_s": round(serving, 3),
             "recovered_s": round(submitted, 3),
+            # None: no job made progress within the wait (workers did not re-attach).
             "jobs_progress_again_s": _since(killed, tracker.first_fresh_progress(killed)),
         }
     finally:
@@ -257,15 +271,19 @@ def run(options: Options) -> Result:
         # Throughput has no meaning for a restart; the level carries the recovery times.
         entry = level(JOBS, times, errors, 0.0, phase=name, trials=rows)
         result.levels.append(entry)
-    result.summary = {
-        name: {
-            "recovered_p50_ms": e["p50_ms"],
-            "recovered_max_ms": max((r["recovered_s"] or 0) * 1000 for r in e["trials"]),
-        }
-        for name, e in zip(outcomes, result.levels, strict=True)
-    }
+    result.summary = {name: _medians(rows) for name, rows in outcomes.items()}
     plot(result)
     return result
+
+
+def _medians(rows: list[dict]) -> dict[str, Any]:
+    """Median seconds of every timing over the trials that produced it."""
+    keys = [k for k in rows[0] if k.endswith("_s")] if rows else []
+    medians: dict[str, Any] = {"trials": len(rows), "failed": sum("error" in r for r in rows)}
+    for key in keys:
+        values = [r[key] for r in rows if r.get(key) is not None]
+        medians[f"{key}_median"] = round(float(np.median(values)), 3) if values else None
+    return medians
 
 
 def plot(result: Result) -> None:
@@ -277,7 +295,8 @@ def plot(result: Result) -> None:
     for ax, row in zip(axes, result.levels, strict=True):
         keys = parts[row["phase"]]
         for index, trial in enumerate(row["trials"]):
-            values = [trial.get(k) or 0 for k in keys]
+            # A timing that never happened is a gap in the line, not a zero.
+            values = [float("nan") if trial.get(k) is None else trial[k] for k in keys]
             ax.plot(keys, values, marker="o", label=f"trial {index + 1}")
         ax.set_title(f"{row['phase']}: seconds after SIGKILL")
         ax.set_ylabel("seconds")

@@ -41,11 +41,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("benchmark", choices=["all", *BENCHMARKS])
     parser.add_argument("--smoke", action="store_true", help="seconds-long run of the same code")
     parser.add_argument("--out", type=Path, default=None, help="results directory")
+    parser.add_argument(
+        "--torch-threads",
+        type=int,
+        default=1,
+        help="batching: torch threads of the worker and of the direct run (default 1)",
+    )
     args = parser.parse_args(argv)
     out_dir = args.out or (SMOKE_DIR if args.smoke else RESULTS_DIR)
     _interrupt_on_signals()
     meshes = MeshSession(SMOKE_MESH if args.smoke else None)
-    options = Options(smoke=args.smoke, out_dir=out_dir, meshes=meshes)
+    options = Options(
+        smoke=args.smoke, out_dir=out_dir, meshes=meshes, torch_threads=args.torch_threads
+    )
     names = BENCHMARKS if args.benchmark == "all" else (args.benchmark,)
     failed: list[str] = []
     started = time.monotonic()

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from services.common.registry import RegistryError
-from services.common.settings import ConfigError
+from services.common.settings import ConfigError, MeshConfig
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -72,8 +72,10 @@ def build_parser() -> argparse.ArgumentParser:
     build.set_defaults(handler=_cmd_models_build)
 
     from services.cli import client_commands
+    from services.cli.batch_command import add_batch_command
 
     client_commands.add_commands(sub)
+    add_batch_command(sub)
     return parser
 
 
@@ -83,6 +85,7 @@ def _cmd_up(args: argparse.Namespace) -> int:
 
     overrides = {"models_dir": str(args.models_dir)} if args.models_dir else None
     config, registry = load(args.config, overrides)
+    config = without_idle_spot_wait(config)
     if not args.no_build:
         from services.worker.models.build import build_models
 
@@ -90,6 +93,21 @@ def _cmd_up(args: argparse.Namespace) -> int:
         buildable = [m.name for m in registry.models if m.source.startswith("{models_dir}")]
         build_models(config.models_dir, [n for n in buildable if n in wanted])
     return run_up(config, args.run_dir, args.ready_timeout, restart=not args.no_restart)
+
+
+def without_idle_spot_wait(config: MeshConfig) -> MeshConfig:
+    """A local mesh with no spot worker and no placement of its own runs BATCH work at once,
+    rather than making every batch job wait out the spot fallback time first."""
+    if any(w.pool == "spot" for w in config.workers):
+        return config
+    if "placement" in config.scheduler.model_fields_set:
+        return config
+    placement = {
+        name: rule.model_copy(update={"fallback_after_s": 0.0})
+        for name, rule in config.scheduler.placement.items()
+    }
+    scheduler = config.scheduler.model_copy(update={"placement": placement})
+    return config.model_copy(update={"scheduler": scheduler})
 
 
 def _cmd_scheduler(args: argparse.Namespace) -> int:

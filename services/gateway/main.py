@@ -7,21 +7,20 @@ import logging
 import time
 from dataclasses import dataclass
 
-from mediamesh.v1 import gateway_pb2_grpc, scheduler_pb2_grpc
+from mediamesh.v1 import scheduler_pb2_grpc
 
 from services.common.channels import internal_channel
 from services.common.registry import Registry
-from services.common.server import Registration, RunningServer, start_server
-from services.common.settings import MeshConfig
-from services.gateway.api import kserve
-from services.gateway.api.servicer import GatewayServicer, service_names
+from services.common.server import RunningServer, start_server
+from services.common.settings import ConfigError, MeshConfig
+from services.gateway.api import kserve, servicer
 from services.gateway.api.upstream import Upstream
 from services.gateway.core.tenancy import Tenancy
 
 log = logging.getLogger("mediamesh.gateway")
 
 
-class InsecureBindError(RuntimeError):
+class InsecureBindError(ConfigError):
     """No API keys on a non-loopback address without --insecure."""
 
 
@@ -68,15 +67,7 @@ async def start_gateway(config: MeshConfig, registry: Registry) -> GatewayServic
         g.inline_result_limit_bytes,
         g.max_message_bytes,
     )
-    registrations = [
-        Registration(
-            service_names(),
-            lambda server: gateway_pb2_grpc.add_GatewayServicer_to_server(
-                GatewayServicer(upstream), server
-            ),
-        ),
-        kserve.registration(upstream),
-    ]
+    registrations = [servicer.registration(upstream), kserve.registration(upstream)]
     server = await start_server(
         registrations,
         host=g.host,

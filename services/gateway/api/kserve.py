@@ -22,6 +22,7 @@ from services.common.registry import ModelSpec
 from services.common.server import Registration
 from services.gateway.api import kserve_messages as messages
 from services.gateway.api.kserve_jobs import ElementProgress, run_call
+from services.gateway.api.lenient import add_servicer
 from services.gateway.api.upstream import Upstream, caller_of, mesh_errors
 from services.gateway.core.inference_call import (
     MODEL_VERSION,
@@ -207,10 +208,8 @@ def _stream_error_text(exc: MeshError) -> str:
 
 
 def registration(upstream: Upstream) -> Registration:
-    name = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"].full_name
+    service = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"]
     return Registration(
-        (name,),
-        lambda server: pb_grpc.add_GRPCInferenceServiceServicer_to_server(
-            InferenceServicer(upstream), server
-        ),
+        (service.full_name,),
+        lambda server: add_servicer(server, InferenceServicer(upstream), service),
     )

@@ -24,6 +24,7 @@ from services.gateway.core.tenancy import Caller
 # Room left in a message for everything but the artifacts themselves.
 _ENVELOPE_BYTES = 64 * 1024
 _CANCEL_TIMEOUT_S = 5
+_WATCH_ATTEMPTS = 3
 _OPTIONAL_FIELDS = (
     "steps",
     "seed",
@@ -108,20 +109,22 @@ async def _follow_all(
 async def _follow(
     up: Upstream, tenant: str, index: int, job_id: str, on_progress: ProgressSink | None
 ) -> ElementResult:
-    events = up.scheduler.Watch(scheduler_pb2.ScopedJobRequest(job_id=job_id, tenant=tenant))
-    try:
-        async with mesh_errors():
-            async for event in events:
-                kind = event.WhichOneof("event")
-                if kind == "progress" and on_progress is not None:
-                    p = event.progress
-                    on_progress(ElementProgress(index, p.step, p.total_steps, job_id))
-                elif kind == "result":
-                    return await _result(up, tenant, job_id, event.result)
-                elif kind == "error":
-                    raise job_failure(job_id, event.error.code, event.error.message)
-    finally:
-        events.cancel()
+    # A stream that ends without the job's outcome is watched again: Watch replays the end.
+    for _ in range(_WATCH_ATTEMPTS):
+        events = up.scheduler.Watch(scheduler_pb2.ScopedJobRequest(job_id=job_id, tenant=tenant))
+        try:
+            async with mesh_errors():
+                async for event in events:
+                    kind = event.WhichOneof("event")
+                    if kind == "progress" and on_progress is not None:
+                        p = event.progress
+                        on_progress(ElementProgress(index, p.step, p.total_steps, job_id))
+                    elif kind == "result":
+                        return await _result(up, tenant, job_id, event.result)
+                    elif kind == "error":
+                        raise job_failure(job_id, event.error.code, event.error.message)
+        finally:
+            events.cancel()
     raise Unavailable(f"job {job_id}: the scheduler ended its event stream without a result")
 
 

@@ -8,6 +8,8 @@ import grpc
 from mediamesh.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc, scheduler_pb2
 
 from services.common.params import find_model, parse_priority, resolve
+from services.common.server import Registration
+from services.gateway.api.lenient import add_servicer
 from services.gateway.api.upstream import Upstream, call_deadline_ms, caller_of, relay_errors
 from services.scheduler.api import convert
 
@@ -17,7 +19,10 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
         self.up = upstream
 
     async def submit(
-        self, request: common_pb2.GenerateRequest, context: grpc.aio.ServicerContext
+        self,
+        request: common_pb2.GenerateRequest,
+        context: grpc.aio.ServicerContext,
+        follows_job: bool,
     ) -> tuple[gateway_pb2.JobHandle, str]:
         caller = caller_of(self.up.tenancy, context)
         fields = convert.request_fields(request)
@@ -25,21 +30,21 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
         priority = parse_priority(fields.priority)
         resolve(spec, fields)  # reject bad input here, before it costs the scheduler anything
         self.up.tenancy.admit(caller, spec.name, priority)
-        deadline_ms = call_deadline_ms(fields.timeout_ms, context)
+        deadline_ms = call_deadline_ms(fields.timeout_ms, context, follows_job)
         handle = await self.up.submit(request, caller, deadline_ms)
         return handle, caller.tenant
 
     async def Generate(
         self, request: common_pb2.GenerateRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[common_pb2.GenerateEvent]:
-        handle, tenant = await self.submit(request, context)
+        handle, tenant = await self.submit(request, context, follows_job=True)
         async for event in self.up.watch(handle.job_id, tenant, context):
             yield event
 
     async def Submit(
         self, request: common_pb2.GenerateRequest, context: grpc.aio.ServicerContext
     ) -> gateway_pb2.JobHandle:
-        handle, _ = await self.submit(request, context)
+        handle, _ = await self.submit(request, context, follows_job=False)
         return handle
 
     async def Watch(
@@ -84,5 +89,9 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
             yield chunk
 
 
-def service_names() -> tuple[str, ...]:
-    return (gateway_pb2.DESCRIPTOR.services_by_name["Gateway"].full_name,)
+def registration(upstream: Upstream) -> Registration:
+    service = gateway_pb2.DESCRIPTOR.services_by_name["Gateway"]
+    return Registration(
+        (service.full_name,),
+        lambda server: add_servicer(server, GatewayServicer(upstream), service),
+    )

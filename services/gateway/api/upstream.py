@@ -63,13 +63,20 @@ class Upstream:
                 yield chunk
 
 
-def call_deadline_ms(timeout_ms: int | None, context: grpc.aio.ServicerContext) -> int:
-    """The earlier of a request's own timeout and the call's gRPC deadline, as Unix ms (0: none)."""
+def call_deadline_ms(
+    timeout_ms: int | None, context: grpc.aio.ServicerContext, follows_job: bool = True
+) -> int:
+    """The earlier of a request's own timeout and the call's gRPC deadline, as Unix ms (0: none).
+
+    The call's deadline counts only for calls that follow the job to its end (Generate,
+    ModelInfer, a stream): a client's timeout on Submit bounds the wait for the job id,
+    not the job itself.
+    """
     now = time.time()
     candidates = []
     if timeout_ms:
         candidates.append(now + timeout_ms / 1000)
-    remaining = context.time_remaining()
+    remaining = context.time_remaining() if follows_job else None
     if remaining is not None:
         candidates.append(now + remaining)
     return int(min(candidates) * 1000) if candidates else 0

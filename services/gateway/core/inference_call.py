@@ -270,26 +270,13 @@ def encode_outputs(results: Sequence[ElementResult], wanted: Sequence[str]) -> l
     return tensors
 
 
-_STATUS_NAMES = frozenset(
-    {
-        "CANCELLED",
-        "UNKNOWN",
-        "INVALID_ARGUMENT",
-        "DEADLINE_EXCEEDED",
-        "NOT_FOUND",
-        "ALREADY_EXISTS",
-        "PERMISSION_DENIED",
-        "RESOURCE_EXHAUSTED",
-        "FAILED_PRECONDITION",
-        "ABORTED",
-        "OUT_OF_RANGE",
-        "UNIMPLEMENTED",
-        "INTERNAL",
-        "UNAVAILABLE",
-        "DATA_LOSS",
-        "UNAUTHENTICATED",
-    }
-)
+# gRPC status code names; a job error naming anything else is reported as INTERNAL.
+_STATUS_NAMES = frozenset([
+    "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND",
+    "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
+    "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS",
+    "UNAUTHENTICATED",
+])  # fmt: skip
 
 
 def job_failure(job_id: str, code: str, message: str) -> MeshError:

@@ -25,6 +25,16 @@ class _Entry:
     job: Job
 
 
+class _Line(deque):
+    """A FIFO of entries that knows how many are live, so it can shed stale ones in bulk."""
+
+    __slots__ = ("live",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.live = 0
+
+
 @dataclass
 class _TenantLine:
     # (deadline, seq, entry): earliest deadline first, then arrival.
@@ -86,10 +96,10 @@ class ModelQueue:
         self._aging = aging_s_per_class
         self._seq = itertools.count()
         self._current: dict[str, int] = {}
-        self._front: deque[_Entry] = deque()
+        self._front = _Line()
         self._buckets = {p: _Bucket(p) for p in Priority}
-        self._by_key: dict[CompatKey, dict[Priority, deque[_Entry]]] = {}
-        self._front_by_key: dict[CompatKey, deque[_Entry]] = defaultdict(deque)
+        self._by_key: dict[CompatKey, dict[Priority, _Line]] = {}
+        self._front_by_key: dict[CompatKey, _Line] = defaultdict(_Line)
         self.depth = 0
 
     def _is_live(self, entry: _Entry) -> bool:
@@ -102,25 +112,43 @@ class ModelQueue:
         self.depth += 1
         key = job.compat_key
         if job.at_front:
-            self._front.append(entry)
-            self._front_by_key[key].append(entry)
+            for line in (self._front, self._front_by_key[key]):
+                line.append(entry)
+                line.live += 1
             return
         self._buckets[job.priority].add(entry, self._is_live)
-        per_class = self._by_key.setdefault(key, {p: deque() for p in Priority})
+        per_class = self._by_key.setdefault(key, {p: _Line() for p in Priority})
         per_class[job.priority].append(entry)
+        per_class[job.priority].live += 1
 
     def remove(self, job: Job) -> None:
         """Forget a job that left the queue; its stale entries are skipped later."""
         if self._current.pop(job.job_id, None) is None:
             return
         self.depth -= 1
-        if not job.at_front:
+        if job.at_front:
+            self._front.live -= 1
+            self._front_by_key[job.compat_key].live -= 1
+        else:
             bucket = self._buckets[job.priority]
             bucket.live -= 1
             bucket.tenants[job.tenant].live -= 1
+            self._by_key[job.compat_key][job.priority].live -= 1
 
     def contains(self, job_id: str) -> bool:
         return job_id in self._current
+
+    def oldest_enqueued_at(self) -> float | None:
+        """When the longest-waiting job entered the queue; amortised O(1) via the heaps."""
+        times = [
+            at
+            for bucket in self._buckets.values()
+            if bucket.live and (at := bucket.oldest_enqueued_at(self._is_live)) is not None
+        ]
+        front = next(self._live_entries(self._front), None)
+        if front is not None:
+            times.append(front.job.enqueued_at)
+        return min(times, default=None)
 
     def effective_priority(self, priority: Priority, now: float) -> float | None:
         """Class minus aging credit of its oldest job; lower wins. None when empty."""
@@ -187,10 +215,17 @@ class ModelQueue:
             for priority in Priority:
                 yield from self._live_entries(per_class[priority])
 
-    def _live_entries(self, line: deque[_Entry]) -> Iterator[_Entry]:
+    def _live_entries(self, line: _Line) -> Iterator[_Entry]:
         while line and not self._is_live(line[0]):
             line.popleft()
-        for entry in list(line):
+        if len(line) > 2 * line.live + 16:
+            # Jobs taken from behind a head that cannot run yet (a tenant at its limit, a
+            # job waiting for its pool) leave stale entries every later scan would walk.
+            live = [entry for entry in line if self._is_live(entry)]
+            line.clear()
+            line.extend(live)
+        # Callers only read the queues while iterating, so the line need not be copied.
+        for entry in line:
             if self._is_live(entry):
                 yield entry
 

@@ -37,9 +37,11 @@ from services.scheduler.core.units import (
     FreeUnits,
     Placement,
     Unit,
+    UnitClass,
     WorkerInfo,
     default_placements,
     pool_decision,
+    unit_class,
 )
 
 
@@ -124,6 +126,9 @@ class SchedulerCore:
         self.work_s: dict[str, float] = defaultdict(float)
         self.pool_work_s: dict[tuple[str, str], float] = defaultdict(float)
         self.running: dict[str, int] = defaultdict(int)
+        self._model_depth: dict[tuple[str, Priority], int] = defaultdict(int)
+        self._model_work: dict[tuple[str, Priority], float] = defaultdict(float)
+        self._model_front: dict[str, int] = defaultdict(int)
         self._queued_by_tenant: dict[str, int] = defaultdict(int)
         self._running_by_tenant: dict[str, int] = defaultdict(int)
         self._charged: dict[str, float] = {}
@@ -234,6 +239,9 @@ class SchedulerCore:
         self._queues[job.model].add(job)
         work = job.cost_s * job.remaining_fraction
         self.depth[(job.queue, job.priority)] += 1
+        self._model_depth[(job.model, job.priority)] += 1
+        self._model_work[(job.model, job.priority)] += work
+        self._model_front[job.model] += job.at_front
         self.work_s[job.queue] += work
         self.pool_work_s[(job.queue, self._placement(job).prefer)] += work
         self._queued_by_tenant[job.tenant] += 1
@@ -242,6 +250,10 @@ class SchedulerCore:
         self._queues[job.model].remove(job)
         work = job.cost_s * job.remaining_fraction
         self.depth[(job.queue, job.priority)] -= 1
+        self._model_depth[(job.model, job.priority)] -= 1
+        key = (job.model, job.priority)
+        self._model_work[key] = max(self._model_work[key] - work, 0.0)
+        self._model_front[job.model] -= job.at_front
         self.work_s[job.queue] = max(self.work_s[job.queue] - work, 0.0)
         key = (job.queue, self._placement(job).prefer)
         self.pool_work_s[key] = max(self.pool_work_s[key] - work, 0.0)
@@ -271,30 +283,25 @@ class SchedulerCore:
         units = self._units_for(model)
         if not units:
             return own_cost
-        queue = self.specs[model].modality
-        ahead = (
-            sum(
-                job.cost_s * job.remaining_fraction
-                for job in self._queues[model].jobs()
-                if job.priority <= priority
-            )
-            if self.depth[(queue, priority)] < 5000
-            else self.work_s[queue]
-        )
+        ahead = sum(self._model_work[(model, p)] for p in Priority if p <= priority)
         busy = sum(u.load_s for u in units)
         return (ahead + busy) / len(units) + own_cost
 
     def queue_position(self, job: Job) -> int:
-        """Jobs of the same model ahead of `job` (0 = next)."""
+        """Jobs of the same model ahead of `job` (0 = next), by class and arrival.
+
+        Counted from the per-class depths, so it is O(1): exact for a job that just arrived,
+        an estimate later on, when aging and fair share reorder the line.
+        """
         if job.state is not JobState.QUEUED:
             return 0
-        return sum(
-            1
-            for other in self._queues[job.model].jobs()
-            if other is not job
-            and (other.at_front, -other.priority, -other.enqueued_at)
-            > (job.at_front, -job.priority, -job.enqueued_at)
+        front = self._model_front[job.model]
+        if job.at_front:
+            return max(front - 1, 0)
+        same_or_better = sum(
+            self._model_depth[(job.model, p)] for p in Priority if p <= job.priority
         )
+        return max(front + same_or_better - 1, 0)
 
     # ---- workers -------------------------------------------------------------------------
 
@@ -357,27 +364,40 @@ class SchedulerCore:
     # ---- dispatch ------------------------------------------------------------------------
 
     def schedule(self) -> list[Dispatch]:
-        """Form batches for every unit with room, least-loaded unit first."""
+        """Form batches for every unit with room, least-loaded unit first.
+
+        A unit that cannot form a batch stays out for the rest of the pass. Whether a unit
+        can form one depends only on its pool and models (and on the queues and the other
+        units, which change only when something is dispatched), so after one failure every
+        unit of that class is skipped until the next dispatch; when a dispatch ends the
+        streak, the skipped units that sort before the one that dispatched are blocked, as
+        trying each of them in turn would have done. That keeps a pass proportional to its
+        dispatches rather than to the number of free units squared.
+        """
         now = self.clock()
         self._wakeups = []
         dispatched: list[Dispatch] = []
         models = [m for m, q in self._queues.items() if q.depth > 0]
         blocked: set[str] = set()
-        while True:
-            candidates: dict[str, Unit] = {}
-            for model in models:
-                for unit in self._free.ordered(model, self.units):
-                    if unit.worker_id not in blocked:
-                        candidates[unit.worker_id] = unit
-            if not candidates:
-                break
-            unit = min(candidates.values(), key=lambda u: (u.load_s, u.dispatched, u.worker_id))
-            batch = self._form_batch(unit, now)
-            if batch is None:
-                blocked.add(unit.worker_id)
-                continue
-            dispatched.append(batch)
-            models = [m for m in models if self._queues[m].depth > 0]
+        failed_classes: set[UnitClass] = set()
+        try:
+            while models:
+                entry = self._free.least_loaded(models, self.units, blocked, failed_classes)
+                if entry is None:
+                    break
+                unit = self.units[entry[2]]
+                batch = self._form_batch(unit, now)
+                if batch is None:
+                    blocked.add(unit.worker_id)
+                    failed_classes.add(unit_class(unit))
+                    continue
+                for cls in failed_classes:
+                    self._free.block_below(cls, entry)
+                failed_classes.clear()
+                dispatched.append(batch)
+                models = [m for m in models if self._queues[m].depth > 0]
+        finally:
+            self._free.end_pass()
         return dispatched
 
     def _eligibility(self, unit: Unit, now: float) -> Callable[[Job], bool]:
@@ -386,10 +406,7 @@ class SchedulerCore:
         def preferred_has_room(model: str, pool: str) -> bool:
             key = (model, pool)
             if key not in room_cache:
-                room_cache[key] = any(
-                    u.pool == pool and u.free_slots > 0 and model in u.info.models
-                    for u in self.units.values()
-                )
+                room_cache[key] = self._free.has_room(model, pool, self.units)
             return room_cache[key]
 
         def eligible(job: Job) -> bool:
@@ -435,14 +452,21 @@ class SchedulerCore:
         """Companions share the lead's pool decision: jobs requeued together (a preempted
         batch) must not be split because their fallback clocks differ by microseconds."""
 
+        joining: dict[str, int] = defaultdict(int)
+        joining[lead.tenant] = 1
+
         def joins(job: Job) -> bool:
             limit = job.quota.max_running
-            if limit and self._running_by_tenant[job.tenant] >= limit:
+            if limit and self._running_by_tenant[job.tenant] + joining[job.tenant] >= limit:
                 return False
             placement = self._placement(job)
             if job.priority is lead.priority:
-                return unit.pool == placement.prefer or unit.pool in placement.allow
-            return unit.pool == placement.prefer
+                ok = unit.pool == placement.prefer or unit.pool in placement.allow
+            else:
+                ok = unit.pool == placement.prefer
+            if ok:
+                joining[job.tenant] += 1
+            return ok
 
         return joins
 
@@ -656,13 +680,14 @@ class SchedulerCore:
 
     def oldest_wait_s(self, queue: str) -> float:
         now = self.clock()
-        waits = [
-            now - at
+        oldest = [
+            at
             for model, q in self._queues.items()
-            if self.specs[model].modality == queue and q.depth > 0
-            for at in [min((j.enqueued_at for j in q.jobs()), default=now)]
+            if q.depth
+            and self.specs[model].modality == queue
+            and (at := q.oldest_enqueued_at()) is not None
         ]
-        return max(waits, default=0.0)
+        return now - min(oldest) if oldest else 0.0
 
     def queued_jobs(self, model: str) -> list[Job]:
         return list(self._queues[model].jobs())

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import heapq
-import itertools
+import bisect
 from dataclasses import dataclass, field
 
 from services.scheduler.core.jobs import Job, Priority
@@ -67,37 +66,99 @@ class Placement:
     fallback_after_s: float
 
 
+# Units that share a pool and a model set are interchangeable to the dispatch policy.
+UnitClass = tuple[str, frozenset[str]]
+_Entry = tuple[float, int, str, int]
+
+
+def unit_class(unit: Unit) -> UnitClass:
+    return (unit.info.pool, unit.info.models)
+
+
 class FreeUnits:
-    """Units with room, least loaded first, per model: a heap with lazy invalidation."""
+    """Units with room, least loaded first, per model and unit class: sorted lists with lazy
+    invalidation. An entry is live while its unit still has room and the version it was
+    offered at; each unit has at most one live entry per list. A scheduling pass reads the
+    least-loaded candidate of each class, and blocks whole key ranges of a class, without
+    walking every free unit.
+    """
 
     def __init__(self) -> None:
-        self._heaps: dict[str, list[tuple[float, int, str, int]]] = {}
-        self._tiebreak = itertools.count()
+        self._lists: dict[str, dict[UnitClass, list[_Entry]]] = {}
+        # Length at which a list is next swept of stale entries.
+        self._sweep_at: dict[tuple[str, UnitClass], int] = {}
+        # During a pass: per class, units sorting below this entry are blocked.
+        self._bounds: dict[UnitClass, _Entry] = {}
 
     def offer(self, unit: Unit) -> None:
         if unit.free_slots <= 0:
             return
+        entry = (unit.load_s, unit.dispatched, unit.worker_id, unit.version)
+        cls = unit_class(unit)
         for model in unit.info.models:
-            heap = self._heaps.setdefault(model, [])
-            heapq.heappush(heap, (unit.load_s, unit.dispatched, unit.worker_id, unit.version))
+            bisect.insort(self._lists.setdefault(model, {}).setdefault(cls, []), entry)
 
-    def ordered(self, model: str, units: dict[str, Unit]) -> list[Unit]:
-        """Live free units hosting `model`, least loaded first; prunes stale entries."""
-        heap = self._heaps.get(model, [])
-        live: list[tuple[float, int, str, int]] = []
-        seen: set[str] = set()
-        while heap:
-            item = heapq.heappop(heap)
-            unit = units.get(item[2])
-            if unit is None or unit.version != item[3] or unit.free_slots <= 0:
-                continue
-            if unit.worker_id in seen:
-                continue
-            seen.add(unit.worker_id)
-            live.append(item)
-        for item in live:
-            heapq.heappush(heap, item)
-        return [units[item[2]] for item in sorted(live)]
+    @staticmethod
+    def _live(entry: _Entry, units: dict[str, Unit]) -> bool:
+        unit = units.get(entry[2])
+        return unit is not None and unit.version == entry[3] and unit.free_slots > 0
+
+    def _first(
+        self, model: str, cls: UnitClass, units: dict[str, Unit], blocked: set[str] | None
+    ) -> _Entry | None:
+        """Least-loaded live entry, past the class's bound and blocked units when `blocked`
+        is given; deletes the stale entries it steps over."""
+        entries = self._lists[model][cls]
+        key = (model, cls)
+        if len(entries) > self._sweep_at.get(key, 64):
+            # Stale entries behind the first live one are never stepped over; sweep them.
+            entries[:] = [e for e in entries if self._live(e, units)]
+            self._sweep_at[key] = 2 * len(entries) + 64
+        bound = self._bounds.get(cls) if blocked is not None else None
+        i = 0 if bound is None else bisect.bisect_left(entries, bound)
+        while i < len(entries):
+            entry = entries[i]
+            if not self._live(entry, units):
+                del entries[i]
+            elif blocked is not None and entry[2] in blocked:
+                i += 1
+            else:
+                return entry
+        return None
+
+    def least_loaded(
+        self,
+        models: list[str],
+        units: dict[str, Unit],
+        blocked: set[str],
+        blocked_classes: set[UnitClass],
+    ) -> _Entry | None:
+        """Entry of the least-loaded free unit hosting any of `models`, skipping blocked ones."""
+        best: _Entry | None = None
+        for model in models:
+            for cls in self._lists.get(model, {}):
+                if cls in blocked_classes:
+                    continue
+                entry = self._first(model, cls, units, blocked)
+                if entry is not None and (best is None or entry < best):
+                    best = entry
+        return best
+
+    def block_below(self, cls: UnitClass, bound: _Entry) -> None:
+        """Block, for the rest of the pass, every unit of `cls` that sorts before `bound`."""
+        current = self._bounds.get(cls)
+        if current is None or current < bound:
+            self._bounds[cls] = bound
+
+    def end_pass(self) -> None:
+        self._bounds.clear()
+
+    def has_room(self, model: str, pool: str, units: dict[str, Unit]) -> bool:
+        """Whether any unit of `pool` hosting `model` has a free slot."""
+        return any(
+            cls[0] == pool and self._first(model, cls, units, None) is not None
+            for cls in self._lists.get(model, {})
+        )
 
 
 def pool_decision(

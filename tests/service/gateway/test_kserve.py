@@ -132,7 +132,9 @@ def _malformed() -> list[tuple[str, pb.ModelInferRequest, str]]:
     return cases
 
 
-@pytest.mark.parametrize(("case", "request_", "words"), _malformed(), ids=lambda c: str(c)[:20])
+@pytest.mark.parametrize(
+    ("case", "request_", "words"), _malformed(), ids=[case for case, _, _ in _malformed()]
+)
 async def test_malformed_requests_are_invalid_argument_before_any_job(
     keyed_mesh, case, request_, words
 ):

@@ -98,7 +98,12 @@ async def _drain(stream) -> list:
 async def quota_mesh(tmp_path: Path, models_dir: Path):
     """No worker, so accepted jobs stay queued; tenant a is capped, tenant b rate-limited."""
     gateway = keyed(
-        a={"max_queued_jobs": 2, "highest_priority": "STANDARD", "allowed_models": ["echo"]},
+        a={
+            "max_queued_jobs": 2,
+            "max_concurrent_jobs": 1,
+            "highest_priority": "STANDARD",
+            "allowed_models": ["echo"],
+        },
         b={"requests_per_second": 0.5, "burst": 2},
     )
     mesh = await start_mesh(tmp_path, models_dir, [], gateway=gateway)
@@ -119,6 +124,10 @@ async def test_queued_job_limit_answers_resource_exhausted_with_retry_after(quot
     ):
         assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
         assert "the limit is 2" in error.details() and retry_after_ms(error) > 0
+    # The scheduler enforces the tenant's queued and concurrent limits it was handed.
+    assert {(j.quota.max_queued, j.quota.max_running) for j in quota_mesh.core.jobs.values()} == {
+        (2, 1)
+    }
     assert len(quota_mesh.core.jobs) == 2
 
 

@@ -1,0 +1,144 @@
+"""Serve a servicer so that a request protobuf cannot parse is INVALID_ARGUMENT, naming the field.
+
+With the generated registration, a string field holding invalid UTF-8 fails inside gRPC's
+deserializer and the caller sees UNKNOWN. Here the deserializer never raises: it hands the
+servicer a description of the problem, and the call answers INVALID_ARGUMENT with it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+from google.protobuf import empty_pb2
+from google.protobuf.descriptor import Descriptor, FieldDescriptor, ServiceDescriptor
+from google.protobuf.message import DecodeError, Message
+from google.protobuf.message_factory import GetMessageClass
+from google.protobuf.unknown_fields import UnknownFieldSet
+
+from services.common.errors import InvalidArgument
+
+_LENGTH_DELIMITED = 2
+
+
+@dataclass(frozen=True)
+class Unparsable:
+    reason: str
+
+
+def add_servicer(server: grpc.aio.Server, servicer: object, service: ServiceDescriptor) -> None:
+    handlers = {}
+    for method in service.methods:
+        request_class = GetMessageClass(method.input_type)
+        response_class = GetMessageClass(method.output_type)
+        behaviour = getattr(servicer, method.name)
+        shape = (method.client_streaming, method.server_streaming)
+        handlers[method.name] = _FACTORIES[shape](
+            _GUARDS[shape](behaviour),
+            request_deserializer=_parser(request_class),
+            response_serializer=response_class.SerializeToString,
+        )
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler(service.full_name, handlers),)
+    )
+
+
+def _parser(message_class: type[Message]) -> Callable[[bytes], Message | Unparsable]:
+    def parse(data: bytes) -> Message | Unparsable:
+        try:
+            return message_class.FromString(data)
+        except DecodeError:
+            return Unparsable(describe(message_class.DESCRIPTOR, data))
+
+    return parse
+
+
+def describe(descriptor: Descriptor, data: bytes) -> str:
+    """Which string field is not UTF-8, or that the bytes are no protobuf message at all."""
+    return _bad_utf8(descriptor, data, "") or (
+        f"request: not a valid {descriptor.full_name} protobuf message"
+    )
+
+
+def _bad_utf8(descriptor: Descriptor, data: bytes, prefix: str) -> str | None:
+    try:
+        fields = UnknownFieldSet(empty_pb2.Empty.FromString(data))
+    except DecodeError:
+        return None
+    for item in fields:
+        field = descriptor.fields_by_number.get(item.field_number)
+        if field is None or item.wire_type != _LENGTH_DELIMITED:
+            continue
+        name = f"{prefix}{field.name}"
+        if field.type == FieldDescriptor.TYPE_STRING:
+            try:
+                item.data.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                return f"{name}: not valid UTF-8 (byte {exc.start})"
+        elif field.type == FieldDescriptor.TYPE_MESSAGE:
+            found = _bad_utf8(field.message_type, item.data, f"{name}.")
+            if found:
+                return found
+    return None
+
+
+def _check(request: object) -> None:
+    if isinstance(request, Unparsable):
+        raise InvalidArgument(request.reason)
+
+
+async def _checked(requests: AsyncIterator[Any]) -> AsyncIterator[Any]:
+    async for request in requests:
+        _check(request)
+        yield request
+
+
+def _unary_unary(behaviour: Callable) -> Callable:
+    async def guarded(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        _check(request)
+        return await behaviour(request, context)
+
+    return guarded
+
+
+def _unary_stream(behaviour: Callable) -> Callable:
+    async def guarded(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+        _check(request)
+        async for response in behaviour(request, context):
+            yield response
+
+    return guarded
+
+
+def _stream_unary(behaviour: Callable) -> Callable:
+    async def guarded(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> Any:
+        return await behaviour(_checked(requests), context)
+
+    return guarded
+
+
+def _stream_stream(behaviour: Callable) -> Callable:
+    async def guarded(
+        requests: AsyncIterator[Any], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[Any]:
+        async for response in behaviour(_checked(requests), context):
+            yield response
+
+    return guarded
+
+
+_Shape = tuple[bool, bool]
+_FACTORIES: dict[_Shape, Callable[..., grpc.RpcMethodHandler]] = {
+    (False, False): grpc.unary_unary_rpc_method_handler,
+    (False, True): grpc.unary_stream_rpc_method_handler,
+    (True, False): grpc.stream_unary_rpc_method_handler,
+    (True, True): grpc.stream_stream_rpc_method_handler,
+}
+_GUARDS: dict[_Shape, Callable[[Callable], Callable]] = {
+    (False, False): _unary_unary,
+    (False, True): _unary_stream,
+    (True, False): _stream_unary,
+    (True, True): _stream_stream,
+}
