@@ -74,6 +74,10 @@ def test_up_generate_grpcurl_and_clean_stop(launch, tmp_path: Path):
 
     status = mesh.cli("status", "--config", str(mesh.config_path))
     assert status.returncode == 0 and "worker-0" in status.stdout and "SUCCEEDED=2" in status.stdout
+    top = mesh.cli(
+        "top", "--config", str(mesh.config_path), "--iterations", "2", "--interval", "0.1"
+    )
+    assert top.returncode == 0 and top.stdout.count("QUEUES") == 2
 
     ports = mesh.ports()
     stop(mesh)

@@ -1,0 +1,44 @@
+"""Finished jobs, their artifacts and stray checkpoints are cleaned up after the retention."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from pathlib import Path
+
+import grpc
+import pytest
+from mediamesh.v1 import common_pb2, gateway_pb2
+
+from tests.service.conftest import start_mesh, stop_mesh
+
+
+async def test_retention_purges_jobs_artifacts_and_old_checkpoints(tmp_path: Path, models_dir):
+    checkpoints = tmp_path / "artifacts" / "checkpoints"
+    checkpoints.mkdir(parents=True)
+    stray = checkpoints / "lost-job-step3.pt"
+    stray.write_bytes(b"old")
+    old = time.time() - 3600
+    os.utime(stray, (old, old))
+    mesh = await start_mesh(tmp_path, models_dir, [["echo"]], scheduler={"retention_s": 1.0})
+    try:
+        stub = mesh.gateway_stub()
+        events = [
+            e async for e in stub.Generate(common_pb2.GenerateRequest(model="echo", prompt="x"))
+        ]
+        job_id = events[-1].job_id
+        artifact = Path(mesh.scheduler.runtime.results[job_id].path)
+        assert artifact.exists()
+        for _ in range(60):
+            if job_id not in mesh.core.jobs:
+                break
+            await asyncio.sleep(0.1)
+        assert not artifact.exists()
+        assert not stray.exists()
+        assert await mesh.scheduler.runtime.store.get(job_id) is None
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await stub.GetJob(gateway_pb2.GetJobRequest(job_id=job_id))
+        assert caught.value.code() == grpc.StatusCode.NOT_FOUND
+    finally:
+        await stop_mesh(mesh)
