@@ -8,6 +8,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from services.common.errors import StartupError
 from services.common.registry import RegistryError
 from services.common.settings import ConfigError, MeshConfig
 
@@ -163,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     handler: Handler = args.handler
     try:
         return handler(args)
-    except (ConfigError, RegistryError) as exc:
+    except (ConfigError, RegistryError, StartupError) as exc:
         print(f"mediamesh: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

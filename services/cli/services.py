@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import uvloop
 
@@ -28,38 +30,32 @@ def _prepare(config: MeshConfig, service: str, metrics_host: str, metrics_port: 
     serve_metrics(metrics_host, metrics_port)
 
 
-def run_scheduler(config: MeshConfig, registry: Registry) -> None:
-    from services.scheduler.main import start_scheduler
-
-    s = config.scheduler
-    _prepare(config, "scheduler", s.host, s.metrics_port)
+def _run_until_signalled(name: str, start: Callable[[], Awaitable[Any]]) -> None:
+    """Serve on uvloop until SIGTERM or SIGINT, then stop gracefully."""
 
     async def serve() -> None:
         stop = stop_event_on_signals()
-        service = await start_scheduler(config, registry)
+        service = await start()
         await stop.wait()
-        log.info("scheduler stopping")
+        log.info("%s stopping", name)
         await service.stop()
 
     uvloop.run(serve())
     shutdown_tracing()
+
+
+def run_scheduler(config: MeshConfig, registry: Registry) -> None:
+    from services.scheduler.main import start_scheduler
+
+    _prepare(config, "scheduler", config.scheduler.host, config.scheduler.metrics_port)
+    _run_until_signalled("scheduler", lambda: start_scheduler(config, registry))
 
 
 def run_gateway(config: MeshConfig, registry: Registry) -> None:
     from services.gateway.main import start_gateway
 
-    g = config.gateway
-    _prepare(config, "gateway", g.host, g.metrics_port)
-
-    async def serve() -> None:
-        stop = stop_event_on_signals()
-        service = await start_gateway(config, registry)
-        await stop.wait()
-        log.info("gateway stopping")
-        await service.stop()
-
-    uvloop.run(serve())
-    shutdown_tracing()
+    _prepare(config, "gateway", config.gateway.host, config.gateway.metrics_port)
+    _run_until_signalled("gateway", lambda: start_gateway(config, registry))
 
 
 def run_worker(config: MeshConfig, registry: Registry, worker: WorkerSettings) -> None:

@@ -44,5 +44,9 @@ class Unavailable(MeshError):
     code = "UNAVAILABLE"
 
 
+class StartupError(RuntimeError):
+    """A service cannot start (a model that does not load or fit, a bad bind); exit with it."""
+
+
 # Trailing metadata key with the milliseconds a rejected caller should wait before retrying.
 RETRY_AFTER_KEY = "retry-after-ms"

@@ -11,7 +11,7 @@ from mediamesh.v1 import scheduler_pb2
 
 from services.common.registry import ModelSpec, Registry
 from services.common.server import Registration, RunningServer, start_server
-from services.common.settings import MeshConfig, WorkerSettings
+from services.common.settings import ConfigError, MeshConfig, WorkerSettings
 from services.worker import metrics
 from services.worker.api.servicer import WorkerServicer, adder, service_names
 from services.worker.api.session import SchedulerSession
@@ -27,7 +27,7 @@ def hosted_specs(registry: Registry, worker: WorkerSettings) -> list[ModelSpec]:
         return list(registry.models)
     unknown = [m for m in worker.models if registry.get(m) is None]
     if unknown:
-        raise ValueError(
+        raise ConfigError(
             f"worker {worker.worker_id!r} field models: {', '.join(unknown)} not in the registry"
         )
     return [s for s in registry.models if s.name in worker.models]

@@ -8,13 +8,15 @@ from pathlib import Path
 
 import torch
 
+from services.common.errors import StartupError
+
 MIB = 1024 * 1024
 # Weights are not all: activations, the VAE decode and allocator slack need room too.
 HEADROOM = 1.2
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 
 
-class ModelLoadError(RuntimeError):
+class ModelLoadError(StartupError):
     """A model that cannot be loaded here, with a reason an operator can act on."""
 
 
