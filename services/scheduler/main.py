@@ -12,10 +12,11 @@ from services.common.server import Registration, RunningServer, start_server
 from services.common.settings import MeshConfig
 from services.scheduler.api.servicer import SchedulerServicer, registration
 from services.scheduler.api.worker_link import GrpcWorkerLink
+from services.scheduler.batches import WorkerLink
 from services.scheduler.core.jobs import Priority
 from services.scheduler.core.scheduler import CorePolicy, QueuePolicy, SchedulerCore
 from services.scheduler.core.units import Placement
-from services.scheduler.runtime import SchedulerRuntime, WorkerLink
+from services.scheduler.runtime import SchedulerRuntime
 from services.scheduler.store.artifacts import ArtifactStore
 from services.scheduler.store.job_store import JobStore
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from prometheus_client import Counter, Gauge, Histogram
 
+from services.scheduler.core.scheduler import SchedulerCore
+
 _WAIT_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
 
 QUEUE_DEPTH = Gauge("mediamesh_queue_depth", "Jobs queued.", ["queue", "priority"])
@@ -67,3 +69,24 @@ def declare_series(queues: list[str]) -> None:
     for pool in ("on-demand", "spot"):
         PREEMPTIONS.labels(pool)
         COST.labels(pool)
+
+
+def publish_gauges(core: SchedulerCore, queues: list[str]) -> None:
+    """Set every gauge from the core's incremental counters (cheap: no job is scanned)."""
+    for (queue, priority), depth in core.depth.items():
+        QUEUE_DEPTH.labels(queue, priority.name).set(depth)
+    for queue in queues:
+        QUEUE_WORK.labels(queue).set(core.work_s[queue])
+        QUEUE_OLDEST.labels(queue).set(core.oldest_wait_s(queue))
+        for pool in ("on-demand", "spot"):
+            QUEUE_POOL_WORK.labels(queue, pool).set(core.pool_work_s[(queue, pool)])
+    states: dict[tuple[str, str], int] = {
+        (p, s): 0 for p in ("on-demand", "spot") for s in ("ready", "busy", "draining")
+    }
+    for unit in core.units.values():
+        states[(unit.pool, unit.state)] = states.get((unit.pool, unit.state), 0) + 1
+        for device in unit.info.devices:
+            DEVICE_LOAD.labels(unit.worker_id, device).set(unit.load_s)
+    for (pool, state), count in states.items():
+        WORKERS.labels(pool, state).set(count)
+    ON_DEMAND_COST.set(core.ledger.on_demand_cost())

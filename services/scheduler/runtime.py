@@ -13,12 +13,12 @@ import logging
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Protocol
 
 from services.common.errors import MeshError, NotFound
 from services.common.settings import SchedulerSettings
 from services.common.telemetry import log_job
 from services.scheduler import metrics
+from services.scheduler.batches import BatchRunner, WorkerLink
 from services.scheduler.core.effects import (
     CancelOnWorker,
     Dispatch,
@@ -33,31 +33,8 @@ from services.scheduler.core.units import WorkerInfo
 from services.scheduler.events import EventHub, WatchEvent
 from services.scheduler.store.artifacts import ArtifactStore, StoredArtifact
 from services.scheduler.store.job_store import JobStore
-from services.scheduler.tracing import batch_span
-from services.worker.core.batch import (
-    JobCheckpointed,
-    JobFailed,
-    JobFinished,
-    JobNotice,
-    JobParams,
-    JobPreempted,
-    StepDone,
-    WorkerEvent,
-)
 
 log = logging.getLogger("mediamesh.scheduler")
-
-
-class WorkerLink(Protocol):
-    """How the scheduler reaches workers (gRPC in the service, in-process in tests)."""
-
-    def run_batch(
-        self, address: str, batch_id: str, model: str, jobs: list[JobParams]
-    ) -> AsyncIterator[WorkerEvent]: ...
-
-    async def cancel(self, address: str, job_ids: list[str]) -> None: ...
-
-    async def close(self) -> None: ...
 
 
 class SchedulerRuntime:
@@ -80,6 +57,9 @@ class SchedulerRuntime:
         self._tasks: set[asyncio.Task] = set()
         self._loop_task: asyncio.Task | None = None
         self._housekeeping_task: asyncio.Task | None = None
+        self.batches = BatchRunner(
+            core, store, artifacts, link, settings, self.hub, self.results, self.apply
+        )
 
     # ---- lifecycle -----------------------------------------------------------------------
 
@@ -124,7 +104,7 @@ class SchedulerRuntime:
                 self.core.check_liveness()
                 self.core.schedule()
                 self.apply(self.core.take_effects())
-                self._refresh_gauges()
+                metrics.publish_gauges(self.core, list(self.settings.queues))
             except Exception:
                 log.exception("dispatch loop iteration failed; continuing")
             wake = self.core.next_wakeup()
@@ -157,7 +137,7 @@ class SchedulerRuntime:
             if isinstance(effect, Transition):
                 self._on_transition(effect)
             elif isinstance(effect, Dispatch):
-                self._spawn(self._run_batch(effect))
+                self._spawn(self.batches.run(effect))
             elif isinstance(effect, CancelOnWorker):
                 self._spawn(self.link.cancel(effect.address, list(effect.job_ids)))
             elif isinstance(effect, Notice):
@@ -248,92 +228,6 @@ class SchedulerRuntime:
         return WatchEvent(
             job.job_id, job.state, "error", code=job.error_code, message=job.error_message
         )
-
-    # ---- batches -------------------------------------------------------------------------
-
-    def _job_params(self, job: Job) -> JobParams:
-        p = job.params
-        every = self.settings.checkpoint_every_steps.get(job.queue, 0)
-        return JobParams(
-            job_id=job.job_id,
-            prompt=p.prompt,
-            negative_prompt=p.negative_prompt,
-            steps=p.steps,
-            seed=p.seed,
-            width=p.width,
-            height=p.height,
-            num_frames=p.num_frames,
-            guidance_scale=p.guidance_scale,
-            duration_s=p.duration_s,
-            resume_checkpoint=job.checkpoint,
-            checkpoint_every_steps=every,
-        )
-
-    async def _run_batch(self, dispatch: Dispatch) -> None:
-        metrics.BATCH_SIZE.labels(dispatch.model).observe(len(dispatch.jobs))
-        for job, wait in zip(dispatch.jobs, dispatch.waits, strict=True):
-            metrics.QUEUE_WAIT.labels(job.queue, job.priority.name).observe(wait)
-        params = [self._job_params(j) for j in dispatch.jobs]
-        batch_id = dispatch.batch_id
-        with batch_span(dispatch):
-            try:
-                stream = self.link.run_batch(dispatch.address, batch_id, dispatch.model, params)
-                async for event in stream:
-                    await self._on_worker_event(batch_id, event)
-            except Exception as exc:
-                log.warning(
-                    "batch %s on %s ended with an error: %s", batch_id, dispatch.worker_id, exc
-                )
-            finally:
-                self.core.batch_ended(batch_id)
-                self.apply(self.core.take_effects())
-
-    async def _on_worker_event(self, batch_id: str, event: WorkerEvent) -> None:
-        core = self.core
-        if isinstance(event, StepDone):
-            core.job_progress(
-                event.job_id, batch_id, event.step, event.total_steps, event.step_seconds
-            )
-            job = core.jobs.get(event.job_id)
-            unit = core.units.get(job.worker_id or "") if job else None
-            if job is not None and unit is not None and event.step_seconds > 0:
-                share = event.step_seconds / core.batch_size(batch_id)
-                price = core.policy.prices_per_device_hour.get(unit.pool, 0.0)
-                metrics.DEVICE_SECONDS.labels(unit.pool, job.model).inc(share)
-                metrics.COST.labels(unit.pool).inc(share / 3600 * price)
-        elif isinstance(event, JobFinished):
-            job = core.jobs.get(event.job_id)
-            if job is None or job.batch_id != batch_id or not job.state.in_flight:
-                return
-            artifact = await asyncio.to_thread(
-                self.artifacts.write, event.job_id, event.data, event.mime_type, event.seed
-            )
-            self.results[event.job_id] = artifact
-            if core.job_succeeded(event.job_id, batch_id) is None:
-                self.results.pop(event.job_id, None)
-                self.artifacts.delete(artifact.path)
-        elif isinstance(event, JobFailed):
-            core.job_failed(event.job_id, batch_id, event.code, event.message)
-        elif isinstance(event, JobPreempted):
-            job = core.jobs.get(event.job_id)
-            pool = core.units[job.worker_id].pool if job and job.worker_id in core.units else ""
-            core.job_preempted(event.job_id, batch_id, event.checkpoint, event.step)
-            metrics.PREEMPTIONS.labels(pool or "unknown").inc()
-        elif isinstance(event, JobCheckpointed):
-            core.job_checkpointed(event.job_id, batch_id, event.checkpoint, event.step)
-            job = core.jobs.get(event.job_id)
-            if job is not None and job.checkpoint == event.checkpoint:
-                # Durable at once: a scheduler restart must resume from here too.
-                self.store.save(job)
-        elif isinstance(event, JobNotice):
-            job = core.jobs.get(event.job_id)
-            if job is not None:
-                self.hub.publish(
-                    WatchEvent(
-                        job.job_id, job.state, "notice", notice=event.kind, message=event.message
-                    )
-                )
-        self.apply(core.take_effects())
 
     # ---- calls from the API --------------------------------------------------------------
 
@@ -435,25 +329,3 @@ class SchedulerRuntime:
             log.warning("worker %s lost: %s", worker_id, reason)
         self.core.worker_lost(worker_id, reason)
         self.apply(self.core.take_effects())
-
-    # ---- metrics -------------------------------------------------------------------------
-
-    def _refresh_gauges(self) -> None:
-        core = self.core
-        for (queue, priority), depth in core.depth.items():
-            metrics.QUEUE_DEPTH.labels(queue, priority.name).set(depth)
-        for queue in self.settings.queues:
-            metrics.QUEUE_WORK.labels(queue).set(core.work_s[queue])
-            metrics.QUEUE_OLDEST.labels(queue).set(core.oldest_wait_s(queue))
-            for pool in ("on-demand", "spot"):
-                metrics.QUEUE_POOL_WORK.labels(queue, pool).set(core.pool_work_s[(queue, pool)])
-        states: dict[tuple[str, str], int] = {
-            (p, s): 0 for p in ("on-demand", "spot") for s in ("ready", "busy", "draining")
-        }
-        for unit in core.units.values():
-            states[(unit.pool, unit.state)] = states.get((unit.pool, unit.state), 0) + 1
-            for device in unit.info.devices:
-                metrics.DEVICE_LOAD.labels(unit.worker_id, device).set(unit.load_s)
-        for (pool, state), count in states.items():
-            metrics.WORKERS.labels(pool, state).set(count)
-        metrics.ON_DEMAND_COST.set(core.ledger.on_demand_cost())

@@ -10,13 +10,14 @@ import heapq
 import itertools
 import math
 from collections import defaultdict, deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 
 from services.scheduler.core.jobs import CompatKey, Job, JobState, Priority
 
 Eligible = Callable[[Job], bool]
 _INF = math.inf
+_ALL = frozenset(Priority)
 
 
 @dataclass
@@ -179,11 +180,14 @@ class ModelQueue:
                     return (1, effective, deadline, head.seq), head.job
         return None
 
-    def companions(self, lead: Job, limit: int, eligible: Eligible) -> list[Job]:
-        """Up to `limit` other queued jobs that may share a batch with `lead`."""
+    def companions(
+        self, lead: Job, limit: int, eligible: Eligible, classes: Collection[Priority] = _ALL
+    ) -> list[Job]:
+        """Up to `limit` other queued jobs that may share a batch with `lead`. `eligible`
+        rejects every job outside `classes`, so those classes' lines are not walked."""
         key = lead.compat_key
         found: list[Job] = []
-        for entry in self._iter_key(key):
+        for entry in self._iter_key(key, classes):
             if len(found) >= limit:
                 break
             if entry.job is not lead and eligible(entry.job):
@@ -206,14 +210,15 @@ class ModelQueue:
             oldest = at if oldest is None else min(oldest, at)
         return oldest
 
-    def _iter_key(self, key: CompatKey) -> Iterator[_Entry]:
+    def _iter_key(self, key: CompatKey, classes: Collection[Priority] = _ALL) -> Iterator[_Entry]:
         front = self._front_by_key.get(key)
         if front is not None:
             yield from self._live_entries(front)
         per_class = self._by_key.get(key)
         if per_class is not None:
             for priority in Priority:
-                yield from self._live_entries(per_class[priority])
+                if priority in classes:
+                    yield from self._live_entries(per_class[priority])
 
     def _live_entries(self, line: _Line) -> Iterator[_Entry]:
         while line and not self._is_live(line[0]):

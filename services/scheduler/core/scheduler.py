@@ -440,18 +440,31 @@ class SchedulerCore:
             batching = spec.batching
             limit = 1 if batching.mode == "none" else batching.max_batch
             queue = self._queues[lead.model]
-            joins = self._companion_eligibility(unit, lead)
-            companions = queue.companions(lead, limit - 1, joins) if limit > 1 else []
+            classes = self._joinable_classes(unit, lead)
+            joins = self._companion_eligibility(classes, lead)
+            companions = queue.companions(lead, limit - 1, joins, classes) if limit > 1 else []
             jobs = [lead, *companions]
             if len(jobs) < limit and not self._window_closed(jobs, batching, now):
                 continue
             return self._dispatch(unit, lead.model, jobs, now)
         return None
 
-    def _companion_eligibility(self, unit: Unit, lead: Job) -> Callable[[Job], bool]:
+    def _joinable_classes(self, unit: Unit, lead: Job) -> frozenset[Priority]:
         """Companions share the lead's pool decision: jobs requeued together (a preempted
-        batch) must not be split because their fallback clocks differ by microseconds."""
+        batch) must not be split because their fallback clocks differ by microseconds. Other
+        classes join only on their preferred pool. Decided per class, so the queue can skip
+        whole classes instead of testing each of their jobs."""
+        placements = self.policy.placements
+        return frozenset(
+            p
+            for p in Priority
+            if unit.pool == placements[p].prefer
+            or (p is lead.priority and unit.pool in placements[p].allow)
+        )
 
+    def _companion_eligibility(
+        self, classes: frozenset[Priority], lead: Job
+    ) -> Callable[[Job], bool]:
         joining: dict[str, int] = defaultdict(int)
         joining[lead.tenant] = 1
 
@@ -459,14 +472,10 @@ class SchedulerCore:
             limit = job.quota.max_running
             if limit and self._running_by_tenant[job.tenant] + joining[job.tenant] >= limit:
                 return False
-            placement = self._placement(job)
-            if job.priority is lead.priority:
-                ok = unit.pool == placement.prefer or unit.pool in placement.allow
-            else:
-                ok = unit.pool == placement.prefer
-            if ok:
-                joining[job.tenant] += 1
-            return ok
+            if job.priority not in classes:
+                return False
+            joining[job.tenant] += 1
+            return True
 
         return joins
 
