@@ -129,6 +129,7 @@ class Mesh:
                 argv = child.cmdline()
             except psutil.Error:
                 continue
+            # `python -m services.cli.main <role> ...`: match the role word, not a path.
             if role not in argv[3:5]:
                 continue
             if worker_id is None or worker_id in argv:

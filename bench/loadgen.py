@@ -75,7 +75,7 @@ def kserve_call(
     channel: grpc.aio.Channel, models: list[str], params: dict, priority: str, timeout_s: float
 ) -> Call:
     stub = kserve_grpc.GRPCInferenceServiceStub(channel)
-    base = {**params, "seed": 0}
+    base = dict(params)
     if priority:
         base["priority"] = priority
 

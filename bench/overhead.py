@@ -118,6 +118,7 @@ def plot(result: Result) -> None:
     left.set_title("echo throughput through the mesh")
     left.legend()
     right.set_xlabel("concurrency")
+    right.set_yscale("log")
     right.set_ylabel("latency (ms)")
     right.set_title("echo latency")
     right.legend()

@@ -50,7 +50,7 @@ FLOOD_LEAD_S = 3.0
 def sizes(smoke: bool) -> dict[str, int]:
     if smoke:
         return {"capacity_concurrency": 4, "capacity_requests": 4, "realtime_requests": 3}
-    return {"capacity_concurrency": 32, "capacity_requests": 128, "realtime_requests": 60}
+    return {"capacity_concurrency": 32, "capacity_requests": 128, "realtime_requests": 100}
 
 
 def run(options: Options) -> Result:
@@ -169,15 +169,14 @@ def plot(result: Result, realtime: dict[str, Any], flood: dict[str, Any]) -> Non
     left.set_title(f"REALTIME {REALTIME_MODEL}")
     left.legend()
     origin = flood["started"]
-    done = [f for f in flood["finished"] if f[2]]
-    right.scatter(
-        [f[1] - origin for f in done], [f[1] - f[0] for f in done], s=6, label="BATCH done"
-    )
+    for model in FLOOD_MODELS:
+        done = [f for f in flood["finished"] if f[2] and f[3] == model]
+        right.scatter([f[1] - origin for f in done], [f[1] - f[0] for f in done], s=6, label=model)
     right.axvspan(
         realtime["started"] - origin, realtime["ended"] - origin, alpha=0.15, label="REALTIME run"
     )
     right.set_xlabel("seconds since the flood started")
-    right.set_ylabel("BATCH latency (s)")
+    right.set_ylabel("BATCH latency (s), by completion time")
     right.set_title(f"BATCH flood at {result.summary['flood_offered_rps']} req/s")
     right.legend()
     fig.tight_layout()

@@ -231,6 +231,13 @@ async def _health_serving(address: str) -> float:
     raise TimeoutError("scheduler not SERVING again")
 
 
+def _log_tails(mesh: Mesh, lines: int = 15) -> dict[str, list[str]]:
+    return {
+        path.stem: path.read_text(errors="replace").splitlines()[-lines:]
+        for path in sorted(mesh.run_dir.glob("*.log"))
+    }
+
+
 def _since(start: float, at: float) -> float | None:
     return round(at - start, 3) if at else None
 
@@ -247,8 +254,10 @@ async def trials(mesh: Mesh, count: int, steps: int) -> dict[str, list[dict]]:
                 try:
                     outcome = await trial(mesh, stub, steps)
                 except (TimeoutError, LookupError, grpc.aio.AioRpcError) as exc:
-                    outcome = {"error": repr(exc), "recovered_s": None}
-                log(f"recovery {name} #{index + 1}: {outcome}")
+                    # The mesh's logs go with it when it stops; keep what explains the failure.
+                    outcome = {"error": repr(exc), "recovered_s": None, "logs": _log_tails(mesh)}
+                shown = {k: v for k, v in outcome.items() if k != "logs"}
+                log(f"recovery {name} #{index + 1}: {shown}")
                 outcomes[name].append(outcome)
     return outcomes
 
@@ -278,7 +287,7 @@ def run(options: Options) -> Result:
 
 def _medians(rows: list[dict]) -> dict[str, Any]:
     """Median seconds of every timing over the trials that produced it."""
-    keys = [k for k in rows[0] if k.endswith("_s")] if rows else []
+    keys = list(dict.fromkeys(k for r in rows for k in r if k.endswith("_s")))
     medians: dict[str, Any] = {"trials": len(rows), "failed": sum("error" in r for r in rows)}
     for key in keys:
         values = [r[key] for r in rows if r.get(key) is not None]

@@ -152,6 +152,9 @@ class Cluster:
         spec = state.spec
         assert spec.autoscale is not None and spec.modality is not None
         metric = self.core.pool_work_s[(spec.modality, spec.pool)]
+        if spec.autoscale.metric == "backlog_plus_running":
+            now = self.engine.now
+            metric += sum(d.batch.ends_at - now for d in state.members if d.batch is not None)
         state.target = self.scalers[index].poll(self.engine.now, metric, len(state.members))
         self._scale(index)
         self.engine.at(self.engine.now + spec.autoscale.polling_s, POLL, index)

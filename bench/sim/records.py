@@ -131,15 +131,19 @@ class TimeSeries:
         latency = finished - records.plan.times[done]
         modality = records.modality[done]
         edges = np.linspace(0.0, float(finished.max()) + 1e-9, bins + 1)
-        which = np.clip(np.searchsorted(edges, finished, side="right") - 1, 0, bins - 1)
+        centres = ((edges[:-1] + edges[1:]) / 2).tolist()
         out: dict[str, dict[str, list[float | None]]] = {}
         for m, name in enumerate(records.modalities):
-            series: dict[str, list[float | None]] = {"t": [], "p50": [], "p95": []}
-            of_modality = modality == m
+            mine = modality == m
+            # Sort by bin once, then each bin is a contiguous slice.
+            which = np.clip(np.searchsorted(edges, finished[mine], side="right") - 1, 0, bins - 1)
+            order = np.argsort(which, kind="stable")
+            values, which = latency[mine][order], which[order]
+            bounds = np.searchsorted(which, np.arange(bins + 1))
+            series: dict[str, list[float | None]] = {"t": centres, "p50": [], "p95": []}
             for b in range(bins):
-                values = latency[of_modality & (which == b)]
-                series["t"].append(float((edges[b] + edges[b + 1]) / 2))
-                series["p50"].append(float(np.percentile(values, 50)) if len(values) else None)
-                series["p95"].append(float(np.percentile(values, 95)) if len(values) else None)
+                chunk = values[bounds[b] : bounds[b + 1]]
+                for p, key in ((50, "p50"), (95, "p95")):
+                    series[key].append(float(np.percentile(chunk, p)) if len(chunk) else None)
             out[name] = series
         return out

@@ -46,6 +46,17 @@ class Autoscale(Section):
     activation_threshold: float = Field(0.0, ge=0)
     polling_s: float = Field(30.0, gt=0)
     cooldown_s: float = Field(300.0, ge=0)
+    # HPA behaviour policies (deploy/k8s/keda: up max(100 %, 4 pods) per 15 s, down 1 pod per
+    # 60 s). None leaves that direction unlimited.
+    scale_up_percent: float | None = Field(None, gt=0)
+    scale_up_pods: int | None = Field(None, ge=1)
+    scale_up_period_s: float = Field(15.0, gt=0)
+    scale_down_pods: int | None = Field(None, ge=1)
+    scale_down_period_s: float = Field(60.0, gt=0)
+    # "backlog" is the manifests' metric (queued work only); "backlog_plus_running" adds the
+    # remaining seconds of batches running in the pool, to try a metric that does not drop
+    # to zero while the pool is busy.
+    metric: Literal["backlog", "backlog_plus_running"] = "backlog"
 
 
 class Deployment(Section):

@@ -261,8 +261,11 @@ class SchedulerRuntime:
         job = self.owned_job(job_id, tenant)
         queue = self.hub.subscribe(job_id)
         try:
-            yield self.snapshot_event(job)
-            if job.state.terminal:
+            # Decide from the snapshot, not the job: it may end while the snapshot is sent,
+            # and its final event must then still come through the queue.
+            snapshot = self.snapshot_event(job)
+            yield snapshot
+            if snapshot.final:
                 return
             while True:
                 event = await queue.get()

@@ -102,6 +102,8 @@ class ModelQueue:
         self._by_key: dict[CompatKey, dict[Priority, _Line]] = {}
         self._front_by_key: dict[CompatKey, _Line] = defaultdict(_Line)
         self.depth = 0
+        # Bumped by every change to what the queue holds or how it orders it.
+        self.version = 0
 
     def _is_live(self, entry: _Entry) -> bool:
         job = entry.job
@@ -111,6 +113,7 @@ class ModelQueue:
         entry = _Entry(next(self._seq), job)
         self._current[job.job_id] = entry.seq
         self.depth += 1
+        self.version += 1
         key = job.compat_key
         if job.at_front:
             for line in (self._front, self._front_by_key[key]):
@@ -127,6 +130,7 @@ class ModelQueue:
         if self._current.pop(job.job_id, None) is None:
             return
         self.depth -= 1
+        self.version += 1
         if job.at_front:
             self._front.live -= 1
             self._front_by_key[job.compat_key].live -= 1
@@ -161,17 +165,24 @@ class ModelQueue:
             return None
         return int(priority) - (now - oldest) / self._aging
 
-    def best(self, now: float, eligible: Eligible) -> tuple[tuple, Job] | None:
-        """The job this model would run next, with a sort key comparable across models."""
-        for entry in self._live_entries(self._front):
-            if eligible(entry.job):
-                return (0, -_INF, entry.seq), entry.job
+    def _ranked(self, now: float) -> list[tuple[float, int]]:
         ranked = []
         for priority in Priority:
             effective = self.effective_priority(priority, now)
             if effective is not None:
                 ranked.append((effective, int(priority)))
-        for effective, priority in sorted(ranked):
+        return sorted(ranked)
+
+    def class_order(self, now: float) -> tuple[int, ...]:
+        """Priority classes in the order `best` tries them now (aging decides it)."""
+        return tuple(priority for _, priority in self._ranked(now))
+
+    def best(self, now: float, eligible: Eligible) -> tuple[tuple, Job] | None:
+        """The job this model would run next, with a sort key comparable across models."""
+        for entry in self._live_entries(self._front):
+            if eligible(entry.job):
+                return (0, -_INF, entry.seq), entry.job
+        for effective, priority in self._ranked(now):
             bucket = self._buckets[Priority(priority)]
             for tenant in bucket.tenants_by_share():
                 head = bucket.head_of(tenant, self._is_live)
@@ -235,6 +246,7 @@ class ModelQueue:
                 yield entry
 
     def charge(self, job: Job) -> None:
+        self.version += 1
         if not job.at_front:
             self._buckets[job.priority].charge(job)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -33,6 +34,7 @@ from services.scheduler.core.jobs import (
 )
 from services.scheduler.core.ledger import CostLedger
 from services.scheduler.core.queues import ModelQueue
+from services.scheduler.core.stalls import Stall
 from services.scheduler.core.units import (
     FreeUnits,
     Placement,
@@ -131,6 +133,10 @@ class SchedulerCore:
         self._model_front: dict[str, int] = defaultdict(int)
         self._queued_by_tenant: dict[str, int] = defaultdict(int)
         self._running_by_tenant: dict[str, int] = defaultdict(int)
+        # Tenants with a concurrency limit, and a version of their running counts.
+        self._limited_tenants: set[str] = set()
+        self._limited_version = 0
+        self._stalls: dict[UnitClass, Stall] = {}
         self._charged: dict[str, float] = {}
         self.spot_fallbacks: dict[str, int] = defaultdict(int)
         self.preemptions: dict[str, int] = defaultdict(int)
@@ -237,6 +243,8 @@ class SchedulerCore:
     def _enqueue(self, job: Job) -> None:
         job.state = JobState.QUEUED
         self._queues[job.model].add(job)
+        if job.quota.max_running:
+            self._limited_tenants.add(job.tenant)
         work = job.cost_s * job.remaining_fraction
         self.depth[(job.queue, job.priority)] += 1
         self._model_depth[(job.model, job.priority)] += 1
@@ -386,7 +394,9 @@ class SchedulerCore:
                 if entry is None:
                     break
                 unit = self.units[entry[2]]
-                batch = self._form_batch(unit, now)
+                batch = (
+                    None if self._stalled(unit_class(unit), now) else self._form_batch(unit, now)
+                )
                 if batch is None:
                     blocked.add(unit.worker_id)
                     failed_classes.add(unit_class(unit))
@@ -400,9 +410,40 @@ class SchedulerCore:
             self._free.end_pass()
         return dispatched
 
-    def _eligibility(self, unit: Unit, now: float) -> Callable[[Job], bool]:
-        room_cache: dict[tuple[str, str], bool] = {}
+    def _stalled(self, cls: UnitClass, now: float) -> bool:
+        """Whether this class's last failure to form a batch still holds (see stalls.py)."""
+        stall = self._stalls.get(cls)
+        if stall is None or now >= stall.until or stall.tenants_version != self._limited_version:
+            return False
+        queues = self._queues
+        if stall.queue_versions != tuple(queues[m].version for m in stall.models):
+            return False
+        if stall.class_orders != tuple(queues[m].class_order(now) for m in stall.models):
+            return False
+        for (model, pool), room in stall.rooms.items():
+            if self._free.has_room(model, pool, self.units) != room:
+                return False
+        self._wakeups.extend(stall.wakeups)
+        return True
 
+    def _remember_stall(
+        self, unit: Unit, now: float, rooms: dict[tuple[str, str], bool], wakeups: list[float]
+    ) -> None:
+        queues = self._queues
+        models = tuple(sorted(m for m in unit.info.models if m in queues))
+        self._stalls[unit_class(unit)] = Stall(
+            models=models,
+            queue_versions=tuple(queues[m].version for m in models),
+            tenants_version=self._limited_version,
+            rooms=dict(rooms),
+            class_orders=tuple(queues[m].class_order(now) for m in models),
+            until=min((t for t in wakeups if t > now), default=math.inf),
+            wakeups=tuple(wakeups),
+        )
+
+    def _eligibility(
+        self, unit: Unit, now: float, room_cache: dict[tuple[str, str], bool]
+    ) -> Callable[[Job], bool]:
         def preferred_has_room(model: str, pool: str) -> bool:
             key = (model, pool)
             if key not in room_cache:
@@ -419,14 +460,17 @@ class SchedulerCore:
             ok, _ = pool_decision(
                 job, unit, placement, now, preferred_has_room(job.model, placement.prefer)
             )
-            if not ok and unit.pool in placement.allow:
-                self._wakeups.append(job.enqueued_at + placement.fallback_after_s)
+            falls_back_at = job.enqueued_at + placement.fallback_after_s
+            if not ok and unit.pool in placement.allow and falls_back_at > now:
+                self._wakeups.append(falls_back_at)
             return ok
 
         return eligible
 
     def _form_batch(self, unit: Unit, now: float) -> Dispatch | None:
-        eligible = self._eligibility(unit, now)
+        rooms: dict[tuple[str, str], bool] = {}
+        first_wakeup = len(self._wakeups)
+        eligible = self._eligibility(unit, now, rooms)
         options = []
         for model in unit.info.models:
             queue = self._queues.get(model)
@@ -447,6 +491,7 @@ class SchedulerCore:
             if len(jobs) < limit and not self._window_closed(jobs, batching, now):
                 continue
             return self._dispatch(unit, lead.model, jobs, now)
+        self._remember_stall(unit, now, rooms, self._wakeups[first_wakeup:])
         return None
 
     def _joinable_classes(self, unit: Unit, lead: Job) -> frozenset[Priority]:
@@ -513,6 +558,8 @@ class SchedulerCore:
             unit.load_s += charge
             self.running[job.queue] += 1
             self._running_by_tenant[job.tenant] += 1
+            if job.tenant in self._limited_tenants:
+                self._limited_version += 1
             self._transition(job, JobState.DISPATCHED)
         self._batches[batch_id] = _Batch(
             batch_id, unit.worker_id, model, {j.job_id for j in jobs}, len(jobs)
@@ -529,7 +576,9 @@ class SchedulerCore:
 
     def next_wakeup(self) -> float | None:
         """Earliest time at which a timer (batch window, fallback, deadline) may change things."""
-        times = [t for t in self._wakeups if t > self.clock()]
+        # A time already past still counts: it means "run again now", e.g. a batch window
+        # that closed while the owner was busy applying effects.
+        times = list(self._wakeups)
         while self._deadlines and self._deadline_stale(self._deadlines[0]):
             heapq.heappop(self._deadlines)
         if self._deadlines:
@@ -630,6 +679,8 @@ class SchedulerCore:
             batch.job_ids.discard(job.job_id)
         self.running[job.queue] -= 1
         self._running_by_tenant[job.tenant] -= 1
+        if job.tenant in self._limited_tenants:
+            self._limited_version += 1
 
     def _requeue_front(self, job: Job, kind: str, message: str) -> None:
         job.at_front = True

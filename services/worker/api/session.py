@@ -49,6 +49,10 @@ class SchedulerSession:
             except grpc.aio.AioRpcError as exc:
                 if self.registered.is_set():
                     log.warning("lost the scheduler at %s: %s", self.address, exc.code().name)
+            except Exception as exc:
+                # A write to a call the scheduler already ended raises InvalidStateError, not
+                # an RPC error; any such failure must lead to a reconnect, never end the session.
+                log.warning("scheduler session at %s failed: %r; reconnecting", self.address, exc)
             finally:
                 self.registered.clear()
                 await channel.close()

@@ -332,3 +332,14 @@ def test_progress_calibrates_the_cost_model_and_the_ledger():
     assert job.state is JobState.RUNNING
     assert core.cost.step_s_per_unit("flux-tiny") != before
     assert core.ledger.by_pool["on-demand"] > 0
+
+
+def test_a_wakeup_that_passed_while_the_owner_was_busy_still_counts():
+    clock = FakeClock()
+    core = make_core(clock)
+    core.register_worker(worker("w0"))
+    submit(core)
+    assert core.schedule() == []
+    closes_at = core.next_wakeup()
+    clock.advance(0.5)  # the owner was busy past the window's close
+    assert core.next_wakeup() == closes_at <= clock.now
