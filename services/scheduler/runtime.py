@@ -14,6 +14,7 @@ import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+from services.common.aio import wait_event
 from services.common.errors import MeshError, NotFound
 from services.common.settings import SchedulerSettings
 from services.common.telemetry import log_job
@@ -109,8 +110,7 @@ class SchedulerRuntime:
                 log.exception("dispatch loop iteration failed; continuing")
             wake = self.core.next_wakeup()
             timeout = tick if wake is None else min(max(wake - time.time(), 0.0), tick)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._kick.wait(), timeout)
+            await wait_event(self._kick, timeout)
             self._kick.clear()
 
     async def _housekeeping(self) -> None:

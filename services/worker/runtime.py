@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from services.common.aio import wait_event
 from services.common.telemetry import tracer
 from services.worker import metrics
 from services.worker.core.batch import (
@@ -164,11 +165,7 @@ class WorkerRuntime:
         return preempting
 
     async def wait_drained(self, grace_s: float) -> bool:
-        try:
-            await asyncio.wait_for(self.drained.wait(), grace_s)
-            return True
-        except TimeoutError:
-            return False
+        return await wait_event(self.drained, grace_s)
 
     def close(self) -> None:
         for running in self._running.values():

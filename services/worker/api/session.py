@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 
 import grpc
 from mediamesh.v1 import scheduler_pb2, scheduler_pb2_grpc
 
+from services.common.aio import wait_event
 from services.common.channels import internal_channel
 from services.worker.runtime import WorkerRuntime
 
@@ -29,19 +29,22 @@ class SchedulerSession:
         self.token = token
         self.registered = asyncio.Event()
         self._task: asyncio.Task | None = None
+        self._stopping = False
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run_forever(), name="scheduler-session")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
+        self._stopping = True
+        task = self._task
+        # Cancel until it takes: a cancel that lands inside grpc's own await can be absorbed.
+        while task is not None and not task.done():
+            task.cancel()
+            await asyncio.wait({task}, timeout=0.5)
 
     async def _run_forever(self) -> None:
         backoff = 0.2
-        while True:
+        while not self._stopping:
             channel = internal_channel(self.address, self.token)
             try:
                 await self._attach(scheduler_pb2_grpc.SchedulerStub(channel))
@@ -82,7 +85,6 @@ class SchedulerSession:
                     )
                 )
                 # Report a drain at once, otherwise beat at the interval the scheduler asked for.
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self.runtime.state_changed.wait(), every)
+                await wait_event(self.runtime.state_changed, every)
         finally:
             call.cancel()

@@ -20,6 +20,8 @@ DEPLOY_SUBCOMMANDS = {
     ("healthcheck",),
     ("drain",),
     ("status",),
+    ("batch",),
+    ("up",),
 }
 # Values that stand for what a shell or Docker fills in at run time.
 PLACEHOLDERS = {"$HEALTHCHECK_ADDRESS": "127.0.0.1:50051"}
