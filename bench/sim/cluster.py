@@ -192,4 +192,5 @@ class Cluster:
             values = series.replicas.setdefault(state.spec.name, [0] * (len(series.t) - 1))
             values.append(state.ready_count)
         series.busy.append(sum(1 for d in self.engine.devices.values() if d.batch is not None))
+        self.engine.check_backlog()
         self.engine.at(self.engine.now + self.sample_s, SAMPLE)

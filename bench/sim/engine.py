@@ -17,6 +17,7 @@ from collections.abc import Callable
 from bench.sim.arrivals import ArrivalPlan
 from bench.sim.fleet import Device, RunningBatch
 from bench.sim.records import OUTCOME_OF_STATE, REJECTED, JobRecords
+from services.common.registry import ModelSpec
 from services.scheduler.core.effects import Dispatch, Transition
 from services.scheduler.core.jobs import GenerationParams, Priority, TenantQuota
 from services.scheduler.core.scheduler import CorePolicy, NewJob, Rejection, SchedulerCore
@@ -32,7 +33,7 @@ class Engine:
 
     def __init__(
         self,
-        core_specs: list,
+        specs: list[ModelSpec],
         policy: CorePolicy,
         plan: ArrivalPlan,
         params: dict[str, GenerationParams],
@@ -41,7 +42,7 @@ class Engine:
     ) -> None:
         self.now = 0.0
         self._index = 0
-        self.core = SchedulerCore(core_specs, policy, self._clock, self._new_id)
+        self.core = SchedulerCore(specs, policy, self._clock, self._new_id)
         self.plan = plan
         self.records = records
         self._heap: list[tuple[float, int, int, object]] = []
@@ -53,6 +54,14 @@ class Engine:
         self.accepted = 0
         self.ended = 0
         self.dispatches = 0
+        self.dispatched_jobs = 0
+        # The runtime's dispatch loop coalesces events that arrive while it runs; a period
+        # > 0 models a loop that passes at most that often (0: after every event).
+        self.dispatch_interval_s = 0.0
+        self._next_pass_at = 0.0
+        # Stop early (a hopeless right-sizing trial) once this many jobs are queued.
+        self.abort_above_queued: int | None = None
+        self.aborted = False
         self._new_jobs = self._prepare_requests(plan, params, quotas)
 
     def _clock(self) -> float:
@@ -112,6 +121,8 @@ class Engine:
                     self._timers.discard(time)
                 else:
                     handlers[kind](payload)
+                    if kind >= POLL:
+                        continue  # observes or resizes the fleet; nothing to schedule yet
             elif i < n:
                 self.now = next_arrival
                 self._index = i
@@ -130,14 +141,30 @@ class Engine:
             self._drain_effects()
             if i >= n and self.ended >= self.accepted:
                 break
+            if self.aborted:
+                break
 
     def _schedule(self) -> None:
+        if self.dispatch_interval_s > 0:
+            if self.now < self._next_pass_at:
+                self._wake_at(self._next_pass_at)
+                return
+            self._next_pass_at = self.now + self.dispatch_interval_s
         for dispatch in self.core.schedule():
             self._start_batch(dispatch)
         wake = self.core.next_wakeup()
-        if wake is not None and wake not in self._timers:
-            self._timers.add(wake)
-            self.at(wake, TIMER)
+        if wake is not None:
+            self._wake_at(wake)
+
+    def _wake_at(self, time: float) -> None:
+        if time not in self._timers:
+            self._timers.add(time)
+            self.at(time, TIMER)
+
+    def check_backlog(self) -> None:
+        limit = self.abort_above_queued
+        if limit is not None and sum(self.core.depth.values()) > limit:
+            self.aborted = True
 
     def _drain_effects(self) -> None:
         core, records = self.core, self.records
@@ -166,6 +193,7 @@ class Engine:
         device.batch = RunningBatch(dispatch.batch_id, jobs, now, step_s, overhead_s, ends_at)
         self.idle -= 1
         self.dispatches += 1
+        self.dispatched_jobs += len(jobs)
         self.at(ends_at, BATCH_DONE, (device, device.batch))
 
     def finish_batch(self, device: Device, batch: RunningBatch) -> bool:

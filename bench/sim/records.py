@@ -70,6 +70,14 @@ class JobRecords:
         }
         return result
 
+    def overall(self) -> dict[str, dict[str, float | None]]:
+        """Wait and latency percentiles over every job that succeeded."""
+        done = self.outcome == SUCCEEDED
+        return {
+            "wait_s": _percentiles((self.first_dispatch - self.plan.times)[done]),
+            "latency_s": _percentiles((self.finished - self.plan.times)[done]),
+        }
+
     def attainment(self, sla_s: dict[str, float], priorities: set[int] | None = None) -> dict:
         """Fraction of each modality's jobs (of these priorities) done within its SLA."""
         latency = self.finished - self.plan.times

@@ -10,6 +10,11 @@ from bench.sim.simulation import SimulationResult
 _MAX_SERIES_POINTS = 400
 
 
+def _bins(result: SimulationResult) -> int:
+    """Enough latency bins to show change, few enough that each holds a percentile's worth."""
+    return int(min(max(result.jobs / 200, 10), 100))
+
+
 def _thin(values: list, step: int) -> list:
     return values[::step]
 
@@ -34,7 +39,7 @@ def result_dict(result: SimulationResult) -> dict:
             "queue_depth": {q: _thin(v, step) for q, v in series.depth.items()},
             "ready_replicas": {d: _thin(v, step) for d, v in series.replicas.items()},
             "busy_devices": _thin(series.busy, step),
-            "latency_s": series.latency_over_time(result.records, bins=100),
+            "latency_s": series.latency_over_time(result.records, _bins(result)),
         },
     }
 
@@ -66,7 +71,7 @@ def write_plot(result: SimulationResult, path: Path) -> None:
     replica_ax.plot(minutes, series.busy, label="busy (all)", color="black", linewidth=0.8)
     replica_ax.set_ylabel("ready replicas")
     replica_ax.legend(loc="upper right", fontsize="small", ncol=2)
-    for modality, points in series.latency_over_time(result.records, bins=100).items():
+    for modality, points in series.latency_over_time(result.records, _bins(result)).items():
         t = [x / 60 for x in points["t"]]
         line = latency_ax.plot(t, points["p95"], label=f"{modality} p95")[0]
         latency_ax.plot(t, points["p50"], linestyle=":", color=line.get_color())

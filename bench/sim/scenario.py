@@ -152,6 +152,9 @@ class Scenario(Section):
     # arrival count as unfinished.
     drain_s: float = Field(3600.0, gt=0)
     sample_s: float = Field(0.0, ge=0)
+    # 0: the scheduler passes after every event, as the runtime's kick does. A period models
+    # a dispatch loop busy long enough to coalesce the events that arrive meanwhile.
+    dispatch_interval_s: float = Field(0.0, ge=0)
     right_size: RightSize = Field(default_factory=RightSize)
 
     @model_validator(mode="after")
@@ -166,14 +169,11 @@ class Scenario(Section):
             raise ValueError("deployment names must be unique")
         return self
 
-    def registry(self, base: Path | None = None) -> Registry:
+    def registry(self) -> Registry:
         if self.models is not None:
             return parse_registry({"models": self.models}, f"scenario {self.name!r}")
         if self.registry_path is not None:
-            path = self.registry_path
-            if base is not None and not path.is_absolute():
-                path = base / path
-            return load_registry(path)
+            return load_registry(self.registry_path)
         return load_registry()
 
     def specs(self) -> dict[str, ModelSpec]:

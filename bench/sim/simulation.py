@@ -82,13 +82,59 @@ def scale_fleet(fleet: list[Deployment], devices: int) -> list[Deployment]:
     return scaled
 
 
-def simulate(
+@dataclass
+class Simulation:
+    """A built, not yet run, simulation: what tests and the right-sizer reach into."""
+
+    scenario: Scenario
+    seed: int
+    plan: ArrivalPlan
+    engine: Engine
+    cluster: Cluster
+    states: list[DeploymentState]
+    specs: dict[str, ModelSpec]
+
+    def run(self) -> SimulationResult:
+        plan, engine, cluster = self.plan, self.engine, self.cluster
+        last_arrival = float(plan.times[-1]) if len(plan) else 0.0
+        started = time.perf_counter()
+        cluster.start()
+        engine.run(until=last_arrival + self.scenario.drain_s)
+        wall = time.perf_counter() - started
+        cluster.close()
+        sla_s = {q: s.sla_s for q, s in self.scenario.scheduler.queues.items()}
+        core = engine.core
+        return SimulationResult(
+            scenario=self.scenario.name,
+            seed=self.seed,
+            jobs=len(plan),
+            devices=sum(s.target for s in self.states),
+            sim_seconds=engine.now,
+            wall_seconds=wall,
+            stats=engine.records.summary(sla_s),
+            fleet=cluster.accounting.summary(),
+            scheduler={
+                "batches": engine.dispatches,
+                "mean_batch_size": engine.dispatched_jobs / max(engine.dispatches, 1),
+                "aborted_over_backlog": engine.aborted,
+                "spot_notices": cluster.notices,
+                "preemptions": dict(core.preemptions),
+                "spot_fallbacks": dict(core.spot_fallbacks),
+                "calibrated_step_s_per_unit": {m: core.cost.step_s_per_unit(m) for m in self.specs},
+            },
+            series=cluster.series,
+            records=engine.records,
+            sla_s=sla_s,
+        )
+
+
+def build(
     scenario: Scenario,
     jobs: int | None = None,
     devices: int | None = None,
     seed: int | None = None,
     plan: ArrivalPlan | None = None,
-) -> SimulationResult:
+) -> Simulation:
     seed = scenario.seed if seed is None else seed
     registry = scenario.registry()
     specs = {s.name: s for s in registry.models}
@@ -103,6 +149,7 @@ def simulate(
     records = JobRecords(plan, {name: spec.modality for name, spec in specs.items()})
     policy = core_policy(MeshConfig(scheduler=scenario.scheduler))
     engine = Engine(registry.models, policy, plan, params, quotas, records)
+    engine.dispatch_interval_s = scenario.dispatch_interval_s
     speeds = {name: Speed(d, specs, params) for name, d in scenario.device_types.items()}
     states = []
     for deployment in fleet:
@@ -115,33 +162,15 @@ def simulate(
     last_arrival = float(plan.times[-1]) if len(plan) else 0.0
     sample_s = scenario.sample_s or max(last_arrival / 400, 1.0)
     cluster = Cluster(engine, scenario, states, speeds, sample_s, seed + 1)
+    return Simulation(scenario, seed, plan, engine, cluster, states, specs)
 
-    started = time.perf_counter()
-    cluster.start()
-    engine.run(until=last_arrival + scenario.drain_s)
-    wall = time.perf_counter() - started
-    cluster.close()
 
-    sla_s = {q: s.sla_s for q, s in scenario.scheduler.queues.items()}
-    core = engine.core
-    return SimulationResult(
-        scenario=scenario.name,
-        seed=seed,
-        jobs=len(plan),
-        devices=sum(s.target for s in states),
-        sim_seconds=engine.now,
-        wall_seconds=wall,
-        stats=records.summary(sla_s),
-        fleet=cluster.accounting.summary(),
-        scheduler={
-            "batches": engine.dispatches,
-            "mean_batch_size": (engine.ended / engine.dispatches) if engine.dispatches else 0.0,
-            "spot_notices": cluster.notices,
-            "preemptions": dict(core.preemptions),
-            "spot_fallbacks": dict(core.spot_fallbacks),
-            "calibrated_step_s_per_unit": {m: core.cost.step_s_per_unit(m) for m in specs},
-        },
-        series=cluster.series,
-        records=records,
-        sla_s=sla_s,
-    )
+def simulate(
+    scenario: Scenario,
+    jobs: int | None = None,
+    devices: int | None = None,
+    seed: int | None = None,
+    plan: ArrivalPlan | None = None,
+) -> SimulationResult:
+    """Run a scenario (optionally with fewer or more jobs or devices) and collect results."""
+    return build(scenario, jobs, devices, seed, plan).run()

@@ -76,6 +76,9 @@ def build_parser() -> argparse.ArgumentParser:
     from services.cli.batch_command import add_batch_command
 
     client_commands.add_commands(sub)
+    from services.cli.simulate_command import add_simulate_command
+
+    add_simulate_command(sub)
     add_batch_command(sub)
     return parser
 

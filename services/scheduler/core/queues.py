@@ -18,6 +18,8 @@ from services.scheduler.core.jobs import CompatKey, Job, JobState, Priority
 Eligible = Callable[[Job], bool]
 _INF = math.inf
 _ALL = frozenset(Priority)
+# Iterating an Enum class is slow enough to show in scheduling profiles.
+_PRIORITIES = tuple(Priority)
 
 
 @dataclass
@@ -104,6 +106,7 @@ class ModelQueue:
         self.depth = 0
         # Bumped by every change to what the queue holds or how it orders it.
         self.version = 0
+        self._order: tuple[int, tuple[int, ...]] | None = None
 
     def _is_live(self, entry: _Entry) -> bool:
         job = entry.job
@@ -167,15 +170,27 @@ class ModelQueue:
 
     def _ranked(self, now: float) -> list[tuple[float, int]]:
         ranked = []
-        for priority in Priority:
+        for priority in _PRIORITIES:
             effective = self.effective_priority(priority, now)
             if effective is not None:
                 ranked.append((effective, int(priority)))
         return sorted(ranked)
 
     def class_order(self, now: float) -> tuple[int, ...]:
-        """Priority classes in the order `best` tries them now (aging decides it)."""
-        return tuple(priority for _, priority in self._ranked(now))
+        """Priority classes in the order `best` tries them now.
+
+        Aging moves every class's effective priority at the same rate, so the order only
+        changes when the queue does; it is kept until then unless two classes are close
+        enough for rounding to swap them at some later time.
+        """
+        cached = self._order
+        if cached is not None and cached[0] == self.version:
+            return cached[1]
+        ranked = self._ranked(now)
+        order = tuple(priority for _, priority in ranked)
+        if all(b[0] - a[0] > 1e-9 for a, b in itertools.pairwise(ranked)):
+            self._order = (self.version, order)
+        return order
 
     def best(self, now: float, eligible: Eligible) -> tuple[tuple, Job] | None:
         """The job this model would run next, with a sort key comparable across models."""
@@ -183,7 +198,7 @@ class ModelQueue:
             if eligible(entry.job):
                 return (0, -_INF, entry.seq), entry.job
         for effective, priority in self._ranked(now):
-            bucket = self._buckets[Priority(priority)]
+            bucket = self._buckets[_PRIORITIES[priority]]
             for tenant in bucket.tenants_by_share():
                 head = bucket.head_of(tenant, self._is_live)
                 if head is not None and eligible(head.job):
@@ -227,7 +242,7 @@ class ModelQueue:
             yield from self._live_entries(front)
         per_class = self._by_key.get(key)
         if per_class is not None:
-            for priority in Priority:
+            for priority in _PRIORITIES:
                 if priority in classes:
                     yield from self._live_entries(per_class[priority])
 

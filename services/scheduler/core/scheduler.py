@@ -133,10 +133,15 @@ class SchedulerCore:
         self._model_front: dict[str, int] = defaultdict(int)
         self._queued_by_tenant: dict[str, int] = defaultdict(int)
         self._running_by_tenant: dict[str, int] = defaultdict(int)
-        # Tenants with a concurrency limit, and a version of their running counts.
-        self._limited_tenants: set[str] = set()
+        # Tenants with a concurrency limit (the lowest seen), and a version of their running
+        # counts that moves only near the limit: a batch adds at most `_max_batch` jobs, so
+        # below that nothing a scheduling pass decides can depend on the exact count.
+        self._limited_tenants: dict[str, int] = {}
         self._limited_version = 0
+        self._max_batch = max((s.batching.max_batch for s in specs), default=1)
         self._stalls: dict[UnitClass, Stall] = {}
+        # (pool, lead priority) -> classes that may join its batch; the policy is fixed.
+        self._joinable: dict[tuple[str, Priority], frozenset[Priority]] = {}
         self._charged: dict[str, float] = {}
         self.spot_fallbacks: dict[str, int] = defaultdict(int)
         self.preemptions: dict[str, int] = defaultdict(int)
@@ -243,8 +248,9 @@ class SchedulerCore:
     def _enqueue(self, job: Job) -> None:
         job.state = JobState.QUEUED
         self._queues[job.model].add(job)
-        if job.quota.max_running:
-            self._limited_tenants.add(job.tenant)
+        limit = job.quota.max_running
+        if limit and limit < self._limited_tenants.get(job.tenant, limit + 1):
+            self._limited_tenants[job.tenant] = limit
         work = job.cost_s * job.remaining_fraction
         self.depth[(job.queue, job.priority)] += 1
         self._model_depth[(job.model, job.priority)] += 1
@@ -387,20 +393,22 @@ class SchedulerCore:
         dispatched: list[Dispatch] = []
         models = [m for m, q in self._queues.items() if q.depth > 0]
         blocked: set[str] = set()
-        failed_classes: set[UnitClass] = set()
+        failed_classes: list[UnitClass] = []
         try:
             while models:
-                entry = self._free.least_loaded(models, self.units, blocked, failed_classes)
-                if entry is None:
-                    break
-                unit = self.units[entry[2]]
-                batch = (
-                    None if self._stalled(unit_class(unit), now) else self._form_batch(unit, now)
-                )
-                if batch is None:
+                # A failure changes nothing, so each class's head stays valid until a dispatch.
+                batch = None
+                for entry in self._free.class_heads(models, self.units, blocked):
+                    unit = self.units[entry[2]]
+                    cls = unit_class(unit)
+                    stalled = self._stalled(cls, now)
+                    batch = None if stalled else self._form_batch(unit, now)
+                    if batch is not None:
+                        break
                     blocked.add(unit.worker_id)
-                    failed_classes.add(unit_class(unit))
-                    continue
+                    failed_classes.append(cls)
+                if batch is None:
+                    break
                 for cls in failed_classes:
                     self._free.block_below(cls, entry)
                 failed_classes.clear()
@@ -425,6 +433,11 @@ class SchedulerCore:
                 return False
         self._wakeups.extend(stall.wakeups)
         return True
+
+    def _limited_count_changed(self, tenant: str, higher_count: int) -> None:
+        limit = self._limited_tenants.get(tenant)
+        if limit is not None and higher_count + self._max_batch >= limit:
+            self._limited_version += 1
 
     def _remember_stall(
         self, unit: Unit, now: float, rooms: dict[tuple[str, str], bool], wakeups: list[float]
@@ -499,13 +512,18 @@ class SchedulerCore:
         batch) must not be split because their fallback clocks differ by microseconds. Other
         classes join only on their preferred pool. Decided per class, so the queue can skip
         whole classes instead of testing each of their jobs."""
-        placements = self.policy.placements
-        return frozenset(
-            p
-            for p in Priority
-            if unit.pool == placements[p].prefer
-            or (p is lead.priority and unit.pool in placements[p].allow)
-        )
+        key = (unit.pool, lead.priority)
+        classes = self._joinable.get(key)
+        if classes is None:
+            placements = self.policy.placements
+            classes = frozenset(
+                p
+                for p in Priority
+                if unit.pool == placements[p].prefer
+                or (p is lead.priority and unit.pool in placements[p].allow)
+            )
+            self._joinable[key] = classes
+        return classes
 
     def _companion_eligibility(
         self, classes: frozenset[Priority], lead: Job
@@ -558,8 +576,7 @@ class SchedulerCore:
             unit.load_s += charge
             self.running[job.queue] += 1
             self._running_by_tenant[job.tenant] += 1
-            if job.tenant in self._limited_tenants:
-                self._limited_version += 1
+            self._limited_count_changed(job.tenant, self._running_by_tenant[job.tenant])
             self._transition(job, JobState.DISPATCHED)
         self._batches[batch_id] = _Batch(
             batch_id, unit.worker_id, model, {j.job_id for j in jobs}, len(jobs)
@@ -679,8 +696,7 @@ class SchedulerCore:
             batch.job_ids.discard(job.job_id)
         self.running[job.queue] -= 1
         self._running_by_tenant[job.tenant] -= 1
-        if job.tenant in self._limited_tenants:
-            self._limited_version += 1
+        self._limited_count_changed(job.tenant, self._running_by_tenant[job.tenant] + 1)
 
     def _requeue_front(self, job: Job, kind: str, message: str) -> None:
         job.at_front = True

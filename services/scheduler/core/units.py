@@ -76,17 +76,18 @@ def unit_class(unit: Unit) -> UnitClass:
 
 
 class FreeUnits:
-    """Units with room, least loaded first, per model and unit class: sorted lists with lazy
-    invalidation. An entry is live while its unit still has room and the version it was
-    offered at; each unit has at most one live entry per list. A scheduling pass reads the
-    least-loaded candidate of each class, and blocks whole key ranges of a class, without
-    walking every free unit.
+    """Units with room, least loaded first, per unit class: sorted lists with lazy
+    invalidation. Every unit of a class hosts the same models, so one list per class serves
+    them all. An entry is live while its unit still has room and the version it was offered
+    at; each unit has at most one live entry. A scheduling pass reads the least-loaded
+    candidate of each class, and blocks whole key ranges of a class, without walking every
+    free unit.
     """
 
     def __init__(self) -> None:
-        self._lists: dict[str, dict[UnitClass, list[_Entry]]] = {}
+        self._lists: dict[UnitClass, list[_Entry]] = {}
         # Length at which a list is next swept of stale entries.
-        self._sweep_at: dict[tuple[str, UnitClass], int] = {}
+        self._sweep_at: dict[UnitClass, int] = {}
         # During a pass: per class, units sorting below this entry are blocked.
         self._bounds: dict[UnitClass, _Entry] = {}
 
@@ -94,9 +95,7 @@ class FreeUnits:
         if unit.free_slots <= 0:
             return
         entry = (unit.load_s, unit.dispatched, unit.worker_id, unit.version)
-        cls = unit_class(unit)
-        for model in unit.info.models:
-            bisect.insort(self._lists.setdefault(model, {}).setdefault(cls, []), entry)
+        bisect.insort(self._lists.setdefault(unit_class(unit), []), entry)
 
     @staticmethod
     def _live(entry: _Entry, units: dict[str, Unit]) -> bool:
@@ -104,16 +103,15 @@ class FreeUnits:
         return unit is not None and unit.version == entry[3] and unit.free_slots > 0
 
     def _first(
-        self, model: str, cls: UnitClass, units: dict[str, Unit], blocked: set[str] | None
+        self, cls: UnitClass, units: dict[str, Unit], blocked: set[str] | None
     ) -> _Entry | None:
         """Least-loaded live entry, past the class's bound and blocked units when `blocked`
         is given; deletes the stale entries it steps over."""
-        entries = self._lists[model][cls]
-        key = (model, cls)
-        if len(entries) > self._sweep_at.get(key, 64):
+        entries = self._lists[cls]
+        if len(entries) > self._sweep_at.get(cls, 64):
             # Stale entries behind the first live one are never stepped over; sweep them.
             entries[:] = [e for e in entries if self._live(e, units)]
-            self._sweep_at[key] = 2 * len(entries) + 64
+            self._sweep_at[cls] = 2 * len(entries) + 64
         bound = self._bounds.get(cls) if blocked is not None else None
         i = 0 if bound is None else bisect.bisect_left(entries, bound)
         while i < len(entries):
@@ -126,23 +124,18 @@ class FreeUnits:
                 return entry
         return None
 
-    def least_loaded(
-        self,
-        models: list[str],
-        units: dict[str, Unit],
-        blocked: set[str],
-        blocked_classes: set[UnitClass],
-    ) -> _Entry | None:
-        """Entry of the least-loaded free unit hosting any of `models`, skipping blocked ones."""
-        best: _Entry | None = None
-        for model in models:
-            for cls in self._lists.get(model, {}):
-                if cls in blocked_classes:
-                    continue
-                entry = self._first(model, cls, units, blocked)
-                if entry is not None and (best is None or entry < best):
-                    best = entry
-        return best
+    def class_heads(
+        self, models: list[str], units: dict[str, Unit], blocked: set[str]
+    ) -> list[_Entry]:
+        """Each class's least-loaded free unit hosting any of `models`, least loaded first."""
+        heads = []
+        for cls in self._lists:
+            if not cls[1].isdisjoint(models):
+                entry = self._first(cls, units, blocked)
+                if entry is not None:
+                    heads.append(entry)
+        heads.sort()
+        return heads
 
     def block_below(self, cls: UnitClass, bound: _Entry) -> None:
         """Block, for the rest of the pass, every unit of `cls` that sorts before `bound`."""
@@ -156,8 +149,8 @@ class FreeUnits:
     def has_room(self, model: str, pool: str, units: dict[str, Unit]) -> bool:
         """Whether any unit of `pool` hosting `model` has a free slot."""
         return any(
-            cls[0] == pool and self._first(model, cls, units, None) is not None
-            for cls in self._lists.get(model, {})
+            cls[0] == pool and model in cls[1] and self._first(cls, units, None) is not None
+            for cls in self._lists
         )
 
 

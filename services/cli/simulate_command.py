@@ -1,0 +1,159 @@
+"""`mediamesh simulate SCENARIO`: run a fleet and workload through the real scheduler core on a
+virtual clock, or `--right-size` to find the cheapest fleet that meets an SLA target.
+
+Writes DIR/sim-<scenario>.json and .png (DIR/sim-<scenario>-right-size.json when sizing)
+and prints a summary: SLA attainment and wait/latency percentiles per modality, cost
+against all-on-demand, and simulated jobs per wall-clock second.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+DEFAULT_SCENARIO = Path(__file__).resolve().parents[2] / "bench/sim/scenarios/small.yaml"
+
+
+def add_simulate_command(sub: argparse._SubParsersAction) -> None:
+    simulate = sub.add_parser(
+        "simulate",
+        help="simulate a fleet and workload against the real scheduler policy",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    simulate.add_argument(
+        "scenario",
+        type=Path,
+        nargs="?",
+        default=DEFAULT_SCENARIO,
+        help="scenario YAML or JSON (default: bench/sim/scenarios/small.yaml)",
+    )
+    simulate.add_argument("--jobs", type=int, default=None, help="arrivals to simulate")
+    simulate.add_argument(
+        "--devices", type=int, default=None, help="scale the fleet to this many devices"
+    )
+    simulate.add_argument("--seed", type=int, default=None, help="random seed (default: file's)")
+    simulate.add_argument(
+        "--out", type=Path, default=Path("bench/results"), help="where results are written"
+    )
+    simulate.add_argument(
+        "--right-size", action="store_true", help="search for the cheapest fleet meeting the SLA"
+    )
+    simulate.add_argument(
+        "--sla-target", type=float, default=None, help="right-size: fraction within SLA (0.99)"
+    )
+    simulate.add_argument(
+        "--window-s", type=float, default=None, help="right-size: seconds of arrivals per trial"
+    )
+    simulate.add_argument(
+        "--dispatch-interval-s",
+        type=float,
+        default=None,
+        help="least seconds between scheduling passes (default: file's, 0 = every event)",
+    )
+    simulate.add_argument("--no-plot", action="store_true", help="skip the PNG")
+    simulate.set_defaults(handler=_cmd_simulate)
+
+
+def _cmd_simulate(args: argparse.Namespace) -> int:
+    from bench.sim.scenario import ScenarioError, load_scenario
+
+    try:
+        scenario = load_scenario(args.scenario)
+        if args.dispatch_interval_s is not None:
+            scenario = scenario.model_copy(update={"dispatch_interval_s": args.dispatch_interval_s})
+        if args.right_size:
+            return _right_size(scenario, args)
+        return _simulate(scenario, args)
+    except (ScenarioError, ValueError) as exc:
+        print(f"mediamesh simulate: {exc}", file=sys.stderr)
+        return 2
+
+
+def _simulate(scenario: object, args: argparse.Namespace) -> int:
+    from bench.sim.report import write_json, write_plot
+    from bench.sim.simulation import simulate
+
+    result = simulate(scenario, jobs=args.jobs, devices=args.devices, seed=args.seed)  # type: ignore[arg-type]
+    stem = args.out / f"sim-{result.scenario}"
+    data = write_json(result, stem.with_suffix(".json"))
+    if not args.no_plot:
+        write_plot(result, stem.with_suffix(".png"))
+    print(_summary(data))
+    print(f"results: {stem.with_suffix('.json')}" + ("" if args.no_plot else " and .png"))
+    return 0
+
+
+def _right_size(scenario: object, args: argparse.Namespace) -> int:
+    from bench.sim.rightsize import Trial, right_size
+
+    def progress(trial: Trial) -> None:
+        verdict = "meets" if trial.meets else "misses"
+        attainment = ", ".join(f"{m} {v:.3f}" for m, v in sorted(trial.attainment.items()))
+        print(
+            f"  {trial.device} x{trial.devices} (spot {trial.spot_share:.0%}): "
+            f"${trial.cost_per_hour:,.2f}/h {verdict} [{attainment}]",
+            file=sys.stderr,
+        )
+
+    result = right_size(
+        scenario,  # type: ignore[arg-type]
+        target=args.sla_target,
+        window_s=args.window_s,
+        seed=args.seed,
+        progress=progress,
+    )
+    path = args.out / f"sim-{scenario.name}-right-size.json"  # type: ignore[attr-defined]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result.to_dict(), indent=2) + "\n")
+    best = result.best
+    if best is None:
+        print(f"no fleet tried met {result.target:.1%} within SLA; see {path}")
+        return 1
+    print(
+        f"cheapest fleet meeting {result.target:.1%} within SLA "
+        f"({'/'.join(result.priorities)} jobs, {result.jobs:,} jobs over {result.window_s:.0f} s):"
+        f"\n  {best.devices} x {best.device}: {best.on_demand} on-demand + {best.spot} spot, "
+        f"${best.cost_per_hour:,.2f}/h"
+    )
+    for device, reason in result.skipped.items():
+        print(f"  {device} skipped: {reason}")
+    for trial in result.frontier:
+        print(
+            f"  smallest {trial.device} fleet at {trial.spot_share:.0%} spot: "
+            f"{trial.devices} devices, ${trial.cost_per_hour:,.2f}/h"
+        )
+    print(f"results: {path}")
+    return 0
+
+
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def _summary(data: dict) -> str:
+    lines = [
+        f"{data['scenario']}: {data['jobs']:,} jobs, {data['simulated_seconds'] / 60:,.1f} "
+        f"simulated minutes in {data['wall_seconds']:.1f} s "
+        f"({data['jobs_per_wall_second']:,.0f} jobs/s)",
+        f"{'':<22}{'jobs':>9}{'in SLA':>8}{'wait p50/p95/p99 s':>24}{'latency p50/p95/p99 s':>27}",
+    ]
+    rows = {**data["by_modality"], **data["by_modality_priority"]}
+    for name, stats in rows.items():
+        wait, latency = stats["wait_s"], stats["latency_s"]
+        attainment = stats["sla_attainment"]
+        lines.append(
+            f"{name:<22}{stats['jobs']:>9,}"
+            f"{'-' if attainment is None else f'{attainment:.1%}':>8}"
+            f"{'/'.join(_fmt(wait[k]) for k in ('p50', 'p95', 'p99')):>24}"
+            f"{'/'.join(_fmt(latency[k]) for k in ('p50', 'p95', 'p99')):>27}"
+        )
+    fleet = data["fleet"]
+    lines.append(
+        f"cost ${fleet['cost']:,.2f} (all on-demand ${fleet['on_demand_cost']:,.2f}, "
+        f"saved {fleet['savings']:.1%}); utilization {fleet['utilization']:.1%}; "
+        f"rejected {data['total']['rejected']:,}, unfinished {data['total']['unfinished']:,}"
+    )
+    return "\n".join(lines)

@@ -1,0 +1,55 @@
+"""`mediamesh simulate` as a subcommand: arguments, outputs and errors."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import yaml
+
+from services.cli.simulate_command import add_simulate_command
+
+from .support import BASE
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="mediamesh")
+    add_simulate_command(parser.add_subparsers(dest="command", required=True))
+    return parser.parse_args(["simulate", *argv])
+
+
+def scenario_file(tmp_path: Path, **overrides: object) -> Path:
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump({**BASE, **overrides}))
+    return path
+
+
+def test_simulate_writes_json_and_png(tmp_path: Path, capsys) -> None:
+    args = parse(
+        [str(scenario_file(tmp_path)), "--jobs", "300", "--seed", "4", "--out", str(tmp_path)]
+    )
+    assert args.handler(args) == 0
+    data = json.loads((tmp_path / "sim-tiny.json").read_text())
+    assert data["jobs"] == 300 and data["seed"] == 4
+    assert {"by_modality", "by_modality_priority", "fleet", "over_time"} <= set(data)
+    assert data["fleet"]["on_demand_cost"] >= data["fleet"]["cost"] > 0
+    assert (tmp_path / "sim-tiny.png").read_bytes()[:4] == b"\x89PNG"
+    assert "jobs/s" in capsys.readouterr().out
+
+
+def test_right_size_writes_its_answer(tmp_path: Path, capsys) -> None:
+    path = scenario_file(tmp_path, right_size={"spot_shares": [0.5], "window_s": 40})
+    args = parse([str(path), "--right-size", "--sla-target", "0.9", "--out", str(tmp_path)])
+    assert args.handler(args) == 0
+    data = json.loads((tmp_path / "sim-tiny-right-size.json").read_text())
+    assert data["best"]["meets"] and data["target"] == 0.9
+    assert "cheapest fleet" in capsys.readouterr().out
+
+
+def test_a_bad_scenario_exits_2_with_the_reason(tmp_path: Path, capsys) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump({**BASE, "startup_s": -1}))
+    args = parse([str(path), "--out", str(tmp_path)])
+    assert args.handler(args) == 2
+    assert "startup_s" in capsys.readouterr().err
