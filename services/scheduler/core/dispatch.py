@@ -1,0 +1,275 @@
+"""Forming batches and routing them: the part of the scheduler core that runs on every pass.
+
+A mixin of `SchedulerCore`; it reads and updates the core's queues, units and counters.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from services.scheduler.core.effects import (
+    Dispatch,
+    Notice,
+)
+from services.scheduler.core.jobs import (
+    Job,
+    JobState,
+    Priority,
+)
+from services.scheduler.core.stalls import Stall
+from services.scheduler.core.units import (
+    Unit,
+    UnitClass,
+    pool_decision,
+    unit_class,
+)
+
+
+@dataclass
+class OpenBatch:
+    """A batch sent to a worker whose stream has not ended; job_ids shrink as jobs end."""
+
+    batch_id: str
+    worker_id: str
+    model: str
+    job_ids: set[str]
+    size: int
+
+
+class DispatchPolicy:
+    """Which jobs go together, and to which unit."""
+
+    # ---- dispatch ------------------------------------------------------------------------
+
+    def schedule(self) -> list[Dispatch]:
+        """Form batches for every unit with room, least-loaded unit first.
+
+        A unit that cannot form a batch stays out for the rest of the pass. Whether a unit
+        can form one depends only on its pool and models (and on the queues and the other
+        units, which change only when something is dispatched), so after one failure every
+        unit of that class is skipped until the next dispatch; when a dispatch ends the
+        streak, the skipped units that sort before the one that dispatched are blocked, as
+        trying each of them in turn would have done. That keeps a pass proportional to its
+        dispatches rather than to the number of free units squared.
+        """
+        now = self.clock()
+        self._wakeups = []
+        dispatched: list[Dispatch] = []
+        models = [m for m, q in self._queues.items() if q.depth > 0]
+        blocked: set[str] = set()
+        failed_classes: list[UnitClass] = []
+        try:
+            while models:
+                # A failure changes nothing, so each class's head stays valid until a dispatch.
+                batch = None
+                for entry in self._free.class_heads(models, self.units, blocked):
+                    unit = self.units[entry[2]]
+                    cls = unit_class(unit)
+                    stalled = self._stalled(cls, now)
+                    batch = None if stalled else self._form_batch(unit, now)
+                    if batch is not None:
+                        break
+                    blocked.add(unit.worker_id)
+                    failed_classes.append(cls)
+                if batch is None:
+                    break
+                for cls in failed_classes:
+                    self._free.block_below(cls, entry)
+                failed_classes.clear()
+                dispatched.append(batch)
+                models = [m for m in models if self._queues[m].depth > 0]
+        finally:
+            self._free.end_pass()
+        return dispatched
+
+    def _stalled(self, cls: UnitClass, now: float) -> bool:
+        """Whether this class's last failure to form a batch still holds (see stalls.py)."""
+        stall = self._stalls.get(cls)
+        if stall is None or now >= stall.until or stall.tenants_version != self._limited_version:
+            return False
+        queues = self._queues
+        if stall.queue_versions != tuple(queues[m].version for m in stall.models):
+            return False
+        if stall.class_orders != tuple(queues[m].class_order(now) for m in stall.models):
+            return False
+        for (model, pool), room in stall.rooms.items():
+            if self._free.has_room(model, pool, self.units) != room:
+                return False
+        self._wakeups.extend(stall.wakeups)
+        return True
+
+    def _limited_count_changed(self, tenant: str, higher_count: int) -> None:
+        limit = self._limited_tenants.get(tenant)
+        if limit is not None and higher_count + self._max_batch >= limit:
+            self._limited_version += 1
+
+    def _remember_stall(
+        self, unit: Unit, now: float, rooms: dict[tuple[str, str], bool], wakeups: list[float]
+    ) -> None:
+        queues = self._queues
+        models = tuple(sorted(m for m in unit.info.models if m in queues))
+        self._stalls[unit_class(unit)] = Stall(
+            models=models,
+            queue_versions=tuple(queues[m].version for m in models),
+            tenants_version=self._limited_version,
+            rooms=dict(rooms),
+            class_orders=tuple(queues[m].class_order(now) for m in models),
+            until=min((t for t in wakeups if t > now), default=math.inf),
+            wakeups=tuple(wakeups),
+        )
+
+    def _eligibility(
+        self, unit: Unit, now: float, room_cache: dict[tuple[str, str], bool]
+    ) -> Callable[[Job], bool]:
+        def preferred_has_room(model: str, pool: str) -> bool:
+            key = (model, pool)
+            if key not in room_cache:
+                room_cache[key] = self._free.has_room(model, pool, self.units)
+            return room_cache[key]
+
+        def eligible(job: Job) -> bool:
+            limit = job.quota.max_running
+            if limit and self._running_by_tenant[job.tenant] >= limit:
+                return False
+            placement = self._placement(job)
+            if unit.pool == placement.prefer:
+                return True
+            ok, _ = pool_decision(
+                job, unit, placement, now, preferred_has_room(job.model, placement.prefer)
+            )
+            falls_back_at = job.enqueued_at + placement.fallback_after_s
+            if not ok and unit.pool in placement.allow and falls_back_at > now:
+                self._wakeups.append(falls_back_at)
+            return ok
+
+        return eligible
+
+    def _form_batch(self, unit: Unit, now: float) -> Dispatch | None:
+        rooms: dict[tuple[str, str], bool] = {}
+        first_wakeup = len(self._wakeups)
+        eligible = self._eligibility(unit, now, rooms)
+        options = []
+        for model in unit.info.models:
+            queue = self._queues.get(model)
+            if queue is None or queue.depth == 0:
+                continue
+            best = queue.best(now, eligible)
+            if best is not None:
+                options.append(best)
+        for _, lead in sorted(options, key=lambda o: o[0]):
+            spec = self.specs[lead.model]
+            batching = spec.batching
+            limit = 1 if batching.mode == "none" else batching.max_batch
+            queue = self._queues[lead.model]
+            classes = self._joinable_classes(unit, lead)
+            joins = self._companion_eligibility(classes, lead)
+            companions = queue.companions(lead, limit - 1, joins, classes) if limit > 1 else []
+            jobs = [lead, *companions]
+            if len(jobs) < limit and not self._window_closed(jobs, batching, now):
+                continue
+            return self._dispatch(unit, lead.model, jobs, now)
+        self._remember_stall(unit, now, rooms, self._wakeups[first_wakeup:])
+        return None
+
+    def _joinable_classes(self, unit: Unit, lead: Job) -> frozenset[Priority]:
+        """Companions share the lead's pool decision: jobs requeued together (a preempted
+        batch) must not be split because their fallback clocks differ by microseconds. Other
+        classes join only on their preferred pool. Decided per class, so the queue can skip
+        whole classes instead of testing each of their jobs."""
+        key = (unit.pool, lead.priority)
+        classes = self._joinable.get(key)
+        if classes is None:
+            placements = self.policy.placements
+            classes = frozenset(
+                p
+                for p in Priority
+                if unit.pool == placements[p].prefer
+                or (p is lead.priority and unit.pool in placements[p].allow)
+            )
+            self._joinable[key] = classes
+        return classes
+
+    def _companion_eligibility(
+        self, classes: frozenset[Priority], lead: Job
+    ) -> Callable[[Job], bool]:
+        joining: dict[str, int] = defaultdict(int)
+        joining[lead.tenant] = 1
+
+        def joins(job: Job) -> bool:
+            limit = job.quota.max_running
+            if limit and self._running_by_tenant[job.tenant] + joining[job.tenant] >= limit:
+                return False
+            if job.priority not in classes:
+                return False
+            joining[job.tenant] += 1
+            return True
+
+        return joins
+
+    def _window_closed(self, jobs: list[Job], batching: object, now: float) -> bool:
+        max_wait_ms = getattr(batching, "max_wait_ms", None)
+        if max_wait_ms is None:
+            return False  # static batching without a cap waits for a full batch
+        # From acceptance, so a requeued or preempted job does not wait for a window twice.
+        closes_at = min(j.created_at for j in jobs) + max_wait_ms / 1000.0
+        if now >= closes_at:
+            return True
+        self._wakeups.append(closes_at)
+        return False
+
+    def _dispatch(self, unit: Unit, model: str, jobs: list[Job], now: float) -> Dispatch:
+        batch_id = f"{unit.worker_id}-b{next(self._batch_ids)}"
+        waits = []
+        for job in jobs:
+            placement = self._placement(job)
+            if unit.pool != placement.prefer and placement.prefer == "spot":
+                job.spot_fallback = True
+                self.spot_fallbacks[job.queue] += 1
+                self._effects.append(
+                    Notice(job, "spot_fallback", "no spot capacity in time; running on-demand")
+                )
+            self._dequeue(job)
+            self._queues[model].charge(job)
+            job.at_front = False
+            job.attempts += 1
+            job.worker_id, job.batch_id = unit.worker_id, batch_id
+            job.last_worker_id = unit.worker_id
+            waits.append(now - job.enqueued_at)
+            charge = job.cost_s * job.remaining_fraction
+            self._charged[job.job_id] = charge
+            unit.load_s += charge
+            self.running[job.queue] += 1
+            self._running_by_tenant[job.tenant] += 1
+            self._limited_count_changed(job.tenant, self._running_by_tenant[job.tenant])
+            self._transition(job, JobState.DISPATCHED)
+        self._batches[batch_id] = OpenBatch(
+            batch_id, unit.worker_id, model, {j.job_id for j in jobs}, len(jobs)
+        )
+        unit.batches.add(batch_id)
+        unit.dispatched += 1
+        unit.version += 1
+        self._free.offer(unit)
+        dispatch = Dispatch(
+            batch_id, unit.worker_id, unit.info.address, model, tuple(jobs), tuple(waits)
+        )
+        self._effects.append(dispatch)
+        return dispatch
+
+    def next_wakeup(self) -> float | None:
+        """Earliest time at which a timer (batch window, fallback, deadline) may change things."""
+        # A time already past still counts: it means "run again now", e.g. a batch window
+        # that closed while the owner was busy applying effects.
+        times = list(self._wakeups)
+        while self._deadlines and self._deadline_stale(self._deadlines[0]):
+            heapq.heappop(self._deadlines)
+        if self._deadlines:
+            times.append(self._deadlines[0][0])
+        return min(times) if times else None
+
+    def _deadline_stale(self, item: tuple[float, str]) -> bool:
+        job = self.jobs.get(item[1])
+        return job is None or job.state.terminal or job.deadline != item[0]
