@@ -343,3 +343,52 @@ def test_a_wakeup_that_passed_while_the_owner_was_busy_still_counts():
     closes_at = core.next_wakeup()
     clock.advance(0.5)  # the owner was busy past the window's close
     assert core.next_wakeup() == closes_at <= clock.now
+
+
+def _core_with_batching(clock, **batching):
+    from services.common.registry import load_registry
+    from services.scheduler.core.scheduler import CorePolicy, QueuePolicy, SchedulerCore
+
+    specs = []
+    for spec in load_registry().models:
+        if spec.name == "flux-tiny":
+            spec = spec.model_copy(update={"batching": spec.batching.model_copy(update=batching)})
+        specs.append(spec)
+    policy = CorePolicy(queues={q: QueuePolicy(10.0, 100) for q in ("image", "video", "audio")})
+    ids = iter(range(1000))
+    return SchedulerCore(specs, policy, clock, lambda: f"job-{next(ids)}")
+
+
+def test_static_batching_waits_for_a_full_batch_without_a_cap():
+    clock = FakeClock()
+    core = _core_with_batching(clock, mode="static", max_batch=3, max_wait_ms=None)
+    core.register_worker(worker("w0"))
+    submit(core)
+    submit(core)
+    clock.advance(3600)
+    assert core.schedule() == []
+    submit(core)
+    [dispatch] = core.schedule()
+    assert len(dispatch.jobs) == 3
+
+
+def test_static_batching_with_a_cap_dispatches_partial_after_it():
+    clock = FakeClock()
+    core = _core_with_batching(clock, mode="static", max_batch=3, max_wait_ms=500)
+    core.register_worker(worker("w0"))
+    submit(core)
+    assert core.schedule() == []
+    clock.advance(0.6)
+    [dispatch] = core.schedule()
+    assert len(dispatch.jobs) == 1
+
+
+def test_no_batching_sends_jobs_one_by_one_at_once():
+    clock = FakeClock()
+    core = _core_with_batching(clock, mode="none", max_batch=8)
+    core.register_worker(worker("w0"))
+    core.register_worker(worker("w1"))
+    submit(core)
+    submit(core)
+    dispatches = core.schedule()
+    assert [len(d.jobs) for d in dispatches] == [1, 1]
