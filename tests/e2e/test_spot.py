@@ -146,10 +146,19 @@ def test_sigkill_with_periodic_checkpoints_redoes_at_most_one_interval(launch):
         os.kill(mesh.child_pid(f"--worker-id {worker}"), signal.SIGKILL)
         assert follower.done.wait(240)
     assert follower.events[-1].state == common_pb2.SUCCEEDED
-    steps = follower.steps()
-    restart_index = next(i for i in range(1, len(steps)) if steps[i] <= steps[i - 1])
-    resumed_from = steps[restart_index] - 1
-    redone = max(steps[:restart_index]) - resumed_from
-    assert max(steps[:restart_index]) >= killed_after
-    assert 0 <= redone <= 4, f"redid {redone} steps: {steps}"
+    kinds = [e.WhichOneof("event") for e in follower.events]
+    resumed_at = next(
+        i
+        for i, e in enumerate(follower.events)
+        if e.HasField("notice") and e.notice.kind == "resumed"
+    )
+    before = [e.progress.step for e in follower.events[:resumed_at] if e.HasField("progress")]
+    after = [e.progress.step for e in follower.events[resumed_at:] if e.HasField("progress")]
+    assert "progress" in kinds[resumed_at:]
+    resumed_from = after[0] - 1
+    redone = max(before) - resumed_from
+    assert max(before) >= killed_after
+    assert resumed_from > 0, "the job restarted from step 0 instead of its checkpoint"
+    assert 0 <= redone <= 4, f"redid {redone} steps: {before} then {after}"
+    assert after[-1] == 24
     assert "resumed" in [e.notice.kind for e in follower.events if e.HasField("notice")]
