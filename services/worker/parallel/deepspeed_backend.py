@@ -3,7 +3,8 @@
 DeepSpeed is an optional extra (`mediamesh[deepspeed]`), imported only when asked for.
 On CPU only tp_size 1 is allowed: DeepSpeed's CPU all-reduce goes through its
 shared-memory communication op, which crashes on CPU-only builds, so a sharded CPU model
-cannot be served. Untested here (no GPU and no deepspeed in this environment).
+cannot be served. tp_size 1 on CPU is tested (tests/service/worker_models/test_deepspeed_cpu.py);
+larger groups need CUDA and are untested here.
 """
 
 from __future__ import annotations
