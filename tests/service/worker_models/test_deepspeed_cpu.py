@@ -12,8 +12,6 @@ from services.worker.core.batch import BatchControl, JobFinished, JobParams
 from services.worker.models.host import load_host
 from services.worker.models.memory import ModelLoadError
 
-pytest.importorskip("deepspeed", reason="the deepspeed extra is part of the dev install")
-
 
 def _with_parallelism(spec, **changes):
     return spec.model_copy(update={"parallelism": spec.parallelism.model_copy(update=changes)})
