@@ -7,11 +7,11 @@ from collections.abc import AsyncIterator
 import grpc
 from mediamesh.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc, scheduler_pb2
 
+from services.common.api.requests import request_fields
 from services.common.params import find_model, parse_priority, resolve
 from services.common.server import Registration
 from services.gateway.api.lenient import add_servicer
 from services.gateway.api.upstream import Upstream, call_deadline_ms, caller_of, relay_errors
-from services.scheduler.api import convert
 
 
 class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
@@ -25,7 +25,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
         follows_job: bool,
     ) -> tuple[gateway_pb2.JobHandle, str]:
         caller = caller_of(self.up.tenancy, context)
-        fields = convert.request_fields(request)
+        fields = request_fields(request)
         spec = find_model(self.up.registry, fields.model)
         priority = parse_priority(fields.priority)
         resolve(spec, fields)  # reject bad input here, before it costs the scheduler anything

@@ -6,42 +6,12 @@ from typing import Any
 
 from mediamesh.v1 import common_pb2, gateway_pb2
 
-from services.common.params import RequestFields
 from services.common.registry import ModelSpec
 from services.scheduler.core.jobs import Job, JobState, Priority
 from services.scheduler.events import WatchEvent
 from services.scheduler.store.artifacts import StoredArtifact
 
 _STATE = {s: common_pb2.JobState.Value(s.value) for s in JobState}
-
-
-def request_fields(request: common_pb2.GenerateRequest) -> RequestFields:
-    def opt(name: str) -> Any:
-        return getattr(request, name) if request.HasField(name) else None
-
-    return RequestFields(
-        model=request.model,
-        prompt=request.prompt,
-        negative_prompt=request.negative_prompt,
-        steps=opt("steps"),
-        seed=opt("seed"),
-        width=opt("width"),
-        height=opt("height"),
-        num_frames=opt("num_frames"),
-        guidance_scale=opt("guidance_scale"),
-        duration_s=opt("duration_s"),
-        priority=priority_name(request.priority),
-        timeout_ms=opt("timeout_ms"),
-    )
-
-
-def priority_name(value: int) -> str:
-    if value == common_pb2.PRIORITY_UNSPECIFIED:
-        return "STANDARD"
-    try:
-        return common_pb2.Priority.Name(value)
-    except ValueError:
-        return f"#{value}"
 
 
 def state(value: JobState) -> int:

@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 import grpc
 from mediamesh.v1 import common_pb2, gateway_pb2, scheduler_pb2, scheduler_pb2_grpc
 
+from services.common.api.requests import request_fields
 from services.common.errors import InvalidArgument
 from services.common.params import find_model, parse_priority, resolve
 from services.common.registry import Registry
@@ -35,7 +36,7 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
     async def Submit(
         self, request: scheduler_pb2.SubmitRequest, context: grpc.aio.ServicerContext
     ) -> gateway_pb2.JobHandle:
-        fields = convert.request_fields(request.request)
+        fields = request_fields(request.request)
         spec = find_model(self.registry, fields.model)
         params = resolve(spec, fields)
         priority = parse_priority(fields.priority)

@@ -1,0 +1,38 @@
+"""GenerateRequest as the pure request fields every service validates."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mediamesh.v1 import common_pb2
+
+from services.common.params import RequestFields
+
+
+def request_fields(request: common_pb2.GenerateRequest) -> RequestFields:
+    def opt(name: str) -> Any:
+        return getattr(request, name) if request.HasField(name) else None
+
+    return RequestFields(
+        model=request.model,
+        prompt=request.prompt,
+        negative_prompt=request.negative_prompt,
+        steps=opt("steps"),
+        seed=opt("seed"),
+        width=opt("width"),
+        height=opt("height"),
+        num_frames=opt("num_frames"),
+        guidance_scale=opt("guidance_scale"),
+        duration_s=opt("duration_s"),
+        priority=priority_name(request.priority),
+        timeout_ms=opt("timeout_ms"),
+    )
+
+
+def priority_name(value: int) -> str:
+    if value == common_pb2.PRIORITY_UNSPECIFIED:
+        return "STANDARD"
+    try:
+        return common_pb2.Priority.Name(value)
+    except ValueError:
+        return f"#{value}"
