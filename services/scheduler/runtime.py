@@ -35,8 +35,6 @@ from services.scheduler.events import EventHub, WatchEvent
 from services.scheduler.store.artifacts import ArtifactStore, StoredArtifact
 from services.scheduler.store.job_store import JobStore
 
-GAUGE_PERIOD_S = 0.5
-
 log = logging.getLogger("mediamesh.scheduler")
 
 
@@ -60,7 +58,6 @@ class SchedulerRuntime:
         self._tasks: set[asyncio.Task] = set()
         self._loop_task: asyncio.Task | None = None
         self._housekeeping_task: asyncio.Task | None = None
-        self._gauges_at = 0.0
         self.batches = BatchRunner(
             core, store, artifacts, link, settings, self.hub, self.results, self.apply
         )
@@ -108,10 +105,7 @@ class SchedulerRuntime:
                 self.core.check_liveness()
                 self.core.schedule()
                 self.apply(self.core.take_effects())
-                if time.monotonic() - self._gauges_at >= GAUGE_PERIOD_S:
-                    # Scrapes come every few seconds; once per period keeps the loop lean.
-                    metrics.publish_gauges(self.core, list(self.settings.queues))
-                    self._gauges_at = time.monotonic()
+                metrics.publish_gauges(self.core, list(self.settings.queues))
             except Exception:
                 log.exception("dispatch loop iteration failed; continuing")
             wake = self.core.next_wakeup()
