@@ -20,6 +20,7 @@ from services.scheduler.core.jobs import (
     JobState,
     Priority,
 )
+from services.scheduler.core.queues import ModelQueue
 from services.scheduler.core.stalls import Stall
 from services.scheduler.core.units import (
     Unit,
@@ -55,52 +56,80 @@ class DispatchPolicy:
         streak, the skipped units that sort before the one that dispatched are blocked, as
         trying each of them in turn would have done. That keeps a pass proportional to its
         dispatches rather than to the number of free units squared.
+
+        A class whose every queued model is still stalled (stalls.py) would fail whichever
+        of its units were tried, so it counts as failed without looking for its head unit.
         """
         now = self.clock()
         self._wakeups = []
         dispatched: list[Dispatch] = []
-        models = [m for m, q in self._queues.items() if q.depth > 0]
+        free, units = self._free, self.units
         blocked: set[str] = set()
         failed_classes: list[UnitClass] = []
         try:
-            while models:
+            while True:
+                queued = {m for m, q in self._queues.items() if q.depth > 0}
+                if not queued:
+                    break
                 # A failure changes nothing, so each class's head stays valid until a dispatch.
+                heads = []
+                for cls in free.classes_with_room():
+                    if cls[1].isdisjoint(queued):
+                        continue
+                    candidates = self._candidates(cls, now)
+                    if not candidates:
+                        failed_classes.append(cls)
+                        continue
+                    entry = free.first(cls, units, blocked)
+                    if entry is not None:
+                        heads.append((entry, candidates))
+                heads.sort(key=lambda head: head[0])
                 batch = None
-                for entry in self._free.class_heads(models, self.units, blocked):
-                    unit = self.units[entry[2]]
-                    cls = unit_class(unit)
-                    stalled = self._stalled(cls, now)
-                    batch = None if stalled else self._form_batch(unit, now)
+                for entry, candidates in heads:
+                    unit = units[entry[2]]
+                    batch = self._form_batch(unit, candidates, now)
                     if batch is not None:
                         break
                     blocked.add(unit.worker_id)
-                    failed_classes.append(cls)
+                    failed_classes.append(unit_class(unit))
                 if batch is None:
                     break
                 for cls in failed_classes:
-                    self._free.block_below(cls, entry)
+                    free.block_below(cls, entry)
                 failed_classes.clear()
                 dispatched.append(batch)
-                models = [m for m in models if self._queues[m].depth > 0]
         finally:
-            self._free.end_pass()
+            free.end_pass()
         return dispatched
 
-    def _stalled(self, cls: UnitClass, now: float) -> bool:
-        """Whether this class's last failure to form a batch still holds (see stalls.py)."""
-        stall = self._stalls.get(cls)
-        if stall is None or now >= stall.until or stall.tenants_version != self._limited_version:
-            return False
-        queues = self._queues
-        if stall.queue_versions != tuple(queues[m].version for m in stall.models):
-            return False
-        if stall.class_orders != tuple(queues[m].class_order(now) for m in stall.models):
-            return False
-        for (model, pool), room in stall.rooms.items():
-            if self._free.has_room(model, pool, self.units) != room:
-                return False
-        self._wakeups.extend(stall.wakeups)
-        return True
+    def _candidates(self, cls: UnitClass, now: float) -> list[ModelQueue]:
+        """Queues of the class's models that have jobs and no failure that still holds.
+
+        A failure holds (stalls.py) while the model's queue, the limited tenants' running
+        counts, the room of the pools it consulted and its class order are unchanged and
+        none of its timers has passed; its timers then still count as wakeups. Runs for
+        every class on every pass, hence written out in one loop.
+        """
+        queues, stalls, has_room = self._queues, self._stalls, self._free.has_room
+        limited = self._limited_version
+        candidates = []
+        for model in cls[1]:
+            queue = queues.get(model)
+            if queue is None or not queue.depth:
+                continue
+            stall = stalls.get((cls, model))
+            if (
+                stall is not None
+                and stall.queue_version == queue.version
+                and now < stall.until
+                and stall.tenants_version == limited
+                and stall.class_order == queue.class_order(now)
+                and all(has_room(model, pool) == room for pool, room in stall.rooms)
+            ):
+                self._wakeups.extend(stall.wakeups)
+            else:
+                candidates.append(queue)
+        return candidates
 
     def _limited_count_changed(self, tenant: str, higher_count: int) -> None:
         limit = self._limited_tenants.get(tenant)
@@ -108,16 +137,19 @@ class DispatchPolicy:
             self._limited_version += 1
 
     def _remember_stall(
-        self, unit: Unit, now: float, rooms: dict[tuple[str, str], bool], wakeups: list[float]
+        self,
+        key: tuple[UnitClass, str],
+        queue: ModelQueue,
+        now: float,
+        rooms: dict[tuple[str, str], bool],
+        wakeups: list[float],
     ) -> None:
-        queues = self._queues
-        models = tuple(sorted(m for m in unit.info.models if m in queues))
-        self._stalls[unit_class(unit)] = Stall(
-            models=models,
-            queue_versions=tuple(queues[m].version for m in models),
+        model = queue.model
+        self._stalls[key] = Stall(
+            queue_version=queue.version,
             tenants_version=self._limited_version,
-            rooms=dict(rooms),
-            class_orders=tuple(queues[m].class_order(now) for m in models),
+            rooms=tuple((pool, room) for (m, pool), room in rooms.items() if m == model),
+            class_order=queue.class_order(now),
             until=min((t for t in wakeups if t > now), default=math.inf),
             wakeups=tuple(wakeups),
         )
@@ -128,7 +160,7 @@ class DispatchPolicy:
         def preferred_has_room(model: str, pool: str) -> bool:
             key = (model, pool)
             if key not in room_cache:
-                room_cache[key] = self._free.has_room(model, pool, self.units)
+                room_cache[key] = self._free.has_room(model, pool)
             return room_cache[key]
 
         def eligible(job: Job) -> bool:
@@ -148,19 +180,27 @@ class DispatchPolicy:
 
         return eligible
 
-    def _form_batch(self, unit: Unit, now: float) -> Dispatch | None:
+    def _form_batch(self, unit: Unit, candidates: list[ModelQueue], now: float) -> Dispatch | None:
+        """The unit's batch from one of `candidates`, or None when none can form one now.
+
+        Each model is decided on its own (its queue, its tenants' limits, its pools' room,
+        its timers), so a model whose last failure still holds is not a candidate; a new
+        job of one model re-examines only that model on every class hosting it.
+        """
+        cls = unit_class(unit)
         rooms: dict[tuple[str, str], bool] = {}
-        first_wakeup = len(self._wakeups)
         eligible = self._eligibility(unit, now, rooms)
         options = []
-        for model in unit.info.models:
-            queue = self._queues.get(model)
-            if queue is None or queue.depth == 0:
-                continue
+        for queue in candidates:
+            model = queue.model
+            first_wakeup = len(self._wakeups)
             best = queue.best(now, eligible)
-            if best is not None:
-                options.append(best)
-        for _, lead in sorted(options, key=lambda o: o[0]):
+            wakeups = self._wakeups[first_wakeup:]
+            if best is None:
+                self._remember_stall((cls, model), queue, now, rooms, wakeups)
+            else:
+                options.append((best[0], best[1], wakeups))
+        for _, lead, wakeups in sorted(options, key=lambda o: o[0]):
             spec = self.specs[lead.model]
             batching = spec.batching
             limit = 1 if batching.mode == "none" else batching.max_batch
@@ -169,10 +209,12 @@ class DispatchPolicy:
             joins = self._companion_eligibility(classes, lead)
             companions = queue.companions(lead, limit - 1, joins, classes) if limit > 1 else []
             jobs = [lead, *companions]
+            first_wakeup = len(self._wakeups)
             if len(jobs) < limit and not self._window_closed(jobs, batching, now):
+                wakeups += self._wakeups[first_wakeup:]
+                self._remember_stall((cls, lead.model), queue, now, rooms, wakeups)
                 continue
             return self._dispatch(unit, lead.model, jobs, now)
-        self._remember_stall(unit, now, rooms, self._wakeups[first_wakeup:])
         return None
 
     def _joinable_classes(self, unit: Unit, lead: Job) -> frozenset[Priority]:

@@ -1,14 +1,17 @@
-"""What the core asks its owner to do after each call: persist, publish, dispatch, cancel."""
+"""What the core asks its owner to do after each call: persist, publish, dispatch, cancel.
+
+Immutable records as named tuples: the core makes several per job, and a frozen dataclass
+costs several times as much to create.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from services.scheduler.core.jobs import Job, JobState
 
 
-@dataclass(frozen=True)
-class Transition:
+class Transition(NamedTuple):
     """A job entered `state`; the owner writes it to the store and tells watchers."""
 
     job: Job
@@ -16,8 +19,7 @@ class Transition:
     reason: str = ""
 
 
-@dataclass(frozen=True)
-class Dispatch:
+class Dispatch(NamedTuple):
     """Send these jobs to this worker as one batch."""
 
     batch_id: str
@@ -29,8 +31,7 @@ class Dispatch:
     waits: tuple[float, ...]
 
 
-@dataclass(frozen=True)
-class CancelOnWorker:
+class CancelOnWorker(NamedTuple):
     """Stop these jobs at their next step on this worker."""
 
     worker_id: str
@@ -38,8 +39,7 @@ class CancelOnWorker:
     job_ids: tuple[str, ...]
 
 
-@dataclass(frozen=True)
-class Notice:
+class Notice(NamedTuple):
     """Informational event for the job's watchers (fallback, preemption, requeue)."""
 
     job: Job
@@ -47,8 +47,7 @@ class Notice:
     message: str
 
 
-@dataclass(frozen=True)
-class Progressed:
+class Progressed(NamedTuple):
     """A step finished; watchers get it, the store need not."""
 
     job: Job

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
+from functools import cached_property
 
 from services.common.generation import GenerationParams, Priority
 
@@ -80,9 +81,11 @@ class Job:
     # W3C trace headers of the request that created the job, for the queue-wait span.
     trace_carrier: dict[str, str] = field(default_factory=dict)
 
-    @property
+    @cached_property
     def compat_key(self) -> CompatKey:
-        """Jobs may share a batch only if every tensor shape and the schedule agree."""
+        """Jobs may share a batch only if every tensor shape and the schedule agree.
+
+        Cached: params never change after acceptance, and batch forming reads this often."""
         p = self.params
         return (
             self.model,

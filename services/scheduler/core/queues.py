@@ -55,6 +55,8 @@ class _Bucket:
         self.virtual_clock = 0.0
         self.oldest: list[tuple[float, int, _Entry]] = []
         self.live = 0
+        # Tenants in fair-share order, valid until a tenant goes active or idle or is charged.
+        self._share_order: list[str] | None = None
 
     def add(self, entry: _Entry, is_live: Callable[[_Entry], bool]) -> None:
         job = entry.job
@@ -63,6 +65,7 @@ class _Bucket:
             # A tenant returning after idling starts at the current virtual time, so it
             # cannot bank credit while away and then monopolise the class.
             self.vtime[job.tenant] = max(self.vtime[job.tenant], self.virtual_clock)
+            self._share_order = None
         deadline = job.deadline if job.deadline is not None else _INF
         heapq.heappush(line.heap, (deadline, entry.seq, entry))
         heapq.heappush(self.oldest, (job.enqueued_at, entry.seq, entry))
@@ -83,12 +86,23 @@ class _Bucket:
         return line.heap[0][2] if line.heap else None
 
     def tenants_by_share(self) -> list[str]:
-        active = [t for t, line in self.tenants.items() if line.live > 0]
-        return sorted(active, key=lambda t: (self.vtime[t], t))
+        order = self._share_order
+        if order is None:
+            active = [t for t, line in self.tenants.items() if line.live > 0]
+            order = self._share_order = sorted(active, key=lambda t: (self.vtime[t], t))
+        return order
+
+    def remove(self, tenant: str) -> None:
+        self.live -= 1
+        line = self.tenants[tenant]
+        line.live -= 1
+        if line.live == 0:
+            self._share_order = None
 
     def charge(self, job: Job) -> None:
         self.virtual_clock = max(self.virtual_clock, self.vtime[job.tenant])
         self.vtime[job.tenant] += max(job.cost_s, 1e-6) / job.quota.weight
+        self._share_order = None
 
 
 class ModelQueue:
@@ -106,6 +120,8 @@ class ModelQueue:
         self.depth = 0
         # Bumped by every change to what the queue holds or how it orders it.
         self.version = 0
+        # Bumped only when a class's oldest job changes, which is all its aging depends on.
+        self._order_version = 0
         self._order: tuple[int, tuple[int, ...]] | None = None
 
     def _is_live(self, entry: _Entry) -> bool:
@@ -123,24 +139,33 @@ class ModelQueue:
                 line.append(entry)
                 line.live += 1
             return
-        self._buckets[job.priority].add(entry, self._is_live)
-        per_class = self._by_key.setdefault(key, {p: _Line() for p in Priority})
+        bucket = self._buckets[job.priority]
+        if bucket.live == 0:
+            self._order_version += 1
+        bucket.add(entry, self._is_live)
+        per_class = self._by_key.get(key)
+        if per_class is None:
+            per_class = self._by_key[key] = {p: _Line() for p in _PRIORITIES}
         per_class[job.priority].append(entry)
         per_class[job.priority].live += 1
 
     def remove(self, job: Job) -> None:
         """Forget a job that left the queue; its stale entries are skipped later."""
-        if self._current.pop(job.job_id, None) is None:
+        if job.job_id not in self._current:
             return
+        if not job.at_front:
+            # Compared by time, so it holds even if the job no longer counts as live.
+            oldest = self._buckets[job.priority].oldest_enqueued_at(self._is_live)
+            if oldest is None or job.enqueued_at <= oldest:
+                self._order_version += 1
+        del self._current[job.job_id]
         self.depth -= 1
         self.version += 1
         if job.at_front:
             self._front.live -= 1
             self._front_by_key[job.compat_key].live -= 1
         else:
-            bucket = self._buckets[job.priority]
-            bucket.live -= 1
-            bucket.tenants[job.tenant].live -= 1
+            self._buckets[job.priority].remove(job.tenant)
             self._by_key[job.compat_key][job.priority].live -= 1
 
     def contains(self, job_id: str) -> bool:
@@ -180,16 +205,17 @@ class ModelQueue:
         """Priority classes in the order `best` tries them now.
 
         Aging moves every class's effective priority at the same rate, so the order only
-        changes when the queue does; it is kept until then unless two classes are close
-        enough for rounding to swap them at some later time.
+        changes when a class's oldest job does (a class filling from empty, or losing its
+        oldest job); it is kept until then unless two classes are close enough for
+        rounding to swap them at some later time.
         """
         cached = self._order
-        if cached is not None and cached[0] == self.version:
+        if cached is not None and cached[0] == self._order_version:
             return cached[1]
         ranked = self._ranked(now)
         order = tuple(priority for _, priority in ranked)
         if all(b[0] - a[0] > 1e-9 for a, b in itertools.pairwise(ranked)):
-            self._order = (self.version, order)
+            self._order = (self._order_version, order)
         return order
 
     def best(self, now: float, eligible: Eligible) -> tuple[tuple, Job] | None:
@@ -197,13 +223,15 @@ class ModelQueue:
         for entry in self._live_entries(self._front):
             if eligible(entry.job):
                 return (0, -_INF, entry.seq), entry.job
-        for effective, priority in self._ranked(now):
+        for priority in self.class_order(now):
             bucket = self._buckets[_PRIORITIES[priority]]
             for tenant in bucket.tenants_by_share():
                 head = bucket.head_of(tenant, self._is_live)
                 if head is not None and eligible(head.job):
-                    deadline = head.job.deadline if head.job.deadline is not None else _INF
-                    return (1, effective, deadline, head.seq), head.job
+                    job = head.job
+                    effective = self.effective_priority(job.priority, now)
+                    deadline = job.deadline if job.deadline is not None else _INF
+                    return (1, effective, deadline, head.seq), job
         return None
 
     def companions(

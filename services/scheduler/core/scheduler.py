@@ -125,7 +125,7 @@ class SchedulerCore(DispatchPolicy, JobLifecycle):
         self._limited_tenants: dict[str, int] = {}
         self._limited_version = 0
         self._max_batch = max((s.batching.max_batch for s in specs), default=1)
-        self._stalls: dict[UnitClass, Stall] = {}
+        self._stalls: dict[tuple[UnitClass, str], Stall] = {}
         # (pool, lead priority) -> classes that may join its batch; the policy is fixed.
         self._joinable: dict[tuple[str, Priority], frozenset[Priority]] = {}
         self._charged: dict[str, float] = {}
@@ -320,6 +320,7 @@ class SchedulerCore(DispatchPolicy, JobLifecycle):
         if draining and not unit.draining:
             unit.draining = True
             unit.version += 1
+            self._free.offer(unit)
 
     def check_liveness(self) -> list[str]:
         now = self.clock()
@@ -336,6 +337,7 @@ class SchedulerCore(DispatchPolicy, JobLifecycle):
         unit = self.units.pop(worker_id, None)
         if unit is None:
             return
+        self._free.remove(unit)
         for batch_id in list(unit.batches):
             self._abandon_batch(batch_id, f"worker {worker_id} lost: {reason}")
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import bisect
+from collections import defaultdict
 from dataclasses import dataclass, field
 
 from services.scheduler.core.jobs import Job, Priority
@@ -86,23 +87,46 @@ class FreeUnits:
 
     def __init__(self) -> None:
         self._lists: dict[UnitClass, list[_Entry]] = {}
+        # Exact counts of units with room, per class and per (model, pool), so neither a
+        # pass nor `has_room` walks the lists to find out.
+        self._with_room: dict[UnitClass, int] = defaultdict(int)
+        self._room_for: dict[tuple[str, str], int] = defaultdict(int)
+        self._counted: set[str] = set()
         # Length at which a list is next swept of stale entries.
         self._sweep_at: dict[UnitClass, int] = {}
         # During a pass: per class, units sorting below this entry are blocked.
         self._bounds: dict[UnitClass, _Entry] = {}
 
     def offer(self, unit: Unit) -> None:
-        if unit.free_slots <= 0:
-            return
-        entry = (unit.load_s, unit.dispatched, unit.worker_id, unit.version)
-        bisect.insort(self._lists.setdefault(unit_class(unit), []), entry)
+        """Take note of a unit after any change to it (load, batches, draining)."""
+        has_room = unit.free_slots > 0
+        if has_room != (unit.worker_id in self._counted):
+            self._count(unit, 1 if has_room else -1)
+        if has_room:
+            entry = (unit.load_s, unit.dispatched, unit.worker_id, unit.version)
+            bisect.insort(self._lists.setdefault(unit_class(unit), []), entry)
+
+    def remove(self, unit: Unit) -> None:
+        """Forget a unit that left; its stale list entries are dropped lazily."""
+        if unit.worker_id in self._counted:
+            self._count(unit, -1)
+
+    def _count(self, unit: Unit, change: int) -> None:
+        if change > 0:
+            self._counted.add(unit.worker_id)
+        else:
+            self._counted.discard(unit.worker_id)
+        self._with_room[unit_class(unit)] += change
+        pool = unit.pool
+        for model in unit.info.models:
+            self._room_for[(model, pool)] += change
 
     @staticmethod
     def _live(entry: _Entry, units: dict[str, Unit]) -> bool:
         unit = units.get(entry[2])
         return unit is not None and unit.version == entry[3] and unit.free_slots > 0
 
-    def _first(
+    def first(
         self, cls: UnitClass, units: dict[str, Unit], blocked: set[str] | None
     ) -> _Entry | None:
         """Least-loaded live entry, past the class's bound and blocked units when `blocked`
@@ -124,18 +148,9 @@ class FreeUnits:
                 return entry
         return None
 
-    def class_heads(
-        self, models: list[str], units: dict[str, Unit], blocked: set[str]
-    ) -> list[_Entry]:
-        """Each class's least-loaded free unit hosting any of `models`, least loaded first."""
-        heads = []
-        for cls in self._lists:
-            if not cls[1].isdisjoint(models):
-                entry = self._first(cls, units, blocked)
-                if entry is not None:
-                    heads.append(entry)
-        heads.sort()
-        return heads
+    def classes_with_room(self) -> list[UnitClass]:
+        with_room = self._with_room
+        return [cls for cls in self._lists if with_room[cls] > 0]
 
     def block_below(self, cls: UnitClass, bound: _Entry) -> None:
         """Block, for the rest of the pass, every unit of `cls` that sorts before `bound`."""
@@ -146,12 +161,9 @@ class FreeUnits:
     def end_pass(self) -> None:
         self._bounds.clear()
 
-    def has_room(self, model: str, pool: str, units: dict[str, Unit]) -> bool:
+    def has_room(self, model: str, pool: str) -> bool:
         """Whether any unit of `pool` hosting `model` has a free slot."""
-        return any(
-            cls[0] == pool and model in cls[1] and self._first(cls, units, None) is not None
-            for cls in self._lists
-        )
+        return self._room_for[(model, pool)] > 0
 
 
 def pool_decision(
