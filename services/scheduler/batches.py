@@ -57,6 +57,7 @@ class BatchRunner:
         hub: EventHub,
         results: dict[str, StoredArtifact],
         apply: Callable[[list[Effect]], None],
+        kick: Callable[[], None],
     ) -> None:
         self.core = core
         self.store = store
@@ -66,6 +67,7 @@ class BatchRunner:
         self.hub = hub
         self.results = results
         self.apply = apply
+        self.kick = kick
 
     def _job_params(self, job: Job) -> JobParams:
         p = job.params
@@ -103,6 +105,10 @@ class BatchRunner:
             finally:
                 self.core.batch_ended(batch_id)
                 self.apply(self.core.take_effects())
+                # The worker has room again. Ending a batch has no effects of its own, and
+                # the pass the last result kicked ran while the stream was still open, so
+                # without this the queue waits for the next arrival or the loop's tick.
+                self.kick()
 
     async def _on_worker_event(self, batch_id: str, event: WorkerEvent) -> None:
         core = self.core

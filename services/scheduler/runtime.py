@@ -59,7 +59,7 @@ class SchedulerRuntime:
         self._loop_task: asyncio.Task | None = None
         self._housekeeping_task: asyncio.Task | None = None
         self.batches = BatchRunner(
-            core, store, artifacts, link, settings, self.hub, self.results, self.apply
+            core, store, artifacts, link, settings, self.hub, self.results, self.apply, self.kick
         )
 
     # ---- lifecycle -----------------------------------------------------------------------

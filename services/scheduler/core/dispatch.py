@@ -41,6 +41,9 @@ class OpenBatch:
     size: int
 
 
+_NOTHING: frozenset[Priority] = frozenset()
+
+
 class DispatchPolicy:
     """Which jobs go together, and to which unit."""
 
@@ -112,6 +115,7 @@ class DispatchPolicy:
         """
         queues, stalls, has_room = self._queues, self._stalls, self._free.has_room
         limited = self._limited_version
+        view = self._pool_views.get(cls[0], _NOTHING)
         candidates = []
         for model in cls[1]:
             queue = queues.get(model)
@@ -120,7 +124,7 @@ class DispatchPolicy:
             stall = stalls.get((cls, model))
             if (
                 stall is not None
-                and stall.queue_version == queue.version
+                and stall.queue_version == queue.view_versions.get(view, 0)
                 and now < stall.until
                 and stall.tenants_version == limited
                 and stall.class_order == queue.class_order(now)
@@ -145,13 +149,14 @@ class DispatchPolicy:
         wakeups: list[float],
     ) -> None:
         model = queue.model
+        view = self._pool_views.get(key[0][0], _NOTHING)
         self._stalls[key] = Stall(
-            queue_version=queue.version,
-            tenants_version=self._limited_version,
-            rooms=tuple((pool, room) for (m, pool), room in rooms.items() if m == model),
-            class_order=queue.class_order(now),
-            until=min((t for t in wakeups if t > now), default=math.inf),
-            wakeups=tuple(wakeups),
+            queue.view_versions.get(view, 0),
+            self._limited_version,
+            tuple((pool, room) for (m, pool), room in rooms.items() if m == model) if rooms else (),
+            queue.class_order(now),
+            min((t for t in wakeups if t > now), default=math.inf) if wakeups else math.inf,
+            tuple(wakeups),
         )
 
     def _eligibility(

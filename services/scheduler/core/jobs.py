@@ -26,9 +26,10 @@ class JobState(StrEnum):
 
     @property
     def in_flight(self) -> bool:
-        return self in (JobState.DISPATCHED, JobState.RUNNING)
+        return self in IN_FLIGHT_STATES
 
 
+IN_FLIGHT_STATES = frozenset({JobState.DISPATCHED, JobState.RUNNING})
 TERMINAL_STATES = frozenset(
     {JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobState.EXPIRED}
 )

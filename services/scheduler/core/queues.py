@@ -20,6 +20,7 @@ _INF = math.inf
 _ALL = frozenset(Priority)
 # Iterating an Enum class is slow enough to show in scheduling profiles.
 _PRIORITIES = tuple(Priority)
+_QUEUED = JobState.QUEUED
 
 
 @dataclass
@@ -108,8 +109,19 @@ class _Bucket:
 class ModelQueue:
     """Every queued job of one model."""
 
-    def __init__(self, model: str, aging_s_per_class: float) -> None:
+    def __init__(
+        self,
+        model: str,
+        aging_s_per_class: float,
+        views: Collection[frozenset[Priority]] = (),
+    ) -> None:
         self.model = model
+        # A view is the set of classes some pool may run. Its version moves only when a job
+        # of one of those classes (or one at the front) comes, goes or is charged, so a
+        # pool's decision about this model is known to hold while its view's version holds.
+        self.view_versions: dict[frozenset[Priority], int] = {_ALL: 0} | dict.fromkeys(views, 0)
+        self._views_of = {p: [v for v in self.view_versions if p in v] for p in _PRIORITIES}
+        self._all_views = list(self.view_versions)
         self._aging = aging_s_per_class
         self._seq = itertools.count()
         self._current: dict[str, int] = {}
@@ -126,13 +138,13 @@ class ModelQueue:
 
     def _is_live(self, entry: _Entry) -> bool:
         job = entry.job
-        return job.state is JobState.QUEUED and self._current.get(job.job_id) == entry.seq
+        return job.state is _QUEUED and self._current.get(job.job_id) == entry.seq
 
     def add(self, job: Job) -> None:
         entry = _Entry(next(self._seq), job)
         self._current[job.job_id] = entry.seq
         self.depth += 1
-        self.version += 1
+        self._changed(job)
         key = job.compat_key
         if job.at_front:
             for line in (self._front, self._front_by_key[key]):
@@ -160,7 +172,7 @@ class ModelQueue:
                 self._order_version += 1
         del self._current[job.job_id]
         self.depth -= 1
-        self.version += 1
+        self._changed(job)
         if job.at_front:
             self._front.live -= 1
             self._front_by_key[job.compat_key].live -= 1
@@ -220,9 +232,10 @@ class ModelQueue:
 
     def best(self, now: float, eligible: Eligible) -> tuple[tuple, Job] | None:
         """The job this model would run next, with a sort key comparable across models."""
-        for entry in self._live_entries(self._front):
-            if eligible(entry.job):
-                return (0, -_INF, entry.seq), entry.job
+        if self._front.live:
+            for entry in self._live_entries(self._front):
+                if eligible(entry.job):
+                    return (0, -_INF, entry.seq), entry.job
         for priority in self.class_order(now):
             bucket = self._buckets[_PRIORITIES[priority]]
             for tenant in bucket.tenants_by_share():
@@ -275,6 +288,9 @@ class ModelQueue:
                     yield from self._live_entries(per_class[priority])
 
     def _live_entries(self, line: _Line) -> Iterator[_Entry]:
+        if not line.live:
+            line.clear()
+            return
         while line and not self._is_live(line[0]):
             line.popleft()
         if len(line) > 2 * line.live + 16:
@@ -288,8 +304,14 @@ class ModelQueue:
             if self._is_live(entry):
                 yield entry
 
-    def charge(self, job: Job) -> None:
+    def _changed(self, job: Job) -> None:
         self.version += 1
+        versions = self.view_versions
+        for view in self._all_views if job.at_front else self._views_of[job.priority]:
+            versions[view] += 1
+
+    def charge(self, job: Job) -> None:
+        self._changed(job)
         if not job.at_front:
             self._buckets[job.priority].charge(job)
 

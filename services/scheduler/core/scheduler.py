@@ -39,6 +39,7 @@ from services.scheduler.core.units import (
     UnitClass,
     WorkerInfo,
     default_placements,
+    pool_views,
 )
 
 
@@ -101,7 +102,10 @@ class SchedulerCore(DispatchPolicy, JobLifecycle):
         self.cost = CostModel(specs)
         self.jobs: dict[str, Job] = {}
         self.units: dict[str, Unit] = {}
-        self._queues = {s.name: ModelQueue(s.name, policy.aging_s_per_class) for s in specs}
+        # Per pool, the priority classes it may run: what its units' decisions depend on.
+        self._pool_views = pool_views(policy.placements)
+        views = set(self._pool_views.values())
+        self._queues = {s.name: ModelQueue(s.name, policy.aging_s_per_class, views) for s in specs}
         self._free = FreeUnits()
         self._batches: dict[str, OpenBatch] = {}
         self._idempotency: dict[tuple[str, str], str] = {}
@@ -111,6 +115,7 @@ class SchedulerCore(DispatchPolicy, JobLifecycle):
         self._wakeups: list[float] = []
         # Incremental counters, so metrics and admission never scan every job.
         self.depth: dict[tuple[str, Priority], int] = defaultdict(int)
+        self._queue_depth: dict[str, int] = defaultdict(int)
         self.work_s: dict[str, float] = defaultdict(float)
         self.pool_work_s: dict[tuple[str, str], float] = defaultdict(float)
         self.running: dict[str, int] = defaultdict(int)
@@ -239,6 +244,7 @@ class SchedulerCore(DispatchPolicy, JobLifecycle):
             self._limited_tenants[job.tenant] = limit
         work = job.cost_s * job.remaining_fraction
         self.depth[(job.queue, job.priority)] += 1
+        self._queue_depth[job.queue] += 1
         self._model_depth[(job.model, job.priority)] += 1
         self._model_work[(job.model, job.priority)] += work
         self._model_front[job.model] += job.at_front
@@ -250,6 +256,7 @@ class SchedulerCore(DispatchPolicy, JobLifecycle):
         self._queues[job.model].remove(job)
         work = job.cost_s * job.remaining_fraction
         self.depth[(job.queue, job.priority)] -= 1
+        self._queue_depth[job.queue] -= 1
         self._model_depth[(job.model, job.priority)] -= 1
         key = (job.model, job.priority)
         self._model_work[key] = max(self._model_work[key] - work, 0.0)
@@ -263,7 +270,7 @@ class SchedulerCore(DispatchPolicy, JobLifecycle):
         return self.policy.placements[job.priority]
 
     def queue_depth(self, queue: str) -> int:
-        return sum(self.depth[(queue, p)] for p in Priority)
+        return self._queue_depth[queue]
 
     def _units_for(self, model: str) -> list[Unit]:
         return [u for u in self.units.values() if model in u.info.models and not u.draining]

@@ -1,10 +1,10 @@
 """What a unit class saw when it last could not batch one of its models, so later passes
 can skip that model.
 
-`_form_batch` decides each model from the model's queue, the running counts of tenants with
-a concurrency limit, whether the model's preferred pools have room, the queue's aged class
-order, and the clock against batch windows and fallback delays (which it records as
-wakeups). While all of those are unchanged and no recorded wakeup has passed, it would fail
+`_form_batch` decides each model from the model's queued jobs of the classes the unit's
+pool may run, the running counts of tenants with a concurrency limit, whether the model's
+preferred pools have room, the queue's aged class order, and the clock against batch
+windows and fallback delays (which it records as wakeups). While all of those are unchanged and no recorded wakeup has passed, it would fail
 again the same way.
 """
 
@@ -14,6 +14,7 @@ from typing import NamedTuple
 
 
 class Stall(NamedTuple):
+    # The version of the queue's view for the class's pool (see ModelQueue.view_versions).
     queue_version: int
     tenants_version: int
     # (pool, had room) for every pool of this model whose room the evaluation consulted.

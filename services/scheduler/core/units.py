@@ -186,3 +186,17 @@ def default_placements() -> dict[Priority, Placement]:
         Priority.STANDARD: Placement(ON_DEMAND, frozenset({ON_DEMAND}), 0.0),
         Priority.BATCH: Placement(SPOT, frozenset({SPOT, ON_DEMAND}), 30.0),
     }
+
+
+def pool_views(placements: dict[Priority, Placement]) -> dict[str, frozenset[Priority]]:
+    """For every pool the placements name, the classes whose jobs may run there. A pool
+    they do not name runs nothing (an empty view)."""
+    pools = {pool for p in placements.values() for pool in (p.prefer, *p.allow)}
+    return {
+        pool: frozenset(
+            priority
+            for priority, placement in placements.items()
+            if pool == placement.prefer or pool in placement.allow
+        )
+        for pool in pools
+    }
