@@ -127,7 +127,7 @@ class DispatchPolicy:
                 and stall.queue_version == queue.view_versions.get(view, 0)
                 and now < stall.until
                 and stall.tenants_version == limited
-                and stall.class_order == queue.class_order(now)
+                and stall.class_order == queue.class_order_in(view, now)
                 and all(has_room(model, pool) == room for pool, room in stall.rooms)
             ):
                 self._wakeups.extend(stall.wakeups)
@@ -154,7 +154,7 @@ class DispatchPolicy:
             queue.view_versions.get(view, 0),
             self._limited_version,
             tuple((pool, room) for (m, pool), room in rooms.items() if m == model) if rooms else (),
-            queue.class_order(now),
+            queue.class_order_in(view, now),
             min((t for t in wakeups if t > now), default=math.inf) if wakeups else math.inf,
             tuple(wakeups),
         )

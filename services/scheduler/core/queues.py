@@ -230,6 +230,14 @@ class ModelQueue:
             self._order = (self._order_version, order)
         return order
 
+    def class_order_in(self, view: frozenset[Priority], now: float) -> tuple[int, ...]:
+        """`class_order` restricted to the classes of `view`: the part a pool's decisions
+        depend on. A pool that runs one class does not care how the others rank."""
+        if len(view) < 2:
+            return ()
+        order = self.class_order(now)
+        return order if len(view) == len(_PRIORITIES) else tuple(p for p in order if p in view)
+
     def best(self, now: float, eligible: Eligible) -> tuple[tuple, Job] | None:
         """The job this model would run next, with a sort key comparable across models."""
         if self._front.live:
@@ -252,13 +260,31 @@ class ModelQueue:
     ) -> list[Job]:
         """Up to `limit` other queued jobs that may share a batch with `lead`. `eligible`
         rejects every job outside `classes`, so those classes' lines are not walked."""
+        # Written out rather than through `_iter_key`: this runs on every batch attempt.
         key = lead.compat_key
+        lines = []
+        front = self._front_by_key.get(key)
+        if front is not None:
+            lines.append(front)
+        per_class = self._by_key.get(key)
+        if per_class is not None:
+            lines.extend(per_class[p] for p in _PRIORITIES if p in classes)
+        current = self._current
         found: list[Job] = []
-        for entry in self._iter_key(key, classes):
-            if len(found) >= limit:
-                break
-            if entry.job is not lead and eligible(entry.job):
-                found.append(entry.job)
+        for line in lines:
+            if not self._shed_stale(line):
+                continue
+            for entry in line:
+                if len(found) >= limit:
+                    return found
+                job = entry.job
+                if (
+                    job is not lead
+                    and job.state is _QUEUED
+                    and current.get(job.job_id) == entry.seq
+                    and eligible(job)
+                ):
+                    found.append(job)
         return found
 
     def compatible_count(self, key: CompatKey, eligible: Eligible, cap: int) -> int:
@@ -288,21 +314,29 @@ class ModelQueue:
                     yield from self._live_entries(per_class[priority])
 
     def _live_entries(self, line: _Line) -> Iterator[_Entry]:
-        if not line.live:
-            line.clear()
+        if not self._shed_stale(line):
             return
-        while line and not self._is_live(line[0]):
-            line.popleft()
-        if len(line) > 2 * line.live + 16:
-            # Jobs taken from behind a head that cannot run yet (a tenant at its limit, a
-            # job waiting for its pool) leave stale entries every later scan would walk.
-            live = [entry for entry in line if self._is_live(entry)]
-            line.clear()
-            line.extend(live)
         # Callers only read the queues while iterating, so the line need not be copied.
         for entry in line:
             if self._is_live(entry):
                 yield entry
+
+    def _shed_stale(self, line: _Line) -> bool:
+        """Drop the line's stale head, and its stale middle once that outgrows the live
+        entries; False when nothing in it is live."""
+        if not line.live:
+            line.clear()
+            return False
+        is_live = self._is_live
+        while line and not is_live(line[0]):
+            line.popleft()
+        if len(line) > 2 * line.live + 16:
+            # Jobs taken from behind a head that cannot run yet (a tenant at its limit, a
+            # job waiting for its pool) leave stale entries every later scan would walk.
+            live = [entry for entry in line if is_live(entry)]
+            line.clear()
+            line.extend(live)
+        return True
 
     def _changed(self, job: Job) -> None:
         self.version += 1
