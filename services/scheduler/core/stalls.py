@@ -3,9 +3,9 @@ can skip that model.
 
 `_form_batch` decides each model from the model's queued jobs of the classes the unit's
 pool may run, the running counts of tenants with a concurrency limit, whether the model's
-preferred pools have room, the queue's aged class order, and the clock against batch
-windows and fallback delays (which it records as wakeups). While all of those are unchanged and no recorded wakeup has passed, it would fail
-again the same way.
+preferred pools have room, the aged order of the classes the pool may run, and the clock
+against batch windows and fallback delays (which it records as wakeups). While all of
+those are unchanged and no recorded wakeup has passed, it would fail again the same way.
 """
 
 from __future__ import annotations
