@@ -34,12 +34,23 @@ from services.worker.core.batch import (
 log = logging.getLogger("mediamesh.scheduler")
 
 
+class BatchUndelivered(Exception):
+    """The worker never took the batch (unreachable, or the call was refused before its
+    batch code ran), so none of its jobs started there."""
+
+
 class WorkerLink(Protocol):
     """How the scheduler reaches workers (gRPC in the service, in-process in tests)."""
 
     def run_batch(
         self, address: str, batch_id: str, model: str, jobs: list[JobParams]
-    ) -> AsyncIterator[WorkerEvent]: ...
+    ) -> AsyncIterator[WorkerEvent]:
+        """The batch's events; raises BatchUndelivered if the worker never took it."""
+        ...
+
+    def reset(self, address: str) -> None:
+        """Forget any connection to `address`; the next batch there opens a fresh one."""
+        ...
 
     async def cancel(self, address: str, job_ids: list[str]) -> None: ...
 
@@ -98,6 +109,15 @@ class BatchRunner:
                 stream = self.link.run_batch(dispatch.address, batch_id, dispatch.model, params)
                 async for event in stream:
                     await self._on_worker_event(batch_id, event)
+            except BatchUndelivered as exc:
+                log.warning(
+                    "batch %s never reached %s (%s); its jobs go back to the front of the "
+                    "line and the worker must register again",
+                    batch_id,
+                    dispatch.worker_id,
+                    exc,
+                )
+                self.core.batch_undelivered(batch_id, f"worker unreachable: {exc}")
             except Exception as exc:
                 log.warning(
                     "batch %s on %s ended with an error: %s", batch_id, dispatch.worker_id, exc

@@ -313,6 +313,7 @@ class SchedulerRuntime:
     # ---- workers -------------------------------------------------------------------------
 
     def register_worker(self, info: WorkerInfo) -> None:
+        self.batches.link.reset(info.address)
         self.core.register_worker(info)
         log.info(
             "worker %s registered: pool=%s models=%s address=%s",
@@ -327,8 +328,15 @@ class SchedulerRuntime:
     def worker_heartbeat(self, worker_id: str, draining: bool) -> None:
         self.core.heartbeat(worker_id, draining)
 
-    def worker_gone(self, worker_id: str, reason: str) -> None:
-        if worker_id in self.core.units:
-            log.warning("worker %s lost: %s", worker_id, reason)
-        self.core.worker_lost(worker_id, reason)
+    def registered_as(self, info: WorkerInfo) -> bool:
+        """Whether `info` is still the worker's registration (not dropped, not replaced)."""
+        unit = self.core.units.get(info.worker_id)
+        return unit is not None and unit.info is info
+
+    def worker_gone(self, info: WorkerInfo, reason: str) -> None:
+        # A session that ends after its worker registered again must not take the new one.
+        if not self.registered_as(info):
+            return
+        log.warning("worker %s lost: %s", info.worker_id, reason)
+        self.core.worker_lost(info.worker_id, reason)
         self.apply(self.core.take_effects())

@@ -19,6 +19,10 @@ from services.worker.core.batch import (
     WorkerEvent,
 )
 
+# Initial-metadata key a worker sends as soon as it takes a RunBatch call. A call that ends
+# without it never reached the worker's batch code: the jobs did not run there.
+BATCH_ACCEPTED_KEY = "mediamesh-batch-accepted"
+
 
 def job_spec(params: JobParams, deadline_ms: int) -> worker_pb2.JobSpec:
     return worker_pb2.JobSpec(

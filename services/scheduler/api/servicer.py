@@ -11,7 +11,7 @@ import grpc
 from mediamesh.v1 import common_pb2, gateway_pb2, scheduler_pb2, scheduler_pb2_grpc
 
 from services.common.api.requests import request_fields
-from services.common.errors import InvalidArgument
+from services.common.errors import InvalidArgument, Unavailable
 from services.common.params import find_model, parse_priority, resolve
 from services.common.registry import Registry
 from services.common.telemetry import current_trace_carrier
@@ -122,7 +122,7 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         request_iterator: AsyncIterator[scheduler_pb2.WorkerMessage],
         context: grpc.aio.ServicerContext,
     ) -> AsyncIterator[scheduler_pb2.SchedulerMessage]:
-        worker_id = ""
+        info: WorkerInfo | None = None
         settings = self.runtime.settings
         try:
             async for message in request_iterator:
@@ -131,29 +131,33 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
                     reg = message.register
                     if not reg.worker_id or not reg.address:
                         raise InvalidArgument("register: worker_id and address are required")
-                    worker_id = reg.worker_id
-                    self.runtime.register_worker(
-                        WorkerInfo(
-                            worker_id=reg.worker_id,
-                            address=reg.address,
-                            pool=reg.pool or "on-demand",
-                            devices=tuple(d.id for d in reg.devices) or ("cpu",),
-                            models=frozenset(m.name for m in reg.models),
-                            capacity=max(reg.capacity, 1),
-                            model_devices=tuple((m.name, tuple(m.device_ids)) for m in reg.models),
-                        )
+                    info = WorkerInfo(
+                        worker_id=reg.worker_id,
+                        address=reg.address,
+                        pool=reg.pool or "on-demand",
+                        devices=tuple(d.id for d in reg.devices) or ("cpu",),
+                        models=frozenset(m.name for m in reg.models),
+                        capacity=max(reg.capacity, 1),
+                        model_devices=tuple((m.name, tuple(m.device_ids)) for m in reg.models),
                     )
+                    self.runtime.register_worker(info)
                     yield scheduler_pb2.SchedulerMessage(
                         registered=True,
                         heartbeat_interval_s=settings.heartbeat_interval_s,
                         heartbeat_misses_allowed=settings.heartbeat_misses_allowed,
                     )
-                elif kind == "heartbeat" and worker_id:
-                    self.runtime.worker_heartbeat(worker_id, message.heartbeat.draining)
+                elif kind == "heartbeat" and info is not None:
+                    if not self.runtime.registered_as(info):
+                        # Dropped (a batch could not reach it) or replaced: the worker's
+                        # session reconnects on this and registers afresh.
+                        raise Unavailable(
+                            f"worker {info.worker_id} is no longer registered; register again"
+                        )
+                    self.runtime.worker_heartbeat(info.worker_id, message.heartbeat.draining)
         finally:
-            if worker_id:
+            if info is not None:
                 with contextlib.suppress(Exception):
-                    self.runtime.worker_gone(worker_id, "attach stream closed")
+                    self.runtime.worker_gone(info, "attach stream closed")
 
     async def GetStatus(
         self, request: scheduler_pb2.GetStatusRequest, context: grpc.aio.ServicerContext

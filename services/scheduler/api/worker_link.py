@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 
@@ -10,6 +11,7 @@ from mediamesh.v1 import worker_pb2, worker_pb2_grpc
 
 from services.common.api import worker_wire
 from services.common.channels import internal_channel
+from services.scheduler.batches import BatchUndelivered
 from services.worker.core.batch import JobParams, WorkerEvent
 
 log = logging.getLogger(__name__)
@@ -20,6 +22,7 @@ class GrpcWorkerLink:
         self._token = token
         self._max = max_message_bytes
         self._channels: dict[str, grpc.aio.Channel] = {}
+        self._closing: set[asyncio.Task] = set()
 
     def _stub(self, address: str) -> worker_pb2_grpc.WorkerStub:
         channel = self._channels.get(address)
@@ -36,12 +39,25 @@ class GrpcWorkerLink:
         )
         call = self._stub(address).RunBatch(request)
         try:
+            metadata = await call.initial_metadata()
+            if metadata.get(worker_wire.BATCH_ACCEPTED_KEY) is None:
+                code = await call.code()
+                raise BatchUndelivered(f"{code.name}: {await call.details()}")
             async for message in call:
                 event = worker_wire.worker_event(message)
                 if event is not None:
                     yield event
         finally:
             call.cancel()
+
+    def reset(self, address: str) -> None:
+        """Drop the channel to `address`: a worker registering again there must not inherit
+        a channel still backing off from its predecessor's death."""
+        channel = self._channels.pop(address, None)
+        if channel is not None:
+            closing = asyncio.get_running_loop().create_task(channel.close())
+            self._closing.add(closing)
+            closing.add_done_callback(self._closing.discard)
 
     async def cancel(self, address: str, job_ids: list[str]) -> None:
         try:
@@ -55,3 +71,5 @@ class GrpcWorkerLink:
         for channel in self._channels.values():
             await channel.close()
         self._channels.clear()
+        if self._closing:
+            await asyncio.gather(*self._closing, return_exceptions=True)

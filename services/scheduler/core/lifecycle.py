@@ -99,6 +99,18 @@ class JobLifecycle:
             unit.version += 1
             self._free.offer(unit)
 
+    def batch_undelivered(self, batch_id: str, reason: str) -> None:
+        """The worker never took the batch. Its jobs go back first in line without counting
+        a lost worker: they did not run, so they cannot be what is killing workers, and a
+        worker that restarted behind a stale connection must not use up their retries in
+        milliseconds. The unit goes until its worker registers again, so the next pass does
+        not pick it straight back."""
+        batch = self._batches.get(batch_id)
+        if batch is None:
+            return
+        self._abandon_batch(batch_id, reason, count_loss=False)
+        self.worker_lost(batch.worker_id, reason)
+
     def _release(self, job: Job) -> None:
         """Take an in-flight job off its unit's load and its batch's open set."""
         charge = self._charged.pop(job.job_id, 0.0)

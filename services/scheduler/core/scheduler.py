@@ -348,14 +348,14 @@ class SchedulerCore(DispatchPolicy, JobLifecycle):
         for batch_id in list(unit.batches):
             self._abandon_batch(batch_id, f"worker {worker_id} lost: {reason}")
 
-    def _abandon_batch(self, batch_id: str, reason: str) -> None:
+    def _abandon_batch(self, batch_id: str, reason: str, count_loss: bool = True) -> None:
         batch = self._batches.pop(batch_id, None)
         if batch is None:
             return
         for job_id in list(batch.job_ids):
             job = self.jobs[job_id]
             self._release(job)
-            job.worker_losses += 1
+            job.worker_losses += count_loss
             if job.worker_losses >= self.policy.max_worker_losses:
                 job.error_code, job.error_message = (
                     "UNAVAILABLE",

@@ -21,6 +21,7 @@ class WorkerServicer(worker_pb2_grpc.WorkerServicer):
         self, request: worker_pb2.RunBatchRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[worker_pb2.BatchEvent]:
         jobs = [worker_wire.job_params(spec) for spec in request.jobs]
+        await context.send_initial_metadata(((worker_wire.BATCH_ACCEPTED_KEY, "1"),))
         async for event in self.runtime.run_batch(request.batch_id, request.model, jobs):
             yield worker_wire.batch_event(event)
 

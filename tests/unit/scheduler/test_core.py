@@ -243,6 +243,26 @@ def test_worker_loss_requeues_in_flight_jobs_at_the_front_then_gives_up():
     assert "gave up after 2 lost workers" in job.error_message
 
 
+def test_an_undelivered_batch_requeues_its_jobs_without_using_up_their_retries():
+    clock = FakeClock()
+    core = make_core(clock, max_worker_losses=1)
+    core.register_worker(worker("w0"))
+    job = submit(core, steps=5)
+    clock.advance(1)
+    [dispatch] = core.schedule()
+    for _ in range(3):
+        core.batch_undelivered(dispatch.batch_id, "connection refused")
+        assert job.state is JobState.QUEUED and job.at_front and job.worker_losses == 0
+        # Dropped until it registers again, so the next pass cannot pick it straight back.
+        assert "w0" not in core.units
+        assert core.schedule() == []
+        core.register_worker(worker("w0"))
+        [dispatch] = core.schedule()
+        assert dispatch.jobs == (job,)
+    core.job_succeeded(job.job_id, dispatch.batch_id)
+    assert job.state is JobState.SUCCEEDED
+
+
 def test_heartbeat_timeout_declares_worker_dead():
     clock = FakeClock()
     core = make_core(clock, heartbeat_timeout_s=3.0)
