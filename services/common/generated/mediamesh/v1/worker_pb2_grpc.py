@@ -64,6 +64,8 @@ class WorkerServicer:
     def RunBatch(self, request, context):
         """Run a batch and stream per-job events: progress per step, then a result,
         an error or a preemption for each job. The stream ends when every job has ended.
+        The worker sends the initial-metadata header "mediamesh-batch-accepted: 1" as soon
+        as it takes the call; a call that ends without it never ran any of its jobs.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
