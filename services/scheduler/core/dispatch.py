@@ -70,15 +70,12 @@ class DispatchPolicy:
         blocked: set[str] = set()
         failed_classes: list[UnitClass] = []
         try:
-            while True:
-                queued = {m for m, q in self._queues.items() if q.depth > 0}
-                if not queued:
-                    break
+            while any(self._queue_depth.values()):
                 # A failure changes nothing, so each class's head stays valid until a dispatch.
+                # A class with nothing queued fails too; blocking its units is then harmless,
+                # as a pass only ever takes jobs out of the queues.
                 heads = []
                 for cls in free.classes_with_room():
-                    if cls[1].isdisjoint(queued):
-                        continue
                     candidates = self._candidates(cls, now)
                     if not candidates:
                         failed_classes.append(cls)
@@ -111,29 +108,45 @@ class DispatchPolicy:
         A failure holds (stalls.py) while the model's queue, the limited tenants' running
         counts, the room of the pools it consulted and its class order are unchanged and
         none of its timers has passed; its timers then still count as wakeups. Runs for
-        every class on every pass, hence written out in one loop.
+        every class on every pass, hence written out in one loop, cheapest tests first.
         """
-        queues, stalls, has_room = self._queues, self._stalls, self._free.has_room
+        plan = self._class_plans.get(cls)
+        if plan is None:
+            plan = self._class_plans[cls] = self._plan_class(cls)
+        view, ordered, queues = plan
+        stalls = self._stalls.get(cls)
+        if stalls is None:
+            stalls = self._stalls[cls] = {}
+        room_for = self._free.room_for
         limited = self._limited_version
-        view = self._pool_views.get(cls[0], _NOTHING)
         candidates = []
-        for model in cls[1]:
-            queue = queues.get(model)
-            if queue is None or not queue.depth:
+        for queue in queues:
+            if not queue.depth:
                 continue
-            stall = stalls.get((cls, model))
+            stall = stalls.get(queue.model)
             if (
-                stall is not None
-                and stall.queue_version == queue.view_versions.get(view, 0)
-                and now < stall.until
-                and stall.tenants_version == limited
-                and stall.class_order == queue.class_order_in(view, now)
-                and all(has_room(model, pool) == room for pool, room in stall.rooms)
+                stall is None
+                or stall.queue_version != queue.view_versions.get(view, 0)
+                or now >= stall.until
+                or stall.tenants_version != limited
+                or (ordered and stall.class_order != queue.class_order_in(view, now))
             ):
-                self._wakeups.extend(stall.wakeups)
-            else:
                 candidates.append(queue)
+                continue
+            for key, room in stall.rooms:
+                if (room_for[key] > 0) is not room:
+                    candidates.append(queue)
+                    break
+            else:
+                self._wakeups.extend(stall.wakeups)
         return candidates
+
+    def _plan_class(self, cls: UnitClass) -> tuple[frozenset[Priority], bool, list[ModelQueue]]:
+        """What `_candidates` needs of a class, fixed with the policy and the registry: its
+        pool's view, whether that view ranks several classes, and its models' queues."""
+        view = self._pool_views.get(cls[0], _NOTHING)
+        queues = [self._queues[model] for model in cls[1] if model in self._queues]
+        return view, len(view) > 1, queues
 
     def _limited_count_changed(self, tenant: str, higher_count: int) -> None:
         limit = self._limited_tenants.get(tenant)
@@ -142,18 +155,18 @@ class DispatchPolicy:
 
     def _remember_stall(
         self,
-        key: tuple[UnitClass, str],
+        cls: UnitClass,
         queue: ModelQueue,
         now: float,
         rooms: dict[tuple[str, str], bool],
         wakeups: list[float],
     ) -> None:
         model = queue.model
-        view = self._pool_views.get(key[0][0], _NOTHING)
-        self._stalls[key] = Stall(
+        view = self._pool_views.get(cls[0], _NOTHING)
+        self._stalls.setdefault(cls, {})[model] = Stall(
             queue.view_versions.get(view, 0),
             self._limited_version,
-            tuple((pool, room) for (m, pool), room in rooms.items() if m == model) if rooms else (),
+            tuple((key, room) for key, room in rooms.items() if key[0] == model) if rooms else (),
             queue.class_order_in(view, now),
             min((t for t in wakeups if t > now), default=math.inf) if wakeups else math.inf,
             tuple(wakeups),
@@ -162,22 +175,23 @@ class DispatchPolicy:
     def _eligibility(
         self, unit: Unit, now: float, room_cache: dict[tuple[str, str], bool]
     ) -> Callable[[Job], bool]:
-        def preferred_has_room(model: str, pool: str) -> bool:
-            key = (model, pool)
-            if key not in room_cache:
-                room_cache[key] = self._free.has_room(model, pool)
-            return room_cache[key]
+        """Whether a job may lead a batch on `unit` now. Records in `room_cache` each
+        preferred pool whose room it consulted, for the stall (stalls.py)."""
+        running, placements = self._running_by_tenant, self.policy.placements
+        room_for, pool = self._free.room_for, unit.pool
 
         def eligible(job: Job) -> bool:
             limit = job.quota.max_running
-            if limit and self._running_by_tenant[job.tenant] >= limit:
+            if limit and running[job.tenant] >= limit:
                 return False
-            placement = self._placement(job)
-            if unit.pool == placement.prefer:
+            placement = placements[job.priority]
+            if pool == placement.prefer:
                 return True
-            ok, _ = pool_decision(
-                job, unit, placement, now, preferred_has_room(job.model, placement.prefer)
-            )
+            key = (job.model, placement.prefer)
+            room = room_cache.get(key)
+            if room is None:
+                room = room_cache[key] = room_for[key] > 0
+            ok, _ = pool_decision(job, unit, placement, now, room)
             falls_back_at = job.enqueued_at + placement.fallback_after_s
             if not ok and unit.pool in placement.allow and falls_back_at > now:
                 self._wakeups.append(falls_back_at)
@@ -197,12 +211,11 @@ class DispatchPolicy:
         eligible = self._eligibility(unit, now, rooms)
         options = []
         for queue in candidates:
-            model = queue.model
             first_wakeup = len(self._wakeups)
             best = queue.best(now, eligible)
             wakeups = self._wakeups[first_wakeup:]
             if best is None:
-                self._remember_stall((cls, model), queue, now, rooms, wakeups)
+                self._remember_stall(cls, queue, now, rooms, wakeups)
             else:
                 options.append((best[0], best[1], wakeups))
         for _, lead, wakeups in sorted(options, key=lambda o: o[0]):
@@ -217,21 +230,21 @@ class DispatchPolicy:
             first_wakeup = len(self._wakeups)
             if len(jobs) < limit and not self._window_closed(jobs, batching, now):
                 wakeups += self._wakeups[first_wakeup:]
-                self._remember_stall((cls, lead.model), queue, now, rooms, wakeups)
+                self._remember_stall(cls, queue, now, rooms, wakeups)
                 continue
             return self._dispatch(unit, lead.model, jobs, now)
         return None
 
-    def _joinable_classes(self, unit: Unit, lead: Job) -> frozenset[Priority]:
+    def _joinable_classes(self, unit: Unit, lead: Job) -> tuple[Priority, ...]:
         """Companions share the lead's pool decision: jobs requeued together (a preempted
         batch) must not be split because their fallback clocks differ by microseconds. Other
         classes join only on their preferred pool. Decided per class, so the queue can skip
-        whole classes instead of testing each of their jobs."""
+        whole classes instead of testing each of their jobs. Highest class first."""
         key = (unit.pool, lead.priority)
         classes = self._joinable.get(key)
         if classes is None:
             placements = self.policy.placements
-            classes = frozenset(
+            classes = tuple(
                 p
                 for p in Priority
                 if unit.pool == placements[p].prefer
@@ -241,7 +254,7 @@ class DispatchPolicy:
         return classes
 
     def _companion_eligibility(
-        self, classes: frozenset[Priority], lead: Job
+        self, classes: tuple[Priority, ...], lead: Job
     ) -> Callable[[Job], bool]:
         joining: dict[str, int] = defaultdict(int)
         joining[lead.tenant] = 1

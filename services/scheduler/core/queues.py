@@ -10,7 +10,7 @@ import heapq
 import itertools
 import math
 from collections import defaultdict, deque
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from services.scheduler.core.jobs import CompatKey, Job, JobState, Priority
@@ -256,10 +256,11 @@ class ModelQueue:
         return None
 
     def companions(
-        self, lead: Job, limit: int, eligible: Eligible, classes: Collection[Priority] = _ALL
+        self, lead: Job, limit: int, eligible: Eligible, classes: Sequence[Priority] = _PRIORITIES
     ) -> list[Job]:
-        """Up to `limit` other queued jobs that may share a batch with `lead`. `eligible`
-        rejects every job outside `classes`, so those classes' lines are not walked."""
+        """Up to `limit` other queued jobs that may share a batch with `lead`, front first,
+        then by class in `classes` order (highest first). `eligible` rejects every job
+        outside `classes`, so those classes' lines are not walked."""
         # Written out rather than through `_iter_key`: this runs on every batch attempt.
         key = lead.compat_key
         lines = []
@@ -268,7 +269,8 @@ class ModelQueue:
             lines.append(front)
         per_class = self._by_key.get(key)
         if per_class is not None:
-            lines.extend(per_class[p] for p in _PRIORITIES if p in classes)
+            for priority in classes:
+                lines.append(per_class[priority])
         current = self._current
         found: list[Job] = []
         for line in lines:

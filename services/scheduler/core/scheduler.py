@@ -130,7 +130,9 @@ class SchedulerCore(DispatchPolicy, JobLifecycle):
         self._limited_tenants: dict[str, int] = {}
         self._limited_version = 0
         self._max_batch = max((s.batching.max_batch for s in specs), default=1)
-        self._stalls: dict[tuple[UnitClass, str], Stall] = {}
+        # Per unit class, per model: its last failure to batch (stalls.py).
+        self._stalls: dict[UnitClass, dict[str, Stall]] = {}
+        self._class_plans: dict[UnitClass, tuple[frozenset[Priority], bool, list[ModelQueue]]] = {}
         # (pool, lead priority) -> classes that may join its batch; the policy is fixed.
         self._joinable: dict[tuple[str, Priority], frozenset[Priority]] = {}
         self._charged: dict[str, float] = {}

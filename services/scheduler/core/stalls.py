@@ -17,8 +17,8 @@ class Stall(NamedTuple):
     # The version of the queue's view for the class's pool (see ModelQueue.view_versions).
     queue_version: int
     tenants_version: int
-    # (pool, had room) for every pool of this model whose room the evaluation consulted.
-    rooms: tuple[tuple[str, bool], ...]
+    # ((model, pool), had room) for every pool of this model whose room it consulted.
+    rooms: tuple[tuple[tuple[str, str], bool], ...]
     class_order: tuple[int, ...]
     # The earliest recorded wakeup after the evaluation: a window or fallback opens then.
     until: float

@@ -88,9 +88,9 @@ class FreeUnits:
     def __init__(self) -> None:
         self._lists: dict[UnitClass, list[_Entry]] = {}
         # Exact counts of units with room, per class and per (model, pool), so neither a
-        # pass nor `has_room` walks the lists to find out.
+        # pass nor `has_room` walks the lists to find out. Read-only outside this class.
         self._with_room: dict[UnitClass, int] = defaultdict(int)
-        self._room_for: dict[tuple[str, str], int] = defaultdict(int)
+        self.room_for: dict[tuple[str, str], int] = defaultdict(int)
         self._counted: set[str] = set()
         # Length at which a list is next swept of stale entries.
         self._sweep_at: dict[UnitClass, int] = {}
@@ -119,7 +119,7 @@ class FreeUnits:
         self._with_room[unit_class(unit)] += change
         pool = unit.pool
         for model in unit.info.models:
-            self._room_for[(model, pool)] += change
+            self.room_for[(model, pool)] += change
 
     @staticmethod
     def _live(entry: _Entry, units: dict[str, Unit]) -> bool:
@@ -163,7 +163,7 @@ class FreeUnits:
 
     def has_room(self, model: str, pool: str) -> bool:
         """Whether any unit of `pool` hosting `model` has a free slot."""
-        return self._room_for[(model, pool)] > 0
+        return self.room_for[(model, pool)] > 0
 
 
 def pool_decision(
