@@ -107,7 +107,7 @@ class DispatchPolicy:
 
         A failure holds (stalls.py) while the model's queue, the limited tenants' running
         counts, the room of the pools it consulted and its class order are unchanged and
-        none of its timers has passed; its timers then still count as wakeups. Runs for
+        none of its timers has passed; its earliest timer then still counts as a wakeup. Runs for
         every class on every pass, hence written out in one loop, cheapest tests first.
         """
         plan = self._class_plans.get(cls)
@@ -138,7 +138,8 @@ class DispatchPolicy:
                     candidates.append(queue)
                     break
             else:
-                self._wakeups.extend(stall.wakeups)
+                if stall.next_wakeup < math.inf:
+                    self._wakeups.append(stall.next_wakeup)
         return candidates
 
     def _plan_class(self, cls: UnitClass) -> tuple[frozenset[Priority], bool, list[ModelQueue]]:
@@ -163,13 +164,19 @@ class DispatchPolicy:
     ) -> None:
         model = queue.model
         view = self._pool_views.get(cls[0], _NOTHING)
+        earliest = until = math.inf
+        for time in wakeups:
+            if time < earliest:
+                earliest = time
+            if now < time < until:
+                until = time
         self._stalls.setdefault(cls, {})[model] = Stall(
             queue.view_versions.get(view, 0),
             self._limited_version,
-            tuple((key, room) for key, room in rooms.items() if key[0] == model) if rooms else (),
+            tuple([(key, room) for key, room in rooms.items() if key[0] == model]) if rooms else (),
             queue.class_order_in(view, now),
-            min((t for t in wakeups if t > now), default=math.inf) if wakeups else math.inf,
-            tuple(wakeups),
+            until,
+            earliest,
         )
 
     def _eligibility(

@@ -22,4 +22,6 @@ class Stall(NamedTuple):
     class_order: tuple[int, ...]
     # The earliest recorded wakeup after the evaluation: a window or fallback opens then.
     until: float
-    wakeups: tuple[float, ...]
+    # The earliest recorded wakeup of all, past ones included (those ask for another pass
+    # at once): `next_wakeup` needs only the minimum over the stalls that hold.
+    next_wakeup: float
