@@ -225,7 +225,9 @@ class DispatchPolicy:
                 self._remember_stall(cls, queue, now, rooms, wakeups)
             else:
                 options.append((best[0], best[1], wakeups))
-        for _, lead, wakeups in sorted(options, key=lambda o: o[0]):
+        if len(options) > 1:
+            options.sort(key=lambda o: o[0])
+        for _, lead, wakeups in options:
             spec = self.specs[lead.model]
             batching = spec.batching
             limit = 1 if batching.mode == "none" else batching.max_batch

@@ -244,11 +244,22 @@ class ModelQueue:
             for entry in self._live_entries(self._front):
                 if eligible(entry.job):
                     return (0, -_INF, entry.seq), entry.job
+        is_live, buckets = self._is_live, self._buckets
         for priority in self.class_order(now):
-            bucket = self._buckets[_PRIORITIES[priority]]
+            bucket = buckets[_PRIORITIES[priority]]
+            lines = bucket.tenants
             for tenant in bucket.tenants_by_share():
-                head = bucket.head_of(tenant, self._is_live)
-                if head is not None and eligible(head.job):
+                # `_Bucket.head_of`, inlined: this loop runs on every batch attempt.
+                line = lines.get(tenant)
+                if line is None:
+                    continue
+                heap = line.heap
+                while heap and not is_live(heap[0][2]):
+                    heapq.heappop(heap)
+                if not heap:
+                    continue
+                head = heap[0][2]
+                if eligible(head.job):
                     job = head.job
                     effective = self.effective_priority(job.priority, now)
                     deadline = job.deadline if job.deadline is not None else _INF
