@@ -46,10 +46,21 @@ class Tracker:
 
     # (arrival, job id, event, the worker the job was on when the event arrived)
     events: list[tuple[float, str, common_pb2.GenerateEvent, str]] = field(default_factory=list)
+    # Per event, when the Watch stream that delivered it opened, and whether it was that
+    # stream's first event: a re-attached stream opens with a snapshot of what the mesh
+    # already knew, which is not new work.
+    streams: list[tuple[float, bool]] = field(default_factory=list)
     worker_of: dict[str, str] = field(default_factory=dict)
     changed: asyncio.Event = field(default_factory=asyncio.Event)
 
-    def add(self, job_id: str, event: common_pb2.GenerateEvent) -> None:
+    def add(
+        self,
+        job_id: str,
+        event: common_pb2.GenerateEvent,
+        stream_opened: float = 0.0,
+        snapshot: bool = False,
+    ) -> None:
+        self.streams.append((stream_opened, snapshot))
         if event.WhichOneof("event") == "notice" and event.notice.kind == "dispatched":
             self.worker_of[job_id] = event.notice.worker_id
         self.events.append((time.monotonic(), job_id, event, self.worker_of.get(job_id, "")))
@@ -67,16 +78,21 @@ class Tracker:
         return 0.0
 
     def first_fresh_progress(self, after: float) -> float:
-        """The first progress after a post-`after` dispatch: a re-attached Watch replays the
-        last step it knew, which is not new work."""
+        """The first progress of work done after `after`: of a job dispatched after it, or
+        on a Watch stream opened after it, but not the snapshot such a stream opens with. A
+        job resumed before its Watch re-attached shows at its next step, one step late."""
         dispatched: set[str] = set()
-        for at, job_id, event, _ in self.events:
+        for (at, job_id, event, _), (opened, snapshot) in zip(
+            self.events, self.streams, strict=True
+        ):
             if at < after:
                 continue
             kind = event.WhichOneof("event")
             if kind == "notice" and event.notice.kind == "dispatched":
                 dispatched.add(job_id)
-            elif kind == "progress" and job_id in dispatched:
+            elif kind == "progress" and (
+                job_id in dispatched or (opened >= after and not snapshot)
+            ):
                 return at
         return 0.0
 
@@ -102,8 +118,10 @@ async def follow(stub: gateway_pb2_grpc.GatewayStub, job_id: str, tracker: Track
     """Watch a job to its end, re-attaching when the mesh drops the stream."""
     while True:
         try:
+            opened, first = time.monotonic(), True
             async for event in stub.Watch(gateway_pb2.WatchRequest(job_id=job_id)):
-                tracker.add(job_id, event)
+                tracker.add(job_id, event, opened, snapshot=first)
+                first = False
                 if event.WhichOneof("event") in ("result", "error"):
                     return
         except grpc.aio.AioRpcError:
