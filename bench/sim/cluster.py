@@ -1,7 +1,7 @@
 """The fleet over time: replicas starting, serving, draining, reclaimed and autoscaled.
 
 Mirrors what Kubernetes and KEDA do to worker Deployments: a ReplicaSet replaces pods that
-disappear, KEDA polls the scheduler's backlog metric and resizes the Deployment, and a new
+disappear, KEDA polls the scheduler's demand metric and resizes the Deployment, and a new
 replica serves only after its start-up delay (node provisioning, image pull, model load).
 """
 
@@ -151,10 +151,10 @@ class Cluster:
         state = self.deployments[index]
         spec = state.spec
         assert spec.autoscale is not None and spec.modality is not None
-        metric = self.core.pool_work_s[(spec.modality, spec.pool)]
-        if spec.autoscale.metric == "backlog_plus_running":
-            now = self.engine.now
-            metric += sum(d.batch.ends_at - now for d in state.members if d.batch is not None)
+        if spec.autoscale.metric == "demand":
+            metric = self.core.pool_demand_s(spec.modality, spec.pool)
+        else:
+            metric = self.core.pool_work_s[(spec.modality, spec.pool)]
         state.target = self.scalers[index].poll(self.engine.now, metric, len(state.members))
         self._scale(index)
         self.engine.at(self.engine.now + spec.autoscale.polling_s, POLL, index)

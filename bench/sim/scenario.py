@@ -37,11 +37,11 @@ class DeviceType(Section):
 
 
 class Autoscale(Section):
-    """A KEDA ScaledObject on mediamesh_queue_pool_work_seconds{queue,pool}."""
+    """A KEDA ScaledObject on the scheduler's per queue and pool metric."""
 
     min_replicas: int = Field(0, ge=0)
     max_replicas: int = Field(ge=1)
-    # metricType AverageValue: device-seconds of backlog one replica should carry.
+    # metricType AverageValue: device-seconds of demand one replica should carry.
     threshold: float = Field(gt=0)
     activation_threshold: float = Field(0.0, ge=0)
     polling_s: float = Field(30.0, gt=0)
@@ -53,10 +53,11 @@ class Autoscale(Section):
     scale_up_period_s: float = Field(15.0, gt=0)
     scale_down_pods: int | None = Field(None, ge=1)
     scale_down_period_s: float = Field(60.0, gt=0)
-    # "backlog" is the manifests' metric (queued work only); "backlog_plus_running" adds the
-    # remaining seconds of batches running in the pool, to try a metric that does not drop
-    # to zero while the pool is busy.
-    metric: Literal["backlog", "backlog_plus_running"] = "backlog"
+    # "demand" is the manifests' metric, mediamesh_queue_pool_demand_seconds: work queued
+    # for the pool plus work running on it. "backlog" (mediamesh_queue_pool_work_seconds,
+    # queued work only) reads near zero while a pool keeps up, and so shrinks a busy pool
+    # until a backlog builds: kept to show that.
+    metric: Literal["demand", "backlog"] = "demand"
 
 
 class Deployment(Section):

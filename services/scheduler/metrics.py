@@ -14,7 +14,13 @@ QUEUE_WORK = Gauge(
 )
 QUEUE_POOL_WORK = Gauge(
     "mediamesh_queue_pool_work_seconds",
-    "Estimated device-seconds of queued work by the pool the jobs prefer (autoscaling metric).",
+    "Estimated device-seconds of queued work by the pool the jobs prefer.",
+    ["queue", "pool"],
+)
+QUEUE_POOL_DEMAND = Gauge(
+    "mediamesh_queue_pool_demand_seconds",
+    "Estimated device-seconds of work queued for the pool (by preference) plus running on it "
+    "(autoscaling metric).",
     ["queue", "pool"],
 )
 QUEUE_SLA = Gauge("mediamesh_queue_sla_seconds", "Latency objective of the queue.", ["queue"])
@@ -80,6 +86,7 @@ def publish_gauges(core: SchedulerCore, queues: list[str]) -> None:
         QUEUE_OLDEST.labels(queue).set(core.oldest_wait_s(queue))
         for pool in ("on-demand", "spot"):
             QUEUE_POOL_WORK.labels(queue, pool).set(core.pool_work_s[(queue, pool)])
+            QUEUE_POOL_DEMAND.labels(queue, pool).set(core.pool_demand_s(queue, pool))
     states: dict[tuple[str, str], int] = {
         (p, s): 0 for p in ("on-demand", "spot") for s in ("ready", "busy", "draining")
     }

@@ -73,6 +73,7 @@ EXPECTED_FAMILIES = {
         "mediamesh_queue_depth",
         "mediamesh_queue_work_seconds",
         "mediamesh_queue_pool_work_seconds",
+        "mediamesh_queue_pool_demand_seconds",
         "mediamesh_queue_wait_seconds",
         "mediamesh_job_latency_seconds",
         "mediamesh_queue_sla_seconds",
@@ -220,13 +221,13 @@ def check_keda_queries(mesh: MeshProcess, prometheus: PrometheusServer) -> None:
 
     def observe() -> tuple[dict, dict, dict]:
         """(scheduler gauges, KEDA query values, scheduler gauges again)."""
-        before = pool_work_gauges(mesh)
+        before = pool_demand_gauges(mesh)
         seen = {}
         for q in queries:
             result = prometheus.query(q.expr)
             assert len(result) == 1, f"{q.source}: {q.expr} returned {result}"
             seen[q.source] = float(result[0]["value"][1])
-        return before, seen, pool_work_gauges(mesh)
+        return before, seen, pool_demand_gauges(mesh)
 
     def agree(before: dict, seen: dict, after: dict) -> bool:
         return before == after and all(
@@ -245,13 +246,15 @@ def check_keda_queries(mesh: MeshProcess, prometheus: PrometheusServer) -> None:
     )
     gauges = after
 
-    # The backlog is real: both pools of image and video carry work; audio has none.
+    # The demand is real: both pools of image and video carry work; audio has none.
     for queue in ("image", "video"):
         for pool in ("on-demand", "spot"):
             assert gauges[(queue, pool)] > 0, (queue, pool, gauges)
 
+    # Nothing runs now (the backlog's models have no worker), so demand is all queued work.
     status = mesh_status(mesh)
     for queue in status.queues:
+        assert queue.running == 0, queue
         by_pool = [v for s, v in seen.items() if pools[s][0] == queue.name]
         assert len(by_pool) == 2, (queue.name, seen)
         assert math.isclose(sum(by_pool), queue.work_s, rel_tol=1e-6, abs_tol=1e-6), (
@@ -261,11 +264,11 @@ def check_keda_queries(mesh: MeshProcess, prometheus: PrometheusServer) -> None:
         )
 
 
-def pool_work_gauges(mesh: MeshProcess) -> dict[tuple[str, str], float]:
+def pool_demand_gauges(mesh: MeshProcess) -> dict[tuple[str, str], float]:
     families = scrape(mesh.config["scheduler"]["metrics_port"])
     return {
         (s.labels["queue"], s.labels["pool"]): s.value
-        for s in families["mediamesh_queue_pool_work_seconds"].samples
+        for s in families["mediamesh_queue_pool_demand_seconds"].samples
     }
 
 

@@ -309,8 +309,9 @@ class DispatchPolicy:
             job.last_worker_id = unit.worker_id
             waits.append(now - job.enqueued_at)
             charge = job.cost_s * job.remaining_fraction
-            self._charged[job.job_id] = charge
+            self._charged[job.job_id] = (charge, unit.pool)
             unit.load_s += charge
+            self.pool_running_s[(job.queue, unit.pool)] += charge
             self.running[job.queue] += 1
             self._running_by_tenant[job.tenant] += 1
             self._limited_count_changed(job.tenant, self._running_by_tenant[job.tenant])

@@ -113,7 +113,10 @@ class JobLifecycle:
 
     def _release(self, job: Job) -> None:
         """Take an in-flight job off its unit's load and its batch's open set."""
-        charge = self._charged.pop(job.job_id, 0.0)
+        charge, pool = self._charged.pop(job.job_id, (0.0, ""))
+        if pool:
+            key = (job.queue, pool)
+            self.pool_running_s[key] = max(self.pool_running_s[key] - charge, 0.0)
         unit = self.units.get(job.worker_id or "")
         if unit is not None:
             unit.load_s = max(unit.load_s - charge, 0.0)

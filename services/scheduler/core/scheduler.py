@@ -118,6 +118,9 @@ class SchedulerCore(DispatchPolicy, JobLifecycle):
         self._queue_depth: dict[str, int] = defaultdict(int)
         self.work_s: dict[str, float] = defaultdict(float)
         self.pool_work_s: dict[tuple[str, str], float] = defaultdict(float)
+        # Device-seconds dispatched to units of a pool and not yet ended (as estimated at
+        # dispatch): with `pool_work_s`, the demand a pool's autoscaler sizes it for.
+        self.pool_running_s: dict[tuple[str, str], float] = defaultdict(float)
         self.running: dict[str, int] = defaultdict(int)
         self._model_depth: dict[tuple[str, Priority], int] = defaultdict(int)
         self._model_work: dict[tuple[str, Priority], float] = defaultdict(float)
@@ -135,7 +138,8 @@ class SchedulerCore(DispatchPolicy, JobLifecycle):
         self._class_plans: dict[UnitClass, tuple[frozenset[Priority], bool, list[ModelQueue]]] = {}
         # (pool, lead priority) -> classes that may join its batch; the policy is fixed.
         self._joinable: dict[tuple[str, Priority], frozenset[Priority]] = {}
-        self._charged: dict[str, float] = {}
+        # Per in-flight job: the device-seconds charged to its unit, and the unit's pool.
+        self._charged: dict[str, tuple[float, str]] = {}
         self.spot_fallbacks: dict[str, int] = defaultdict(int)
         self.preemptions: dict[str, int] = defaultdict(int)
         self.ended: dict[tuple[str, JobState], int] = defaultdict(int)
@@ -382,6 +386,12 @@ class SchedulerCore(DispatchPolicy, JobLifecycle):
         del self.jobs[job_id]
         if job.idempotency_key:
             self._idempotency.pop((job.tenant, job.idempotency_key), None)
+
+    def pool_demand_s(self, queue: str, pool: str) -> float:
+        """Device-seconds a pool is asked for: work queued that prefers it plus work running
+        on it. KEDA scales on this; on the queued part alone a pool that keeps up would read
+        near zero while every replica is busy, and be scaled down into a backlog."""
+        return self.pool_work_s[(queue, pool)] + self.pool_running_s[(queue, pool)]
 
     def oldest_wait_s(self, queue: str) -> float:
         now = self.clock()

@@ -26,7 +26,7 @@ from queries import keda_queries, scaled_objects
 OVERLAYS = overlays()
 CRD = SCHEMAS / "keda.sh_scaledobjects.yaml"
 QUERY = re.compile(
-    r'^sum\(mediamesh_queue_pool_work_seconds\{queue="(?P<queue>[a-z]+)",pool="(?P<pool>[a-z-]+)"\}\)'
+    r'^sum\(mediamesh_queue_pool_demand_seconds\{queue="(?P<queue>[a-z]+)",pool="(?P<pool>[a-z-]+)"\}\)'
     r" or vector\(0\)$"
 )
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from services.scheduler.core.effects import CancelOnWorker, Dispatch
 from services.scheduler.core.jobs import JobState, Priority, TenantQuota
 from services.scheduler.core.scheduler import Accepted, Rejection
@@ -307,6 +309,40 @@ def test_batch_prefers_spot_and_falls_back_to_on_demand_after_the_wait():
     [dispatch] = core.schedule()
     assert dispatch.worker_id == "od0" and job.spot_fallback
     assert core.spot_fallbacks["image"] == 1
+
+
+def test_pool_demand_is_queued_work_for_the_pool_plus_work_running_on_it():
+    """KEDA's metric: queued work counts where the jobs prefer to run, running work where it
+    runs, so a BATCH job that fell back to on-demand moves from spot's demand to on-demand's."""
+    clock = FakeClock()
+    placements = {
+        Priority.REALTIME: Placement("on-demand", frozenset({"on-demand"}), 0.0),
+        Priority.STANDARD: Placement("on-demand", frozenset({"on-demand"}), 0.0),
+        Priority.BATCH: Placement("spot", frozenset({"spot", "on-demand"}), 10.0),
+    }
+    core = make_core(clock, placements=placements)
+    core.register_worker(worker("od0"))
+    bulk = submit(core, priority=Priority.BATCH, steps=8)
+    assert core.pool_demand_s("image", "spot") == bulk.cost_s > 0
+    assert core.pool_demand_s("image", "on-demand") == 0
+    clock.advance(11)
+    [dispatch] = core.schedule()
+    assert dispatch.worker_id == "od0" and bulk.spot_fallback
+    assert core.pool_demand_s("image", "spot") == 0
+    assert core.pool_demand_s("image", "on-demand") == bulk.cost_s
+    assert core.pool_work_s[("image", "on-demand")] == 0  # nothing queued: all of it runs
+
+    waiting = submit(core, steps=5)
+    assert core.pool_demand_s("image", "on-demand") == pytest.approx(bulk.cost_s + waiting.cost_s)
+    core.job_succeeded(bulk.job_id, dispatch.batch_id)
+    core.batch_ended(dispatch.batch_id)
+    clock.advance(1)
+    [second] = core.schedule()
+    assert second.jobs == (waiting,)
+    assert core.pool_demand_s("image", "on-demand") == pytest.approx(waiting.cost_s)
+    core.worker_lost("od0", "killed")  # the job queues again: demand stays, as queued work
+    assert core.pool_running_s[("image", "on-demand")] == 0
+    assert core.pool_demand_s("image", "on-demand") == pytest.approx(waiting.cost_s)
 
 
 def test_realtime_never_runs_on_spot_by_default():
