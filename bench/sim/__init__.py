@@ -2,7 +2,7 @@
 
 The SchedulerCore the scheduler service runs is driven here with a virtual clock: arrivals
 are submitted, dispatches become batches timed by the fleet's device speeds, completions and
-spot preemptions are reported back, and KEDA resizes the pools on the core's own backlog
+spot preemptions are reported back, and KEDA resizes the pools on the core's own demand
 metric. Modules, in the order data flows:
 
 - scenario: the input file (fleet, device types, workload, spot, autoscaling, SLAs)
