@@ -292,14 +292,17 @@ def test_preempted_job_goes_to_the_front_with_its_checkpoint():
     assert waiting.state is JobState.DISPATCHED
 
 
-def test_batch_prefers_spot_and_falls_back_to_on_demand_after_the_wait():
-    clock = FakeClock()
-    placements = {
+def batch_on_spot_then_on_demand(fallback_after_s: float) -> dict[Priority, Placement]:
+    return {
         Priority.REALTIME: Placement("on-demand", frozenset({"on-demand"}), 0.0),
         Priority.STANDARD: Placement("on-demand", frozenset({"on-demand"}), 0.0),
-        Priority.BATCH: Placement("spot", frozenset({"spot", "on-demand"}), 10.0),
+        Priority.BATCH: Placement("spot", frozenset({"spot", "on-demand"}), fallback_after_s),
     }
-    core = make_core(clock, placements=placements)
+
+
+def test_batch_prefers_spot_and_falls_back_to_on_demand_after_the_wait():
+    clock = FakeClock()
+    core = make_core(clock, placements=batch_on_spot_then_on_demand(fallback_after_s=10.0))
     core.register_worker(worker("od0"))
     job = submit(core, priority=Priority.BATCH)
     clock.advance(1)
@@ -315,12 +318,7 @@ def test_pool_demand_is_queued_work_for_the_pool_plus_work_running_on_it():
     """KEDA's metric: queued work counts where the jobs prefer to run, running work where it
     runs, so a BATCH job that fell back to on-demand moves from spot's demand to on-demand's."""
     clock = FakeClock()
-    placements = {
-        Priority.REALTIME: Placement("on-demand", frozenset({"on-demand"}), 0.0),
-        Priority.STANDARD: Placement("on-demand", frozenset({"on-demand"}), 0.0),
-        Priority.BATCH: Placement("spot", frozenset({"spot", "on-demand"}), 10.0),
-    }
-    core = make_core(clock, placements=placements)
+    core = make_core(clock, placements=batch_on_spot_then_on_demand(fallback_after_s=10.0))
     core.register_worker(worker("od0"))
     bulk = submit(core, priority=Priority.BATCH, steps=8)
     assert core.pool_demand_s("image", "spot") == bulk.cost_s > 0
