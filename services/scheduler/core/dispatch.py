@@ -107,8 +107,9 @@ class DispatchPolicy:
 
         A failure holds (stalls.py) while the model's queue, the limited tenants' running
         counts, the room of the pools it consulted and its class order are unchanged and
-        none of its timers has passed; its earliest timer then still counts as a wakeup. Runs for
-        every class on every pass, hence written out in one loop, cheapest tests first.
+        none of its timers has passed; its earliest timer then still counts as a wakeup.
+        Runs for every class on every pass, hence written out in one loop, cheapest tests
+        first.
         """
         plan = self._class_plans.get(cls)
         if plan is None:

@@ -78,14 +78,6 @@ class _Bucket:
             heapq.heappop(self.oldest)
         return self.oldest[0][0] if self.oldest else None
 
-    def head_of(self, tenant: str, is_live: Callable[[_Entry], bool]) -> _Entry | None:
-        line = self.tenants.get(tenant)
-        if line is None:
-            return None
-        while line.heap and not is_live(line.heap[0][2]):
-            heapq.heappop(line.heap)
-        return line.heap[0][2] if line.heap else None
-
     def tenants_by_share(self) -> list[str]:
         order = self._share_order
         if order is None:
@@ -249,7 +241,7 @@ class ModelQueue:
             bucket = buckets[_PRIORITIES[priority]]
             lines = bucket.tenants
             for tenant in bucket.tenants_by_share():
-                # `_Bucket.head_of`, inlined: this loop runs on every batch attempt.
+                # The tenant's head: its first live entry, stale ones popped on the way.
                 line = lines.get(tenant)
                 if line is None:
                     continue

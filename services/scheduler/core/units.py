@@ -87,8 +87,8 @@ class FreeUnits:
 
     def __init__(self) -> None:
         self._lists: dict[UnitClass, list[_Entry]] = {}
-        # Exact counts of units with room, per class and per (model, pool), so neither a
-        # pass nor `has_room` walks the lists to find out. Read-only outside this class.
+        # Exact counts of units with room, per class and per (model, pool), so a pass never
+        # walks the lists to find out whether a pool has room. Read-only outside this class.
         self._with_room: dict[UnitClass, int] = defaultdict(int)
         self.room_for: dict[tuple[str, str], int] = defaultdict(int)
         self._counted: set[str] = set()
@@ -160,10 +160,6 @@ class FreeUnits:
 
     def end_pass(self) -> None:
         self._bounds.clear()
-
-    def has_room(self, model: str, pool: str) -> bool:
-        """Whether any unit of `pool` hosting `model` has a free slot."""
-        return self.room_for[(model, pool)] > 0
 
 
 def pool_decision(
