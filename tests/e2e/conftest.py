@@ -150,7 +150,11 @@ def start(tmp: Path, config: dict, extra_args: tuple[str, ...] = ()) -> MeshProc
 
 
 def port_bound(port: int) -> bool:
+    """Whether something still holds the port, as a restarted mesh would find it. With
+    SO_REUSEADDR, as the servers bind: a connection the server closed first lingers in
+    TIME_WAIT for a minute, which blocks a plain bind but is no leftover process."""
     with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind(("127.0.0.1", port))
         except OSError:
