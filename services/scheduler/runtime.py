@@ -163,6 +163,7 @@ class SchedulerRuntime:
                         "progress",
                         step=effect.step,
                         total_steps=effect.total_steps,
+                        attempt=effect.job.attempts,
                     )
                 )
         if effects:
@@ -296,6 +297,7 @@ class SchedulerRuntime:
             "progress",
             step=job.step,
             total_steps=job.total_steps or job.params.steps,
+            attempt=job.attempts,
         )
 
     def artifact_of(self, job_id: str, tenant: str) -> StoredArtifact:

@@ -35,7 +35,9 @@ def generate_event(event: WatchEvent, data: bytes | None, inline_limit: int) -> 
         )
     elif event.kind == "progress":
         message.progress.CopyFrom(
-            common_pb2.Progress(step=event.step, total_steps=event.total_steps)
+            common_pb2.Progress(
+                step=event.step, total_steps=event.total_steps, attempt=event.attempt
+            )
         )
     elif event.kind == "result":
         message.result.CopyFrom(result_message(event.artifact, inline_limit, data))

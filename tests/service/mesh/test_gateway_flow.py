@@ -47,12 +47,34 @@ async def test_submit_then_watch_from_another_gateway_replays_and_follows(image_
         other = image_mesh.gateway_stub(f"127.0.0.1:{second.port}")
         events = await collect(other.Watch(gateway_pb2.WatchRequest(job_id=handle.job_id)))
         assert events[-1].HasField("result")
+        assert {e.progress.attempt for e in events if e.HasField("progress")} == {1}
         again = await collect(other.Watch(gateway_pb2.WatchRequest(job_id=handle.job_id)))
         assert len(again) == 1 and again[0].result.data == events[-1].result.data
         info = await other.GetJob(gateway_pb2.GetJobRequest(job_id=handle.job_id))
         assert info.state == common_pb2.SUCCEEDED and info.attempts == 1
     finally:
         await second.stop(0.2)
+
+
+async def test_a_watch_attached_mid_run_opens_with_the_progress_of_that_run(image_mesh):
+    stub = image_mesh.gateway_stub()
+    request = common_pb2.GenerateRequest(
+        model="flux-tiny", prompt="slow fox", steps=50, width=512, height=512, seed=4
+    )
+    handle = await stub.Submit(request)
+    try:
+        first = stub.Watch(gateway_pb2.WatchRequest(job_id=handle.job_id))
+        async for event in first:
+            if event.HasField("progress"):
+                break
+        first.cancel()
+        late = stub.Watch(gateway_pb2.WatchRequest(job_id=handle.job_id))
+        snapshot = await late.read()
+        late.cancel()
+        assert snapshot.HasField("progress"), snapshot
+        assert snapshot.progress.step >= 1 and snapshot.progress.attempt == 1
+    finally:
+        await stub.Cancel(gateway_pb2.CancelRequest(job_id=handle.job_id))
 
 
 async def test_idempotency_key_returns_the_same_job(image_mesh):

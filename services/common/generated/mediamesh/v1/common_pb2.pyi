@@ -78,12 +78,14 @@ class Queued(_message.Message):
     def __init__(self, position: _Optional[int] = ..., eta_s: _Optional[float] = ..., queue: _Optional[str] = ...) -> None: ...
 
 class Progress(_message.Message):
-    __slots__ = ("step", "total_steps")
+    __slots__ = ("step", "total_steps", "attempt")
     STEP_FIELD_NUMBER: _ClassVar[int]
     TOTAL_STEPS_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     step: int
     total_steps: int
-    def __init__(self, step: _Optional[int] = ..., total_steps: _Optional[int] = ...) -> None: ...
+    attempt: int
+    def __init__(self, step: _Optional[int] = ..., total_steps: _Optional[int] = ..., attempt: _Optional[int] = ...) -> None: ...
 
 class ArtifactRef(_message.Message):
     __slots__ = ("size_bytes", "sha256")
