@@ -46,21 +46,10 @@ class Tracker:
 
     # (arrival, job id, event, the worker the job was on when the event arrived)
     events: list[tuple[float, str, common_pb2.GenerateEvent, str]] = field(default_factory=list)
-    # Per event, when the Watch stream that delivered it opened, and whether it was that
-    # stream's first event: a re-attached stream opens with a snapshot of what the mesh
-    # already knew, which is not new work.
-    streams: list[tuple[float, bool]] = field(default_factory=list)
     worker_of: dict[str, str] = field(default_factory=dict)
     changed: asyncio.Event = field(default_factory=asyncio.Event)
 
-    def add(
-        self,
-        job_id: str,
-        event: common_pb2.GenerateEvent,
-        stream_opened: float = 0.0,
-        snapshot: bool = False,
-    ) -> None:
-        self.streams.append((stream_opened, snapshot))
+    def add(self, job_id: str, event: common_pb2.GenerateEvent) -> None:
         if event.WhichOneof("event") == "notice" and event.notice.kind == "dispatched":
             self.worker_of[job_id] = event.notice.worker_id
         self.events.append((time.monotonic(), job_id, event, self.worker_of.get(job_id, "")))
@@ -78,21 +67,22 @@ class Tracker:
         return 0.0
 
     def first_fresh_progress(self, after: float) -> float:
-        """The first progress of work done after `after`: of a job dispatched after it, or
-        on a Watch stream opened after it, but not the snapshot such a stream opens with. A
-        job resumed before its Watch re-attached shows at its next step, one step late."""
-        dispatched: set[str] = set()
-        for (at, job_id, event, _), (opened, snapshot) in zip(
-            self.events, self.streams, strict=True
-        ):
-            if at < after:
-                continue
+        """The first progress of a run that started after `after`: of a later attempt than
+        any the job showed before it (dispatched notices count, so an old run's progress
+        still in flight at `after` does not). A re-attached Watch opens with the last
+        progress the scheduler knows, which may be the old run's; its attempt tells."""
+        attempt_before: dict[str, int] = {}
+        for at, job_id, event, _ in self.events:
             kind = event.WhichOneof("event")
-            if kind == "notice" and event.notice.kind == "dispatched":
-                dispatched.add(job_id)
-            elif kind == "progress" and (
-                job_id in dispatched or (opened >= after and not snapshot)
-            ):
+            if kind == "progress":
+                attempt = event.progress.attempt
+            elif kind == "notice" and event.notice.kind == "dispatched":
+                attempt = event.notice.attempt
+            else:
+                continue
+            if at < after:
+                attempt_before[job_id] = max(attempt_before.get(job_id, 0), attempt)
+            elif kind == "progress" and attempt > attempt_before.get(job_id, 0):
                 return at
         return 0.0
 
@@ -118,10 +108,8 @@ async def follow(stub: gateway_pb2_grpc.GatewayStub, job_id: str, tracker: Track
     """Watch a job to its end, re-attaching when the mesh drops the stream."""
     while True:
         try:
-            opened, first = time.monotonic(), True
             async for event in stub.Watch(gateway_pb2.WatchRequest(job_id=job_id)):
-                tracker.add(job_id, event, opened, snapshot=first)
-                first = False
+                tracker.add(job_id, event)
                 if event.WhichOneof("event") in ("result", "error"):
                     return
         except grpc.aio.AioRpcError:
