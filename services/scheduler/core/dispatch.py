@@ -163,15 +163,16 @@ class DispatchPolicy:
         rooms: dict[tuple[str, str], bool],
         wakeups: list[float],
     ) -> None:
-        model = queue.model
-        view = self._pool_views.get(cls[0], _NOTHING)
+        # `_candidates` planned the class before any of its models could stall.
+        view = self._class_plans[cls][0]
         earliest = until = math.inf
         for time in wakeups:
             if time < earliest:
                 earliest = time
             if now < time < until:
                 until = time
-        self._stalls.setdefault(cls, {})[model] = Stall(
+        model = queue.model
+        self._stalls[cls][model] = Stall(
             queue.view_versions.get(view, 0),
             self._limited_version,
             tuple([(key, room) for key, room in rooms.items() if key[0] == model]) if rooms else (),
