@@ -37,10 +37,37 @@ UNLIMITED_TENANT = {
 }
 
 
+def _below_ephemeral_range() -> range:
+    """Ports the kernel never picks as the source port of an outgoing connection."""
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    return range(max(low - 12000, 1024), low)
+
+
+_PORTS = _below_ephemeral_range()
+_next_port = _PORTS.start + os.getpid() % len(_PORTS)
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port nothing holds now, for a mesh process a test or benchmark starts.
+
+    Not one the kernel picks for port 0: that comes from the ephemeral range, where any
+    outgoing connection (a gRPC client, a scrape) can take it before the server binds it,
+    which CI saw as EADDRINUSE. And never the same one twice in a process.
+    """
+    global _next_port
+    for _ in range(len(_PORTS)):
+        port = _next_port
+        _next_port = _PORTS.start + (port + 1 - _PORTS.start) % len(_PORTS)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        return port
+    raise RuntimeError(f"no free port in {_PORTS}")
 
 
 def mesh_config(

@@ -17,7 +17,8 @@ import psutil
 import pytest
 import yaml
 
-from tests.conftest import ROOT, free_port
+from bench.launcher import free_port
+from tests.conftest import ROOT
 
 READY_TIMEOUT_S = 240
 

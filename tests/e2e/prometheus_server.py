@@ -23,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from tests.conftest import free_port
+from bench.launcher import free_port
 
 PROMETHEUS_PATHS = ("/usr/bin/prometheus",)
 READY_TIMEOUT_S = 30.0
