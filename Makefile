@@ -15,17 +15,17 @@ PROTOS := $(shell find protos -name '*.proto')
 
 setup: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml setup.py constraints.txt
+$(VENV)/.installed: pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -c constraints.txt "$(TORCH_SPEC)"
-	$(PY) -m pip install -q -c constraints.txt -e '.[dev]'
+	$(PY) -m pip install -q -c constraints.txt -e '.[dev,sim,deepspeed]'
 	touch $@
 
 # The one target that writes generated stubs; never edit them by hand.
 protos: setup
-	rm -rf $(GENERATED)/mediamesh $(GENERATED)/inference
-	$(PY) -m services.common.protogen $(GENERATED)
+	rm -rf $(GENERATED)
+	$(PY) -m mediamesh.common.protogen $(GENERATED)
 
 models: setup
 	$(BIN)/mediamesh models build --out $(MODELS_DIR)

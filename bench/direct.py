@@ -25,15 +25,15 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import torch
 
-from services.common.registry import ModelSpec, load_registry
-from services.worker.core.batch import (
+from mediamesh.common.registry import ModelSpec, load_registry
+from mediamesh.worker.core.batch import (
     BatchControl,
     JobFailed,
     JobFinished,
     JobParams,
     WorkerEvent,
 )
-from services.worker.models.host import ModelHost, load_host
+from mediamesh.worker.models.host import ModelHost, load_host
 
 
 def jobs_for(spec: ModelSpec, first: int, count: int, steps: int = 0) -> list[JobParams]:

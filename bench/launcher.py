@@ -156,7 +156,7 @@ class Mesh:
                 argv = child.cmdline()
             except psutil.Error:
                 continue
-            # `python -m services.cli.main <role> ...`: match the role word, not a path.
+            # `python -m mediamesh.cli.main <role> ...`: match the role word, not a path.
             if role not in argv[3:5]:
                 continue
             if worker_id is None or worker_id in argv:
@@ -180,7 +180,7 @@ def _start(workdir: Path, config: dict[str, Any]) -> Mesh:
         "PYTHONUNBUFFERED": "1",
         "TOKENIZERS_PARALLELISM": "false",
     }
-    argv = [sys.executable, "-m", "services.cli.main", "up", "--config", str(path)]
+    argv = [sys.executable, "-m", "mediamesh.cli.main", "up", "--config", str(path)]
     argv += ["--run-dir", str(run_dir), "--ready-timeout", str(READY_TIMEOUT_S)]
     process = subprocess.Popen(
         argv,

@@ -23,9 +23,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 import grpc
-from inference import grpc_service_pb2 as kserve_pb
-from inference import grpc_service_pb2_grpc as kserve_grpc
-from mediamesh.v1 import common_pb2, gateway_pb2_grpc
+
+from mediamesh.common.generated.inference import grpc_service_pb2 as kserve_pb
+from mediamesh.common.generated.inference import grpc_service_pb2_grpc as kserve_grpc
+from mediamesh.common.generated.v1 import common_pb2, gateway_pb2_grpc
 
 Call = Callable[[int], Awaitable[str]]  # request index -> "" on success, else the error code
 _MAX_MESSAGE = 64 * 1024 * 1024

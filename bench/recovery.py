@@ -22,7 +22,8 @@ import grpc
 import matplotlib
 import numpy as np
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from mediamesh.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
+
+from mediamesh.common.generated.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
 
 matplotlib.use("Agg")
 

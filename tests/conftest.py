@@ -17,7 +17,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 @pytest.fixture(scope="session")
 def models_dir() -> Path:
     """Every buildable default model, built once (idempotent: skipped when complete)."""
-    from services.worker.models.build import build_models
+    from mediamesh.worker.models.build import build_models
 
     build_models(MODELS_DIR)
     return MODELS_DIR

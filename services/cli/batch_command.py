@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from services.cli.api.gateway_client import AsyncGateway, GatewayError, Outcome
-from services.common.registry import MIME_TYPES
+from mediamesh.cli.api.gateway_client import AsyncGateway, GatewayError, Outcome
+from mediamesh.common.registry import MIME_TYPES
 
 MANIFEST = "manifest.jsonl"
 # What a line may say, and the JSON type each value must have.

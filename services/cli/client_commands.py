@@ -61,10 +61,10 @@ def _env_path(name: str) -> Path | None:
 
 
 def _cmd_generate(args: argparse.Namespace) -> int:
-    from mediamesh.v1 import gateway_pb2_grpc
     from tqdm import tqdm
 
-    from services.cli.api import gateway_client as gc
+    from mediamesh.cli.api import gateway_client as gc
+    from mediamesh.common.generated.v1 import gateway_pb2_grpc
 
     request = gc.generate_request(
         model=args.model,
@@ -120,9 +120,9 @@ def _cmd_generate(args: argparse.Namespace) -> int:
 
 
 def _status_text(args: argparse.Namespace) -> str:
-    from services.cli.api.mesh_client import mesh_status
-    from services.cli.services import load
-    from services.cli.status_table import render
+    from mediamesh.cli.api.mesh_client import mesh_status
+    from mediamesh.cli.services import load
+    from mediamesh.cli.status_table import render
 
     config, _ = load(args.config)
     return render(mesh_status(config, args.scheduler))
@@ -171,10 +171,9 @@ def _cmd_healthcheck(args: argparse.Namespace) -> int:
 
 
 def _cmd_drain(args: argparse.Namespace) -> int:
-    from mediamesh.v1 import worker_pb2, worker_pb2_grpc
-
-    from services.cli.api.mesh_client import _metadata
-    from services.cli.services import load
+    from mediamesh.cli.api.mesh_client import _metadata
+    from mediamesh.cli.services import load
+    from mediamesh.common.generated.v1 import worker_pb2, worker_pb2_grpc
 
     config, _ = load(args.config)
     with grpc.insecure_channel(args.address) as channel:

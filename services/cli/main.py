@@ -8,9 +8,9 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from services.common.errors import StartupError
-from services.common.registry import RegistryError
-from services.common.settings import ConfigError, MeshConfig
+from mediamesh.common.errors import StartupError
+from mediamesh.common.registry import RegistryError
+from mediamesh.common.settings import ConfigError, MeshConfig
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -72,11 +72,11 @@ def build_parser() -> argparse.ArgumentParser:
     build.add_argument("--force", action="store_true", help="rebuild even if present")
     build.set_defaults(handler=_cmd_models_build)
 
-    from services.cli import client_commands
-    from services.cli.batch_command import add_batch_command
+    from mediamesh.cli import client_commands
+    from mediamesh.cli.batch_command import add_batch_command
 
     client_commands.add_commands(sub)
-    from services.cli.simulate_command import add_simulate_command
+    from mediamesh.cli.simulate_command import add_simulate_command
 
     add_simulate_command(sub)
     add_batch_command(sub)
@@ -84,14 +84,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _cmd_up(args: argparse.Namespace) -> int:
-    from services.cli.services import load
-    from services.cli.up import run_up
+    from mediamesh.cli.services import load
+    from mediamesh.cli.up import run_up
 
     overrides = {"models_dir": str(args.models_dir)} if args.models_dir else None
     config, registry = load(args.config, overrides)
     config = without_idle_spot_wait(config)
     if not args.no_build:
-        from services.worker.models.build import build_models
+        from mediamesh.worker.models.build import build_models
 
         wanted = {m for w in config.workers for m in w.models} or set(registry.names)
         buildable = [m.name for m in registry.models if m.source.startswith("{models_dir}")]
@@ -115,14 +115,14 @@ def without_idle_spot_wait(config: MeshConfig) -> MeshConfig:
 
 
 def _cmd_scheduler(args: argparse.Namespace) -> int:
-    from services.cli.services import load, run_scheduler
+    from mediamesh.cli.services import load, run_scheduler
 
     run_scheduler(*load(args.config))
     return 0
 
 
 def _cmd_gateway(args: argparse.Namespace) -> int:
-    from services.cli.services import load, run_gateway
+    from mediamesh.cli.services import load, run_gateway
 
     overrides = {"gateway.insecure": True} if args.insecure else None
     run_gateway(*load(args.config, overrides))
@@ -130,8 +130,8 @@ def _cmd_gateway(args: argparse.Namespace) -> int:
 
 
 def _cmd_worker(args: argparse.Namespace) -> int:
-    from services.cli.services import load, run_worker
-    from services.common.settings import WorkerSettings
+    from mediamesh.cli.services import load, run_worker
+    from mediamesh.common.settings import WorkerSettings
 
     config, registry = load(args.config)
     chosen = next((w for w in config.workers if w.worker_id == args.worker_id), None)
@@ -154,7 +154,7 @@ def _cmd_worker(args: argparse.Namespace) -> int:
 
 
 def _cmd_models_build(args: argparse.Namespace) -> int:
-    from services.worker.models.build import build_models
+    from mediamesh.worker.models.build import build_models
 
     names = [n for n in args.only.split(",") if n] or None
     for path in build_models(args.out, names, force=args.force):

@@ -10,11 +10,11 @@ from typing import Any
 
 import uvloop
 
-from services.common.metrics import serve_metrics
-from services.common.registry import Registry, load_registry
-from services.common.server import stop_event_on_signals
-from services.common.settings import MeshConfig, WorkerSettings, load_mesh_config
-from services.common.telemetry import setup_logging, setup_tracing, shutdown_tracing
+from mediamesh.common.metrics import serve_metrics
+from mediamesh.common.registry import Registry, load_registry
+from mediamesh.common.server import stop_event_on_signals
+from mediamesh.common.settings import MeshConfig, WorkerSettings, load_mesh_config
+from mediamesh.common.telemetry import setup_logging, setup_tracing, shutdown_tracing
 
 log = logging.getLogger("mediamesh")
 
@@ -45,21 +45,21 @@ def _run_until_signalled(name: str, start: Callable[[], Awaitable[Any]]) -> None
 
 
 def run_scheduler(config: MeshConfig, registry: Registry) -> None:
-    from services.scheduler.main import start_scheduler
+    from mediamesh.scheduler.main import start_scheduler
 
     _prepare(config, "scheduler", config.scheduler.host, config.scheduler.metrics_port)
     _run_until_signalled("scheduler", lambda: start_scheduler(config, registry))
 
 
 def run_gateway(config: MeshConfig, registry: Registry) -> None:
-    from services.gateway.main import start_gateway
+    from mediamesh.gateway.main import start_gateway
 
     _prepare(config, "gateway", config.gateway.host, config.gateway.metrics_port)
     _run_until_signalled("gateway", lambda: start_gateway(config, registry))
 
 
 def run_worker(config: MeshConfig, registry: Registry, worker: WorkerSettings) -> None:
-    from services.worker.main import start_worker
+    from mediamesh.worker.main import start_worker
 
     _prepare(config, f"worker {worker.worker_id}", worker.host, worker.metrics_port)
 

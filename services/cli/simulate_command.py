@@ -13,8 +13,6 @@ import json
 import sys
 from pathlib import Path
 
-DEFAULT_SCENARIO = Path(__file__).resolve().parents[2] / "bench/sim/scenarios/small.yaml"
-
 
 def add_simulate_command(sub: argparse._SubParsersAction) -> None:
     simulate = sub.add_parser(
@@ -25,10 +23,9 @@ def add_simulate_command(sub: argparse._SubParsersAction) -> None:
     )
     simulate.add_argument(
         "scenario",
-        type=Path,
         nargs="?",
-        default=DEFAULT_SCENARIO,
-        help="scenario YAML or JSON (default: bench/sim/scenarios/small.yaml)",
+        default="small",
+        help="scenario file (YAML or JSON) or a shipped one: small, fleet-1000 (default: small)",
     )
     simulate.add_argument("--jobs", type=int, default=None, help="arrivals to simulate")
     simulate.add_argument(
@@ -58,7 +55,7 @@ def add_simulate_command(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_simulate(args: argparse.Namespace) -> int:
-    from bench.sim.scenario import ScenarioError, load_scenario
+    from mediamesh.sim.scenario import ScenarioError, load_scenario
 
     try:
         scenario = load_scenario(args.scenario)
@@ -73,8 +70,8 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
 
 
 def _simulate(scenario: object, args: argparse.Namespace) -> int:
-    from bench.sim.report import write_json, write_plot
-    from bench.sim.simulation import simulate
+    from mediamesh.sim.report import write_json, write_plot
+    from mediamesh.sim.simulation import simulate
 
     result = simulate(scenario, jobs=args.jobs, devices=args.devices, seed=args.seed)  # type: ignore[arg-type]
     stem = args.out / f"sim-{result.scenario}"
@@ -87,7 +84,7 @@ def _simulate(scenario: object, args: argparse.Namespace) -> int:
 
 
 def _right_size(scenario: object, args: argparse.Namespace) -> int:
-    from bench.sim.rightsize import Trial, right_size
+    from mediamesh.sim.rightsize import Trial, right_size
 
     def progress(trial: Trial) -> None:
         verdict = "meets" if trial.meets else "misses"

@@ -21,7 +21,7 @@ import yaml
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from pydantic import SecretStr
 
-from services.common.settings import InternalAuthSettings, MeshConfig
+from mediamesh.common.settings import InternalAuthSettings, MeshConfig
 
 _PR_SET_PDEATHSIG = 1
 
@@ -85,7 +85,7 @@ class Mesh:
         run_dir.mkdir(parents=True, exist_ok=True)
         self.config_path = run_dir / "mesh.yaml"
         self.config_path.write_text(yaml.safe_dump(dump_config(config)))
-        entry = [sys.executable, "-m", "services.cli.main"]
+        entry = [sys.executable, "-m", "mediamesh.cli.main"]
         base = ["--config", str(self.config_path)]
         s, g = config.scheduler, config.gateway
         self.scheduler = Child("scheduler", [*entry, "scheduler", *base], f"{s.host}:{s.port}")
@@ -124,7 +124,7 @@ class Mesh:
         return False
 
     def _workers_registered(self) -> bool:
-        from services.cli.api.mesh_client import registered_workers
+        from mediamesh.cli.api.mesh_client import registered_workers
 
         wanted = {w.worker_id for w in self.config.workers}
         return wanted <= registered_workers(self.config)

@@ -7,9 +7,9 @@ from typing import Any
 
 import grpc
 
-from services.common.interceptors import INTERNAL_TOKEN_KEY
-from services.common.server import message_options
-from services.common.telemetry import client_tracing_interceptors
+from mediamesh.common.interceptors import INTERNAL_TOKEN_KEY
+from mediamesh.common.server import message_options
+from mediamesh.common.telemetry import client_tracing_interceptors
 
 
 def _with_token(details: grpc.aio.ClientCallDetails, token: str) -> grpc.aio.ClientCallDetails:

@@ -10,8 +10,8 @@ from typing import Any
 
 import grpc
 
-from services.common.errors import RETRY_AFTER_KEY, MeshError
-from services.common.metrics import RPC_LATENCY, RPC_REQUESTS
+from mediamesh.common.errors import RETRY_AFTER_KEY, MeshError
+from mediamesh.common.metrics import RPC_LATENCY, RPC_REQUESTS
 
 log = logging.getLogger(__name__)
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 import secrets
 from dataclasses import dataclass
 
-from services.common.errors import InvalidArgument, NotFound
-from services.common.generation import GenerationParams, Priority
-from services.common.registry import ModelSpec, Registry
+from mediamesh.common.errors import InvalidArgument, NotFound
+from mediamesh.common.generation import GenerationParams, Priority
+from mediamesh.common.registry import ModelSpec, Registry
 
 
 @dataclass(frozen=True)

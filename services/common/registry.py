@@ -6,6 +6,7 @@ limits, the scheduler takes modality, batching and cost from it, and workers loa
 
 from __future__ import annotations
 
+from importlib.resources import as_file, files
 from pathlib import Path
 from typing import Literal
 
@@ -159,7 +160,8 @@ class RegistryError(ValueError):
     """A registry file that cannot be used, with the entry and field at fault."""
 
 
-DEFAULT_REGISTRY_PATH = Path(__file__).parent / "defaults" / "models.yaml"
+# The shipped registry, read as package data so it is found in an installed wheel as well.
+DEFAULT_REGISTRY = files("mediamesh.common") / "defaults" / "models.yaml"
 
 
 def _describe(error: ValidationError, raw: dict) -> str:
@@ -187,7 +189,10 @@ def parse_registry(raw: object, origin: str = "registry") -> Registry:
 
 
 def load_registry(path: Path | None = None) -> Registry:
-    path = path or DEFAULT_REGISTRY_PATH
+    """Load and validate a registry file (the shipped default when `path` is None)."""
+    if path is None:
+        with as_file(DEFAULT_REGISTRY) as shipped:
+            return load_registry(shipped)
     try:
         raw = yaml.safe_load(path.read_text())
     except OSError as exc:

@@ -13,9 +13,9 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 from grpc_reflection.v1alpha import reflection
 
-from services.common.interceptors import ServiceInterceptor
-from services.common.settings import TlsSettings
-from services.common.telemetry import server_tracing_interceptors
+from mediamesh.common.interceptors import ServiceInterceptor
+from mediamesh.common.settings import TlsSettings
+from mediamesh.common.telemetry import server_tracing_interceptors
 
 log = logging.getLogger(__name__)
 

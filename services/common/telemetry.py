@@ -22,7 +22,7 @@ from opentelemetry.sdk.trace.export import (
     SpanExportResult,
 )
 
-from services.common.settings import TelemetrySettings
+from mediamesh.common.settings import TelemetrySettings
 
 _tracing_enabled = False
 

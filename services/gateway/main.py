@@ -7,15 +7,14 @@ import logging
 import time
 from dataclasses import dataclass
 
-from mediamesh.v1 import scheduler_pb2_grpc
-
-from services.common.channels import internal_channel
-from services.common.registry import Registry
-from services.common.server import RunningServer, start_server
-from services.common.settings import ConfigError, MeshConfig
-from services.gateway.api import kserve, servicer
-from services.gateway.api.upstream import Upstream
-from services.gateway.core.tenancy import Tenancy
+from mediamesh.common.channels import internal_channel
+from mediamesh.common.generated.v1 import scheduler_pb2_grpc
+from mediamesh.common.registry import Registry
+from mediamesh.common.server import RunningServer, start_server
+from mediamesh.common.settings import ConfigError, MeshConfig
+from mediamesh.gateway.api import kserve, servicer
+from mediamesh.gateway.api.upstream import Upstream
+from mediamesh.gateway.core.tenancy import Tenancy
 
 log = logging.getLogger("mediamesh.gateway")
 

@@ -11,16 +11,16 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from typing import Protocol
 
-from services.common.settings import SchedulerSettings
-from services.scheduler import metrics
-from services.scheduler.core.effects import Dispatch, Effect
-from services.scheduler.core.jobs import Job
-from services.scheduler.core.scheduler import SchedulerCore
-from services.scheduler.events import EventHub, WatchEvent
-from services.scheduler.store.artifacts import ArtifactStore, StoredArtifact
-from services.scheduler.store.job_store import JobStore
-from services.scheduler.tracing import batch_span
-from services.worker.core.batch import (
+from mediamesh.common.settings import SchedulerSettings
+from mediamesh.scheduler import metrics
+from mediamesh.scheduler.core.effects import Dispatch, Effect
+from mediamesh.scheduler.core.jobs import Job
+from mediamesh.scheduler.core.scheduler import SchedulerCore
+from mediamesh.scheduler.events import EventHub, WatchEvent
+from mediamesh.scheduler.store.artifacts import ArtifactStore, StoredArtifact
+from mediamesh.scheduler.store.job_store import JobStore
+from mediamesh.scheduler.tracing import batch_span
+from mediamesh.worker.core.batch import (
     JobCheckpointed,
     JobFailed,
     JobFinished,

@@ -6,8 +6,8 @@ import asyncio
 from collections import defaultdict
 from dataclasses import dataclass
 
-from services.scheduler.core.jobs import JobState
-from services.scheduler.store.artifacts import StoredArtifact
+from mediamesh.scheduler.core.jobs import JobState
+from mediamesh.scheduler.store.artifacts import StoredArtifact
 
 
 @dataclass(frozen=True)

@@ -7,18 +7,18 @@ import time
 import uuid
 from dataclasses import dataclass
 
-from services.common.registry import Registry
-from services.common.server import Registration, RunningServer, start_server
-from services.common.settings import MeshConfig
-from services.scheduler.api.servicer import SchedulerServicer, registration
-from services.scheduler.api.worker_link import GrpcWorkerLink
-from services.scheduler.batches import WorkerLink
-from services.scheduler.core.jobs import Priority
-from services.scheduler.core.scheduler import CorePolicy, QueuePolicy, SchedulerCore
-from services.scheduler.core.units import Placement
-from services.scheduler.runtime import SchedulerRuntime
-from services.scheduler.store.artifacts import ArtifactStore
-from services.scheduler.store.job_store import JobStore
+from mediamesh.common.registry import Registry
+from mediamesh.common.server import Registration, RunningServer, start_server
+from mediamesh.common.settings import MeshConfig
+from mediamesh.scheduler.api.servicer import SchedulerServicer, registration
+from mediamesh.scheduler.api.worker_link import GrpcWorkerLink
+from mediamesh.scheduler.batches import WorkerLink
+from mediamesh.scheduler.core.jobs import Priority
+from mediamesh.scheduler.core.scheduler import CorePolicy, QueuePolicy, SchedulerCore
+from mediamesh.scheduler.core.units import Placement
+from mediamesh.scheduler.runtime import SchedulerRuntime
+from mediamesh.scheduler.store.artifacts import ArtifactStore
+from mediamesh.scheduler.store.job_store import JobStore
 
 log = logging.getLogger("mediamesh.scheduler")
 

@@ -14,13 +14,13 @@ import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-from services.common.aio import wait_event
-from services.common.errors import MeshError, NotFound
-from services.common.settings import SchedulerSettings
-from services.common.telemetry import log_job
-from services.scheduler import metrics
-from services.scheduler.batches import BatchRunner, WorkerLink
-from services.scheduler.core.effects import (
+from mediamesh.common.aio import wait_event
+from mediamesh.common.errors import MeshError, NotFound
+from mediamesh.common.settings import SchedulerSettings
+from mediamesh.common.telemetry import log_job
+from mediamesh.scheduler import metrics
+from mediamesh.scheduler.batches import BatchRunner, WorkerLink
+from mediamesh.scheduler.core.effects import (
     CancelOnWorker,
     Dispatch,
     Effect,
@@ -28,12 +28,12 @@ from services.scheduler.core.effects import (
     Progressed,
     Transition,
 )
-from services.scheduler.core.jobs import Job, JobState
-from services.scheduler.core.scheduler import Accepted, NewJob, SchedulerCore
-from services.scheduler.core.units import WorkerInfo
-from services.scheduler.events import EventHub, WatchEvent
-from services.scheduler.store.artifacts import ArtifactStore, StoredArtifact
-from services.scheduler.store.job_store import JobStore
+from mediamesh.scheduler.core.jobs import Job, JobState
+from mediamesh.scheduler.core.scheduler import Accepted, NewJob, SchedulerCore
+from mediamesh.scheduler.core.units import WorkerInfo
+from mediamesh.scheduler.events import EventHub, WatchEvent
+from mediamesh.scheduler.store.artifacts import ArtifactStore, StoredArtifact
+from mediamesh.scheduler.store.job_store import JobStore
 
 log = logging.getLogger("mediamesh.scheduler")
 

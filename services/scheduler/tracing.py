@@ -7,8 +7,8 @@ from collections.abc import Iterator
 
 from opentelemetry import trace
 
-from services.common.telemetry import context_from, tracer
-from services.scheduler.core.effects import Dispatch
+from mediamesh.common.telemetry import context_from, tracer
+from mediamesh.scheduler.core.effects import Dispatch
 
 _tracer = tracer("mediamesh.scheduler")
 

@@ -7,17 +7,16 @@ import logging
 import os
 from dataclasses import dataclass
 
-from mediamesh.v1 import scheduler_pb2
-
-from services.common.registry import ModelSpec, Registry
-from services.common.server import Registration, RunningServer, start_server
-from services.common.settings import ConfigError, MeshConfig, WorkerSettings
-from services.worker import metrics
-from services.worker.api.servicer import WorkerServicer, adder, service_names
-from services.worker.api.session import SchedulerSession
-from services.worker.models.host import ModelHost, load_host
-from services.worker.models.memory import device_memory
-from services.worker.runtime import WorkerRuntime
+from mediamesh.common.generated.v1 import scheduler_pb2
+from mediamesh.common.registry import ModelSpec, Registry
+from mediamesh.common.server import Registration, RunningServer, start_server
+from mediamesh.common.settings import ConfigError, MeshConfig, WorkerSettings
+from mediamesh.worker import metrics
+from mediamesh.worker.api.servicer import WorkerServicer, adder, service_names
+from mediamesh.worker.api.session import SchedulerSession
+from mediamesh.worker.models.host import ModelHost, load_host
+from mediamesh.worker.models.memory import device_memory
+from mediamesh.worker.runtime import WorkerRuntime
 
 log = logging.getLogger("mediamesh.worker")
 

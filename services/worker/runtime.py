@@ -15,10 +15,10 @@ from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from services.common.aio import wait_event
-from services.common.telemetry import tracer
-from services.worker import metrics
-from services.worker.core.batch import (
+from mediamesh.common.aio import wait_event
+from mediamesh.common.telemetry import tracer
+from mediamesh.worker import metrics
+from mediamesh.worker.core.batch import (
     BatchControl,
     JobCheckpointed,
     JobFailed,
@@ -28,7 +28,7 @@ from services.worker.core.batch import (
     StepDone,
     WorkerEvent,
 )
-from services.worker.models.host import ModelHost
+from mediamesh.worker.models.host import ModelHost
 
 log = logging.getLogger("mediamesh.worker")
 _tracer = tracer("mediamesh.worker")

@@ -61,7 +61,7 @@ class MeshProcess:
 
     def cli(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
         return subprocess.run(
-            [sys.executable, "-m", "services.cli.main", *args],
+            [sys.executable, "-m", "mediamesh.cli.main", *args],
             capture_output=True,
             text=True,
             timeout=timeout,
@@ -117,7 +117,7 @@ def start(tmp: Path, config: dict, extra_args: tuple[str, ...] = ()) -> MeshProc
         [
             sys.executable,
             "-m",
-            "services.cli.main",
+            "mediamesh.cli.main",
             "up",
             "--config",
             str(path),

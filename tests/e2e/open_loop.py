@@ -8,7 +8,8 @@ import time
 from dataclasses import dataclass
 
 import grpc
-from mediamesh.v1 import common_pb2, gateway_pb2_grpc
+
+from mediamesh.common.generated.v1 import common_pb2, gateway_pb2_grpc
 
 # States that say the job has left the queue (the event may be a notice or a progress event).
 _STARTED = (common_pb2.DISPATCHED, common_pb2.RUNNING)

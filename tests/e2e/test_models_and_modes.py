@@ -12,16 +12,16 @@ import numpy as np
 import pytest
 import yaml
 from imageio_ffmpeg import read_frames
-from mediamesh.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
 from PIL import Image
 
-from services.common.registry import DEFAULT_REGISTRY_PATH
+from mediamesh.common.generated.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
+from mediamesh.common.registry import DEFAULT_REGISTRY
 
 pytestmark = pytest.mark.e2e
 
 
 def registry_with_modes(tmp_path: Path) -> Path:
-    entries = yaml.safe_load(DEFAULT_REGISTRY_PATH.read_text())["models"]
+    entries = yaml.safe_load(DEFAULT_REGISTRY.read_text())["models"]
     flux = next(e for e in entries if e["name"] == "flux-tiny")
     pipeline = copy.deepcopy(flux) | {"name": "flux-tiny-pipeline"}
     pipeline["parallelism"] = {

@@ -21,16 +21,16 @@ from pathlib import Path
 
 import grpc
 import pytest
-from mediamesh.v1 import (
+from prometheus_client.parser import text_string_to_metric_families
+
+from mediamesh.common.generated.v1 import (
     common_pb2,
     gateway_pb2,
     gateway_pb2_grpc,
     scheduler_pb2,
     scheduler_pb2_grpc,
 )
-from prometheus_client.parser import text_string_to_metric_families
-
-from services.common.interceptors import INTERNAL_TOKEN_KEY
+from mediamesh.common.interceptors import INTERNAL_TOKEN_KEY
 from tests.conftest import ROOT
 from tests.e2e.conftest import MeshProcess, wait_for
 from tests.e2e.prometheus_server import PrometheusServer, prometheus_binary, prometheus_server

@@ -8,8 +8,8 @@ import time
 
 import grpc
 import pytest
-from mediamesh.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
 
+from mediamesh.common.generated.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
 from tests.e2e.conftest import wait_for
 
 pytestmark = pytest.mark.e2e

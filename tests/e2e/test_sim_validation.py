@@ -25,7 +25,9 @@ import numpy as np
 import pytest
 import yaml
 
-from bench.sim.validation import (
+from mediamesh.common.registry import DEFAULT_REGISTRY
+from mediamesh.common.settings import SchedulerSettings
+from mediamesh.sim.validation import (
     DeviceFit,
     MeasuredBatch,
     ValidationResult,
@@ -33,8 +35,6 @@ from bench.sim.validation import (
     simulate_small_for_validation,
     write_trace,
 )
-from services.common.registry import DEFAULT_REGISTRY_PATH
-from services.common.settings import SchedulerSettings
 from tests.e2e.conftest import stop
 from tests.e2e.mesh_spans import (
     QueueWait,
@@ -152,7 +152,7 @@ def poisson_plan(rate_per_s: float) -> list[PlannedJob]:
 
 def registry_with(folder: Path, name: str, batching: dict) -> Path:
     """The default registry with MODEL's batching replaced."""
-    raw = yaml.safe_load(DEFAULT_REGISTRY_PATH.read_text())
+    raw = yaml.safe_load(DEFAULT_REGISTRY.read_text())
     for entry in raw["models"]:
         if entry["name"] == MODEL:
             entry["batching"] = batching

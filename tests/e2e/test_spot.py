@@ -12,8 +12,8 @@ import grpc
 import numpy as np
 import pytest
 from imageio_ffmpeg import read_frames
-from mediamesh.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
 
+from mediamesh.common.generated.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
 from tests.e2e.conftest import wait_for
 
 pytestmark = pytest.mark.e2e

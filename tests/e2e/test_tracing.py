@@ -7,8 +7,8 @@ from pathlib import Path
 
 import grpc
 import pytest
-from mediamesh.v1 import common_pb2, gateway_pb2_grpc
 
+from mediamesh.common.generated.v1 import common_pb2, gateway_pb2_grpc
 from tests.e2e.conftest import stop
 
 pytestmark = pytest.mark.e2e

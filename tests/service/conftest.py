@@ -8,18 +8,18 @@ from pathlib import Path
 
 import grpc
 import pytest
-from mediamesh.v1 import gateway_pb2_grpc
 
-from services.common.registry import load_registry
-from services.common.settings import (
+from mediamesh.common.generated.v1 import gateway_pb2_grpc
+from mediamesh.common.registry import load_registry
+from mediamesh.common.settings import (
     GatewaySettings,
     MeshConfig,
     SchedulerSettings,
     WorkerSettings,
 )
-from services.gateway.main import start_gateway
-from services.scheduler.main import start_scheduler
-from services.worker.main import start_worker
+from mediamesh.gateway.main import start_gateway
+from mediamesh.scheduler.main import start_scheduler
+from mediamesh.worker.main import start_worker
 
 
 @dataclass

@@ -6,7 +6,7 @@ import filecmp
 import re
 from pathlib import Path
 
-from services.common import protogen
+from mediamesh.common import protogen
 
 ROOT = Path(__file__).resolve().parents[2]
 GENERATED = ROOT / "services" / "common" / "generated"

@@ -13,7 +13,8 @@ from types import TracebackType
 from typing import Any
 
 import grpc
-from mediamesh.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
+
+from mediamesh.common.generated.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
 
 RETRY_AFTER_KEY = "retry-after-ms"
 DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import grpc
-from mediamesh.v1 import scheduler_pb2, scheduler_pb2_grpc
 
-from services.common.interceptors import INTERNAL_TOKEN_KEY
-from services.common.settings import MeshConfig
+from mediamesh.common.generated.v1 import scheduler_pb2, scheduler_pb2_grpc
+from mediamesh.common.interceptors import INTERNAL_TOKEN_KEY
+from mediamesh.common.settings import MeshConfig
 
 
 def _metadata(config: MeshConfig) -> list[tuple[str, str]]:

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from mediamesh.v1 import common_pb2
-
-from services.common.params import RequestFields
+from mediamesh.common.generated.v1 import common_pb2
+from mediamesh.common.params import RequestFields
 
 
 def request_fields(request: common_pb2.GenerateRequest) -> RequestFields:

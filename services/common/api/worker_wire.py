@@ -6,9 +6,8 @@ does the reverse), so the two ends can never disagree.
 
 from __future__ import annotations
 
-from mediamesh.v1 import common_pb2, worker_pb2
-
-from services.worker.core.batch import (
+from mediamesh.common.generated.v1 import common_pb2, worker_pb2
+from mediamesh.worker.core.batch import (
     JobCheckpointed,
     JobFailed,
     JobFinished,

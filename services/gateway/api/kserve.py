@@ -13,24 +13,24 @@ import logging
 from collections.abc import AsyncIterator, Callable
 
 import grpc
-from inference import grpc_service_pb2 as pb
-from inference import grpc_service_pb2_grpc as pb_grpc
-from mediamesh.v1 import gateway_pb2
 
-from services.common.errors import MeshError, NotFound
-from services.common.registry import ModelSpec
-from services.common.server import Registration
-from services.gateway.api import kserve_messages as messages
-from services.gateway.api.kserve_jobs import ElementProgress, run_call
-from services.gateway.api.lenient import add_servicer
-from services.gateway.api.upstream import Upstream, caller_of, mesh_errors
-from services.gateway.core.inference_call import (
+from mediamesh.common.errors import MeshError, NotFound
+from mediamesh.common.generated.inference import grpc_service_pb2 as pb
+from mediamesh.common.generated.inference import grpc_service_pb2_grpc as pb_grpc
+from mediamesh.common.generated.v1 import gateway_pb2
+from mediamesh.common.registry import ModelSpec
+from mediamesh.common.server import Registration
+from mediamesh.gateway.api import kserve_messages as messages
+from mediamesh.gateway.api.kserve_jobs import ElementProgress, run_call
+from mediamesh.gateway.api.lenient import add_servicer
+from mediamesh.gateway.api.upstream import Upstream, caller_of, mesh_errors
+from mediamesh.gateway.core.inference_call import (
     MODEL_VERSION,
     check_version,
     encode_outputs,
     parse_call,
 )
-from services.gateway.core.tenancy import Caller
+from mediamesh.gateway.core.tenancy import Caller
 
 log = logging.getLogger("mediamesh.gateway.kserve")
 

@@ -13,13 +13,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import grpc
-from mediamesh.v1 import common_pb2, scheduler_pb2
 
-from services.common.errors import MeshError, ResourceExhausted, Unavailable
-from services.common.params import RequestFields, parse_priority
-from services.gateway.api.upstream import Upstream, call_deadline_ms, mesh_errors
-from services.gateway.core.inference_call import ElementResult, InferCall, job_failure
-from services.gateway.core.tenancy import Caller
+from mediamesh.common.errors import MeshError, ResourceExhausted, Unavailable
+from mediamesh.common.generated.v1 import common_pb2, scheduler_pb2
+from mediamesh.common.params import RequestFields, parse_priority
+from mediamesh.gateway.api.upstream import Upstream, call_deadline_ms, mesh_errors
+from mediamesh.gateway.core.inference_call import ElementResult, InferCall, job_failure
+from mediamesh.gateway.core.tenancy import Caller
 
 # Room left in a message for everything but the artifacts themselves.
 _ENVELOPE_BYTES = 64 * 1024

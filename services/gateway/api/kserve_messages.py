@@ -1,14 +1,13 @@
-"""Open Inference Protocol messages <-> the plain values of services.gateway.core."""
+"""Open Inference Protocol messages <-> the plain values of mediamesh.gateway.core."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from inference import grpc_service_pb2 as pb
-
-from services.common.errors import InvalidArgument
-from services.common.registry import ModelSpec
-from services.gateway.core.inference_call import (
+from mediamesh.common.errors import InvalidArgument
+from mediamesh.common.generated.inference import grpc_service_pb2 as pb
+from mediamesh.common.registry import ModelSpec
+from mediamesh.gateway.core.inference_call import (
     INPUTS,
     MODEL_VERSION,
     OUTPUTS,

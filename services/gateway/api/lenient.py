@@ -18,7 +18,7 @@ from google.protobuf.message import DecodeError, Message
 from google.protobuf.message_factory import GetMessageClass
 from google.protobuf.unknown_fields import UnknownFieldSet
 
-from services.common.errors import InvalidArgument
+from mediamesh.common.errors import InvalidArgument
 
 _LENGTH_DELIMITED = 2
 

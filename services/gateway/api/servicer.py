@@ -5,13 +5,13 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 import grpc
-from mediamesh.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc, scheduler_pb2
 
-from services.common.api.requests import request_fields
-from services.common.params import find_model, parse_priority, resolve
-from services.common.server import Registration
-from services.gateway.api.lenient import add_servicer
-from services.gateway.api.upstream import Upstream, call_deadline_ms, caller_of, relay_errors
+from mediamesh.common.api.requests import request_fields
+from mediamesh.common.generated.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc, scheduler_pb2
+from mediamesh.common.params import find_model, parse_priority, resolve
+from mediamesh.common.server import Registration
+from mediamesh.gateway.api.lenient import add_servicer
+from mediamesh.gateway.api.upstream import Upstream, call_deadline_ms, caller_of, relay_errors
 
 
 class GatewayServicer(gateway_pb2_grpc.GatewayServicer):

@@ -8,11 +8,11 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import grpc
-from mediamesh.v1 import common_pb2, gateway_pb2, scheduler_pb2, scheduler_pb2_grpc
 
-from services.common.errors import RETRY_AFTER_KEY, MeshError
-from services.common.registry import Registry
-from services.gateway.core.tenancy import Caller, Tenancy
+from mediamesh.common.errors import RETRY_AFTER_KEY, MeshError
+from mediamesh.common.generated.v1 import common_pb2, gateway_pb2, scheduler_pb2, scheduler_pb2_grpc
+from mediamesh.common.registry import Registry
+from mediamesh.gateway.core.tenancy import Caller, Tenancy
 
 SUBMIT_TIMEOUT_S = 30
 

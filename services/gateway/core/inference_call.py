@@ -12,10 +12,10 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from services.common.errors import InvalidArgument, MeshError, NotFound
-from services.common.params import RequestFields, resolve
-from services.common.registry import ModelSpec
-from services.gateway.core.tensors import join_bytes_tensor, pack_int64, split_bytes_tensor
+from mediamesh.common.errors import InvalidArgument, MeshError, NotFound
+from mediamesh.common.params import RequestFields, resolve
+from mediamesh.common.registry import ModelSpec
+from mediamesh.gateway.core.tensors import join_bytes_tensor, pack_int64, split_bytes_tensor
 
 ParamValue = bool | int | float | str
 

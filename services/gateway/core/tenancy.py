@@ -10,9 +10,9 @@ import hmac
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from services.common.errors import PermissionDenied, ResourceExhausted, Unauthenticated
-from services.common.generation import Priority
-from services.common.settings import GatewaySettings, TenantSettings
+from mediamesh.common.errors import PermissionDenied, ResourceExhausted, Unauthenticated
+from mediamesh.common.generation import Priority
+from mediamesh.common.settings import GatewaySettings, TenantSettings
 
 OPEN_TENANT = "default"
 

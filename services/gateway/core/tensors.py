@@ -9,7 +9,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Sequence
 
-from services.common.errors import InvalidArgument
+from mediamesh.common.errors import InvalidArgument
 
 _LENGTH = struct.Struct("<I")
 

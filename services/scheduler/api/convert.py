@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from mediamesh.v1 import common_pb2, gateway_pb2
-
-from services.common.registry import ModelSpec
-from services.scheduler.core.jobs import Job, JobState, Priority
-from services.scheduler.events import WatchEvent
-from services.scheduler.store.artifacts import StoredArtifact
+from mediamesh.common.generated.v1 import common_pb2, gateway_pb2
+from mediamesh.common.registry import ModelSpec
+from mediamesh.scheduler.core.jobs import Job, JobState, Priority
+from mediamesh.scheduler.events import WatchEvent
+from mediamesh.scheduler.store.artifacts import StoredArtifact
 
 _STATE = {s: common_pb2.JobState.Value(s.value) for s in JobState}
 

@@ -8,18 +8,18 @@ import logging
 from collections.abc import AsyncIterator
 
 import grpc
-from mediamesh.v1 import common_pb2, gateway_pb2, scheduler_pb2, scheduler_pb2_grpc
 
-from services.common.api.requests import request_fields
-from services.common.errors import InvalidArgument, Unavailable
-from services.common.params import find_model, parse_priority, resolve
-from services.common.registry import Registry
-from services.common.telemetry import current_trace_carrier
-from services.scheduler.api import convert
-from services.scheduler.core.jobs import TenantQuota
-from services.scheduler.core.scheduler import NewJob
-from services.scheduler.core.units import WorkerInfo
-from services.scheduler.runtime import SchedulerRuntime
+from mediamesh.common.api.requests import request_fields
+from mediamesh.common.errors import InvalidArgument, Unavailable
+from mediamesh.common.generated.v1 import common_pb2, gateway_pb2, scheduler_pb2, scheduler_pb2_grpc
+from mediamesh.common.params import find_model, parse_priority, resolve
+from mediamesh.common.registry import Registry
+from mediamesh.common.telemetry import current_trace_carrier
+from mediamesh.scheduler.api import convert
+from mediamesh.scheduler.core.jobs import TenantQuota
+from mediamesh.scheduler.core.scheduler import NewJob
+from mediamesh.scheduler.core.units import WorkerInfo
+from mediamesh.scheduler.runtime import SchedulerRuntime
 
 log = logging.getLogger(__name__)
 

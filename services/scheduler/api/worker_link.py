@@ -7,12 +7,12 @@ import logging
 from collections.abc import AsyncIterator
 
 import grpc
-from mediamesh.v1 import worker_pb2, worker_pb2_grpc
 
-from services.common.api import worker_wire
-from services.common.channels import internal_channel
-from services.scheduler.batches import BatchUndelivered
-from services.worker.core.batch import JobParams, WorkerEvent
+from mediamesh.common.api import worker_wire
+from mediamesh.common.channels import internal_channel
+from mediamesh.common.generated.v1 import worker_pb2, worker_pb2_grpc
+from mediamesh.scheduler.batches import BatchUndelivered
+from mediamesh.worker.core.batch import JobParams, WorkerEvent
 
 log = logging.getLogger(__name__)
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from services.common.registry import ModelSpec
-from services.scheduler.core.jobs import GenerationParams
+from mediamesh.common.registry import ModelSpec
+from mediamesh.scheduler.core.jobs import GenerationParams
 
 
 @dataclass

@@ -11,18 +11,18 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from services.scheduler.core.effects import (
+from mediamesh.scheduler.core.effects import (
     Dispatch,
     Notice,
 )
-from services.scheduler.core.jobs import (
+from mediamesh.scheduler.core.jobs import (
     Job,
     JobState,
     Priority,
 )
-from services.scheduler.core.queues import ModelQueue
-from services.scheduler.core.stalls import Stall
-from services.scheduler.core.units import (
+from mediamesh.scheduler.core.queues import ModelQueue
+from mediamesh.scheduler.core.stalls import Stall
+from mediamesh.scheduler.core.units import (
     Unit,
     UnitClass,
     pool_decision,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from services.scheduler.core.jobs import Job, JobState
+from mediamesh.scheduler.core.jobs import Job, JobState
 
 
 class Transition(NamedTuple):

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import cached_property
 
-from services.common.generation import GenerationParams, Priority
+from mediamesh.common.generation import GenerationParams, Priority
 
 __all__ = ["GenerationParams", "Job", "JobState", "Priority", "TenantQuota"]
 

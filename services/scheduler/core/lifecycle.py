@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import heapq
 
-from services.scheduler.core.effects import (
+from mediamesh.scheduler.core.effects import (
     CancelOnWorker,
     Notice,
     Progressed,
 )
-from services.scheduler.core.jobs import (
+from mediamesh.scheduler.core.jobs import (
     Job,
     JobState,
 )

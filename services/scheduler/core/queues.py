@@ -13,7 +13,7 @@ from collections import defaultdict, deque
 from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 
-from services.scheduler.core.jobs import CompatKey, Job, JobState, Priority
+from mediamesh.scheduler.core.jobs import CompatKey, Job, JobState, Priority
 
 Eligible = Callable[[Job], bool]
 _INF = math.inf

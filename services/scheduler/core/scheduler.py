@@ -14,25 +14,25 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from services.common.registry import ModelSpec
-from services.scheduler.core.cost import CostModel
-from services.scheduler.core.dispatch import DispatchPolicy, OpenBatch
-from services.scheduler.core.effects import (
+from mediamesh.common.registry import ModelSpec
+from mediamesh.scheduler.core.cost import CostModel
+from mediamesh.scheduler.core.dispatch import DispatchPolicy, OpenBatch
+from mediamesh.scheduler.core.effects import (
     Effect,
     Transition,
 )
-from services.scheduler.core.jobs import (
+from mediamesh.scheduler.core.jobs import (
     GenerationParams,
     Job,
     JobState,
     Priority,
     TenantQuota,
 )
-from services.scheduler.core.ledger import CostLedger
-from services.scheduler.core.lifecycle import JobLifecycle
-from services.scheduler.core.queues import ModelQueue
-from services.scheduler.core.stalls import Stall
-from services.scheduler.core.units import (
+from mediamesh.scheduler.core.ledger import CostLedger
+from mediamesh.scheduler.core.lifecycle import JobLifecycle
+from mediamesh.scheduler.core.queues import ModelQueue
+from mediamesh.scheduler.core.stalls import Stall
+from mediamesh.scheduler.core.units import (
     FreeUnits,
     Placement,
     Unit,

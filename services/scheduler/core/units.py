@@ -6,7 +6,7 @@ import bisect
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from services.scheduler.core.jobs import Job, Priority
+from mediamesh.scheduler.core.jobs import Job, Priority
 
 ON_DEMAND = "on-demand"
 SPOT = "spot"

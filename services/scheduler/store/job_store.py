@@ -14,7 +14,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from services.scheduler.core.jobs import GenerationParams, Job, JobState, Priority, TenantQuota
+from mediamesh.scheduler.core.jobs import GenerationParams, Job, JobState, Priority, TenantQuota
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (

@@ -6,10 +6,10 @@ import asyncio
 from collections.abc import AsyncIterator, Callable
 
 import grpc
-from mediamesh.v1 import worker_pb2, worker_pb2_grpc
 
-from services.common.api import worker_wire
-from services.worker.runtime import WorkerRuntime
+from mediamesh.common.api import worker_wire
+from mediamesh.common.generated.v1 import worker_pb2, worker_pb2_grpc
+from mediamesh.worker.runtime import WorkerRuntime
 
 
 class WorkerServicer(worker_pb2_grpc.WorkerServicer):

@@ -6,11 +6,11 @@ import asyncio
 import logging
 
 import grpc
-from mediamesh.v1 import scheduler_pb2, scheduler_pb2_grpc
 
-from services.common.aio import wait_event
-from services.common.channels import internal_channel
-from services.worker.runtime import WorkerRuntime
+from mediamesh.common.aio import wait_event
+from mediamesh.common.channels import internal_channel
+from mediamesh.common.generated.v1 import scheduler_pb2, scheduler_pb2_grpc
+from mediamesh.worker.runtime import WorkerRuntime
 
 log = logging.getLogger("mediamesh.worker")
 

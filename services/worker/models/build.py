@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 from diffusers import DiffusionPipeline
 
-from services.worker.models.tiny_families import (
+from mediamesh.worker.models.tiny_families import (
     build_flux,
     build_stable_audio,
     build_wan,

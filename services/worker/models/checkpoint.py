@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from services.worker.core.batch import JobParams
+from mediamesh.worker.core.batch import JobParams
 
 FORMAT_VERSION = 1
 # Scheduler attributes that are configuration or objects rebuilt by `set_timesteps`.

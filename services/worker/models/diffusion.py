@@ -20,8 +20,8 @@ from typing import Any
 import torch
 from diffusers import DiffusionPipeline
 
-from services.common.registry import ModelSpec
-from services.worker.core.batch import (
+from mediamesh.common.registry import ModelSpec
+from mediamesh.worker.core.batch import (
     BatchCancelled,
     BatchControl,
     Emit,
@@ -31,14 +31,14 @@ from services.worker.core.batch import (
     JobParams,
     JobPreempted,
 )
-from services.worker.models.checkpoint import (
+from mediamesh.worker.models.checkpoint import (
     Checkpoint,
     CheckpointError,
     merge_scheduler_states,
     read_checkpoint,
     resume_schedule,
 )
-from services.worker.models.progress import StepTracker, Terminals
+from mediamesh.worker.models.progress import StepTracker, Terminals
 
 log = logging.getLogger(__name__)
 

@@ -7,8 +7,8 @@ import zlib
 
 import numpy as np
 
-from services.common.registry import ModelSpec
-from services.worker.core.batch import (
+from mediamesh.common.registry import ModelSpec
+from mediamesh.worker.core.batch import (
     BatchControl,
     Emit,
     JobFailed,
@@ -16,8 +16,8 @@ from services.worker.core.batch import (
     JobParams,
     StepDone,
 )
-from services.worker.models.encode import encode_png
-from services.worker.models.progress import Terminals
+from mediamesh.worker.models.encode import encode_png
+from mediamesh.worker.models.progress import Terminals
 
 
 def seed_colour(seed: int) -> tuple[int, int, int]:

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from services.common.registry import MIME_TYPES
+from mediamesh.common.registry import MIME_TYPES
 
 FFMPEG_TIMEOUT_S = 60
 

@@ -6,10 +6,10 @@ from typing import Any
 
 import torch
 
-from services.worker.core.batch import JobParams
-from services.worker.models.diffusion import DiffusionHost
-from services.worker.models.encode import encode_png
-from services.worker.models.progress import StepTracker
+from mediamesh.worker.core.batch import JobParams
+from mediamesh.worker.models.diffusion import DiffusionHost
+from mediamesh.worker.models.encode import encode_png
+from mediamesh.worker.models.progress import StepTracker
 
 # Flux's T5 limit; tiny tokenizers declare fewer tokens and the pipeline pads to this.
 MAX_T5_TOKENS = 512

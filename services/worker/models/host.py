@@ -14,11 +14,11 @@ from typing import Protocol
 import torch
 from diffusers import DiffusionPipeline
 
-from services.common.registry import ModelSpec
-from services.worker.core.batch import BatchControl, Emit, JobParams
-from services.worker.models.diffusion import DiffusionHost
-from services.worker.models.echo import EchoHost
-from services.worker.models.memory import (
+from mediamesh.common.registry import ModelSpec
+from mediamesh.worker.core.batch import BatchControl, Emit, JobParams
+from mediamesh.worker.models.diffusion import DiffusionHost
+from mediamesh.worker.models.echo import EchoHost
+from mediamesh.worker.models.memory import (
     DTYPE_BYTES,
     ModelLoadError,
     check_fits,
@@ -40,9 +40,9 @@ class ModelHost(Protocol):
 
 
 def host_class(spec: ModelSpec) -> type[DiffusionHost]:
-    from services.worker.models.flux import FluxHost
-    from services.worker.models.stable_audio import StableAudioHost
-    from services.worker.models.wan import WanHost
+    from mediamesh.worker.models.flux import FluxHost
+    from mediamesh.worker.models.stable_audio import StableAudioHost
+    from mediamesh.worker.models.wan import WanHost
 
     families: dict[str, type[DiffusionHost]] = {
         "FluxPipeline": FluxHost,
@@ -64,13 +64,13 @@ def load_host(spec: ModelSpec, *, models_dir: Path, device: str, checkpoint_dir:
         return EchoHost(spec, device)
     mode = spec.parallelism.mode
     if mode == "pipeline":
-        from services.worker.parallel.pipeline_mode import load_pipeline_parallel_host
+        from mediamesh.worker.parallel.pipeline_mode import load_pipeline_parallel_host
 
         return load_pipeline_parallel_host(
             spec, models_dir=models_dir, checkpoint_dir=checkpoint_dir
         )
     if mode == "tensor":
-        from services.worker.parallel.tensor_host import load_tensor_parallel_host
+        from mediamesh.worker.parallel.tensor_host import load_tensor_parallel_host
 
         return load_tensor_parallel_host(
             spec, models_dir=models_dir, device=device, checkpoint_dir=checkpoint_dir

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from services.common.errors import StartupError
+from mediamesh.common.errors import StartupError
 
 MIB = 1024 * 1024
 # Weights are not all: activations, the VAE decode and allocator slack need room too.

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from services.worker.core.batch import (
+from mediamesh.worker.core.batch import (
     BatchCancelled,
     BatchControl,
     Emit,
@@ -26,7 +26,7 @@ from services.worker.core.batch import (
     JobPreempted,
     StepDone,
 )
-from services.worker.models.checkpoint import (
+from mediamesh.worker.models.checkpoint import (
     Checkpoint,
     checkpoint_path,
     snapshot_scheduler,

@@ -6,10 +6,10 @@ from typing import Any
 
 import torch
 
-from services.worker.core.batch import JobParams
-from services.worker.models.diffusion import DiffusionHost
-from services.worker.models.encode import encode_wav
-from services.worker.models.progress import StepTracker
+from mediamesh.worker.core.batch import JobParams
+from mediamesh.worker.models.diffusion import DiffusionHost
+from mediamesh.worker.models.encode import encode_wav
+from mediamesh.worker.models.progress import StepTracker
 
 
 class StableAudioHost(DiffusionHost):

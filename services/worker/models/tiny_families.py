@@ -32,7 +32,7 @@ from transformers import (
     UMT5EncoderModel,
 )
 
-from services.worker.models.tiny_tokenizers import build_clip_tokenizer, build_t5_like_tokenizer
+from mediamesh.worker.models.tiny_tokenizers import build_clip_tokenizer, build_t5_like_tokenizer
 
 T5_MAX_TOKENS = 32
 

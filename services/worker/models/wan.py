@@ -6,11 +6,11 @@ from typing import Any
 
 import torch
 
-from services.worker.core.batch import JobParams
-from services.worker.models.diffusion import DiffusionHost
-from services.worker.models.encode import encode_video
-from services.worker.models.flux import text_token_budget
-from services.worker.models.progress import StepTracker
+from mediamesh.worker.core.batch import JobParams
+from mediamesh.worker.models.diffusion import DiffusionHost
+from mediamesh.worker.models.encode import encode_video
+from mediamesh.worker.models.flux import text_token_budget
+from mediamesh.worker.models.progress import StepTracker
 
 
 class WanHost(DiffusionHost):

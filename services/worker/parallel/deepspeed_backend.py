@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from diffusers import DiffusionPipeline
 
-from services.common.registry import ModelSpec
-from services.worker.models.host import TORCH_DTYPES
-from services.worker.models.memory import ModelLoadError
+from mediamesh.common.registry import ModelSpec
+from mediamesh.worker.models.host import TORCH_DTYPES
+from mediamesh.worker.models.memory import ModelLoadError
 
 
 def check_deepspeed(spec: ModelSpec, device: str) -> None:

@@ -15,10 +15,10 @@ from pathlib import Path
 import diffusers
 import torch
 
-from services.common.registry import ModelSpec
-from services.worker.models.diffusion import DiffusionHost
-from services.worker.models.host import TORCH_DTYPES, dtype_keyword, host_class, load_pipeline
-from services.worker.models.memory import ModelLoadError
+from mediamesh.common.registry import ModelSpec
+from mediamesh.worker.models.diffusion import DiffusionHost
+from mediamesh.worker.models.host import TORCH_DTYPES, dtype_keyword, host_class, load_pipeline
+from mediamesh.worker.models.memory import ModelLoadError
 
 log = logging.getLogger(__name__)
 

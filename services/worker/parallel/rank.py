@@ -15,9 +15,9 @@ import torch.distributed as dist
 from diffusers import DiffusionPipeline
 from torch.distributed.device_mesh import init_device_mesh
 
-from services.common.registry import ModelSpec
-from services.worker.parallel.flux_tp import shard_flux_transformer
-from services.worker.parallel.sync import SyncedControl
+from mediamesh.common.registry import ModelSpec
+from mediamesh.worker.parallel.flux_tp import shard_flux_transformer
+from mediamesh.worker.parallel.sync import SyncedControl
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +27,7 @@ PARENT_POLL_S = 1.0
 def shard_denoiser(pipeline: DiffusionPipeline, spec: ModelSpec, device: str, size: int) -> None:
     """Collective: all ranks call it once the default process group is up."""
     if spec.parallelism.backend == "deepspeed":
-        from services.worker.parallel.deepspeed_backend import shard_with_deepspeed
+        from mediamesh.worker.parallel.deepspeed_backend import shard_with_deepspeed
 
         shard_with_deepspeed(pipeline, spec, size)
         return
@@ -58,7 +58,7 @@ def helper_main(
     timeout_s: float,
 ) -> None:
     """Entry point of ranks 1..size-1 (a spawned process)."""
-    from services.worker.models.host import host_class, load_pipeline
+    from mediamesh.worker.models.host import host_class, load_pipeline
 
     watchdog = threading.Thread(target=_exit_with_parent, args=(os.getppid(),), daemon=True)
     watchdog.start()

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from services.worker.core.batch import BatchControl
+from mediamesh.worker.core.batch import BatchControl
 
 
 class SyncedControl:

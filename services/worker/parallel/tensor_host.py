@@ -27,13 +27,13 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from services.common.registry import ModelSpec
-from services.worker.core.batch import BatchControl, Emit, JobFailed, JobParams
-from services.worker.models.diffusion import DiffusionHost
-from services.worker.models.host import host_class, load_pipeline
-from services.worker.models.memory import ModelLoadError
-from services.worker.parallel.rank import helper_main, shard_denoiser
-from services.worker.parallel.sync import SyncedControl
+from mediamesh.common.registry import ModelSpec
+from mediamesh.worker.core.batch import BatchControl, Emit, JobFailed, JobParams
+from mediamesh.worker.models.diffusion import DiffusionHost
+from mediamesh.worker.models.host import host_class, load_pipeline
+from mediamesh.worker.models.memory import ModelLoadError
+from mediamesh.worker.parallel.rank import helper_main, shard_denoiser
+from mediamesh.worker.parallel.sync import SyncedControl
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +122,7 @@ def load_tensor_parallel_host(
 ) -> TensorParallelHost | DiffusionHost:
     options = spec.parallelism
     if options.backend == "deepspeed":
-        from services.worker.parallel.deepspeed_backend import check_deepspeed
+        from mediamesh.worker.parallel.deepspeed_backend import check_deepspeed
 
         check_deepspeed(spec, device)
     if spec.pipeline != "FluxPipeline":

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from services.gateway.core.tenancy import hash_key
+from mediamesh.gateway.core.tenancy import hash_key
 from tests.conftest import ROOT
 from tests.service.conftest import InProcessMesh, start_mesh, stop_mesh
 

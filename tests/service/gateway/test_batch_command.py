@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from services.cli.batch_command import BatchFileError, read_batch
+from mediamesh.cli.batch_command import BatchFileError, read_batch
 from tests.conftest import ROOT
 from tests.service.conftest import start_mesh, stop_mesh
 from tests.service.gateway.conftest import KEY_A, NO_SPOT_WAIT, keyed
@@ -33,7 +33,7 @@ def manifest_rows(out: Path) -> list[dict]:
 
 async def batch_process(prompts: Path, out: Path, gateway: str) -> asyncio.subprocess.Process:
     return await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "services.cli.main", "batch", str(prompts), "--out", str(out),
+        sys.executable, "-m", "mediamesh.cli.main", "batch", str(prompts), "--out", str(out),
         "--model", "echo", "--gateway", gateway, "--api-key", KEY_A, "--concurrency", "16",
         cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip

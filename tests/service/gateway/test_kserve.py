@@ -9,11 +9,11 @@ from pathlib import Path
 
 import grpc
 import pytest
-from inference import grpc_service_pb2 as pb
-from inference import grpc_service_pb2_grpc as pb_grpc
 from PIL import Image
 
-from services.gateway.core.tensors import join_bytes_tensor, split_bytes_tensor, unpack_int64
+from mediamesh.common.generated.inference import grpc_service_pb2 as pb
+from mediamesh.common.generated.inference import grpc_service_pb2_grpc as pb_grpc
+from mediamesh.gateway.core.tensors import join_bytes_tensor, split_bytes_tensor, unpack_int64
 from tests.service.conftest import start_mesh, stop_mesh
 from tests.service.gateway.conftest import KEY_A, auth, keyed, run_probe
 

@@ -10,10 +10,10 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from mediamesh.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
 from PIL import Image
 
-from services.cli.api import gateway_client
+from mediamesh.cli.api import gateway_client
+from mediamesh.common.generated.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
 from tests.service.conftest import InProcessMesh, start_mesh, stop_mesh
 from tests.service.gateway.conftest import KEY_A, auth, keyed
 

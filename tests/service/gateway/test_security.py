@@ -10,20 +10,20 @@ from pathlib import Path
 
 import grpc
 import pytest
-from inference import grpc_service_pb2 as pb
-from inference import grpc_service_pb2_grpc as pb_grpc
-from mediamesh.v1 import (
+
+from mediamesh.common.generated.inference import grpc_service_pb2 as pb
+from mediamesh.common.generated.inference import grpc_service_pb2_grpc as pb_grpc
+from mediamesh.common.generated.v1 import (
     common_pb2,
     gateway_pb2,
     gateway_pb2_grpc,
     scheduler_pb2,
     scheduler_pb2_grpc,
 )
-
-from services.common.registry import load_registry
-from services.common.settings import GatewaySettings, MeshConfig
-from services.gateway.core.tensors import join_bytes_tensor
-from services.gateway.main import InsecureBindError, start_gateway
+from mediamesh.common.registry import load_registry
+from mediamesh.common.settings import GatewaySettings, MeshConfig
+from mediamesh.gateway.core.tensors import join_bytes_tensor
+from mediamesh.gateway.main import InsecureBindError, start_gateway
 from tests.conftest import ROOT
 from tests.service.conftest import start_mesh, stop_mesh
 from tests.service.gateway.conftest import KEY_A, NO_SPOT_WAIT, auth, keyed, run_probe
@@ -55,7 +55,7 @@ def test_the_gateway_command_says_why_it_will_not_start(tmp_path: Path):
     config = tmp_path / "mesh.yaml"
     config.write_text("gateway: {host: 0.0.0.0, port: 0, metrics_port: null}\n")
     result = subprocess.run(
-        [sys.executable, "-m", "services.cli.main", "gateway", "--config", str(config)],
+        [sys.executable, "-m", "mediamesh.cli.main", "gateway", "--config", str(config)],
         capture_output=True, text=True, timeout=60, cwd=ROOT,
     )  # fmt: skip
     assert result.returncode == 2

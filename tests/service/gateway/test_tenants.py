@@ -6,12 +6,12 @@ from pathlib import Path
 
 import grpc
 import pytest
-from inference import grpc_service_pb2 as pb
-from inference import grpc_service_pb2_grpc as pb_grpc
-from mediamesh.v1 import common_pb2, gateway_pb2
 
-from services.common.errors import RETRY_AFTER_KEY
-from services.gateway.core.tensors import join_bytes_tensor
+from mediamesh.common.errors import RETRY_AFTER_KEY
+from mediamesh.common.generated.inference import grpc_service_pb2 as pb
+from mediamesh.common.generated.inference import grpc_service_pb2_grpc as pb_grpc
+from mediamesh.common.generated.v1 import common_pb2, gateway_pb2
+from mediamesh.gateway.core.tensors import join_bytes_tensor
 from tests.service.conftest import start_mesh, stop_mesh
 from tests.service.gateway.conftest import KEY_A, KEY_B, auth, keyed
 

@@ -6,8 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from mediamesh.v1 import common_pb2
-
+from mediamesh.common.generated.v1 import common_pb2
 from tests.service.conftest import start_mesh, stop_mesh
 
 # Far longer than the whole test should take, so a missed wakeup cannot hide behind it.

@@ -7,9 +7,9 @@ import io
 
 import grpc
 import pytest
-from mediamesh.v1 import common_pb2, gateway_pb2
 from PIL import Image
 
+from mediamesh.common.generated.v1 import common_pb2, gateway_pb2
 from tests.service.conftest import start_mesh, stop_mesh
 
 
@@ -35,8 +35,8 @@ async def test_generate_streams_queued_progress_per_step_and_a_png(image_mesh):
 
 
 async def test_submit_then_watch_from_another_gateway_replays_and_follows(image_mesh, models_dir):
-    from services.common.registry import load_registry
-    from services.gateway.main import start_gateway
+    from mediamesh.common.registry import load_registry
+    from mediamesh.gateway.main import start_gateway
 
     second = await start_gateway(image_mesh.config, load_registry())
     try:
@@ -191,7 +191,8 @@ async def test_timeout_expires_a_job_that_cannot_run(tmp_path, models_dir):
 
 async def test_internal_services_need_the_token_but_health_is_open(tmp_path, models_dir):
     from grpc_health.v1 import health_pb2, health_pb2_grpc
-    from mediamesh.v1 import scheduler_pb2, scheduler_pb2_grpc
+
+    from mediamesh.common.generated.v1 import scheduler_pb2, scheduler_pb2_grpc
 
     mesh = await start_mesh(tmp_path, models_dir, [["echo"]], token="s3cret")
     try:

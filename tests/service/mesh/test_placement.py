@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import time
 
-from mediamesh.v1 import common_pb2
-
+from mediamesh.common.generated.v1 import common_pb2
 from tests.service.conftest import start_mesh, stop_mesh
 
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import grpc
 import pytest
-from mediamesh.v1 import common_pb2, gateway_pb2
 
+from mediamesh.common.generated.v1 import common_pb2, gateway_pb2
 from tests.service.conftest import start_mesh, stop_mesh
 
 

@@ -9,13 +9,13 @@ from collections.abc import AsyncIterator
 
 import grpc
 import pytest
-from mediamesh.v1 import common_pb2, gateway_pb2, scheduler_pb2, scheduler_pb2_grpc
 
 from bench.launcher import free_port
-from services.common.registry import load_registry
-from services.common.settings import WorkerSettings
-from services.scheduler.core.jobs import JobState
-from services.worker.main import start_worker
+from mediamesh.common.generated.v1 import common_pb2, gateway_pb2, scheduler_pb2, scheduler_pb2_grpc
+from mediamesh.common.registry import load_registry
+from mediamesh.common.settings import WorkerSettings
+from mediamesh.scheduler.core.jobs import JobState
+from mediamesh.worker.main import start_worker
 from tests.service.conftest import InProcessMesh, start_mesh, stop_mesh
 
 

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from mediamesh.v1 import common_pb2
-
+from mediamesh.common.generated.v1 import common_pb2
 from tests.service.conftest import start_mesh, stop_mesh
 
 

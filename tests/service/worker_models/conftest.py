@@ -13,9 +13,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 # pytest puts this directory, not the repository root, on sys.path.
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
-from services.common.registry import ModelSpec, load_registry
-from services.worker.models.build import build_models
-from services.worker.models.host import ModelHost, load_host
+from mediamesh.common.registry import ModelSpec, load_registry
+from mediamesh.worker.models.build import build_models
+from mediamesh.worker.models.host import ModelHost, load_host
 
 
 @pytest.fixture(scope="session")

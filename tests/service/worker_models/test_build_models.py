@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from services.worker.models.build import COMPLETE_MARKER, build_models
+from mediamesh.worker.models.build import COMPLETE_MARKER, build_models
 
 
 def _weights(model_dir: Path) -> dict[str, bytes]:

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from services.worker.core.batch import BatchControl, JobFinished, JobParams
-from services.worker.models.host import load_host
-from services.worker.models.memory import ModelLoadError
+from mediamesh.worker.core.batch import BatchControl, JobFinished, JobParams
+from mediamesh.worker.models.host import load_host
+from mediamesh.worker.models.memory import ModelLoadError
 
 
 def _with_parallelism(spec, **changes):

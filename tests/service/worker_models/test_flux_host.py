@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from wm_helpers import job_for, of, png_pixels, run
 
-from services.worker.core.batch import (
+from mediamesh.worker.core.batch import (
     JobCheckpointed,
     JobFailed,
     JobFinished,
@@ -16,8 +16,8 @@ from services.worker.core.batch import (
     JobPreempted,
     StepDone,
 )
-from services.worker.models.host import load_host
-from services.worker.models.memory import ModelLoadError
+from mediamesh.worker.models.host import load_host
+from mediamesh.worker.models.memory import ModelLoadError
 
 # Measured on CPU float32: a job alone vs the same job in a batch of 3 differs by at most
 # one 8-bit level (float rounding of batched matmuls). Asserted here and stated in diffusion.py.
@@ -176,7 +176,7 @@ def test_flux_int8_dynamic_still_renders(models_dir, registry_spec, tmp_path) ->
 def test_flux_load_refuses_when_memory_is_short(
     models_dir, registry_spec, tmp_path, monkeypatch
 ) -> None:
-    import services.worker.models.memory as memory
+    import mediamesh.worker.models.memory as memory
 
     monkeypatch.setattr(memory, "device_memory", lambda _device: (1 << 30, 1024))
     with pytest.raises(

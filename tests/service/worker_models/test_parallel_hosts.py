@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from wm_helpers import job_for, of, png_pixels, run
 
-from services.worker.core.batch import JobFinished, JobNotice, JobPreempted, StepDone
-from services.worker.models.host import load_host
-from services.worker.models.memory import ModelLoadError
+from mediamesh.worker.core.batch import JobFinished, JobNotice, JobPreempted, StepDone
+from mediamesh.worker.models.host import load_host
+from mediamesh.worker.models.memory import ModelLoadError
 
 # Two ranks sum partial products in another order than one device: measured max abs
 # difference of the 8-bit images is 1 level on CPU float32 (flux-tiny, 64x64, 4 steps).

@@ -9,7 +9,7 @@ import imageio_ffmpeg
 import pytest
 from wm_helpers import job_for, of, run
 
-from services.worker.core.batch import JobFailed, JobFinished, JobNotice, JobPreempted, StepDone
+from mediamesh.worker.core.batch import JobFailed, JobFinished, JobNotice, JobPreempted, StepDone
 
 
 def _preempt_at(step: int):

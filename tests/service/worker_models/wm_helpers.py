@@ -8,9 +8,9 @@ from collections.abc import Callable
 import numpy as np
 from PIL import Image
 
-from services.common.registry import ModelSpec
-from services.worker.core.batch import BatchControl, JobParams, WorkerEvent
-from services.worker.models.host import ModelHost
+from mediamesh.common.registry import ModelSpec
+from mediamesh.worker.core.batch import BatchControl, JobParams, WorkerEvent
+from mediamesh.worker.models.host import ModelHost
 
 
 def job_for(spec: ModelSpec, job_id: str, seed: int = 0, **overrides: object) -> JobParams:

@@ -8,16 +8,16 @@ from pathlib import Path
 import pytest
 import yaml
 
-from services.common.params import RequestFields, resolve
-from services.common.registry import (
-    DEFAULT_REGISTRY_PATH,
+from mediamesh.common.params import RequestFields, resolve
+from mediamesh.common.registry import (
+    DEFAULT_REGISTRY,
     RegistryError,
     load_registry,
     parse_registry,
 )
-from services.common.settings import ConfigError, load_mesh_config
+from mediamesh.common.settings import ConfigError, load_mesh_config
 
-DEFAULTS = yaml.safe_load(DEFAULT_REGISTRY_PATH.read_text())
+DEFAULTS = yaml.safe_load(DEFAULT_REGISTRY.read_text())
 
 
 def with_change(name: str, path: list[str], value: object) -> dict:

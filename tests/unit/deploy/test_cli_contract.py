@@ -55,7 +55,7 @@ def test_deploy_files_use_only_listed_subcommands():
 
 
 def _parser() -> argparse.ArgumentParser:
-    from services.cli.main import build_parser
+    from mediamesh.cli.main import build_parser
 
     parser = build_parser()
     assert isinstance(parser, argparse.ArgumentParser)

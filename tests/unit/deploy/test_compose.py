@@ -8,8 +8,8 @@ import jsonschema
 import pytest
 from deploy_support import COMPOSE_FILE, DEPLOY, SCHEMAS, flag, load_compose, load_yaml
 
-from services.common.registry import load_registry
-from services.common.settings import load_mesh_config
+from mediamesh.common.registry import load_registry
+from mediamesh.common.settings import load_mesh_config
 
 SCHEMA = SCHEMAS / "compose-spec.json"
 WORKERS = {"worker-image": "image", "worker-video": "video", "worker-audio": "audio"}

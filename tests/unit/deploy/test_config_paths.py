@@ -34,8 +34,8 @@ from deploy_support import (
     workers,
 )
 
-from services.common.registry import load_registry, parse_registry
-from services.common.settings import MeshConfig, WorkerSettings, load_mesh_config
+from mediamesh.common.registry import load_registry, parse_registry
+from mediamesh.common.settings import MeshConfig, WorkerSettings, load_mesh_config
 
 OVERLAYS = overlays()
 

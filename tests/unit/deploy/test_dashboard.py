@@ -17,9 +17,9 @@ from queries import (
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 # Metric modules whose definitions the queries must match.
 METRIC_MODULES = (
-    "services.common.metrics",
-    "services.scheduler.metrics",
-    "services.worker.metrics",
+    "mediamesh.common.metrics",
+    "mediamesh.scheduler.metrics",
+    "mediamesh.worker.metrics",
 )
 # Labels Prometheus adds to every scraped series.
 TARGET_LABELS = {"instance", "job", "namespace", "pod", "component", "modality", "mediamesh_pool"}

@@ -44,7 +44,7 @@ def test_build_context_is_the_repo_root(name):
     """Built with `-f deploy/docker/<name> .`; the ignore file keeps the context small but must
     keep everything `pip install .` needs."""
     ignore = (DOCKER / f"{name}.dockerignore").read_text().split()
-    for needed in ("services", "protos", "pyproject.toml", "setup.py", "constraints.txt"):
+    for needed in ("services", "protos", "pyproject.toml", "constraints.txt"):
         assert needed not in ignore
         assert (ROOT / needed).exists()
     for heavy in (".git", ".venv", ".mediamesh"):

@@ -26,7 +26,7 @@ from deploy_support import (
     render_overlay,
 )
 
-from services.common.settings import (
+from mediamesh.common.settings import (
     GatewaySettings,
     SchedulerSettings,
     WorkerSettings,

@@ -8,7 +8,7 @@ import pytest
 import yaml
 from deploy_support import CONFIG_DIR
 
-from services.common.settings import load_mesh_config
+from mediamesh.common.settings import load_mesh_config
 
 SCRIPT = CONFIG_DIR / "render_config.py"
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from services.common.errors import InvalidArgument, MeshError, NotFound
-from services.common.registry import load_registry
-from services.gateway.core.inference_call import (
+from mediamesh.common.errors import InvalidArgument, MeshError, NotFound
+from mediamesh.common.registry import load_registry
+from mediamesh.gateway.core.inference_call import (
     ElementResult,
     InputTensor,
     check_version,
@@ -15,7 +15,7 @@ from services.gateway.core.inference_call import (
     parse_call,
     parse_priority_parameter,
 )
-from services.gateway.core.tensors import (
+from mediamesh.gateway.core.tensors import (
     join_bytes_tensor,
     pack_int64,
     split_bytes_tensor,

@@ -12,7 +12,8 @@ import importlib.util
 from pathlib import Path
 
 from google.protobuf import descriptor_pb2
-from inference import grpc_service_pb2
+
+from mediamesh.common.generated.inference import grpc_service_pb2
 
 ROOT = Path(__file__).resolve().parents[3]
 

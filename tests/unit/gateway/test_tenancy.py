@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from services.common.errors import PermissionDenied, ResourceExhausted, Unauthenticated
-from services.common.generation import Priority
-from services.common.settings import GatewaySettings
-from services.gateway.core.tenancy import OPEN_TENANT, Tenancy, TokenBucket, hash_key
+from mediamesh.common.errors import PermissionDenied, ResourceExhausted, Unauthenticated
+from mediamesh.common.generation import Priority
+from mediamesh.common.settings import GatewaySettings
+from mediamesh.gateway.core.tenancy import OPEN_TENANT, Tenancy, TokenBucket, hash_key
 
 
 class Clock:

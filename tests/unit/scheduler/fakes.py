@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import itertools
 
-from services.common.registry import load_registry
-from services.scheduler.core.jobs import GenerationParams, Priority, TenantQuota
-from services.scheduler.core.scheduler import CorePolicy, NewJob, QueuePolicy, SchedulerCore
-from services.scheduler.core.units import WorkerInfo
+from mediamesh.common.registry import load_registry
+from mediamesh.scheduler.core.jobs import GenerationParams, Priority, TenantQuota
+from mediamesh.scheduler.core.scheduler import CorePolicy, NewJob, QueuePolicy, SchedulerCore
+from mediamesh.scheduler.core.units import WorkerInfo
 
 
 class FakeClock:

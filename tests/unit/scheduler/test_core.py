@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from services.scheduler.core.effects import CancelOnWorker, Dispatch
-from services.scheduler.core.jobs import JobState, Priority, TenantQuota
-from services.scheduler.core.scheduler import Accepted, Rejection
-from services.scheduler.core.units import Placement
+from mediamesh.scheduler.core.effects import CancelOnWorker, Dispatch
+from mediamesh.scheduler.core.jobs import JobState, Priority, TenantQuota
+from mediamesh.scheduler.core.scheduler import Accepted, Rejection
+from mediamesh.scheduler.core.units import Placement
 
 from .fakes import FakeClock, make_core, new_job, worker
 
@@ -400,8 +400,8 @@ def test_a_wakeup_that_passed_while_the_owner_was_busy_still_counts():
 
 
 def _core_with_batching(clock, **batching):
-    from services.common.registry import load_registry
-    from services.scheduler.core.scheduler import CorePolicy, QueuePolicy, SchedulerCore
+    from mediamesh.common.registry import load_registry
+    from mediamesh.scheduler.core.scheduler import CorePolicy, QueuePolicy, SchedulerCore
 
     specs = []
     for spec in load_registry().models:

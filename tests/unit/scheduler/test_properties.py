@@ -7,10 +7,10 @@ from collections import Counter
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from services.scheduler.core.effects import Dispatch, Transition
-from services.scheduler.core.jobs import JobState, Priority
-from services.scheduler.core.scheduler import Accepted
-from services.scheduler.core.units import Placement
+from mediamesh.scheduler.core.effects import Dispatch, Transition
+from mediamesh.scheduler.core.jobs import JobState, Priority
+from mediamesh.scheduler.core.scheduler import Accepted
+from mediamesh.scheduler.core.units import Placement
 
 from .fakes import FakeClock, make_core, new_job, worker
 

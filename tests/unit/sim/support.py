@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 
-from bench.sim.scenario import Scenario, parse_scenario
+from mediamesh.sim.scenario import Scenario, parse_scenario
 
 BASE: dict = {
     "name": "tiny",

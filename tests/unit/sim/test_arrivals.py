@@ -7,8 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.sim.arrivals import generate
-from bench.sim.scenario import Arrivals, Workload
+from mediamesh.sim.arrivals import generate
+from mediamesh.sim.scenario import Arrivals, Workload
 
 MODELS = {"flux-tiny": 3.0, "echo": 1.0}
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 
-from services.cli.simulate_command import add_simulate_command
+from mediamesh.cli.simulate_command import add_simulate_command
 
 from .support import BASE
 

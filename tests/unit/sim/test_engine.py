@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from bench.sim.arrivals import ArrivalPlan
-from bench.sim.engine import NOTICE
-from bench.sim.records import REJECTED, SUCCEEDED
-from bench.sim.simulation import build, simulate
-from services.scheduler.core.jobs import Priority
+from mediamesh.scheduler.core.jobs import Priority
+from mediamesh.sim.arrivals import ArrivalPlan
+from mediamesh.sim.engine import NOTICE
+from mediamesh.sim.records import REJECTED, SUCCEEDED
+from mediamesh.sim.simulation import build, simulate
 
 from .support import tiny
 

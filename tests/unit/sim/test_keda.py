@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from bench.sim.keda import KedaScaler, keda_desired
-from bench.sim.scenario import Autoscale
+from mediamesh.sim.keda import KedaScaler, keda_desired
+from mediamesh.sim.scenario import Autoscale
 
 
 def spec(**overrides: object) -> Autoscale:

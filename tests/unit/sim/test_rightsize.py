@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bench.sim.rightsize import right_size
+from mediamesh.sim.rightsize import right_size
 
 from .support import tiny
 

@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from bench.sim.scenario import ScenarioError, load_scenario, parse_scenario
-from bench.sim.simulation import scale_fleet, simulate
+from mediamesh.sim.scenario import ScenarioError, load_scenario, parse_scenario
+from mediamesh.sim.simulation import scale_fleet, simulate
 
 from .support import BASE, tiny
 
-SCENARIOS = Path(__file__).resolve().parents[3] / "bench" / "sim" / "scenarios"
+SCENARIOS = Path(__file__).resolve().parents[3] / "services" / "sim" / "scenarios"
 
 
 def test_the_small_scenario_runs() -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bench.sim.simulation import simulate
+from mediamesh.sim.simulation import simulate
 
 from .support import tiny
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.sim.validation import (
+from mediamesh.sim.validation import (
     MeasuredBatch,
     fit_device,
     simulate_small_for_validation,

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from services.worker.core.batch import JobParams
-from services.worker.models.checkpoint import (
+from mediamesh.worker.core.batch import JobParams
+from mediamesh.worker.models.checkpoint import (
     Checkpoint,
     CheckpointError,
     checkpoint_path,

@@ -5,10 +5,10 @@ import io
 import numpy as np
 from PIL import Image
 
-from services.common.registry import load_registry
-from services.worker.core.batch import BatchControl, JobFailed, JobFinished, JobParams, StepDone
-from services.worker.models.echo import seed_colour
-from services.worker.models.host import load_host
+from mediamesh.common.registry import load_registry
+from mediamesh.worker.core.batch import BatchControl, JobFailed, JobFinished, JobParams, StepDone
+from mediamesh.worker.models.echo import seed_colour
+from mediamesh.worker.models.host import load_host
 
 
 def _echo(tmp_path):

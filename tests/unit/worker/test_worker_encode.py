@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from services.worker.models import encode
+from mediamesh.worker.models import encode
 
 
 def _frames(count: int, height: int, width: int) -> np.ndarray:

@@ -6,7 +6,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from services.worker.models import memory
+from mediamesh.worker.models import memory
 
 
 def test_cpu_memory_is_read_from_proc_meminfo() -> None:

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import torch
 
-from services.worker.parallel.flux_tp import interleave_packed_columns
-from services.worker.parallel.pipeline_mode import accelerate_max_memory
+from mediamesh.worker.parallel.flux_tp import interleave_packed_columns
+from mediamesh.worker.parallel.pipeline_mode import accelerate_max_memory
 
 
 def test_registry_memory_keys_become_accelerate_keys() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from services.worker.core.batch import (
+from mediamesh.worker.core.batch import (
     BatchCancelled,
     BatchControl,
     JobCheckpointed,
@@ -14,7 +14,7 @@ from services.worker.core.batch import (
     JobPreempted,
     StepDone,
 )
-from services.worker.models.progress import StepTracker, Terminals
+from mediamesh.worker.models.progress import StepTracker, Terminals
 
 
 class Schedule:

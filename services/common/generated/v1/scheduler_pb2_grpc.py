@@ -3,9 +3,9 @@
 import grpc
 import warnings
 
-from mediamesh.v1 import common_pb2 as mediamesh_dot_v1_dot_common__pb2
-from mediamesh.v1 import gateway_pb2 as mediamesh_dot_v1_dot_gateway__pb2
-from mediamesh.v1 import scheduler_pb2 as mediamesh_dot_v1_dot_scheduler__pb2
+from mediamesh.common.generated.v1 import common_pb2 as mediamesh_dot_v1_dot_common__pb2
+from mediamesh.common.generated.v1 import gateway_pb2 as mediamesh_dot_v1_dot_gateway__pb2
+from mediamesh.common.generated.v1 import scheduler_pb2 as mediamesh_dot_v1_dot_scheduler__pb2
 
 GRPC_GENERATED_VERSION = '1.81.1'
 GRPC_VERSION = grpc.__version__

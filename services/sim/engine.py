@@ -14,13 +14,13 @@ import itertools
 import math
 from collections.abc import Callable
 
-from bench.sim.arrivals import ArrivalPlan
-from bench.sim.fleet import Device, RunningBatch
-from bench.sim.records import OUTCOME_OF_STATE, REJECTED, JobRecords
-from services.common.registry import ModelSpec
-from services.scheduler.core.effects import Dispatch, Transition
-from services.scheduler.core.jobs import GenerationParams, Priority, TenantQuota
-from services.scheduler.core.scheduler import CorePolicy, NewJob, Rejection, SchedulerCore
+from mediamesh.common.registry import ModelSpec
+from mediamesh.scheduler.core.effects import Dispatch, Transition
+from mediamesh.scheduler.core.jobs import GenerationParams, Priority, TenantQuota
+from mediamesh.scheduler.core.scheduler import CorePolicy, NewJob, Rejection, SchedulerCore
+from mediamesh.sim.arrivals import ArrivalPlan
+from mediamesh.sim.fleet import Device, RunningBatch
+from mediamesh.sim.records import OUTCOME_OF_STATE, REJECTED, JobRecords
 
 # Event kinds, in the order simultaneous events are handled.
 TIMER, BATCH_DONE, READY, NOTICE, GONE, POLL, SAMPLE = range(7)

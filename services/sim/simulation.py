@@ -9,16 +9,16 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, fields
 
-from bench.sim.arrivals import ArrivalPlan, generate
-from bench.sim.cluster import Cluster
-from bench.sim.engine import Engine
-from bench.sim.fleet import DeploymentState, Speed, hosted_models
-from bench.sim.records import JobRecords, TimeSeries
-from bench.sim.scenario import Autoscale, Deployment, Scenario
-from services.common.registry import ModelSpec
-from services.common.settings import MeshConfig
-from services.scheduler.core.jobs import GenerationParams, TenantQuota
-from services.scheduler.main import core_policy
+from mediamesh.common.registry import ModelSpec
+from mediamesh.common.settings import MeshConfig
+from mediamesh.scheduler.core.jobs import GenerationParams, TenantQuota
+from mediamesh.scheduler.main import core_policy
+from mediamesh.sim.arrivals import ArrivalPlan, generate
+from mediamesh.sim.cluster import Cluster
+from mediamesh.sim.engine import Engine
+from mediamesh.sim.fleet import DeploymentState, Speed, hosted_models
+from mediamesh.sim.records import JobRecords, TimeSeries
+from mediamesh.sim.scenario import Autoscale, Deployment, Scenario
 
 _PARAM_NAMES = {f.name for f in fields(GenerationParams)} - {"prompt", "negative_prompt", "seed"}
 

@@ -1,15 +1,15 @@
-"""`python -m bench.sim SCENARIO ...`: the `mediamesh simulate` command without the CLI."""
+"""`python -m mediamesh.sim SCENARIO ...`: the `mediamesh simulate` command without the CLI."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-from services.cli.simulate_command import add_simulate_command
+from mediamesh.cli.simulate_command import add_simulate_command
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.sim")
+    parser = argparse.ArgumentParser(prog="python -m mediamesh.sim")
     sub = parser.add_subparsers(dest="command", required=True)
     add_simulate_command(sub)
     args = parser.parse_args(["simulate", *(sys.argv[1:] if argv is None else argv)])

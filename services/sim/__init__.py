@@ -12,5 +12,5 @@ metric. Modules, in the order data flows:
 - records, report: per-job outcomes, statistics, JSON and PNG
 - simulation: builds and runs it all; rightsize and validation build on it
 
-Run `python -m bench.sim SCENARIO` or `mediamesh simulate SCENARIO`.
+Run `python -m mediamesh.sim SCENARIO` or `mediamesh simulate SCENARIO`.
 """

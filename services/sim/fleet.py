@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from bench.sim.scenario import Deployment, DeviceType
-from services.common.registry import ModelSpec
-from services.scheduler.core.jobs import GenerationParams, Job
-from services.scheduler.core.units import WorkerInfo
+from mediamesh.common.registry import ModelSpec
+from mediamesh.scheduler.core.jobs import GenerationParams, Job
+from mediamesh.scheduler.core.units import WorkerInfo
+from mediamesh.sim.scenario import Deployment, DeviceType
 
 
 class Speed:

@@ -10,17 +10,17 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.sim.records import SUCCEEDED
-from bench.sim.scenario import (
+from mediamesh.common.registry import load_registry
+from mediamesh.common.settings import SchedulerSettings
+from mediamesh.sim.records import SUCCEEDED
+from mediamesh.sim.scenario import (
     Arrivals,
     Deployment,
     DeviceType,
     Scenario,
     Workload,
 )
-from bench.sim.simulation import job_params, simulate
-from services.common.registry import load_registry
-from services.common.settings import SchedulerSettings
+from mediamesh.sim.simulation import job_params, simulate
 
 
 @dataclass(frozen=True)

@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from bench.sim.arrivals import ArrivalPlan
-from services.scheduler.core.jobs import JobState, Priority
+from mediamesh.scheduler.core.jobs import JobState, Priority
+from mediamesh.sim.arrivals import ArrivalPlan
 
 # Outcome codes in `JobRecords.outcome`.
 PENDING, SUCCEEDED, FAILED, REJECTED, STOPPED = 0, 1, 2, 3, 4

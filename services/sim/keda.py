@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections import deque
 
-from bench.sim.scenario import Autoscale
+from mediamesh.sim.scenario import Autoscale
 
 
 def keda_desired(metric: float, threshold: float, min_replicas: int, max_replicas: int) -> int:

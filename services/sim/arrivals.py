@@ -12,8 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.sim.scenario import Arrivals, ScenarioError, Workload
-from services.scheduler.core.jobs import Priority
+from mediamesh.scheduler.core.jobs import Priority
+from mediamesh.sim.scenario import Arrivals, ScenarioError, Workload
 
 
 @dataclass(frozen=True)

@@ -15,11 +15,11 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from bench.sim.arrivals import ArrivalPlan, generate
-from bench.sim.scenario import Deployment, Scenario, Workload
-from bench.sim.simulation import build, job_params
-from services.common.settings import SchedulerSettings
-from services.scheduler.core.jobs import Priority
+from mediamesh.common.settings import SchedulerSettings
+from mediamesh.scheduler.core.jobs import Priority
+from mediamesh.sim.arrivals import ArrivalPlan, generate
+from mediamesh.sim.scenario import Deployment, Scenario, Workload
+from mediamesh.sim.simulation import build, job_params
 
 
 @dataclass(frozen=True)

@@ -7,14 +7,15 @@ same queues, SLAs, placement rules and aging the real scheduler is configured wi
 from __future__ import annotations
 
 import json
+from importlib.resources import as_file, files
 from pathlib import Path
 from typing import Annotated, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from services.common.registry import ModelSpec, Registry, load_registry, parse_registry
-from services.common.settings import Pool, PriorityName, SchedulerSettings
+from mediamesh.common.registry import ModelSpec, Registry, load_registry, parse_registry
+from mediamesh.common.settings import Pool, PriorityName, SchedulerSettings
 
 
 class Section(BaseModel):
@@ -224,7 +225,16 @@ def _check_models(scenario: Scenario, origin: str) -> None:
             raise ScenarioError(f"{origin}: device {name!r} has speeds for unknown {unknown}")
 
 
-def load_scenario(path: Path) -> Scenario:
+BUILTIN_SCENARIOS = ("small", "fleet-1000")
+
+
+def load_scenario(path: Path | str) -> Scenario:
+    """Load a scenario file, or a shipped one by name (`small`, `fleet-1000`)."""
+    if str(path) in BUILTIN_SCENARIOS:
+        resource = files("mediamesh.sim") / "scenarios" / f"{path}.yaml"
+        with as_file(resource) as shipped:
+            return load_scenario(shipped)
+    path = Path(path)
     try:
         text = path.read_text()
     except OSError as exc:

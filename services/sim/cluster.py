@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import random
 
-from bench.sim.engine import BATCH_DONE, GONE, NOTICE, POLL, READY, SAMPLE, Engine
-from bench.sim.fleet import Accounting, DeploymentState, Device, RunningBatch, Speed
-from bench.sim.keda import KedaScaler
-from bench.sim.records import TimeSeries
-from bench.sim.scenario import Scenario
+from mediamesh.sim.engine import BATCH_DONE, GONE, NOTICE, POLL, READY, SAMPLE, Engine
+from mediamesh.sim.fleet import Accounting, DeploymentState, Device, RunningBatch, Speed
+from mediamesh.sim.keda import KedaScaler
+from mediamesh.sim.records import TimeSeries
+from mediamesh.sim.scenario import Scenario
 
 
 class Cluster:

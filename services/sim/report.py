@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from bench.sim.simulation import SimulationResult
+from mediamesh.sim.simulation import SimulationResult
 
 _MAX_SERIES_POINTS = 400
 
