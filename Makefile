@@ -11,7 +11,7 @@ MODELS_DIR ?= .mediamesh/models
 GENERATED := services/common/generated
 PROTOS := $(shell find protos -name '*.proto')
 
-.PHONY: setup run test test-fast lint format protos models bench bench-smoke clean
+.PHONY: setup system-deps run test test-fast lint format protos models bench bench-smoke clean
 
 setup: $(VENV)/.installed
 
@@ -33,6 +33,7 @@ models: setup
 lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports --no-logo
 
 format: setup
 	$(BIN)/ruff check --fix .
@@ -41,7 +42,17 @@ format: setup
 run: setup models
 	$(BIN)/mediamesh up --models-dir $(MODELS_DIR)
 
-test: setup lint models
+# System packages the tests run (Debian names): installed with apt-get when `make test` runs
+# as root, otherwise it stops with one line naming them. The browser's are needed only by
+# browser tests, switched on with `make test BROWSER_TESTS=1`.
+SYSTEM_PACKAGES := prometheus
+BROWSER_PACKAGES := chromium chromium-driver
+BROWSER_TESTS ?=
+
+system-deps:
+	bash scripts/system-deps $(SYSTEM_PACKAGES) $(if $(BROWSER_TESTS),$(BROWSER_PACKAGES))
+
+test: system-deps setup lint models
 	$(BIN)/pytest -q -p no:cacheprovider --durations=15
 
 test-fast: setup

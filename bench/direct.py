@@ -25,15 +25,12 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import torch
 
+from mediamesh.common.generation import GenerationParams
 from mediamesh.common.registry import ModelSpec, load_registry
-from mediamesh.worker.core.batch import (
-    BatchControl,
-    JobFailed,
-    JobFinished,
-    JobParams,
-    WorkerEvent,
-)
-from mediamesh.worker.models.host import ModelHost, load_host
+from mediamesh.common.work import JobFailed, JobFinished, JobParams, WorkerEvent
+from mediamesh.worker.core.batch import BatchControl
+from mediamesh.worker.hosting import load_host
+from mediamesh.worker.models.host import ModelHost
 
 
 def jobs_for(spec: ModelSpec, first: int, count: int, steps: int = 0) -> list[JobParams]:
@@ -42,14 +39,16 @@ def jobs_for(spec: ModelSpec, first: int, count: int, steps: int = 0) -> list[Jo
     return [
         JobParams(
             job_id=f"direct-{first + i}",
-            prompt=f"bench {first + i}",
-            steps=steps or d.steps,
-            seed=first + i,
-            width=d.width,
-            height=d.height,
-            num_frames=d.num_frames,
-            guidance_scale=d.guidance_scale,
-            duration_s=d.duration_s,
+            generation=GenerationParams(
+                prompt=f"bench {first + i}",
+                steps=steps or d.steps,
+                seed=first + i,
+                width=d.width,
+                height=d.height,
+                num_frames=d.num_frames,
+                guidance_scale=d.guidance_scale,
+                duration_s=d.duration_s,
+            ),
         )
         for i in range(count)
     ]

@@ -29,10 +29,7 @@ def requests_for(concurrency: int, smoke: bool) -> tuple[int, int]:
 
 
 def kserve_available() -> bool:
-    return (
-        importlib.util.find_spec("inference") is not None
-        and importlib.util.find_spec("mediamesh.gateway.api.kserve") is not None
-    )
+    return importlib.util.find_spec("mediamesh.gateway.api.kserve") is not None
 
 
 def run(options: Options) -> Result:

@@ -21,8 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from mediamesh.cli.api.gateway_client import AsyncGateway, GatewayError, Outcome
+from mediamesh.common.errors import StatusCode
 from mediamesh.common.registry import MIME_TYPES
+from mediamesh.sdk import AsyncClient, Error, GatewayError, Result
 
 MANIFEST = "manifest.jsonl"
 # What a line may say, and the JSON type each value must have.
@@ -44,10 +45,16 @@ PRIORITIES = ("REALTIME", "STANDARD", "BATCH")
 EXTENSIONS = {mime: ext for ext, mime in MIME_TYPES.items()}
 # Answers that a retry of the same line cannot change.
 PERMANENT_CODES = frozenset(
-    {"INVALID_ARGUMENT", "NOT_FOUND", "PERMISSION_DENIED", "FAILED_PRECONDITION", "OUT_OF_RANGE"}
+    {
+        StatusCode.INVALID_ARGUMENT,
+        StatusCode.NOT_FOUND,
+        StatusCode.PERMISSION_DENIED,
+        StatusCode.FAILED_PRECONDITION,
+        StatusCode.OUT_OF_RANGE,
+    }
 )
 # Answers that no line of this batch could get past.
-FATAL_CODES = frozenset({"UNAUTHENTICATED"})
+FATAL_CODES = frozenset({StatusCode.UNAUTHENTICATED})
 TRANSIENT_ATTEMPTS = 8
 
 
@@ -57,6 +64,18 @@ class BatchFileError(ValueError):
 
 class FatalBatchError(RuntimeError):
     """The gateway refused the whole batch (e.g. a bad API key)."""
+
+
+@dataclass
+class Outcome:
+    """How one line ended, as its manifest row records it."""
+
+    job_id: str
+    state: str
+    data: bytes = b""
+    mime_type: str = ""
+    error_code: str = ""
+    error_message: str = ""
 
 
 @dataclass(frozen=True)
@@ -133,8 +152,8 @@ def succeeded_lines(out: Path, lines: list[BatchLine]) -> set[int]:
 
 
 class BatchRun:
-    def __init__(self, gateway: AsyncGateway, out: Path, manifest: IO[str], bar: Any) -> None:
-        self.gateway, self.out, self.manifest, self.bar = gateway, out, manifest, bar
+    def __init__(self, client: AsyncClient, out: Path, manifest: IO[str], bar: Any) -> None:
+        self.client, self.out, self.manifest, self.bar = client, out, manifest, bar
         self.counts = Counts()
 
     async def run(self, todo: list[BatchLine], concurrency: int) -> Counts:
@@ -153,11 +172,31 @@ class BatchRun:
         started = time.monotonic()
         job_id = ""
         try:
-            job_id = await self._retrying(self.gateway.submit, line.fields, line.key)
-            outcome = await self._retrying(self.gateway.follow, job_id)
+            job_id = await self._retrying(self._submit, line)
+            outcome = await self._retrying(self._follow, job_id)
         except GatewayError as exc:
             outcome = Outcome(job_id, "REJECTED", error_code=exc.code, error_message=exc.message)
         self._record(line, outcome, time.monotonic() - started)
+
+    async def _submit(self, line: BatchLine) -> str:
+        """The job id; the same key from the same tenant returns the same job."""
+        fields = dict(line.fields)
+        handle = await self.client.submit(
+            fields.pop("model"), fields.pop("prompt"), idempotency_key=line.key, **fields
+        )
+        return handle.job_id
+
+    async def _follow(self, job_id: str) -> Outcome:
+        """Watch a job to its end (replayed at once if it already ended)."""
+        async for event in self.client.watch(job_id):
+            if isinstance(event, Result):
+                return Outcome(job_id, "SUCCEEDED", event.data, event.mime_type)
+            if isinstance(event, Error):
+                return Outcome(
+                    job_id, str(event.state), error_code=event.code, error_message=event.message
+                )
+        # watch ends with a Result or an Error, or raises GatewayError (retried by the caller).
+        raise AssertionError(f"the events of job {job_id} ended without an outcome")
 
     async def _retrying(self, call: Any, *args: Any) -> Any:
         failures = 0
@@ -169,7 +208,7 @@ class BatchRun:
                     raise FatalBatchError(f"{exc.code}: {exc.message}") from None
                 if exc.code in PERMANENT_CODES:
                     raise
-                if exc.code == "RESOURCE_EXHAUSTED":
+                if exc.code == StatusCode.RESOURCE_EXHAUSTED:
                     # Back-pressure (rate or queue limit), not a failure: wait as told.
                     await asyncio.sleep(max(exc.retry_after_s, 0.2))
                     continue
@@ -215,7 +254,9 @@ def add_batch_command(sub: argparse._SubParsersAction) -> None:
     batch.add_argument("file", type=Path, help="one JSON object per line, each with a prompt")
     batch.add_argument("--out", type=Path, required=True, help="folder for results + manifest")
     batch.add_argument("--model", help="model for lines that name none")
-    batch.add_argument("--gateway", default=os.environ.get("MEDIAMESH_GATEWAY", "127.0.0.1:50051"))
+    batch.add_argument(
+        "--gateway", default=os.environ.get("MEDIAMESH_GATEWAY_ADDRESS", "127.0.0.1:50051")
+    )
     batch.add_argument("--api-key", default=os.environ.get("MEDIAMESH_API_KEY"))
     batch.add_argument("--ca-cert", type=Path, help="use TLS, trusting this CA certificate")
     batch.add_argument("--concurrency", type=int, default=16, help="jobs in flight at once")
@@ -234,16 +275,15 @@ def _cmd_batch(args: argparse.Namespace) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     done = succeeded_lines(args.out, lines)
     todo = [line for line in lines if line.number not in done]
-    root_cert = args.ca_cert.read_bytes() if args.ca_cert else None
     bar = tqdm(
         total=len(lines), initial=len(done), unit="job", desc="batch",
         disable=args.quiet, file=sys.stderr,
     )  # fmt: skip
 
     async def main() -> Counts:
-        async with AsyncGateway(args.gateway, args.api_key, root_cert) as gateway:
+        async with AsyncClient(args.gateway, api_key=args.api_key, ca_file=args.ca_cert) as client:
             with (args.out / MANIFEST).open("a") as manifest:
-                return await BatchRun(gateway, args.out, manifest, bar).run(todo, args.concurrency)
+                return await BatchRun(client, args.out, manifest, bar).run(todo, args.concurrency)
 
     try:
         counts = asyncio.run(main()) if todo else Counts()

@@ -10,11 +10,19 @@ from pathlib import Path
 
 import grpc
 
+from mediamesh.cli.run_dir import DEFAULT_RUN_DIR, local_config
+
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
     gen = sub.add_parser("generate", help="generate one artifact with a progress bar")
-    gen.add_argument("--gateway", default=os.environ.get("MEDIAMESH_GATEWAY", "127.0.0.1:50051"))
+    gen.add_argument(
+        "--gateway", default=os.environ.get("MEDIAMESH_GATEWAY_ADDRESS", "127.0.0.1:50051")
+    )
     gen.add_argument("--api-key", default=os.environ.get("MEDIAMESH_API_KEY"))
+    gen.add_argument("--tls", action="store_true", help="TLS with the system's root certificates")
+    gen.add_argument("--ca-file", type=Path, help="TLS, trusting this CA certificate (PEM)")
+    gen.add_argument("--cert-file", type=Path, help="client certificate for mTLS (PEM)")
+    gen.add_argument("--key-file", type=Path, help="key of the client certificate (PEM)")
     gen.add_argument("--model", required=True)
     gen.add_argument("--prompt", required=True)
     gen.add_argument("--negative-prompt", default="")
@@ -34,7 +42,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
 
     for name, help_text in (("status", "print queues and workers"), ("top", "live status")):
         cmd = sub.add_parser(name, help=help_text)
-        cmd.add_argument("--config", type=Path, default=_env_path("MEDIAMESH_CONFIG"))
+        _local_config_args(cmd)
         cmd.add_argument("--scheduler", default=None, help="scheduler host:port")
         if name == "top":
             cmd.add_argument("--interval", type=float, default=1.0)
@@ -51,8 +59,23 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     drain.add_argument("--address", default="127.0.0.1:50060")
     drain.add_argument("--grace-s", type=float, default=0.0)
     drain.add_argument("--exit", action="store_true", help="exit the worker once drained")
-    drain.add_argument("--config", type=Path, default=_env_path("MEDIAMESH_CONFIG"))
+    _local_config_args(drain)
     drain.set_defaults(handler=_cmd_drain)
+
+
+def _local_config_args(cmd: argparse.ArgumentParser) -> None:
+    cmd.add_argument(
+        "--config",
+        type=Path,
+        default=_env_path("MEDIAMESH_CONFIG"),
+        help="mesh config (env MEDIAMESH_CONFIG); default: the one `mediamesh up` wrote",
+    )
+    cmd.add_argument(
+        "--run-dir",
+        type=Path,
+        default=DEFAULT_RUN_DIR,
+        help="run directory of a local `mediamesh up` (its --run-dir), read without --config",
+    )
 
 
 def _env_path(name: str) -> Path | None:
@@ -63,59 +86,63 @@ def _env_path(name: str) -> Path | None:
 def _cmd_generate(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from mediamesh.cli.api import gateway_client as gc
-    from mediamesh.common.generated.v1 import gateway_pb2_grpc
+    from mediamesh.sdk import Client, Error, GatewayError, Notice, Progress, Queued, Result
 
-    request = gc.generate_request(
-        model=args.model,
-        prompt=args.prompt,
-        negative_prompt=args.negative_prompt,
-        steps=args.steps,
-        seed=args.seed,
-        width=args.width,
-        height=args.height,
-        num_frames=args.num_frames,
-        guidance_scale=args.guidance_scale,
-        duration_s=args.duration,
-        timeout_ms=args.timeout_ms,
-        idempotency_key=args.idempotency_key,
-        priority=args.priority,
-    )
-    bar = tqdm(total=request.steps or None, unit="step", disable=args.quiet, file=sys.stderr)
-
-    def on_event(event: object) -> None:
-        kind = event.WhichOneof("event")  # type: ignore[attr-defined]
-        if kind == "queued":
-            bar.set_description(f"queued #{event.queued.position}")  # type: ignore[attr-defined]
-        elif kind == "progress":
-            progress = event.progress  # type: ignore[attr-defined]
-            bar.total = progress.total_steps
-            bar.set_description("denoising")
-            bar.n = progress.step
-            bar.refresh()
-        elif kind == "notice":
-            bar.write(f"{event.notice.kind}: {event.notice.message}")  # type: ignore[attr-defined]
-
-    with gc.channel(args.gateway) as channel:
-        stub = gateway_pb2_grpc.GatewayStub(channel)
-        try:
-            events = stub.Generate(request, metadata=gc.metadata(args.api_key))
-            outcome = gc.follow(stub, events, args.api_key, on_event)
-        except grpc.RpcError as exc:
-            bar.close()
-            print(f"mediamesh: {exc.code().name}: {exc.details()}", file=sys.stderr)
-            return 1
+    bar = tqdm(total=args.steps or None, unit="step", disable=args.quiet, file=sys.stderr)
+    final: Result | Error | None = None
+    try:
+        with Client(
+            args.gateway,
+            api_key=args.api_key,
+            tls=args.tls,
+            ca_file=args.ca_file,
+            cert_file=args.cert_file,
+            key_file=args.key_file,
+        ) as client:
+            events = client.generate(
+                args.model,
+                args.prompt,
+                negative_prompt=args.negative_prompt,
+                steps=args.steps,
+                seed=args.seed,
+                width=args.width,
+                height=args.height,
+                num_frames=args.num_frames,
+                guidance_scale=args.guidance_scale,
+                duration_s=args.duration,
+                timeout_ms=args.timeout_ms,
+                idempotency_key=args.idempotency_key,
+                priority=args.priority,
+            )
+            for event in events:
+                match event:
+                    case Queued(position=position):
+                        bar.set_description(f"queued #{position}")
+                    case Progress(step=step, total_steps=total):
+                        bar.total = total
+                        bar.set_description("denoising")
+                        bar.n = step
+                        bar.refresh()
+                    case Notice(kind=kind, message=message):
+                        bar.write(f"{kind}: {message}")
+                    case Result() | Error():
+                        final = event
+    except (GatewayError, OSError, ValueError) as exc:
+        # OSError and ValueError: a certificate file that cannot be read or is half given.
+        bar.close()
+        print(f"mediamesh: {exc}", file=sys.stderr)
+        return 1
     bar.close()
-    if outcome.state != "SUCCEEDED":
+    if not isinstance(final, Result):
+        assert final is not None  # generate ends with a Result or an Error, or raises
         print(
-            f"mediamesh: job {outcome.job_id} {outcome.state}: "
-            f"{outcome.error_code} {outcome.error_message}",
+            f"mediamesh: job {final.job_id} {final.state}: {final.code} {final.message}",
             file=sys.stderr,
         )
         return 1
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_bytes(outcome.data)
-    print(f"{args.out} ({outcome.mime_type}, {len(outcome.data)} bytes, seed {outcome.seed})")
+    args.out.write_bytes(final.data)
+    print(f"{args.out} ({final.mime_type}, {len(final.data)} bytes, seed {final.seed})")
     return 0
 
 
@@ -124,7 +151,7 @@ def _status_text(args: argparse.Namespace) -> str:
     from mediamesh.cli.services import load
     from mediamesh.cli.status_table import render
 
-    config, _ = load(args.config)
+    config, _ = load(local_config(args.config, args.run_dir))
     return render(mesh_status(config, args.scheduler))
 
 
@@ -155,37 +182,26 @@ def _cmd_top(args: argparse.Namespace) -> int:
 
 
 def _cmd_healthcheck(args: argparse.Namespace) -> int:
-    from grpc_health.v1 import health_pb2, health_pb2_grpc
+    from mediamesh.common.api.health import serving_status
 
     try:
-        with grpc.insecure_channel(args.address) as channel:
-            reply = health_pb2_grpc.HealthStub(channel).Check(
-                health_pb2.HealthCheckRequest(service=args.service), timeout=args.timeout
-            )
+        status = serving_status(args.address, args.service, args.timeout)
     except grpc.RpcError as exc:
         print(f"{args.address}: {exc.code().name}", file=sys.stderr)
         return 1
-    status = health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
     print(f"{args.address}: {status}")
-    return 0 if reply.status == health_pb2.HealthCheckResponse.SERVING else 1
+    return 0 if status == "SERVING" else 1
 
 
 def _cmd_drain(args: argparse.Namespace) -> int:
-    from mediamesh.cli.api.mesh_client import _metadata
+    from mediamesh.cli.api.mesh_client import drain_worker
     from mediamesh.cli.services import load
-    from mediamesh.common.generated.v1 import worker_pb2, worker_pb2_grpc
 
-    config, _ = load(args.config)
-    with grpc.insecure_channel(args.address) as channel:
-        stub = worker_pb2_grpc.WorkerStub(channel)
-        try:
-            reply = stub.Drain(
-                worker_pb2.DrainRequest(grace_s=args.grace_s, exit=args.exit),
-                metadata=_metadata(config),
-                timeout=max(args.grace_s, 1.0) + 10,
-            )
-        except grpc.RpcError as exc:
-            print(f"mediamesh: drain failed: {exc.code().name} {exc.details()}", file=sys.stderr)
-            return 1
-    print(f"draining; jobs being checkpointed: {', '.join(reply.preempted) or 'none'}")
+    config, _ = load(local_config(args.config, args.run_dir))
+    try:
+        preempted = drain_worker(config, args.address, args.grace_s, args.exit)
+    except grpc.RpcError as exc:
+        print(f"mediamesh: drain failed: {exc.code().name} {exc.details()}", file=sys.stderr)
+        return 1
+    print(f"draining; jobs being checkpointed: {', '.join(preempted) or 'none'}")
     return 0

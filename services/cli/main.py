@@ -8,9 +8,10 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from mediamesh.cli.run_dir import DEFAULT_RUN_DIR
 from mediamesh.common.errors import StartupError
 from mediamesh.common.registry import RegistryError
-from mediamesh.common.settings import ConfigError, MeshConfig
+from mediamesh.common.settings import ConfigError, MeshConfig, WorkerSettings
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -36,7 +37,12 @@ def build_parser() -> argparse.ArgumentParser:
     up = sub.add_parser("up", help="start scheduler, gateway and workers on loopback")
     _config_arg(up)
     up.add_argument("--models-dir", type=Path, default=None, help="where the tiny models live")
-    up.add_argument("--run-dir", type=Path, default=Path(".mediamesh/run"), help="logs, config")
+    up.add_argument(
+        "--run-dir",
+        type=Path,
+        default=DEFAULT_RUN_DIR,
+        help="logs and the run's config, which `status`, `top` and `drain` read from here",
+    )
     up.add_argument("--ready-timeout", type=float, default=300.0, help="seconds to become ready")
     up.add_argument("--no-restart", action="store_true", help="do not restart exited children")
     up.add_argument("--no-build", action="store_true", help="do not build missing tiny models")
@@ -51,17 +57,19 @@ def build_parser() -> argparse.ArgumentParser:
             )
         service.set_defaults(handler=handler)
 
+    # Flags override the worker's settings; MEDIAMESH_WORKER__<FIELD> variables reach the
+    # config's `worker` section (see MeshConfig.standalone_worker).
     worker = sub.add_parser("worker", help="run a worker in this process")
     _config_arg(worker)
-    worker.add_argument("--worker-id", default=_env("WORKER_ID"))
-    worker.add_argument("--pool", choices=["on-demand", "spot"], default=_env("POOL"))
-    worker.add_argument("--host", default=_env("HOST"))
-    worker.add_argument("--port", type=int, default=_env("PORT"))
-    worker.add_argument("--advertise-address", default=_env("ADVERTISE_ADDRESS"))
-    worker.add_argument("--device", default=_env("DEVICE"))
-    worker.add_argument("--models", default=_env("MODELS"), help="comma-separated model names")
-    worker.add_argument("--metrics-port", type=int, default=_env("METRICS_PORT"))
-    worker.add_argument("--scheduler", default=_env("SCHEDULER"), help="scheduler host:port")
+    worker.add_argument("--worker-id", help="a `workers` entry of the config, or a new id")
+    worker.add_argument("--pool", choices=["on-demand", "spot"])
+    worker.add_argument("--host")
+    worker.add_argument("--port", type=int)
+    worker.add_argument("--advertise-address")
+    worker.add_argument("--device")
+    worker.add_argument("--models", help="comma-separated model names")
+    worker.add_argument("--metrics-port", type=int)
+    worker.add_argument("--scheduler", help="scheduler host:port")
     worker.set_defaults(handler=_cmd_worker)
 
     models = sub.add_parser("models", help="manage the tiny offline models")
@@ -91,11 +99,10 @@ def _cmd_up(args: argparse.Namespace) -> int:
     config, registry = load(args.config, overrides)
     config = without_idle_spot_wait(config)
     if not args.no_build:
-        from mediamesh.worker.models.build import build_models
+        from mediamesh.cli.local_models import models_to_build
+        from mediamesh.worker.models.build import BUILDERS, build_models
 
-        wanted = {m for w in config.workers for m in w.models} or set(registry.names)
-        buildable = [m.name for m in registry.models if m.source.startswith("{models_dir}")]
-        build_models(config.models_dir, [n for n in buildable if n in wanted])
+        build_models(config.models_dir, models_to_build(config, registry, set(BUILDERS)))
     return run_up(config, args.run_dir, args.ready_timeout, restart=not args.no_restart)
 
 
@@ -131,11 +138,16 @@ def _cmd_gateway(args: argparse.Namespace) -> int:
 
 def _cmd_worker(args: argparse.Namespace) -> int:
     from mediamesh.cli.services import load, run_worker
-    from mediamesh.common.settings import WorkerSettings
 
     config, registry = load(args.config)
-    chosen = next((w for w in config.workers if w.worker_id == args.worker_id), None)
-    base = chosen or WorkerSettings(worker_id=args.worker_id or "worker-0")
+    run_worker(config, registry, worker_settings(config, args))
+    return 0
+
+
+def worker_settings(config: MeshConfig, args: argparse.Namespace) -> WorkerSettings:
+    """What `mediamesh worker` runs with: the config's worker (its file and MEDIAMESH_WORKER__*
+    variables, see MeshConfig.standalone_worker) with the command line's flags on top."""
+    base = config.standalone_worker(args.worker_id)
     flags = {
         "pool": args.pool,
         "host": args.host,
@@ -146,11 +158,9 @@ def _cmd_worker(args: argparse.Namespace) -> int:
         "scheduler_address": args.scheduler,
         "models": [m for m in args.models.split(",") if m] if args.models else None,
     }
-    worker = WorkerSettings.model_validate(
+    return WorkerSettings.model_validate(
         {**base.model_dump(), **{k: v for k, v in flags.items() if v is not None}}
     )
-    run_worker(config, registry, worker)
-    return 0
 
 
 def _cmd_models_build(args: argparse.Namespace) -> int:
@@ -168,7 +178,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return handler(args)
     except (ConfigError, RegistryError, StartupError) as exc:
-        print(f"mediamesh: {exc}", file=sys.stderr)
+        # One line, always: `mediamesh up` reports a child's last such line as its reason.
+        print(f"mediamesh: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

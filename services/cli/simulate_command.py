@@ -70,9 +70,16 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
 
 
 def _simulate(scenario: object, args: argparse.Namespace) -> int:
-    from mediamesh.sim.report import write_json, write_plot
+    from mediamesh.sim.report import PlotUnavailable, pyplot, write_json, write_plot
     from mediamesh.sim.simulation import simulate
 
+    if not args.no_plot:
+        # Before the run, not after it: a long simulation should not end in a missing extra.
+        try:
+            pyplot()
+        except PlotUnavailable as exc:
+            print(f"mediamesh simulate: {exc}", file=sys.stderr)
+            return 2
     result = simulate(scenario, jobs=args.jobs, devices=args.devices, seed=args.seed)  # type: ignore[arg-type]
     stem = args.out / f"sim-{result.scenario}"
     data = write_json(result, stem.with_suffix(".json"))

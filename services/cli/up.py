@@ -8,6 +8,7 @@ restarted after a short back-off, and Ctrl-C or SIGTERM stops them all: workers 
 from __future__ import annotations
 
 import ctypes
+import os
 import secrets
 import signal
 import subprocess
@@ -16,11 +17,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import grpc
 import yaml
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 from pydantic import SecretStr
 
+from mediamesh.cli.run_dir import run_config_path, write_private
+from mediamesh.common.api.health import is_serving
+from mediamesh.common.config_loader import ENV_PREFIX
 from mediamesh.common.settings import InternalAuthSettings, MeshConfig
 
 _PR_SET_PDEATHSIG = 1
@@ -39,11 +41,20 @@ class Child:
     process: subprocess.Popen | None = None
     restarts: int = 0
     started_at: float = field(default=0.0)
+    log_path: Path | None = None
+    # Where this run's output starts in the log, which earlier runs appended to.
+    log_offset: int = 0
 
     def start(self, log_dir: Path) -> None:
-        log_file = (log_dir / f"{self.name}.log").open("ab")
+        self.log_path = log_dir / f"{self.name}.log"
+        self.log_offset = self.log_path.stat().st_size if self.log_path.exists() else 0
+        log_file = self.log_path.open("ab")
+        # The run config already holds the environment's overrides under the flags': applied
+        # again in a child, a MEDIAMESH_* variable would win over a flag of `mediamesh up`.
+        env = {k: v for k, v in os.environ.items() if not k.upper().startswith(ENV_PREFIX)}
         self.process = subprocess.Popen(
             self.argv,
+            env=env,
             stdout=log_file,
             stderr=subprocess.STDOUT,
             preexec_fn=_die_with_parent,
@@ -54,15 +65,16 @@ class Child:
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
-
-def healthy(address: str, timeout: float = 1.0) -> bool:
-    try:
-        with grpc.insecure_channel(address) as channel:
-            stub = health_pb2_grpc.HealthStub(channel)
-            reply = stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=timeout)
-            return reply.status == health_pb2.HealthCheckResponse.SERVING
-    except grpc.RpcError:
-        return False
+    def exit_reason(self) -> str | None:
+        """The one-line error this run printed before exiting (`mediamesh: ...`), if any."""
+        if self.log_path is None or not self.log_path.exists():
+            return None
+        with self.log_path.open("rb") as log:
+            log.seek(self.log_offset)
+            lines = log.read().decode(errors="replace").splitlines()
+        prefix = "mediamesh: "
+        reasons = [line.removeprefix(prefix) for line in lines if line.startswith(prefix)]
+        return reasons[-1] if reasons else None
 
 
 def dump_config(config: MeshConfig) -> dict:
@@ -83,8 +95,9 @@ class Mesh:
         self.run_dir = run_dir
         self.restart = restart
         run_dir.mkdir(parents=True, exist_ok=True)
-        self.config_path = run_dir / "mesh.yaml"
-        self.config_path.write_text(yaml.safe_dump(dump_config(config)))
+        self.config_path = run_config_path(run_dir)
+        # It holds the internal token: readable by this user only.
+        write_private(self.config_path, yaml.safe_dump(dump_config(config)))
         entry = [sys.executable, "-m", "mediamesh.cli.main"]
         base = ["--config", str(self.config_path)]
         s, g = config.scheduler, config.gateway
@@ -113,12 +126,10 @@ class Mesh:
         while time.monotonic() < deadline:
             if self._stopping:
                 return False
-            dead = [c.name for c in self.children if not c.alive]
+            dead = [c for c in self.children if not c.alive]
             if dead:
-                raise RuntimeError(
-                    f"{', '.join(dead)} exited during start-up; see {self.run_dir}/<name>.log"
-                )
-            if all(healthy(c.address) for c in self.children) and self._workers_registered():
+                raise RuntimeError("; ".join(_start_up_failure(c) for c in dead))
+            if all(is_serving(c.address) for c in self.children) and self._workers_registered():
                 return True
             time.sleep(0.25)
         return False
@@ -162,6 +173,13 @@ class Mesh:
                 except subprocess.TimeoutExpired:
                     child.process.kill()
                     child.process.wait()
+
+
+def _start_up_failure(child: Child) -> str:
+    reason = child.exit_reason()
+    if reason is None:
+        return f"{child.name} exited during start-up; see {child.log_path}"
+    return f"{child.name} exited during start-up: {reason} (log: {child.log_path})"
 
 
 def run_up(config: MeshConfig, run_dir: Path, ready_timeout_s: float, restart: bool) -> int:

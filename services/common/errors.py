@@ -1,47 +1,100 @@
-"""Domain errors that carry their gRPC status, mapped in one place by the server interceptor."""
+"""Domain errors and their transport-neutral status codes.
+
+Each transport maps `StatusCode` once, in its own module: gRPC in
+`mediamesh.common.api.status`, HTTP in `mediamesh.common.http_status`, and the KServe
+(Triton-compatible) answers in `mediamesh.gateway.core.kserve_status`.
+"""
 
 from __future__ import annotations
 
+from enum import StrEnum
+
+
+class StatusCode(StrEnum):
+    """The canonical status codes. Values are the gRPC code names, which is what the job store
+    and the proto `code` string fields hold, so a member compares equal to a stored name."""
+
+    OK = "OK"
+    CANCELLED = "CANCELLED"
+    UNKNOWN = "UNKNOWN"
+    INVALID_ARGUMENT = "INVALID_ARGUMENT"
+    DEADLINE_EXCEEDED = "DEADLINE_EXCEEDED"
+    NOT_FOUND = "NOT_FOUND"
+    ALREADY_EXISTS = "ALREADY_EXISTS"
+    PERMISSION_DENIED = "PERMISSION_DENIED"
+    RESOURCE_EXHAUSTED = "RESOURCE_EXHAUSTED"
+    FAILED_PRECONDITION = "FAILED_PRECONDITION"
+    ABORTED = "ABORTED"
+    OUT_OF_RANGE = "OUT_OF_RANGE"
+    UNIMPLEMENTED = "UNIMPLEMENTED"
+    INTERNAL = "INTERNAL"
+    UNAVAILABLE = "UNAVAILABLE"
+    DATA_LOSS = "DATA_LOSS"
+    UNAUTHENTICATED = "UNAUTHENTICATED"
+
+    @classmethod
+    def parse(cls, name: str, default: StatusCode | None = None) -> StatusCode:
+        """The member named `name` (as read from a store or a peer), else `default`.
+
+        Without a default an unknown name is UNKNOWN, as gRPC treats a code it cannot read.
+        """
+        try:
+            return cls(name)
+        except ValueError:
+            return cls.UNKNOWN if default is None else default
+
 
 class MeshError(Exception):
-    """An error a caller should see as-is: `code` is a gRPC status code name."""
+    """An error a caller should see as-is, with the status `code` each transport maps."""
 
-    code = "INTERNAL"
+    code: StatusCode = StatusCode.INTERNAL
 
-    def __init__(self, message: str, *, code: str | None = None, retry_after_s: float = 0) -> None:
+    def __init__(
+        self, message: str, *, code: StatusCode | None = None, retry_after_s: float = 0
+    ) -> None:
         super().__init__(message)
         self.message = message
         if code is not None:
-            self.code = code
+            self.code = StatusCode(code)
         self.retry_after_s = retry_after_s
 
 
 class InvalidArgument(MeshError):
-    code = "INVALID_ARGUMENT"
+    code = StatusCode.INVALID_ARGUMENT
 
 
 class NotFound(MeshError):
-    code = "NOT_FOUND"
+    code = StatusCode.NOT_FOUND
 
 
 class ResourceExhausted(MeshError):
-    code = "RESOURCE_EXHAUSTED"
+    code = StatusCode.RESOURCE_EXHAUSTED
+
+
+class PayloadTooLarge(ResourceExhausted):
+    """A request or answer over a size limit, as opposed to a rate or queue limit.
+
+    gRPC has no code of its own for it and answers RESOURCE_EXHAUSTED (as grpcio does for a
+    message over its maximum), so the code stays RESOURCE_EXHAUSTED; HTTP tells the two
+    apart, and `mediamesh.common.http_status.http_status_of` answers 413 for this class
+    instead of 429. Raise this class, not ResourceExhausted, for anything "too large".
+    """
 
 
 class Unauthenticated(MeshError):
-    code = "UNAUTHENTICATED"
+    code = StatusCode.UNAUTHENTICATED
 
 
 class PermissionDenied(MeshError):
-    code = "PERMISSION_DENIED"
+    code = StatusCode.PERMISSION_DENIED
 
 
 class FailedPrecondition(MeshError):
-    code = "FAILED_PRECONDITION"
+    code = StatusCode.FAILED_PRECONDITION
 
 
 class Unavailable(MeshError):
-    code = "UNAVAILABLE"
+    code = StatusCode.UNAVAILABLE
 
 
 class StartupError(RuntimeError):
@@ -50,3 +103,6 @@ class StartupError(RuntimeError):
 
 # Trailing metadata key with the milliseconds a rejected caller should wait before retrying.
 RETRY_AFTER_KEY = "retry-after-ms"
+# The same wait under gRPC's standard name: a client whose service config retries the status
+# waits this long before its next attempt (gRFC A6), with no code of its own.
+PUSHBACK_KEY = "grpc-retry-pushback-ms"

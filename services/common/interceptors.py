@@ -10,7 +10,8 @@ from typing import Any
 
 import grpc
 
-from mediamesh.common.errors import RETRY_AFTER_KEY, MeshError
+from mediamesh.common.api.status import from_grpc, to_grpc
+from mediamesh.common.errors import PUSHBACK_KEY, RETRY_AFTER_KEY, MeshError, StatusCode
 from mediamesh.common.metrics import RPC_LATENCY, RPC_REQUESTS
 
 log = logging.getLogger(__name__)
@@ -27,19 +28,17 @@ def _split(method: str) -> tuple[str, str]:
 
 async def _abort_for(exc: BaseException, context: grpc.aio.ServicerContext) -> None:
     if isinstance(exc, MeshError):
-        trailing = ()
+        trailing: tuple[tuple[str, str], ...] = ()
         if exc.retry_after_s:
-            trailing = ((RETRY_AFTER_KEY, str(int(exc.retry_after_s * 1000))),)
-        await context.abort(grpc.StatusCode[exc.code], exc.message, trailing)
+            wait_ms = str(int(exc.retry_after_s * 1000))
+            trailing = ((RETRY_AFTER_KEY, wait_ms), (PUSHBACK_KEY, wait_ms))
+        await context.abort(to_grpc(exc.code), exc.message, trailing)
     log.exception("unexpected error in %s", context)
-    await context.abort(grpc.StatusCode.INTERNAL, "internal error; see the service log")
+    await context.abort(to_grpc(StatusCode.INTERNAL), "internal error; see the service log")
 
 
-def _code_of(context: grpc.aio.ServicerContext) -> str:
-    code = context.code()
-    if code is None:
-        return "OK"
-    return code.name if isinstance(code, grpc.StatusCode) else str(code)
+def _code_of(context: grpc.aio.ServicerContext) -> StatusCode:
+    return from_grpc(context.code())
 
 
 class ServiceInterceptor(grpc.aio.ServerInterceptor):
@@ -71,7 +70,7 @@ def _wrap(
     async def check(context: grpc.aio.ServicerContext) -> None:
         if not authorised:
             await context.abort(
-                grpc.StatusCode.UNAUTHENTICATED,
+                to_grpc(StatusCode.UNAUTHENTICATED),
                 f"missing or wrong {INTERNAL_TOKEN_KEY} metadata (internal service)",
             )
 

@@ -16,8 +16,7 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
-
-from grpc_tools import protoc
+from types import ModuleType
 
 ROOT = Path(__file__).resolve().parents[2]
 PROTO_ROOT = ROOT / "protos"
@@ -40,10 +39,23 @@ def _relocate_imports(source: str) -> str:
     return _IMPORT.sub(replace, source)
 
 
+def _protoc() -> ModuleType:
+    # grpcio-tools is a development dependency (the `dev` extra): the product only ever
+    # imports the committed stubs.
+    try:
+        from grpc_tools import protoc
+    except ImportError:
+        raise SystemExit(
+            "generating stubs needs grpcio-tools: pip install 'mediamesh[dev]'"
+        ) from None
+    return protoc
+
+
 def generate(out_dir: Path) -> None:
     """Write the stubs for every proto under `out_dir`, relocated into the product package."""
+    protoc = _protoc()
     out_dir.mkdir(parents=True, exist_ok=True)
-    include = Path(protoc.__file__).parent / "_proto"
+    include = Path(str(protoc.__file__)).parent / "_proto"
     with tempfile.TemporaryDirectory() as staging_name:
         staging = Path(staging_name)
         args = [

@@ -9,10 +9,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
-from grpc_health.v1._async import HealthServicer
-from grpc_reflection.v1alpha import reflection
 
+from mediamesh.common.api.health import HealthServicer, add_health_and_reflection, mark_serving
 from mediamesh.common.interceptors import ServiceInterceptor
 from mediamesh.common.settings import TlsSettings
 from mediamesh.common.telemetry import server_tracing_interceptors
@@ -47,6 +45,12 @@ def message_options(max_bytes: int) -> list[tuple[str, int]]:
     ]
 
 
+# Clients keep long, quiet streams alive with pings (the SDK every 60 s, while a job waits in
+# a queue). By default a server allows one ping per 5 minutes without data and answers more
+# with GOAWAY "too_many_pings", which would end those streams.
+KEEPALIVE_OPTIONS = [("grpc.http2.min_ping_interval_without_data_ms", 20_000)]
+
+
 async def start_server(
     registrations: Sequence[Registration],
     *,
@@ -58,22 +62,13 @@ async def start_server(
 ) -> RunningServer:
     server = grpc.aio.server(
         interceptors=[*server_tracing_interceptors(), ServiceInterceptor(internal_token)],
-        options=[*message_options(max_message_bytes), ("grpc.so_reuseport", 0)],
+        options=[*message_options(max_message_bytes), *KEEPALIVE_OPTIONS, ("grpc.so_reuseport", 0)],
     )
     names: list[str] = []
     for registration in registrations:
         registration.add(server)
         names.extend(registration.service_names)
-    health = HealthServicer()
-    health_pb2_grpc.add_HealthServicer_to_server(health, server)
-    reflection.enable_server_reflection(
-        (
-            *names,
-            health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
-            reflection.SERVICE_NAME,
-        ),
-        server,
-    )
+    health = add_health_and_reflection(server, names)
     address = f"{host}:{port}"
     if tls is not None and tls.enabled:
         assert tls.cert_file is not None and tls.key_file is not None
@@ -86,8 +81,7 @@ async def start_server(
     if bound == 0:
         raise OSError(f"cannot bind {address}")
     await server.start()
-    for name in ("", *names):
-        await health.set(name, health_pb2.HealthCheckResponse.SERVING)
+    await mark_serving(health, names)
     return RunningServer(server, bound, health, tuple(names))
 
 

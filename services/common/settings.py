@@ -1,16 +1,22 @@
-"""Typed settings for every service, built once in `main` from a YAML file and flags.
+"""Typed settings for every service, built once in `main` from a YAML file, MEDIAMESH_*
+environment variables and flags (config_loader.py says how the layers combine).
 
-Nothing here reads the environment at import time: `load_mesh_config` is called by the
-process entry points, which may pass environment-derived overrides explicitly.
+Nothing here reads the environment at import time: the process entry points call
+`load_mesh_config`, which reads it then.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic_settings import NoDecode
+
+# ConfigError is re-exported: the services raise and catch it as a settings error.
+from mediamesh.common.config_loader import ConfigError as ConfigError
+from mediamesh.common.config_loader import json_or_csv, load_layered
 
 Pool = Literal["on-demand", "spot"]
 PriorityName = Literal["REALTIME", "STANDARD", "BATCH"]
@@ -140,6 +146,15 @@ class SchedulerSettings(Section):
     checkpoint_every_steps: dict[str, int] = Field(default_factory=dict)
     max_message_bytes: int = Field(256 * 1024 * 1024, ge=1024 * 1024)
 
+    @field_validator("placement", mode="before")
+    @classmethod
+    def _class_names_in_any_case(cls, value: object) -> object:
+        # Environment variable names are case-insensitive and reach us lower-cased
+        # (MEDIAMESH_SCHEDULER__PLACEMENT__BATCH__PREFER gives a key "batch").
+        if isinstance(value, dict):
+            return {k.upper() if isinstance(k, str) else k: v for k, v in value.items()}
+        return value
+
     @field_validator("placement", mode="after")
     @classmethod
     def _every_class_placed(
@@ -159,14 +174,20 @@ class WorkerSettings(Section):
     scheduler_address: str = "127.0.0.1:50052"
     pool: Pool = "on-demand"
     device: str = "cpu"
-    # Registry models this worker hosts; empty hosts every model.
-    models: list[str] = Field(default_factory=list)
+    # Registry models this worker hosts; empty hosts every model. From the environment,
+    # MEDIAMESH_WORKER__MODELS=a,b also works (NoDecode: not only JSON).
+    models: Annotated[list[str], NoDecode] = Field(default_factory=list)
     # Seconds a draining worker waits for running jobs to reach a checkpoint.
     drain_grace_s: float = Field(25.0, gt=0)
     checkpoint_dir: Path = Path(".mediamesh/artifacts/checkpoints")
     max_message_bytes: int = Field(256 * 1024 * 1024, ge=1024 * 1024)
     # torch intra-op threads for this worker; 0 leaves torch's default.
     torch_threads: int = Field(0, ge=0)
+
+    @field_validator("models", mode="before")
+    @classmethod
+    def _comma_separated(cls, value: object) -> object:
+        return json_or_csv(value)
 
     @property
     def address(self) -> str:
@@ -182,43 +203,37 @@ class MeshConfig(Section):
     internal_auth: InternalAuthSettings = Field(default_factory=InternalAuthSettings)
     gateway: GatewaySettings = Field(default_factory=GatewaySettings)
     scheduler: SchedulerSettings = Field(default_factory=SchedulerSettings)
-    # The workers `mediamesh up` starts; a standalone worker picks one by id or uses flags.
+    # The workers `mediamesh up` starts; `mediamesh worker --worker-id ID` runs one of them.
     workers: list[WorkerSettings] = Field(
         default_factory=lambda: [
             WorkerSettings(worker_id="worker-0", port=50060, metrics_port=9410),
             WorkerSettings(worker_id="worker-1", port=50061, metrics_port=9411),
         ]
     )
+    # A worker started on its own (a k8s pod): a list entry cannot be named by an environment
+    # variable, a section can (MEDIAMESH_WORKER__WORKER_ID from the pod's name).
+    worker: WorkerSettings | None = None
+
+    def standalone_worker(self, worker_id: str | None = None) -> WorkerSettings:
+        """The settings `mediamesh worker` starts from, before its flags: the `workers` entry
+        named `worker_id`, else the `worker` section, else the defaults."""
+        named = [w for w in self.workers if worker_id is not None and w.worker_id == worker_id]
+        if named:
+            return named[0]
+        base = self.worker or WorkerSettings()
+        if worker_id is None:
+            return base
+        return base.model_copy(update={"worker_id": worker_id})
 
 
-class ConfigError(ValueError):
-    """A config file that cannot be used, with the field at fault."""
+def load_mesh_config(
+    path: Path | None,
+    overrides: Mapping[str, object] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> MeshConfig:
+    """The mesh config from `path` (None: defaults), then MEDIAMESH_* variables of `environ`
+    (None: this process's environment), then dotted `overrides` (flags), highest last.
 
-
-def load_mesh_config(path: Path | None, overrides: dict | None = None) -> MeshConfig:
-    raw: dict = {}
-    if path is not None:
-        try:
-            loaded = yaml.safe_load(path.read_text()) or {}
-        except OSError as exc:
-            raise ConfigError(f"cannot read config {path}: {exc.strerror}") from None
-        if not isinstance(loaded, dict):
-            raise ConfigError(f"config {path}: expected a mapping at the top level")
-        raw = loaded
-    for dotted, value in (overrides or {}).items():
-        _set_dotted(raw, dotted, value)
-    try:
-        return MeshConfig.model_validate(raw)
-    except ValidationError as exc:
-        details = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
-        )
-        raise ConfigError(f"config {path or '(defaults)'}: {details}") from None
-
-
-def _set_dotted(raw: dict, dotted: str, value: object) -> None:
-    *parents, leaf = dotted.split(".")
-    node = raw
-    for key in parents:
-        node = node.setdefault(key, {})
-    node[leaf] = value
+    Raises ConfigError with one line naming the file line or variable at fault.
+    """
+    return load_layered(MeshConfig, path, overrides, environ)

@@ -8,7 +8,6 @@ import time
 from dataclasses import dataclass
 
 from mediamesh.common.channels import internal_channel
-from mediamesh.common.generated.v1 import scheduler_pb2_grpc
 from mediamesh.common.registry import Registry
 from mediamesh.common.server import RunningServer, start_server
 from mediamesh.common.settings import ConfigError, MeshConfig
@@ -59,8 +58,8 @@ async def start_gateway(config: MeshConfig, registry: Registry) -> GatewayServic
     channel = internal_channel(
         g.scheduler_address, config.internal_auth.resolve(), g.max_message_bytes
     )
-    upstream = Upstream(
-        scheduler_pb2_grpc.SchedulerStub(channel),
+    upstream = Upstream.over(
+        channel,
         registry,
         tenancy,
         g.inline_result_limit_bytes,

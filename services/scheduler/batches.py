@@ -12,15 +12,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Protocol
 
 from mediamesh.common.settings import SchedulerSettings
-from mediamesh.scheduler import metrics
-from mediamesh.scheduler.core.effects import Dispatch, Effect
-from mediamesh.scheduler.core.jobs import Job
-from mediamesh.scheduler.core.scheduler import SchedulerCore
-from mediamesh.scheduler.events import EventHub, WatchEvent
-from mediamesh.scheduler.store.artifacts import ArtifactStore, StoredArtifact
-from mediamesh.scheduler.store.job_store import JobStore
-from mediamesh.scheduler.tracing import batch_span
-from mediamesh.worker.core.batch import (
+from mediamesh.common.work import (
     JobCheckpointed,
     JobFailed,
     JobFinished,
@@ -30,6 +22,14 @@ from mediamesh.worker.core.batch import (
     StepDone,
     WorkerEvent,
 )
+from mediamesh.scheduler import metrics
+from mediamesh.scheduler.core.effects import Dispatch, Effect
+from mediamesh.scheduler.core.interface import SchedulingCore
+from mediamesh.scheduler.core.jobs import Job
+from mediamesh.scheduler.events import EventHub, WatchEvent
+from mediamesh.scheduler.store.artifacts import ArtifactStore, StoredArtifact
+from mediamesh.scheduler.store.job_store import JobStore
+from mediamesh.scheduler.tracing import batch_span
 
 log = logging.getLogger("mediamesh.scheduler")
 
@@ -60,7 +60,7 @@ class WorkerLink(Protocol):
 class BatchRunner:
     def __init__(
         self,
-        core: SchedulerCore,
+        core: SchedulingCore,
         store: JobStore,
         artifacts: ArtifactStore,
         link: WorkerLink,
@@ -81,19 +81,10 @@ class BatchRunner:
         self.kick = kick
 
     def _job_params(self, job: Job) -> JobParams:
-        p = job.params
         every = self.settings.checkpoint_every_steps.get(job.queue, 0)
         return JobParams(
             job_id=job.job_id,
-            prompt=p.prompt,
-            negative_prompt=p.negative_prompt,
-            steps=p.steps,
-            seed=p.seed,
-            width=p.width,
-            height=p.height,
-            num_frames=p.num_frames,
-            guidance_scale=p.guidance_scale,
-            duration_s=p.duration_s,
+            generation=job.params,
             resume_checkpoint=job.checkpoint,
             checkpoint_every_steps=every,
         )

@@ -13,29 +13,13 @@ from mediamesh.common.settings import MeshConfig
 from mediamesh.scheduler.api.servicer import SchedulerServicer, registration
 from mediamesh.scheduler.api.worker_link import GrpcWorkerLink
 from mediamesh.scheduler.batches import WorkerLink
-from mediamesh.scheduler.core.jobs import Priority
-from mediamesh.scheduler.core.scheduler import CorePolicy, QueuePolicy, SchedulerCore
-from mediamesh.scheduler.core.units import Placement
+from mediamesh.scheduler.core.scheduler import SchedulerCore
 from mediamesh.scheduler.runtime import SchedulerRuntime
+from mediamesh.scheduler.settings_policy import core_policy
 from mediamesh.scheduler.store.artifacts import ArtifactStore
 from mediamesh.scheduler.store.job_store import JobStore
 
 log = logging.getLogger("mediamesh.scheduler")
-
-
-def core_policy(config: MeshConfig) -> CorePolicy:
-    s = config.scheduler
-    return CorePolicy(
-        queues={n: QueuePolicy(q.sla_s, q.max_depth) for n, q in s.queues.items()},
-        aging_s_per_class=s.aging_s_per_class,
-        max_worker_losses=s.max_attempts,
-        heartbeat_timeout_s=s.heartbeat_interval_s * (s.heartbeat_misses_allowed + 1),
-        placements={
-            Priority[name]: Placement(p.prefer, frozenset(p.allow), p.fallback_after_s)
-            for name, p in s.placement.items()
-        },
-        prices_per_device_hour=dict(s.prices_per_device_hour),
-    )
 
 
 def new_job_id() -> str:
@@ -61,7 +45,7 @@ async def start_scheduler(
 ) -> SchedulerService:
     s = config.scheduler
     token = config.internal_auth.resolve()
-    core = SchedulerCore(registry.models, core_policy(config), time.time, new_job_id)
+    core = SchedulerCore(registry.models, core_policy(s), time.time, new_job_id)
     runtime = SchedulerRuntime(
         core,
         JobStore(s.store_path),

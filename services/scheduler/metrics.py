@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from prometheus_client import Counter, Gauge, Histogram
 
-from mediamesh.scheduler.core.scheduler import SchedulerCore
+from mediamesh.scheduler.core.interface import SchedulingCore
+from mediamesh.scheduler.core.jobs import JobState
 
 _WAIT_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
 
@@ -69,7 +70,7 @@ ON_DEMAND_COST = Gauge(
 def declare_series(queues: list[str]) -> None:
     """Create every label set at 0, so the first event shows in rate() and increase()."""
     for queue in queues:
-        for state in ("ACCEPTED", "SUCCEEDED", "FAILED", "CANCELLED", "EXPIRED"):
+        for state in ("ACCEPTED", *(end for end in JobState if end.terminal)):
             JOBS.labels(queue, state)
         SPOT_FALLBACKS.labels(queue)
     for pool in ("on-demand", "spot"):
@@ -77,7 +78,7 @@ def declare_series(queues: list[str]) -> None:
         COST.labels(pool)
 
 
-def publish_gauges(core: SchedulerCore, queues: list[str]) -> None:
+def publish_gauges(core: SchedulingCore, queues: list[str]) -> None:
     """Set every gauge from the core's incremental counters (cheap: no job is scanned)."""
     for (queue, priority), depth in core.depth.items():
         QUEUE_DEPTH.labels(queue, priority.name).set(depth)

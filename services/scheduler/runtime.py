@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 from mediamesh.common.aio import wait_event
-from mediamesh.common.errors import MeshError, NotFound
+from mediamesh.common.errors import FailedPrecondition, MeshError, NotFound
 from mediamesh.common.settings import SchedulerSettings
 from mediamesh.common.telemetry import log_job
 from mediamesh.scheduler import metrics
@@ -28,8 +28,8 @@ from mediamesh.scheduler.core.effects import (
     Progressed,
     Transition,
 )
+from mediamesh.scheduler.core.interface import Accepted, NewJob, SchedulingCore
 from mediamesh.scheduler.core.jobs import Job, JobState
-from mediamesh.scheduler.core.scheduler import Accepted, NewJob, SchedulerCore
 from mediamesh.scheduler.core.units import WorkerInfo
 from mediamesh.scheduler.events import EventHub, WatchEvent
 from mediamesh.scheduler.store.artifacts import ArtifactStore, StoredArtifact
@@ -41,7 +41,7 @@ log = logging.getLogger("mediamesh.scheduler")
 class SchedulerRuntime:
     def __init__(
         self,
-        core: SchedulerCore,
+        core: SchedulingCore,
         store: JobStore,
         artifacts: ArtifactStore,
         link: WorkerLink,
@@ -304,9 +304,8 @@ class SchedulerRuntime:
         job = self.owned_job(job_id, tenant)
         artifact = self.results.get(job_id)
         if job.state is not JobState.SUCCEEDED or artifact is None:
-            raise MeshError(
-                f"job_id: job {job_id!r} has no result (state {job.state.value})",
-                code="FAILED_PRECONDITION",
+            raise FailedPrecondition(
+                f"job_id: job {job_id!r} has no result (state {job.state.value})"
             )
         if not Path(artifact.path).exists():
             raise NotFound(f"job_id: the artifact of job {job_id!r} is gone (retention)")

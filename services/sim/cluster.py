@@ -38,7 +38,7 @@ class Cluster:
         self.queues = sorted(scenario.scheduler.queues)
         self.rng = random.Random(seed)
         self.accounting = Accounting(
-            {name: dict(d.price_per_hour) for name, d in scenario.device_types.items()}
+            {name: scenario.prices(name) for name in scenario.device_types}
         )
         self.series = TimeSeries()
         self.notices = 0

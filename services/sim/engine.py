@@ -1,4 +1,4 @@
-"""Discrete-event simulation driving the real SchedulerCore with a virtual clock.
+"""Discrete-event simulation driving the real scheduler core with a virtual clock.
 
 Arrivals come from precomputed arrays; everything else (batch completions, core timers,
 devices starting, spot notices, autoscaler polls, samples) is a heap of events. After each
@@ -16,8 +16,9 @@ from collections.abc import Callable
 
 from mediamesh.common.registry import ModelSpec
 from mediamesh.scheduler.core.effects import Dispatch, Transition
+from mediamesh.scheduler.core.interface import CoreFactory, NewJob, Rejection, SchedulingCore
 from mediamesh.scheduler.core.jobs import GenerationParams, Priority, TenantQuota
-from mediamesh.scheduler.core.scheduler import CorePolicy, NewJob, Rejection, SchedulerCore
+from mediamesh.scheduler.core.policy import CorePolicy
 from mediamesh.sim.arrivals import ArrivalPlan
 from mediamesh.sim.fleet import Device, RunningBatch
 from mediamesh.sim.records import OUTCOME_OF_STATE, REJECTED, JobRecords
@@ -39,10 +40,11 @@ class Engine:
         params: dict[str, GenerationParams],
         quotas: dict[str, TenantQuota],
         records: JobRecords,
+        make_core: CoreFactory,
     ) -> None:
         self.now = 0.0
         self._index = 0
-        self.core = SchedulerCore(specs, policy, self._clock, self._new_id)
+        self.core: SchedulingCore = make_core(specs, policy, self._clock, self._new_id)
         self.plan = plan
         self.records = records
         self._heap: list[tuple[float, int, int, object]] = []

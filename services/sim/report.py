@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import ModuleType
 
 from mediamesh.sim.simulation import SimulationResult
 
@@ -51,13 +52,28 @@ def write_json(result: SimulationResult, path: Path) -> dict:
     return data
 
 
-def write_plot(result: SimulationResult, path: Path) -> None:
-    """Queue depth, ready replicas and latency percentiles over simulated time."""
-    import matplotlib
+class PlotUnavailable(RuntimeError):
+    """matplotlib, which the `sim` extra installs, is missing."""
 
+
+def pyplot() -> ModuleType:
+    """matplotlib's pyplot on a file-only backend; PlotUnavailable with the install hint when
+    the optional `sim` extra is not installed."""
+    try:
+        import matplotlib
+    except ImportError:
+        raise PlotUnavailable(
+            "plots need matplotlib: pip install 'mediamesh[sim]' (or pass --no-plot)"
+        ) from None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    return plt
+
+
+def write_plot(result: SimulationResult, path: Path) -> None:
+    """Queue depth, ready replicas and latency percentiles over simulated time."""
+    plt = pyplot()
     series = result.series
     minutes = [t / 60 for t in series.t]
     fig, (depth_ax, replica_ax, latency_ax) = plt.subplots(3, 1, figsize=(11, 10), sharex=True)

@@ -174,7 +174,7 @@ class RightSizer:
         attainment = result.records.attainment(self.sla_s, self.priorities)
         if result.scheduler["aborted_over_backlog"]:
             attainment = dict.fromkeys(attainment, 0.0)
-        prices = self.scenario.device_types[device].price_per_hour
+        prices = self.scenario.prices(device)
         counts = {d.pool: d.replicas for d in fleet}
         trial = Trial(
             device=device,

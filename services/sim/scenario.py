@@ -25,9 +25,8 @@ class Section(BaseModel):
 class DeviceType(Section):
     """One kind of accelerator: what it costs and how fast it runs each model."""
 
-    price_per_hour: dict[Pool, float] = Field(
-        default_factory=lambda: {"on-demand": 4.0, "spot": 1.4}
-    )
+    # Price per device-hour by pool; None: the scenario's scheduler.prices_per_device_hour.
+    price_per_hour: dict[Pool, float] | None = None
     # Seconds of one denoising step for a batch of one, per work unit (megapixel-frame or
     # audio second): the same unit as the registry's cost.step_s_per_megapixel.
     step_s_per_unit: dict[str, Annotated[float, Field(gt=0)]]
@@ -170,6 +169,11 @@ class Scenario(Section):
         if len(set(names)) != len(names):
             raise ValueError("deployment names must be unique")
         return self
+
+    def prices(self, device: str) -> dict[str, float]:
+        """Price per device-hour of `device` in each pool."""
+        own = self.device_types[device].price_per_hour
+        return dict(own if own is not None else self.scheduler.prices_per_device_hour)
 
     def registry(self) -> Registry:
         if self.models is not None:

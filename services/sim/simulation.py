@@ -10,9 +10,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, fields
 
 from mediamesh.common.registry import ModelSpec
-from mediamesh.common.settings import MeshConfig
 from mediamesh.scheduler.core.jobs import GenerationParams, TenantQuota
-from mediamesh.scheduler.main import core_policy
+from mediamesh.scheduler.core.scheduler import SchedulerCore
+from mediamesh.scheduler.settings_policy import core_policy
 from mediamesh.sim.arrivals import ArrivalPlan, generate
 from mediamesh.sim.cluster import Cluster
 from mediamesh.sim.engine import Engine
@@ -169,8 +169,8 @@ def build(
         for name, t in workload.tenants.items()
     }
     records = JobRecords(plan, {name: spec.modality for name, spec in specs.items()})
-    policy = core_policy(MeshConfig(scheduler=scenario.scheduler))
-    engine = Engine(registry.models, policy, plan, params, quotas, records)
+    policy = core_policy(scenario.scheduler)
+    engine = Engine(registry.models, policy, plan, params, quotas, records, SchedulerCore)
     engine.dispatch_interval_s = scenario.dispatch_interval_s
     speeds = {name: Speed(d, specs, params) for name, d in scenario.device_types.items()}
     states = []

@@ -7,14 +7,15 @@ import logging
 import os
 from dataclasses import dataclass
 
-from mediamesh.common.generated.v1 import scheduler_pb2
 from mediamesh.common.registry import ModelSpec, Registry
 from mediamesh.common.server import Registration, RunningServer, start_server
 from mediamesh.common.settings import ConfigError, MeshConfig, WorkerSettings
 from mediamesh.worker import metrics
+from mediamesh.worker.api.registration import DeviceMemory, worker_registration
 from mediamesh.worker.api.servicer import WorkerServicer, adder, service_names
 from mediamesh.worker.api.session import SchedulerSession
-from mediamesh.worker.models.host import ModelHost, load_host
+from mediamesh.worker.hosting import load_host
+from mediamesh.worker.models.host import ModelHost
 from mediamesh.worker.models.memory import device_memory
 from mediamesh.worker.runtime import WorkerRuntime
 
@@ -109,18 +110,12 @@ async def start_worker(
     )
     address = worker.advertise_address or f"{worker.host}:{server.port}"
     devices = sorted({d for h in hosts.values() for d in h.device_ids} or {worker.device})
-    registration = scheduler_pb2.WorkerRegistration(
+    registration = worker_registration(
         worker_id=worker.worker_id,
         address=address,
         pool=worker.pool,
-        capacity=1,
-        devices=[_device_message(d) for d in devices],
-        models=[
-            scheduler_pb2.HostedModel(
-                name=name, parallelism=host.spec.parallelism.mode, device_ids=host.device_ids
-            )
-            for name, host in hosts.items()
-        ],
+        devices=[_measure(d) for d in devices],
+        hosts=hosts,
     )
     session = SchedulerSession(runtime, registration, worker.scheduler_address, token)
     session.start()
@@ -129,9 +124,9 @@ async def start_worker(
     return WorkerService(runtime, server, session, exit_requested, memory_task)
 
 
-def _device_message(device: str) -> scheduler_pb2.Device:
+def _measure(device: str) -> DeviceMemory:
     try:
         total, free = device_memory(device)
     except Exception:
         total = free = 0
-    return scheduler_pb2.Device(id=device, memory_bytes=total, free_bytes=free)
+    return DeviceMemory(device, total, free)

@@ -16,10 +16,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from mediamesh.common.aio import wait_event
+from mediamesh.common.errors import StatusCode
 from mediamesh.common.telemetry import tracer
-from mediamesh.worker import metrics
-from mediamesh.worker.core.batch import (
-    BatchControl,
+from mediamesh.common.work import (
     JobCheckpointed,
     JobFailed,
     JobFinished,
@@ -28,6 +27,8 @@ from mediamesh.worker.core.batch import (
     StepDone,
     WorkerEvent,
 )
+from mediamesh.worker import metrics
+from mediamesh.worker.core.batch import BatchControl
 from mediamesh.worker.models.host import ModelHost
 
 log = logging.getLogger("mediamesh.worker")
@@ -91,7 +92,9 @@ class WorkerRuntime:
             return
         if host is None:
             for job in jobs:
-                yield JobFailed(job.job_id, "FAILED_PRECONDITION", f"model {model!r} not hosted")
+                yield JobFailed(
+                    job.job_id, StatusCode.FAILED_PRECONDITION, f"model {model!r} not hosted"
+                )
             return
         loop = asyncio.get_running_loop()
         events: asyncio.Queue[WorkerEvent | None] = asyncio.Queue()

@@ -3,7 +3,7 @@
 `prometheus_server(tmp, targets)` writes a prometheus.yml, starts `/usr/bin/prometheus` (or
 whichever `prometheus` is on PATH) listening only on 127.0.0.1:<free port> with its TSDB under
 `tmp`, waits for `/-/ready`, and always terminates it on exit. A missing binary is an error,
-not a skip: CI installs Debian's `prometheus` package (.ci/run).
+not a skip: `make test` installs Debian's `prometheus` package first (`make system-deps`).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def prometheus_binary() -> str:
         return found
     raise AssertionError(
         "prometheus is not installed (looked for /usr/bin/prometheus and on PATH); "
-        "install Debian's package: `apt-get install prometheus` (.ci/run does this in CI)"
+        "install Debian's package: `apt-get install prometheus` (`make test` does this as root)"
     )
 
 

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import grpc
 
-from mediamesh.common.generated.v1 import scheduler_pb2, scheduler_pb2_grpc
+from mediamesh.common.generated.v1 import (
+    scheduler_pb2,
+    scheduler_pb2_grpc,
+    worker_pb2,
+    worker_pb2_grpc,
+)
 from mediamesh.common.interceptors import INTERNAL_TOKEN_KEY
 from mediamesh.common.settings import MeshConfig
 
@@ -21,6 +26,18 @@ def mesh_status(config: MeshConfig, address: str | None = None) -> scheduler_pb2
         return stub.GetStatus(
             scheduler_pb2.GetStatusRequest(), timeout=5, metadata=_metadata(config)
         )
+
+
+def drain_worker(config: MeshConfig, address: str, grace_s: float, exit_after: bool) -> list[str]:
+    """Asks the worker at `address` to drain; the ids of the jobs it is checkpointing."""
+    with grpc.insecure_channel(address) as channel:
+        reply = worker_pb2_grpc.WorkerStub(channel).Drain(
+            worker_pb2.DrainRequest(grace_s=grace_s, exit=exit_after),
+            metadata=_metadata(config),
+            # The answer comes after the grace period when the worker waits for its jobs.
+            timeout=max(grace_s, 1.0) + 10,
+        )
+    return list(reply.preempted)
 
 
 def registered_workers(config: MeshConfig) -> set[str]:

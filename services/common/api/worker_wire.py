@@ -7,7 +7,8 @@ does the reverse), so the two ends can never disagree.
 from __future__ import annotations
 
 from mediamesh.common.generated.v1 import common_pb2, worker_pb2
-from mediamesh.worker.core.batch import (
+from mediamesh.common.generation import GenerationParams
+from mediamesh.common.work import (
     JobCheckpointed,
     JobFailed,
     JobFinished,
@@ -24,17 +25,18 @@ BATCH_ACCEPTED_KEY = "mediamesh-batch-accepted"
 
 
 def job_spec(params: JobParams, deadline_ms: int) -> worker_pb2.JobSpec:
+    g = params.generation
     return worker_pb2.JobSpec(
         job_id=params.job_id,
-        prompt=params.prompt,
-        negative_prompt=params.negative_prompt,
-        steps=params.steps,
-        seed=params.seed,
-        width=params.width,
-        height=params.height,
-        num_frames=params.num_frames,
-        guidance_scale=params.guidance_scale,
-        duration_s=params.duration_s,
+        prompt=g.prompt,
+        negative_prompt=g.negative_prompt,
+        steps=g.steps,
+        seed=g.seed,
+        width=g.width,
+        height=g.height,
+        num_frames=g.num_frames,
+        guidance_scale=g.guidance_scale,
+        duration_s=g.duration_s,
         deadline_unix_ms=deadline_ms,
         resume_checkpoint=params.resume_checkpoint or "",
         checkpoint_every_steps=params.checkpoint_every_steps,
@@ -42,8 +44,7 @@ def job_spec(params: JobParams, deadline_ms: int) -> worker_pb2.JobSpec:
 
 
 def job_params(s: worker_pb2.JobSpec) -> JobParams:
-    return JobParams(
-        job_id=s.job_id,
+    generation = GenerationParams(
         prompt=s.prompt,
         negative_prompt=s.negative_prompt,
         steps=s.steps,
@@ -53,6 +54,10 @@ def job_params(s: worker_pb2.JobSpec) -> JobParams:
         num_frames=s.num_frames,
         guidance_scale=s.guidance_scale,
         duration_s=s.duration_s,
+    )
+    return JobParams(
+        job_id=s.job_id,
+        generation=generation,
         resume_checkpoint=s.resume_checkpoint or None,
         checkpoint_every_steps=s.checkpoint_every_steps,
     )

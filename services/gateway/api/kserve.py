@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Callable
 
 import grpc
 
-from mediamesh.common.errors import MeshError, NotFound
+from mediamesh.common.errors import MeshError, NotFound, StatusCode
 from mediamesh.common.generated.inference import grpc_service_pb2 as pb
 from mediamesh.common.generated.inference import grpc_service_pb2_grpc as pb_grpc
 from mediamesh.common.generated.v1 import gateway_pb2
@@ -30,6 +30,7 @@ from mediamesh.gateway.core.inference_call import (
     encode_outputs,
     parse_call,
 )
+from mediamesh.gateway.core.kserve_status import stream_error_text
 from mediamesh.gateway.core.tenancy import Caller
 
 log = logging.getLogger("mediamesh.gateway.kserve")
@@ -152,12 +153,14 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             final.parameters[messages.FINAL_FLAG].bool_param = True
             emit(pb.ModelStreamInferResponse(infer_response=final))
         except MeshError as exc:
-            emit(messages.stream_error(request, _stream_error_text(exc)))
+            text = stream_error_text(exc.code, exc.message, exc.retry_after_s)
+            emit(messages.stream_error(request, text))
         except asyncio.CancelledError:
             raise
         except Exception:
             log.exception("stream request %r for model %r failed", request.id, request.model_name)
-            emit(messages.stream_error(request, "INTERNAL: internal error; see the gateway log"))
+            text = stream_error_text(StatusCode.INTERNAL, "internal error; see the gateway log")
+            emit(messages.stream_error(request, text))
 
     async def _infer(
         self,
@@ -197,14 +200,6 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         except MeshError:
             return set()
         return {m.name for m in reply.models if m.ready}
-
-
-def _stream_error_text(exc: MeshError) -> str:
-    # A stream error is only a string, so the code and the retry hint travel inside it.
-    text = f"{exc.code}: {exc.message}"
-    if exc.retry_after_s:
-        text += f" (retry after {int(exc.retry_after_s * 1000)} ms)"
-    return text
 
 
 def registration(upstream: Upstream) -> Registration:

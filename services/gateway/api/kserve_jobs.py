@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import grpc
 
-from mediamesh.common.errors import MeshError, ResourceExhausted, Unavailable
+from mediamesh.common.errors import MeshError, PayloadTooLarge, Unavailable
 from mediamesh.common.generated.v1 import common_pb2, scheduler_pb2
 from mediamesh.common.params import RequestFields, parse_priority
 from mediamesh.gateway.api.upstream import Upstream, call_deadline_ms, mesh_errors
@@ -165,8 +165,8 @@ async def _cancel(up: Upstream, tenant: str, job_ids: list[str]) -> None:
             )
 
 
-def _too_large(size: int, limit: int) -> ResourceExhausted:
-    return ResourceExhausted(
+def _too_large(size: int, limit: int) -> PayloadTooLarge:
+    return PayloadTooLarge(
         f"output: {size} bytes of artifacts do not fit in one response "
         f"(gateway.max_message_bytes is {limit}); send fewer prompt elements, or use "
         "mediamesh.v1.Gateway Submit and Download"

@@ -9,7 +9,8 @@ from dataclasses import dataclass
 
 import grpc
 
-from mediamesh.common.errors import RETRY_AFTER_KEY, MeshError
+from mediamesh.common.api.status import from_grpc
+from mediamesh.common.errors import PUSHBACK_KEY, RETRY_AFTER_KEY, MeshError
 from mediamesh.common.generated.v1 import common_pb2, gateway_pb2, scheduler_pb2, scheduler_pb2_grpc
 from mediamesh.common.registry import Registry
 from mediamesh.gateway.core.tenancy import Caller, Tenancy
@@ -25,6 +26,19 @@ class Upstream:
     inline_limit: int
     # The gateway's own message limit: what one answer to a caller may hold.
     max_message_bytes: int = 64 * 1024 * 1024
+
+    @classmethod
+    def over(
+        cls,
+        channel: grpc.aio.Channel,
+        registry: Registry,
+        tenancy: Tenancy,
+        inline_limit: int,
+        max_message_bytes: int,
+    ) -> Upstream:
+        """An upstream that calls the scheduler over `channel`."""
+        scheduler = scheduler_pb2_grpc.SchedulerStub(channel)
+        return cls(scheduler, registry, tenancy, inline_limit, max_message_bytes)
 
     async def submit(
         self, request: common_pb2.GenerateRequest, caller: Caller, deadline_ms: int
@@ -93,7 +107,11 @@ async def relay_errors(context: grpc.aio.ServicerContext) -> AsyncIterator[None]
     try:
         yield
     except grpc.aio.AioRpcError as exc:
-        trailing = tuple((k, v) for k, v in (exc.trailing_metadata() or ()) if k == RETRY_AFTER_KEY)
+        trailing = tuple(
+            (k, v)
+            for k, v in (exc.trailing_metadata() or ())
+            if k in (RETRY_AFTER_KEY, PUSHBACK_KEY)
+        )
         await context.abort(exc.code(), exc.details() or "", trailing)
 
 
@@ -106,8 +124,9 @@ async def mesh_errors() -> AsyncIterator[None]:
         retry_ms = next(
             (v for k, v in (exc.trailing_metadata() or ()) if k == RETRY_AFTER_KEY), "0"
         )
+        code = from_grpc(exc.code())
         raise MeshError(
-            exc.details() or exc.code().name,
-            code=exc.code().name,
+            exc.details() or code,
+            code=code,
             retry_after_s=int(retry_ms) / 1000,
         ) from None

@@ -12,9 +12,10 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from mediamesh.common.errors import InvalidArgument, MeshError, NotFound
+from mediamesh.common.errors import InvalidArgument, MeshError, NotFound, StatusCode
 from mediamesh.common.params import RequestFields, resolve
 from mediamesh.common.registry import ModelSpec
+from mediamesh.gateway.core.kserve_status import TIMEOUT_MESSAGE, kserve_code
 from mediamesh.gateway.core.tensors import join_bytes_tensor, pack_int64, split_bytes_tensor
 
 ParamValue = bool | int | float | str
@@ -270,17 +271,10 @@ def encode_outputs(results: Sequence[ElementResult], wanted: Sequence[str]) -> l
     return tensors
 
 
-# gRPC status code names; a job error naming anything else is reported as INTERNAL.
-_STATUS_NAMES = frozenset([
-    "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND",
-    "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
-    "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS",
-    "UNAUTHENTICATED",
-])  # fmt: skip
-
-
 def job_failure(job_id: str, code: str, message: str) -> MeshError:
     """The status Triton gives the same outcome: an expired request is UNAVAILABLE there."""
-    if code == "DEADLINE_EXCEEDED":
-        return MeshError(f"Request timeout expired (job {job_id}: {message})", code="UNAVAILABLE")
-    return MeshError(f"job {job_id}: {message}", code=code if code in _STATUS_NAMES else "INTERNAL")
+    if code == StatusCode.DEADLINE_EXCEEDED:
+        message = f"{TIMEOUT_MESSAGE} (job {job_id}: {message})"
+    else:
+        message = f"job {job_id}: {message}"
+    return MeshError(message, code=kserve_code(code))

@@ -16,8 +16,8 @@ from mediamesh.common.params import find_model, parse_priority, resolve
 from mediamesh.common.registry import Registry
 from mediamesh.common.telemetry import current_trace_carrier
 from mediamesh.scheduler.api import convert
+from mediamesh.scheduler.core.interface import NewJob
 from mediamesh.scheduler.core.jobs import TenantQuota
-from mediamesh.scheduler.core.scheduler import NewJob
 from mediamesh.scheduler.core.units import WorkerInfo
 from mediamesh.scheduler.runtime import SchedulerRuntime
 

@@ -11,8 +11,8 @@ import grpc
 from mediamesh.common.api import worker_wire
 from mediamesh.common.channels import internal_channel
 from mediamesh.common.generated.v1 import worker_pb2, worker_pb2_grpc
+from mediamesh.common.work import JobParams, WorkerEvent
 from mediamesh.scheduler.batches import BatchUndelivered
-from mediamesh.worker.core.batch import JobParams, WorkerEvent
 
 log = logging.getLogger(__name__)
 

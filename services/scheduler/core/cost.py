@@ -30,11 +30,13 @@ class CostModel:
         }
 
     def estimate(self, model: str, params: GenerationParams) -> float:
+        """Device-seconds a job of `model` with `params` needs, alone on a device."""
         cal = self._calibration[model]
         units = params.work_units(self._modality[model])
         return cal.overhead_s + params.steps * cal.step_s_per_unit * units
 
     def step_seconds(self, model: str, params: GenerationParams) -> float:
+        """Seconds one denoising step of such a job takes, alone on a device."""
         cal = self._calibration[model]
         return cal.step_s_per_unit * params.work_units(self._modality[model])
 
@@ -54,4 +56,5 @@ class CostModel:
         cal.samples += 1
 
     def step_s_per_unit(self, model: str) -> float:
+        """The calibrated seconds per step per work unit (megapixel, frame or second)."""
         return self._calibration[model].step_s_per_unit

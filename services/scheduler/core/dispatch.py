@@ -1,53 +1,76 @@
-"""Forming batches and routing them: the part of the scheduler core that runs on every pass.
-
-A mixin of `SchedulerCore`; it reads and updates the core's queues, units and counters.
-"""
+"""Forming batches and routing them: the part of the scheduler core that runs on every pass."""
 
 from __future__ import annotations
 
-import heapq
+import itertools
 import math
 from collections import defaultdict
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
 
+from mediamesh.common.registry import ModelSpec
+from mediamesh.scheduler.core.backlog import Backlog
 from mediamesh.scheduler.core.effects import (
     Dispatch,
     Notice,
 )
+from mediamesh.scheduler.core.inflight import InFlight
+from mediamesh.scheduler.core.job_table import JobTable
 from mediamesh.scheduler.core.jobs import (
     Job,
     JobState,
     Priority,
 )
+from mediamesh.scheduler.core.outbox import Outbox
 from mediamesh.scheduler.core.queues import ModelQueue
 from mediamesh.scheduler.core.stalls import Stall
 from mediamesh.scheduler.core.units import (
+    Placement,
     Unit,
     UnitClass,
     pool_decision,
     unit_class,
 )
 
-
-@dataclass
-class OpenBatch:
-    """A batch sent to a worker whose stream has not ended; job_ids shrink as jobs end."""
-
-    batch_id: str
-    worker_id: str
-    model: str
-    job_ids: set[str]
-    size: int
-
-
 _NOTHING: frozenset[Priority] = frozenset()
+_PRIORITIES = tuple(Priority)
 
 
-class DispatchPolicy:
-    """Which jobs go together, and to which unit."""
+class Dispatcher:
+    """Which jobs go together, and to which unit.
 
-    # ---- dispatch ------------------------------------------------------------------------
+    Owns what makes a pass cheap (per unit class, its plan and its models' last failures)
+    and the timers a pass found; takes jobs from the backlog and charges them to units.
+    """
+
+    def __init__(
+        self,
+        specs: Mapping[str, ModelSpec],
+        placements: Mapping[Priority, Placement],
+        pool_views: Mapping[str, frozenset[Priority]],
+        clock: Callable[[], float],
+        table: JobTable,
+        backlog: Backlog,
+        inflight: InFlight,
+        outbox: Outbox,
+    ) -> None:
+        self._specs = specs
+        self._placements = placements
+        # Per pool, the priority classes it may run: what its units' decisions depend on.
+        self._pool_views = pool_views
+        self._clock = clock
+        self._table = table
+        self._backlog = backlog
+        self._inflight = inflight
+        self._outbox = outbox
+        self._batch_ids = itertools.count()
+        self._wakeups: list[float] = []
+        # Per unit class, per model: its last failure to batch (stalls.py).
+        self._stalls: dict[UnitClass, dict[str, Stall]] = {}
+        self._class_plans: dict[UnitClass, tuple[frozenset[Priority], bool, list[ModelQueue]]] = {}
+        # (pool, lead priority) -> classes that may join its batch; the policy is fixed.
+        self._joinable: dict[tuple[str, Priority], tuple[Priority, ...]] = {}
+        # Read-only outside this class.
+        self.spot_fallbacks: dict[str, int] = defaultdict(int)
 
     def schedule(self) -> list[Dispatch]:
         """Form batches for every unit with room, least-loaded unit first.
@@ -63,14 +86,15 @@ class DispatchPolicy:
         A class whose every queued model is still stalled (stalls.py) would fail whichever
         of its units were tried, so it counts as failed without looking for its head unit.
         """
-        now = self.clock()
+        now = self._clock()
         self._wakeups = []
         dispatched: list[Dispatch] = []
-        free, units = self._free, self.units
+        backlog = self._backlog
+        free, units = self._inflight.free, self._inflight.units
         blocked: set[str] = set()
         failed_classes: list[UnitClass] = []
         try:
-            while any(self._queue_depth.values()):
+            while backlog.has_queued():
                 # A failure changes nothing, so each class's head stays valid until a dispatch.
                 # A class with nothing queued fails too; blocking its units is then harmless,
                 # as a pass only ever takes jobs out of the queues.
@@ -102,6 +126,16 @@ class DispatchPolicy:
             free.end_pass()
         return dispatched
 
+    def next_wakeup(self) -> float | None:
+        """Earliest time at which a timer (batch window, fallback, deadline) may change things."""
+        # A time already past still counts: it means "run again now", e.g. a batch window
+        # that closed while the owner was busy applying effects.
+        times = list(self._wakeups)
+        deadline = self._table.next_deadline()
+        if deadline is not None:
+            times.append(deadline)
+        return min(times) if times else None
+
     def _candidates(self, cls: UnitClass, now: float) -> list[ModelQueue]:
         """Queues of the class's models that have jobs and no failure that still holds.
 
@@ -118,8 +152,9 @@ class DispatchPolicy:
         stalls = self._stalls.get(cls)
         if stalls is None:
             stalls = self._stalls[cls] = {}
-        room_for = self._free.room_for
-        limited = self._limited_version
+        inflight = self._inflight
+        room_for = inflight.free.room_for
+        limited = inflight.limited_version
         candidates = []
         for queue in queues:
             if not queue.depth:
@@ -147,13 +182,8 @@ class DispatchPolicy:
         """What `_candidates` needs of a class, fixed with the policy and the registry: its
         pool's view, whether that view ranks several classes, and its models' queues."""
         view = self._pool_views.get(cls[0], _NOTHING)
-        queues = [self._queues[model] for model in cls[1] if model in self._queues]
+        queues = [q for model in cls[1] if (q := self._backlog.queue(model)) is not None]
         return view, len(view) > 1, queues
-
-    def _limited_count_changed(self, tenant: str, higher_count: int) -> None:
-        limit = self._limited_tenants.get(tenant)
-        if limit is not None and higher_count + self._max_batch >= limit:
-            self._limited_version += 1
 
     def _remember_stall(
         self,
@@ -174,7 +204,7 @@ class DispatchPolicy:
         model = queue.model
         self._stalls[cls][model] = Stall(
             queue.view_versions.get(view, 0),
-            self._limited_version,
+            self._inflight.limited_version,
             tuple([(key, room) for key, room in rooms.items() if key[0] == model]) if rooms else (),
             queue.class_order_in(view, now),
             until,
@@ -186,8 +216,8 @@ class DispatchPolicy:
     ) -> Callable[[Job], bool]:
         """Whether a job may lead a batch on `unit` now. Records in `room_cache` each
         preferred pool whose room it consulted, for the stall (stalls.py)."""
-        running, placements = self._running_by_tenant, self.policy.placements
-        room_for, pool = self._free.room_for, unit.pool
+        running, placements = self._inflight.running_by_tenant, self._placements
+        room_for, pool = self._inflight.free.room_for, unit.pool
 
         def eligible(job: Job) -> bool:
             limit = job.quota.max_running
@@ -226,14 +256,12 @@ class DispatchPolicy:
             if best is None:
                 self._remember_stall(cls, queue, now, rooms, wakeups)
             else:
-                options.append((best[0], best[1], wakeups))
+                options.append((best[0], best[1], wakeups, queue))
         if len(options) > 1:
             options.sort(key=lambda o: o[0])
-        for _, lead, wakeups in options:
-            spec = self.specs[lead.model]
-            batching = spec.batching
+        for _, lead, wakeups, queue in options:
+            batching = self._specs[lead.model].batching
             limit = 1 if batching.mode == "none" else batching.max_batch
-            queue = self._queues[lead.model]
             classes = self._joinable_classes(unit, lead)
             joins = self._companion_eligibility(classes, lead)
             companions = queue.companions(lead, limit - 1, joins, classes) if limit > 1 else []
@@ -254,10 +282,10 @@ class DispatchPolicy:
         key = (unit.pool, lead.priority)
         classes = self._joinable.get(key)
         if classes is None:
-            placements = self.policy.placements
+            placements = self._placements
             classes = tuple(
                 p
-                for p in Priority
+                for p in _PRIORITIES
                 if unit.pool == placements[p].prefer
                 or (p is lead.priority and unit.pool in placements[p].allow)
             )
@@ -269,10 +297,11 @@ class DispatchPolicy:
     ) -> Callable[[Job], bool]:
         joining: dict[str, int] = defaultdict(int)
         joining[lead.tenant] = 1
+        running = self._inflight.running_by_tenant
 
         def joins(job: Job) -> bool:
             limit = job.quota.max_running
-            if limit and self._running_by_tenant[job.tenant] + joining[job.tenant] >= limit:
+            if limit and running[job.tenant] + joining[job.tenant] >= limit:
                 return False
             if job.priority not in classes:
                 return False
@@ -294,54 +323,32 @@ class DispatchPolicy:
 
     def _dispatch(self, unit: Unit, model: str, jobs: list[Job], now: float) -> Dispatch:
         batch_id = f"{unit.worker_id}-b{next(self._batch_ids)}"
+        backlog, inflight, outbox, placements = (
+            self._backlog,
+            self._inflight,
+            self._outbox,
+            self._placements,
+        )
         waits = []
         for job in jobs:
-            placement = self._placement(job)
+            placement = placements[job.priority]
             if unit.pool != placement.prefer and placement.prefer == "spot":
                 job.spot_fallback = True
                 self.spot_fallbacks[job.queue] += 1
-                self._effects.append(
+                outbox.emit(
                     Notice(job, "spot_fallback", "no spot capacity in time; running on-demand")
                 )
-            self._dequeue(job)
-            self._queues[model].charge(job)
+            backlog.take(job)
             job.at_front = False
             job.attempts += 1
             job.worker_id, job.batch_id = unit.worker_id, batch_id
             job.last_worker_id = unit.worker_id
             waits.append(now - job.enqueued_at)
-            charge = job.cost_s * job.remaining_fraction
-            self._charged[job.job_id] = (charge, unit.pool)
-            unit.load_s += charge
-            self.pool_running_s[(job.queue, unit.pool)] += charge
-            self.running[job.queue] += 1
-            self._running_by_tenant[job.tenant] += 1
-            self._limited_count_changed(job.tenant, self._running_by_tenant[job.tenant])
-            self._transition(job, JobState.DISPATCHED)
-        self._batches[batch_id] = OpenBatch(
-            batch_id, unit.worker_id, model, {j.job_id for j in jobs}, len(jobs)
-        )
-        unit.batches.add(batch_id)
-        unit.dispatched += 1
-        unit.version += 1
-        self._free.offer(unit)
+            inflight.charge(job, unit)
+            outbox.transition(job, JobState.DISPATCHED)
+        inflight.open_batch(unit, batch_id, model, {j.job_id for j in jobs})
         dispatch = Dispatch(
             batch_id, unit.worker_id, unit.info.address, model, tuple(jobs), tuple(waits)
         )
-        self._effects.append(dispatch)
+        outbox.emit(dispatch)
         return dispatch
-
-    def next_wakeup(self) -> float | None:
-        """Earliest time at which a timer (batch window, fallback, deadline) may change things."""
-        # A time already past still counts: it means "run again now", e.g. a batch window
-        # that closed while the owner was busy applying effects.
-        times = list(self._wakeups)
-        while self._deadlines and self._deadline_stale(self._deadlines[0]):
-            heapq.heappop(self._deadlines)
-        if self._deadlines:
-            times.append(self._deadlines[0][0])
-        return min(times) if times else None
-
-    def _deadline_stale(self, item: tuple[float, str]) -> bool:
-        job = self.jobs.get(item[1])
-        return job is None or job.state.terminal or job.deadline != item[0]

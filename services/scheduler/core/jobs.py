@@ -12,6 +12,8 @@ __all__ = ["GenerationParams", "Job", "JobState", "Priority", "TenantQuota"]
 
 
 class JobState(StrEnum):
+    """Where a job is: queued, on a worker (dispatched, running) or ended."""
+
     QUEUED = "QUEUED"
     DISPATCHED = "DISPATCHED"
     RUNNING = "RUNNING"
@@ -22,10 +24,12 @@ class JobState(StrEnum):
 
     @property
     def terminal(self) -> bool:
+        """Whether the job has ended (succeeded, failed, cancelled or expired)."""
         return self in TERMINAL_STATES
 
     @property
     def in_flight(self) -> bool:
+        """Whether the job is on a worker (dispatched or running)."""
         return self in IN_FLIGHT_STATES
 
 
@@ -37,6 +41,8 @@ TERMINAL_STATES = frozenset(
 
 @dataclass(frozen=True)
 class TenantQuota:
+    """A tenant's fair-share weight and its limits on queued and running jobs."""
+
     weight: float = 1.0
     # 0 means no limit.
     max_queued: int = 0
@@ -48,6 +54,8 @@ CompatKey = tuple[str, int, int, int, int, float, float]
 
 @dataclass
 class Job:
+    """One generation request from acceptance to its end, as the core tracks it."""
+
     job_id: str
     tenant: str
     model: str
@@ -100,5 +108,6 @@ class Job:
 
     @property
     def remaining_fraction(self) -> float:
+        """The share of its steps still to run (1 before it starts, less once resumed)."""
         total = self.total_steps or self.params.steps
         return max(total - self.step, 0) / max(total, 1)

@@ -1,32 +1,68 @@
-"""What workers report about running jobs, and cancels and deadlines.
+"""What workers report about running jobs, workers coming and going, cancels and deadlines.
 
-A mixin of `SchedulerCore`; every report is checked against the job's current batch, so a
-late or duplicate report from a worker that was already given up on changes nothing.
+Every report is checked against the job's current batch, so a late or duplicate report from
+a worker that was already given up on changes nothing.
 """
 
 from __future__ import annotations
 
-import heapq
+from collections import defaultdict
+from collections.abc import Callable
 
+from mediamesh.common.errors import StatusCode
+from mediamesh.scheduler.core.backlog import Backlog
+from mediamesh.scheduler.core.cost import CostModel
 from mediamesh.scheduler.core.effects import (
     CancelOnWorker,
     Notice,
     Progressed,
 )
+from mediamesh.scheduler.core.inflight import InFlight
+from mediamesh.scheduler.core.job_table import JobTable
 from mediamesh.scheduler.core.jobs import (
     Job,
     JobState,
 )
+from mediamesh.scheduler.core.ledger import CostLedger
+from mediamesh.scheduler.core.outbox import Outbox
+from mediamesh.scheduler.core.units import WorkerInfo
 
 
 class JobLifecycle:
-    """Progress, results, preemption, batch ends, cancels and expiry."""
+    """Progress, results, preemption, batch ends, lost workers, cancels and expiry.
+
+    Owns the counts of how jobs ended and were preempted, and the ledger of device-seconds
+    that progress reports add up.
+    """
+
+    def __init__(
+        self,
+        clock: Callable[[], float],
+        max_worker_losses: int,
+        cost: CostModel,
+        ledger: CostLedger,
+        table: JobTable,
+        backlog: Backlog,
+        inflight: InFlight,
+        outbox: Outbox,
+    ) -> None:
+        self._clock = clock
+        self._max_worker_losses = max_worker_losses
+        self._cost = cost
+        self.ledger = ledger
+        self._table = table
+        self._backlog = backlog
+        self._inflight = inflight
+        self._outbox = outbox
+        # Read-only outside this class.
+        self.preemptions: dict[str, int] = defaultdict(int)
+        self.ended: dict[tuple[str, JobState], int] = defaultdict(int)
 
     # ---- reports from workers ------------------------------------------------------------
 
     def _in_batch(self, job_id: str, batch_id: str) -> Job | None:
         """The job if it is still in flight in this batch; stale reports are ignored."""
-        job = self.jobs.get(job_id)
+        job = self._table.jobs.get(job_id)
         if job is None or not job.state.in_flight or job.batch_id != batch_id:
             return None
         return job
@@ -34,70 +70,72 @@ class JobLifecycle:
     def job_progress(
         self, job_id: str, batch_id: str, step: int, total_steps: int, step_seconds: float = 0.0
     ) -> None:
+        """A job of a batch finished a step; its time calibrates the cost model."""
         job = self._in_batch(job_id, batch_id)
         if job is None:
             return
         if job.state is JobState.DISPATCHED:
-            self._transition(job, JobState.RUNNING)
+            self._outbox.transition(job, JobState.RUNNING)
         job.step, job.total_steps = step, total_steps
-        batch = self._batches.get(batch_id)
+        batch = self._inflight.batch(batch_id)
         if step_seconds > 0 and batch is not None:
-            self.cost.observe_step(job.model, job.params, batch.size, step_seconds)
-            unit = self.units.get(batch.worker_id)
-            pool = unit.pool if unit is not None else "unknown"
+            self._cost.observe_step(job.model, job.params, batch.size, step_seconds)
+            pool = self._inflight.pool_of(batch.worker_id)
+            if pool is None:
+                pool = "unknown"
             self.ledger.record(pool, job.model, job.tenant, step_seconds / batch.size)
-        self._effects.append(Progressed(job, step, total_steps))
+        self._outbox.emit(Progressed(job, step, total_steps))
 
     def job_succeeded(self, job_id: str, batch_id: str) -> Job | None:
+        """A job of a batch produced its result; None when the report is stale."""
         job = self._in_batch(job_id, batch_id)
         if job is None:
             return None
-        self._release(job)
+        self._inflight.release(job)
         self._finish(job, JobState.SUCCEEDED)
         return job
 
     def job_failed(self, job_id: str, batch_id: str, code: str, message: str) -> None:
+        """A job of a batch failed (or was cancelled, code CANCELLED) on its worker."""
         job = self._in_batch(job_id, batch_id)
         if job is None:
             return
-        self._release(job)
+        self._inflight.release(job)
         job.error_code, job.error_message = code, message
-        state = JobState.CANCELLED if code == "CANCELLED" else JobState.FAILED
+        state = JobState.CANCELLED if code == StatusCode.CANCELLED else JobState.FAILED
         self._finish(job, state, message)
 
     def job_preempted(self, job_id: str, batch_id: str, checkpoint: str, step: int) -> None:
+        """A job stopped at `step` and saved `checkpoint`; it goes back first in line."""
         job = self._in_batch(job_id, batch_id)
         if job is None:
             return
-        self._release(job)
+        self._inflight.release(job)
         job.checkpoint = checkpoint or None
         job.step = step
-        self.preemptions[self.units[job.worker_id].pool if job.worker_id in self.units else ""] += 1
+        self.preemptions[self._inflight.pool_of(job.worker_id) or ""] += 1
         self._requeue_front(job, "preempted", f"preempted at step {step}; checkpoint saved")
 
     def job_checkpointed(self, job_id: str, batch_id: str, checkpoint: str, step: int) -> None:
+        """A running job saved a checkpoint it can resume from."""
         job = self._in_batch(job_id, batch_id)
         if job is not None:
             job.checkpoint = checkpoint
 
     def batch_size(self, batch_id: str) -> int:
-        batch = self._batches.get(batch_id)
+        """Jobs the batch was dispatched with (1 once it closed or when unknown)."""
+        batch = self._inflight.batch(batch_id)
         return batch.size if batch is not None else 1
 
     def batch_ended(self, batch_id: str) -> None:
         """The worker's stream for this batch closed; anything unreported goes back in line."""
-        batch = self._batches.get(batch_id)
+        batch = self._inflight.batch(batch_id)
         if batch is None:
             return
         if batch.job_ids:
             self._abandon_batch(batch_id, "batch ended without a result")
             return
-        self._batches.pop(batch_id)
-        unit = self.units.get(batch.worker_id)
-        if unit is not None:
-            unit.batches.discard(batch_id)
-            unit.version += 1
-            self._free.offer(unit)
+        self._inflight.close_batch(batch)
 
     def batch_undelivered(self, batch_id: str, reason: str) -> None:
         """The worker never took the batch. Its jobs go back first in line without counting
@@ -105,70 +143,96 @@ class JobLifecycle:
         worker that restarted behind a stale connection must not use up their retries in
         milliseconds. The unit goes until its worker registers again, so the next pass does
         not pick it straight back."""
-        batch = self._batches.get(batch_id)
+        batch = self._inflight.batch(batch_id)
         if batch is None:
             return
         self._abandon_batch(batch_id, reason, count_loss=False)
         self.worker_lost(batch.worker_id, reason)
 
-    def _release(self, job: Job) -> None:
-        """Take an in-flight job off its unit's load and its batch's open set."""
-        charge, pool = self._charged.pop(job.job_id, (0.0, ""))
-        if pool:
-            key = (job.queue, pool)
-            self.pool_running_s[key] = max(self.pool_running_s[key] - charge, 0.0)
-        unit = self.units.get(job.worker_id or "")
-        if unit is not None:
-            unit.load_s = max(unit.load_s - charge, 0.0)
-            unit.version += 1
-            self._free.offer(unit)
-        batch = self._batches.get(job.batch_id or "")
-        if batch is not None:
-            batch.job_ids.discard(job.job_id)
-        self.running[job.queue] -= 1
-        self._running_by_tenant[job.tenant] -= 1
-        self._limited_count_changed(job.tenant, self._running_by_tenant[job.tenant] + 1)
+    # ---- workers -------------------------------------------------------------------------
+
+    def register_worker(self, info: WorkerInfo) -> None:
+        """A worker joined; one registering again is first given up on as it was."""
+        if info.worker_id in self._inflight.units:
+            self.worker_lost(info.worker_id, "worker registered again")
+        self._inflight.add_unit(info, self._clock())
+
+    def check_liveness(self, heartbeat_timeout_s: float) -> list[str]:
+        """Give up on workers not heard from for longer than the timeout; returns their ids."""
+        dead = self._inflight.silent(self._clock(), heartbeat_timeout_s)
+        for worker_id in dead:
+            self.worker_lost(worker_id, "heartbeats stopped")
+        return dead
+
+    def worker_lost(self, worker_id: str, reason: str) -> None:
+        """A worker is gone; its batches' jobs go back first in line, or fail after too many
+        lost workers."""
+        unit = self._inflight.remove_unit(worker_id)
+        if unit is None:
+            return
+        for batch_id in list(unit.batches):
+            self._abandon_batch(batch_id, f"worker {worker_id} lost: {reason}")
+
+    def _abandon_batch(self, batch_id: str, reason: str, count_loss: bool = True) -> None:
+        inflight = self._inflight
+        batch = inflight.pop_batch(batch_id)
+        if batch is None:
+            return
+        jobs = self._table.jobs
+        for job_id in list(batch.job_ids):
+            job = jobs[job_id]
+            inflight.release(job)
+            job.worker_losses += count_loss
+            if job.worker_losses >= self._max_worker_losses:
+                job.error_code, job.error_message = (
+                    StatusCode.UNAVAILABLE,
+                    f"{reason}; gave up after {job.worker_losses} lost workers",
+                )
+                self._finish(job, JobState.FAILED, job.error_message)
+            else:
+                self._requeue_front(job, "requeued", reason)
+        inflight.close_batch(batch)
 
     def _requeue_front(self, job: Job, kind: str, message: str) -> None:
         job.at_front = True
-        job.enqueued_at = self.clock()
+        job.enqueued_at = self._clock()
         job.worker_id = job.batch_id = None
-        self._enqueue(job)
-        self._effects.append(Notice(job, kind, message))
-        self._transition(job, JobState.QUEUED, message)
+        self._backlog.add(job)
+        self._inflight.watch_limit(job)
+        self._outbox.emit(Notice(job, kind, message))
+        self._outbox.transition(job, JobState.QUEUED, message)
 
     def _finish(self, job: Job, state: JobState, reason: str = "") -> None:
-        self._transition(job, state, reason)
+        job.finished_at = self._clock()
+        self.ended[(job.queue, state)] += 1
+        self._outbox.transition(job, state, reason)
 
     # ---- cancel and deadlines ------------------------------------------------------------
 
     def cancel(self, job_id: str) -> Job | None:
-        job = self.jobs.get(job_id)
+        """Stop a job wherever it is; None when unknown, the job as it stands otherwise."""
+        job = self._table.jobs.get(job_id)
         if job is None or job.state.terminal:
             return job
-        self._stop(job, JobState.CANCELLED, "CANCELLED", "cancelled by request")
+        self._stop(job, JobState.CANCELLED, StatusCode.CANCELLED, "cancelled by request")
         return job
 
     def expire_due(self) -> list[Job]:
-        now = self.clock()
+        """End every job whose deadline has passed; returns them."""
         expired = []
-        while self._deadlines and self._deadlines[0][0] <= now:
-            item = heapq.heappop(self._deadlines)
-            if self._deadline_stale(item):
-                continue
-            job = self.jobs[item[1]]
-            self._stop(job, JobState.EXPIRED, "DEADLINE_EXCEEDED", "deadline passed")
+        for job in self._table.due(self._clock()):
+            self._stop(job, JobState.EXPIRED, StatusCode.DEADLINE_EXCEEDED, "deadline passed")
             expired.append(job)
         return expired
 
     def _stop(self, job: Job, state: JobState, code: str, message: str) -> None:
-        worker = self.units.get(job.worker_id or "")
+        worker = self._inflight.units.get(job.worker_id or "")
         if job.state is JobState.QUEUED:
-            self._dequeue(job)
+            self._backlog.remove(job)
         elif job.state.in_flight:
-            self._release(job)
+            self._inflight.release(job)
             if worker is not None:
-                self._effects.append(
+                self._outbox.emit(
                     CancelOnWorker(worker.worker_id, worker.info.address, (job.job_id,))
                 )
         job.error_code, job.error_message = code, message

@@ -133,6 +133,7 @@ class ModelQueue:
         return job.state is _QUEUED and self._current.get(job.job_id) == entry.seq
 
     def add(self, job: Job) -> None:
+        """Queue a job: at the front when `job.at_front`, otherwise in its class."""
         entry = _Entry(next(self._seq), job)
         self._current[job.job_id] = entry.seq
         self.depth += 1
@@ -171,9 +172,6 @@ class ModelQueue:
         else:
             self._buckets[job.priority].remove(job.tenant)
             self._by_key[job.compat_key][job.priority].live -= 1
-
-    def contains(self, job_id: str) -> bool:
-        return job_id in self._current
 
     def oldest_enqueued_at(self) -> float | None:
         """When the longest-waiting job entered the queue; amortised O(1) via the heaps."""
@@ -264,7 +262,7 @@ class ModelQueue:
         """Up to `limit` other queued jobs that may share a batch with `lead`, front first,
         then by class in `classes` order (highest first). `eligible` rejects every job
         outside `classes`, so those classes' lines are not walked."""
-        # Written out rather than through `_iter_key`: this runs on every batch attempt.
+        # Written out rather than through `_live_entries`: this runs on every batch attempt.
         key = lead.compat_key
         lines = []
         front = self._front_by_key.get(key)
@@ -291,32 +289,6 @@ class ModelQueue:
                 ):
                     found.append(job)
         return found
-
-    def compatible_count(self, key: CompatKey, eligible: Eligible, cap: int) -> int:
-        count = 0
-        for entry in self._iter_key(key):
-            if eligible(entry.job):
-                count += 1
-                if count >= cap:
-                    break
-        return count
-
-    def oldest_compatible(self, key: CompatKey) -> float | None:
-        oldest = None
-        for entry in self._iter_key(key):
-            at = entry.job.enqueued_at
-            oldest = at if oldest is None else min(oldest, at)
-        return oldest
-
-    def _iter_key(self, key: CompatKey, classes: Collection[Priority] = _ALL) -> Iterator[_Entry]:
-        front = self._front_by_key.get(key)
-        if front is not None:
-            yield from self._live_entries(front)
-        per_class = self._by_key.get(key)
-        if per_class is not None:
-            for priority in _PRIORITIES:
-                if priority in classes:
-                    yield from self._live_entries(per_class[priority])
 
     def _live_entries(self, line: _Line) -> Iterator[_Entry]:
         if not self._shed_stale(line):
@@ -350,11 +322,13 @@ class ModelQueue:
             versions[view] += 1
 
     def charge(self, job: Job) -> None:
+        """Count a job just taken to run against its tenant's fair share of its class."""
         self._changed(job)
         if not job.at_front:
             self._buckets[job.priority].charge(job)
 
     def jobs(self) -> Iterator[Job]:
+        """Every queued job once, in no particular order."""
         seen: set[str] = set()
         for entry in itertools.chain(
             self._front, *(line.heap for b in self._buckets.values() for line in b.tenants.values())

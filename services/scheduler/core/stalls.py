@@ -14,6 +14,8 @@ from typing import NamedTuple
 
 
 class Stall(NamedTuple):
+    """What one model's failure to batch on a unit class depended on."""
+
     # The version of the queue's view for the class's pool (see ModelQueue.view_versions).
     queue_version: int
     tenants_version: int

@@ -28,6 +28,8 @@ class WorkerInfo:
 
 @dataclass
 class Unit:
+    """A worker as the dispatcher routes to it: its load, open batches and liveness."""
+
     info: WorkerInfo
     last_heartbeat: float
     draining: bool = False
@@ -41,18 +43,22 @@ class Unit:
 
     @property
     def worker_id(self) -> str:
+        """The worker's id, which is also the unit's."""
         return self.info.worker_id
 
     @property
     def pool(self) -> str:
+        """The capacity pool the worker runs in (on-demand, spot)."""
         return self.info.pool
 
     @property
     def free_slots(self) -> int:
+        """Batches it can take now; none while draining."""
         return 0 if self.draining else self.info.capacity - len(self.batches)
 
     @property
     def state(self) -> str:
+        """draining, busy or ready, as operators see it."""
         if self.draining:
             return "draining"
         return "busy" if self.batches else "ready"
@@ -73,6 +79,7 @@ _Entry = tuple[float, int, str, int]
 
 
 def unit_class(unit: Unit) -> UnitClass:
+    """The unit's pool and models: what the dispatcher decides by."""
     return (unit.info.pool, unit.info.models)
 
 
@@ -149,6 +156,7 @@ class FreeUnits:
         return None
 
     def classes_with_room(self) -> list[UnitClass]:
+        """Unit classes with at least one unit that has room."""
         with_room = self._with_room
         return [cls for cls in self._lists if with_room[cls] > 0]
 
@@ -159,6 +167,7 @@ class FreeUnits:
             self._bounds[cls] = bound
 
     def end_pass(self) -> None:
+        """Lift every block set during the pass."""
         self._bounds.clear()
 
 
@@ -174,14 +183,6 @@ def pool_decision(
     if waited < placement.fallback_after_s:
         return False, False
     return True, placement.prefer == SPOT
-
-
-def default_placements() -> dict[Priority, Placement]:
-    return {
-        Priority.REALTIME: Placement(ON_DEMAND, frozenset({ON_DEMAND}), 0.0),
-        Priority.STANDARD: Placement(ON_DEMAND, frozenset({ON_DEMAND}), 0.0),
-        Priority.BATCH: Placement(SPOT, frozenset({SPOT, ON_DEMAND}), 30.0),
-    }
 
 
 def pool_views(placements: dict[Priority, Placement]) -> dict[str, frozenset[Priority]]:

@@ -22,9 +22,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from mediamesh.worker.core.batch import JobParams
+from mediamesh.common.generation import GenerationParams
+from mediamesh.common.work import JobParams
 
-FORMAT_VERSION = 1
+# 2: the job's generation parameters are nested under "generation".
+FORMAT_VERSION = 2
 # Scheduler attributes that are configuration or objects rebuilt by `set_timesteps`.
 _SKIPPED_ATTRIBUTES = {"config", "_internal_dict", "noise_sampler"}
 _ROW = "__row__"
@@ -92,12 +94,12 @@ def _read_checkpoint(path: str, model: str, job: JobParams) -> Checkpoint:
         raise CheckpointError(f"checkpoint {path} has an unknown format")
     if payload["model"] != model:
         raise CheckpointError(f"checkpoint {path} belongs to model {payload['model']!r}")
-    stored = JobParams(**payload["job"])
+    stored = _job_from_payload(payload["job"])
     for field in ("steps", "width", "height", "num_frames", "duration_s", "seed"):
-        if getattr(stored, field) != getattr(job, field):
+        if getattr(stored.generation, field) != getattr(job.generation, field):
             raise CheckpointError(f"checkpoint {path} was made with a different {field}")
     step, total = int(payload["step"]), int(payload["total_steps"])
-    if not 0 < step < total or total != job.steps:
+    if not 0 < step < total or total != job.generation.steps:
         raise CheckpointError(f"checkpoint {path} has step {step} of {total}")
     # A scheduler without a step counter cannot be resumed mid-schedule; better to
     # restart now than to fail the job inside the pipeline.
@@ -113,6 +115,12 @@ def _read_checkpoint(path: str, model: str, job: JobParams) -> Checkpoint:
         generator_state=payload["generator_state"],
         remaining_timesteps=payload["remaining_timesteps"],
     )
+
+
+def _job_from_payload(fields: dict[str, Any]) -> JobParams:
+    """The inverse of `dataclasses.asdict` on a JobParams."""
+    generation = GenerationParams(**fields["generation"])
+    return JobParams(**{**fields, "generation": generation})
 
 
 def snapshot_scheduler(scheduler: Any, batch_shape: torch.Size, row: int) -> dict[str, Any]:

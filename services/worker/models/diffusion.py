@@ -20,17 +20,10 @@ from typing import Any
 import torch
 from diffusers import DiffusionPipeline
 
+from mediamesh.common.errors import StatusCode
 from mediamesh.common.registry import ModelSpec
-from mediamesh.worker.core.batch import (
-    BatchCancelled,
-    BatchControl,
-    Emit,
-    JobFailed,
-    JobFinished,
-    JobNotice,
-    JobParams,
-    JobPreempted,
-)
+from mediamesh.common.work import JobFailed, JobFinished, JobNotice, JobParams, JobPreempted
+from mediamesh.worker.core.batch import BatchCancelled, BatchControl, Emit
 from mediamesh.worker.models.checkpoint import (
     Checkpoint,
     CheckpointError,
@@ -103,10 +96,14 @@ class DiffusionHost:
         except Exception as exc:
             log.exception("batch of %s failed", self.spec.name)
             for job in jobs:
-                terminals.send(job.job_id, JobFailed(job.job_id, "INTERNAL", _describe(exc)))
+                terminals.send(
+                    job.job_id, JobFailed(job.job_id, StatusCode.INTERNAL, _describe(exc))
+                )
         finally:
             for job in jobs:
-                terminals.send(job.job_id, JobFailed(job.job_id, "INTERNAL", "no result produced"))
+                terminals.send(
+                    job.job_id, JobFailed(job.job_id, StatusCode.INTERNAL, "no result produced")
+                )
 
     def close(self) -> None:
         self.pipeline = None  # type: ignore[assignment]
@@ -119,7 +116,9 @@ class DiffusionHost:
         problem = _shape_mismatch(jobs) or self.validate(jobs)
         if problem:
             for job in jobs:
-                terminals.send(job.job_id, JobFailed(job.job_id, "INVALID_ARGUMENT", problem))
+                terminals.send(
+                    job.job_id, JobFailed(job.job_id, StatusCode.INVALID_ARGUMENT, problem)
+                )
             return
         for group, checkpoints in self._plan(jobs, terminals):
             self._run_group(group, checkpoints, control, terminals)
@@ -164,7 +163,7 @@ class DiffusionHost:
         for index, job in enumerate(jobs):
             step = checkpoints[index].step if checkpoints else 0
             if control.is_cancelled(job.job_id):
-                failure = JobFailed(job.job_id, "CANCELLED", f"cancelled at step {step}")
+                failure = JobFailed(job.job_id, StatusCode.CANCELLED, f"cancelled at step {step}")
                 terminals.send(job.job_id, failure)
             elif control.preempt_requested:
                 # Nothing ran yet: the job goes back with the checkpoint it came with, if any.
@@ -176,7 +175,7 @@ class DiffusionHost:
             return
         jobs = [jobs[i] for i in waiting]
         checkpoints = [checkpoints[i] for i in waiting] if checkpoints else None
-        generators = [torch.Generator("cpu").manual_seed(job.seed) for job in jobs]
+        generators = [torch.Generator("cpu").manual_seed(job.generation.seed) for job in jobs]
         if checkpoints:
             for generator, checkpoint in zip(generators, checkpoints, strict=True):
                 generator.set_state(checkpoint.generator_state)
@@ -200,7 +199,9 @@ class DiffusionHost:
         except Exception as exc:
             log.exception("group of %d jobs on %s failed", len(jobs), self.spec.name)
             for job in jobs:
-                terminals.send(job.job_id, JobFailed(job.job_id, "INTERNAL", _describe(exc)))
+                terminals.send(
+                    job.job_id, JobFailed(job.job_id, StatusCode.INTERNAL, _describe(exc))
+                )
             return
         finally:
             hook.remove()
@@ -210,10 +211,12 @@ class DiffusionHost:
             try:
                 data, mime = self.encode(output, index, job)
             except Exception as exc:
-                terminals.send(job.job_id, JobFailed(job.job_id, "INTERNAL", _describe(exc)))
+                terminals.send(
+                    job.job_id, JobFailed(job.job_id, StatusCode.INTERNAL, _describe(exc))
+                )
                 continue
             tracker.discard_periodic(job.job_id)
-            terminals.send(job.job_id, JobFinished(job.job_id, data, mime, job.seed))
+            terminals.send(job.job_id, JobFinished(job.job_id, data, mime, job.generation.seed))
 
     def _generate(
         self,
@@ -233,10 +236,10 @@ class DiffusionHost:
 def _shape_mismatch(jobs: list[JobParams]) -> str | None:
     first = jobs[0]
     for field in SHARED_FIELDS:
-        values = {getattr(job, field) for job in jobs}
+        values = {getattr(job.generation, field) for job in jobs}
         if len(values) > 1:
             return f"jobs of one batch must share {field}, got {sorted(values)}"
-    if first.steps < 1:
+    if first.generation.steps < 1:
         return "steps must be at least 1"
     return None
 

@@ -7,15 +7,10 @@ import zlib
 
 import numpy as np
 
+from mediamesh.common.errors import StatusCode
 from mediamesh.common.registry import ModelSpec
-from mediamesh.worker.core.batch import (
-    BatchControl,
-    Emit,
-    JobFailed,
-    JobFinished,
-    JobParams,
-    StepDone,
-)
+from mediamesh.common.work import JobFailed, JobFinished, JobParams, StepDone
+from mediamesh.worker.core.batch import BatchControl, Emit
 from mediamesh.worker.models.encode import encode_png
 from mediamesh.worker.models.progress import Terminals
 
@@ -38,29 +33,30 @@ class EchoHost:
             self._run(jobs, control, terminals)
         except Exception as exc:
             for job in jobs:
-                terminals.send(job.job_id, JobFailed(job.job_id, "INTERNAL", str(exc)))
+                terminals.send(job.job_id, JobFailed(job.job_id, StatusCode.INTERNAL, str(exc)))
 
     def _run(self, jobs: list[JobParams], control: BatchControl, terminals: Terminals) -> None:
         live = list(jobs)
-        steps = max((job.steps for job in jobs), default=0)
+        steps = max((job.generation.steps for job in jobs), default=0)
         for step in range(1, steps + 1):
             started = time.perf_counter()
             for job in list(live):
                 if control.is_cancelled(job.job_id):
                     live.remove(job)
                     message = f"cancelled at step {step - 1}"
-                    terminals.send(job.job_id, JobFailed(job.job_id, "CANCELLED", message))
+                    terminals.send(job.job_id, JobFailed(job.job_id, StatusCode.CANCELLED, message))
             elapsed = time.perf_counter() - started
             for job in live:
-                if step <= job.steps:
-                    terminals.emit(StepDone(job.job_id, step, job.steps, elapsed))
+                if step <= job.generation.steps:
+                    terminals.emit(StepDone(job.job_id, step, job.generation.steps, elapsed))
         for job in live:
-            width = job.width or self.spec.defaults.width or 16
-            height = job.height or self.spec.defaults.height or 16
+            asked = job.generation
+            width = asked.width or self.spec.defaults.width or 16
+            height = asked.height or self.spec.defaults.height or 16
             pixels = np.empty((height, width, 3), dtype=np.uint8)
-            pixels[:] = seed_colour(job.seed)
+            pixels[:] = seed_colour(asked.seed)
             data = encode_png(pixels)
-            terminals.send(job.job_id, JobFinished(job.job_id, data, "image/png", job.seed))
+            terminals.send(job.job_id, JobFinished(job.job_id, data, "image/png", asked.seed))
 
     def close(self) -> None:
         return None

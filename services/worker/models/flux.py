@@ -6,7 +6,7 @@ from typing import Any
 
 import torch
 
-from mediamesh.worker.core.batch import JobParams
+from mediamesh.common.work import JobParams
 from mediamesh.worker.models.diffusion import DiffusionHost
 from mediamesh.worker.models.encode import encode_png
 from mediamesh.worker.models.progress import StepTracker
@@ -27,14 +27,14 @@ class FluxHost(DiffusionHost):
         latents: torch.Tensor | None,
         tracker: StepTracker,
     ) -> Any:
-        first = jobs[0]
+        first = jobs[0].generation
 
         def on_step_end(_pipe: Any, index: int, _t: Any, tensors: dict) -> dict:
             tracker.on_step(index, tensors["latents"])
             return {}
 
         result = self.pipeline(
-            prompt=[job.prompt for job in jobs],
+            prompt=[job.generation.prompt for job in jobs],
             height=first.height,
             width=first.width,
             num_inference_steps=first.steps,

@@ -1,8 +1,9 @@
-"""The contract between the worker and a loaded model, and how a registry entry is loaded.
+"""The contract between the worker and a loaded model, and how one model loads on one device.
 
 A host owns one routing unit: one or more devices the model occupies. `run_batch` blocks
 in a worker thread (never on an event loop), reports through `emit`, gives every job
-exactly one terminal event and never raises.
+exactly one terminal event and never raises. Hosts spread over several devices live in
+`worker.parallel`, which builds on this module; `worker.hosting` picks one per entry.
 """
 
 from __future__ import annotations
@@ -15,9 +16,9 @@ import torch
 from diffusers import DiffusionPipeline
 
 from mediamesh.common.registry import ModelSpec
-from mediamesh.worker.core.batch import BatchControl, Emit, JobParams
+from mediamesh.common.work import JobParams
+from mediamesh.worker.core.batch import BatchControl, Emit
 from mediamesh.worker.models.diffusion import DiffusionHost
-from mediamesh.worker.models.echo import EchoHost
 from mediamesh.worker.models.memory import (
     DTYPE_BYTES,
     ModelLoadError,
@@ -58,23 +59,10 @@ def host_class(spec: ModelSpec) -> type[DiffusionHost]:
         ) from None
 
 
-def load_host(spec: ModelSpec, *, models_dir: Path, device: str, checkpoint_dir: Path) -> ModelHost:
-    """Loads the model of a registry entry; raises ModelLoadError with the reason."""
-    if spec.pipeline == "Echo":
-        return EchoHost(spec, device)
-    mode = spec.parallelism.mode
-    if mode == "pipeline":
-        from mediamesh.worker.parallel.pipeline_mode import load_pipeline_parallel_host
-
-        return load_pipeline_parallel_host(
-            spec, models_dir=models_dir, checkpoint_dir=checkpoint_dir
-        )
-    if mode == "tensor":
-        from mediamesh.worker.parallel.tensor_host import load_tensor_parallel_host
-
-        return load_tensor_parallel_host(
-            spec, models_dir=models_dir, device=device, checkpoint_dir=checkpoint_dir
-        )
+def load_single_device_host(
+    spec: ModelSpec, *, models_dir: Path, device: str, checkpoint_dir: Path
+) -> DiffusionHost:
+    """Data mode: the whole pipeline on the worker's one device; raises ModelLoadError."""
     family = host_class(spec)
     pipeline = load_pipeline(spec, models_dir=models_dir, device=device)
     return family(spec, pipeline, device=device, checkpoint_dir=checkpoint_dir)

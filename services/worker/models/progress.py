@@ -16,16 +16,9 @@ from typing import Any
 
 import torch
 
-from mediamesh.worker.core.batch import (
-    BatchCancelled,
-    BatchControl,
-    Emit,
-    JobCheckpointed,
-    JobFailed,
-    JobParams,
-    JobPreempted,
-    StepDone,
-)
+from mediamesh.common.errors import StatusCode
+from mediamesh.common.work import JobCheckpointed, JobFailed, JobParams, JobPreempted, StepDone
+from mediamesh.worker.core.batch import BatchCancelled, BatchControl, Emit
 from mediamesh.worker.models.checkpoint import (
     Checkpoint,
     checkpoint_path,
@@ -83,7 +76,7 @@ class StepTracker:
 
     @property
     def total_steps(self) -> int:
-        return self.jobs[0].steps
+        return self.jobs[0].generation.steps
 
     def mark_step_start(self, *_: Any) -> None:
         """Forward pre-hook on the denoiser: the first call after a boundary starts a step."""
@@ -102,7 +95,8 @@ class StepTracker:
                 self.live[index] = False
                 self.discard_periodic(job.job_id)
                 self.terminals.send(
-                    job.job_id, JobFailed(job.job_id, "CANCELLED", f"cancelled at step {step}")
+                    job.job_id,
+                    JobFailed(job.job_id, StatusCode.CANCELLED, f"cancelled at step {step}"),
                 )
         if not any(self.live):
             raise BatchCancelled(f"every job cancelled by step {step}")

@@ -6,7 +6,7 @@ from typing import Any
 
 import torch
 
-from mediamesh.worker.core.batch import JobParams
+from mediamesh.common.work import JobParams
 from mediamesh.worker.models.diffusion import DiffusionHost
 from mediamesh.worker.models.encode import encode_wav
 from mediamesh.worker.models.progress import StepTracker
@@ -15,7 +15,7 @@ from mediamesh.worker.models.progress import StepTracker
 class StableAudioHost(DiffusionHost):
     def group_key(self, job: JobParams) -> tuple[Any, ...]:
         # Duration conditions the model: batching different durations would change results.
-        return (job.duration_s,)
+        return (job.generation.duration_s,)
 
     def generate(
         self,
@@ -24,7 +24,7 @@ class StableAudioHost(DiffusionHost):
         latents: torch.Tensor | None,
         tracker: StepTracker,
     ) -> Any:
-        first = jobs[0]
+        first = jobs[0].generation
 
         def on_step(index: int, _t: Any, step_latents: torch.Tensor) -> None:
             tracker.on_step(index, step_latents)
@@ -37,8 +37,8 @@ class StableAudioHost(DiffusionHost):
             pipeline.prepare_latents = lambda *_args, **_kwargs: resumed
         try:
             result = pipeline(
-                prompt=[job.prompt for job in jobs],
-                negative_prompt=[job.negative_prompt for job in jobs],
+                prompt=[job.generation.prompt for job in jobs],
+                negative_prompt=[job.generation.negative_prompt for job in jobs],
                 audio_end_in_s=first.duration_s or None,
                 num_inference_steps=first.steps,
                 guidance_scale=first.guidance_scale,

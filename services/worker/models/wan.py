@@ -6,7 +6,7 @@ from typing import Any
 
 import torch
 
-from mediamesh.worker.core.batch import JobParams
+from mediamesh.common.work import JobParams
 from mediamesh.worker.models.diffusion import DiffusionHost
 from mediamesh.worker.models.encode import encode_video
 from mediamesh.worker.models.flux import text_token_budget
@@ -17,7 +17,7 @@ class WanHost(DiffusionHost):
     def validate(self, jobs: list[JobParams]) -> str | None:
         # The pipeline would silently round the frame count; a caller must get what it asked.
         multiple = int(getattr(self.pipeline, "vae_scale_factor_temporal", 4))
-        frames = jobs[0].num_frames
+        frames = jobs[0].generation.num_frames
         if frames < 1 or (frames - 1) % multiple != 0:
             return f"{self.spec.name} needs (num_frames - 1) % {multiple} == 0, got {frames}"
         return None
@@ -29,15 +29,15 @@ class WanHost(DiffusionHost):
         latents: torch.Tensor | None,
         tracker: StepTracker,
     ) -> Any:
-        first = jobs[0]
+        first = jobs[0].generation
 
         def on_step_end(_pipe: Any, index: int, _t: Any, tensors: dict) -> dict:
             tracker.on_step(index, tensors["latents"])
             return {}
 
         result = self.pipeline(
-            prompt=[job.prompt for job in jobs],
-            negative_prompt=[job.negative_prompt for job in jobs],
+            prompt=[job.generation.prompt for job in jobs],
+            negative_prompt=[job.generation.negative_prompt for job in jobs],
             height=first.height,
             width=first.width,
             num_frames=first.num_frames,

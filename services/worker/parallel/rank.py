@@ -16,6 +16,7 @@ from diffusers import DiffusionPipeline
 from torch.distributed.device_mesh import init_device_mesh
 
 from mediamesh.common.registry import ModelSpec
+from mediamesh.worker.models.host import host_class, load_pipeline
 from mediamesh.worker.parallel.flux_tp import shard_flux_transformer
 from mediamesh.worker.parallel.sync import SyncedControl
 
@@ -58,8 +59,6 @@ def helper_main(
     timeout_s: float,
 ) -> None:
     """Entry point of ranks 1..size-1 (a spawned process)."""
-    from mediamesh.worker.models.host import host_class, load_pipeline
-
     watchdog = threading.Thread(target=_exit_with_parent, args=(os.getppid(),), daemon=True)
     watchdog.start()
     spec = ModelSpec.model_validate(spec_data)

@@ -27,8 +27,10 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from mediamesh.common.errors import StatusCode
 from mediamesh.common.registry import ModelSpec
-from mediamesh.worker.core.batch import BatchControl, Emit, JobFailed, JobParams
+from mediamesh.common.work import JobFailed, JobParams
+from mediamesh.worker.core.batch import BatchControl, Emit
 from mediamesh.worker.models.diffusion import DiffusionHost
 from mediamesh.worker.models.host import host_class, load_pipeline
 from mediamesh.worker.models.memory import ModelLoadError
@@ -78,7 +80,7 @@ class TensorParallelHost:
                 self._broken = self._broken or "a helper rank exited"
                 for job in jobs:
                     message = f"tensor-parallel group is down: {self._broken}"
-                    emit(JobFailed(job.job_id, "INTERNAL", message))
+                    emit(JobFailed(job.job_id, StatusCode.INTERNAL, message))
                 return
             for commands in self._commands:
                 commands.put(("batch", jobs))

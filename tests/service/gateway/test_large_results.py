@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from mediamesh.cli.api import gateway_client
-from mediamesh.common.generated.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
+from mediamesh.common.generated.v1 import common_pb2, gateway_pb2
+from mediamesh.sdk import AsyncClient, Client, Result
 from tests.service.conftest import InProcessMesh, start_mesh, stop_mesh
 from tests.service.gateway.conftest import KEY_A, auth, keyed
 
@@ -65,22 +65,23 @@ async def test_a_png_above_the_limit_comes_as_a_reference_then_in_chunks(tiny_in
     assert b"".join(tail) == data[2 * LIMIT :]
 
 
-async def test_the_cli_clients_download_what_does_not_come_inline(tiny_inline_mesh):
+async def test_the_sdk_clients_download_what_does_not_come_inline(tiny_inline_mesh):
     address = f"127.0.0.1:{tiny_inline_mesh.gateway.port}"
 
-    def generate_blocking() -> gateway_client.Outcome:
-        with gateway_client.channel(address) as channel:
-            stub = gateway_pb2_grpc.GatewayStub(channel)
-            events = stub.Generate(png_request(), metadata=gateway_client.metadata(KEY_A))
-            return gateway_client.follow(stub, events, KEY_A)
+    def generate_blocking() -> Result:
+        with Client(address, api_key=KEY_A) as client:
+            *_, last = client.generate("flux-tiny", "a fox", steps=1, seed=4)
+        assert isinstance(last, Result)
+        return last
 
     blocking = await asyncio.to_thread(generate_blocking)
-    async with gateway_client.AsyncGateway(address, KEY_A) as gateway:
-        fields = {"model": "flux-tiny", "prompt": "a fox", "steps": 1, "seed": 4}
-        followed = await gateway.follow(await gateway.submit(fields))
+    async with AsyncClient(address, api_key=KEY_A) as client:
+        handle = await client.submit("flux-tiny", "a fox", steps=1, seed=4)
+        followed = [e async for e in client.watch(handle.job_id)][-1]
     for outcome in (blocking, followed):
+        assert isinstance(outcome, Result)
         stored = tiny_inline_mesh.scheduler.runtime.results[outcome.job_id]
         assert outcome.state == "SUCCEEDED" and outcome.mime_type == "image/png"
-        assert len(outcome.data) == stored.size_bytes > LIMIT
-        assert hashlib.sha256(outcome.data).hexdigest() == stored.sha256
+        assert len(outcome.data) == stored.size_bytes == outcome.size_bytes > LIMIT
+        assert hashlib.sha256(outcome.data).hexdigest() == stored.sha256 == outcome.sha256
     assert blocking.data == followed.data  # same seed, same bytes

@@ -14,8 +14,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
 from mediamesh.common.registry import ModelSpec, load_registry
+from mediamesh.worker.hosting import load_host
 from mediamesh.worker.models.build import build_models
-from mediamesh.worker.models.host import ModelHost, load_host
+from mediamesh.worker.models.host import ModelHost
 
 
 @pytest.fixture(scope="session")

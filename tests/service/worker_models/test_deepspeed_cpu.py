@@ -8,8 +8,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from mediamesh.worker.core.batch import BatchControl, JobFinished, JobParams
-from mediamesh.worker.models.host import load_host
+from mediamesh.common.generation import GenerationParams
+from mediamesh.common.work import JobFinished, JobParams
+from mediamesh.worker.core.batch import BatchControl
+from mediamesh.worker.hosting import load_host
 from mediamesh.worker.models.memory import ModelLoadError
 
 
@@ -18,7 +20,9 @@ def _with_parallelism(spec, **changes):
 
 
 def _render(host, seed: int = 3) -> np.ndarray:
-    job = JobParams("j", "a fox", steps=3, seed=seed, width=64, height=64, guidance_scale=3.5)
+    job = JobParams(
+        "j", GenerationParams("a fox", steps=3, seed=seed, width=64, height=64, guidance_scale=3.5)
+    )
     events: list = []
     host.run_batch([job], BatchControl(["j"]), events.append)
     (done,) = [e for e in events if isinstance(e, JobFinished)]

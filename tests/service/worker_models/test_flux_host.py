@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from wm_helpers import job_for, of, png_pixels, run
 
-from mediamesh.worker.core.batch import (
+from mediamesh.common.work import (
     JobCheckpointed,
     JobFailed,
     JobFinished,
@@ -16,7 +16,7 @@ from mediamesh.worker.core.batch import (
     JobPreempted,
     StepDone,
 )
-from mediamesh.worker.models.host import load_host
+from mediamesh.worker.hosting import load_host
 from mediamesh.worker.models.memory import ModelLoadError
 
 # Measured on CPU float32: a job alone vs the same job in a batch of 3 differs by at most
@@ -37,7 +37,7 @@ def test_flux_events_per_step_then_one_png(flux) -> None:
         assert [e.step for e in steps] == [1, 2, 3, 4]
         assert all(e.total_steps == 4 and e.step_seconds >= 0 for e in steps)
         (finished,) = of(events, job.job_id, JobFinished)
-        assert finished.mime_type == "image/png" and finished.seed == job.seed
+        assert finished.mime_type == "image/png" and finished.seed == job.generation.seed
         assert png_pixels(finished.data).shape == (64, 64, 3)
         assert isinstance(of(events, job.job_id)[-1], JobFinished)
 

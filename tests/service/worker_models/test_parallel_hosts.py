@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from wm_helpers import job_for, of, png_pixels, run
 
-from mediamesh.worker.core.batch import JobFinished, JobNotice, JobPreempted, StepDone
-from mediamesh.worker.models.host import load_host
+from mediamesh.common.work import JobFinished, JobNotice, JobPreempted, StepDone
+from mediamesh.worker.hosting import load_host
 from mediamesh.worker.models.memory import ModelLoadError
 
 # Two ranks sum partial products in another order than one device: measured max abs

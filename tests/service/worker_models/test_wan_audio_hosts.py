@@ -9,7 +9,7 @@ import imageio_ffmpeg
 import pytest
 from wm_helpers import job_for, of, run
 
-from mediamesh.worker.core.batch import JobFailed, JobFinished, JobNotice, JobPreempted, StepDone
+from mediamesh.common.work import JobFailed, JobFinished, JobNotice, JobPreempted, StepDone
 
 
 def _preempt_at(step: int):
@@ -61,4 +61,4 @@ def test_audio_durations_run_apart_and_decode_to_length(host_for) -> None:
         with wave.open(io.BytesIO(finished.data)) as reader:
             assert reader.getsampwidth() == 2 and reader.getnchannels() == 2
             seconds = reader.getnframes() / reader.getframerate()
-        assert seconds == pytest.approx(job.duration_s, abs=0.01)
+        assert seconds == pytest.approx(job.generation.duration_s, abs=0.01)

@@ -2,32 +2,48 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 from PIL import Image
 
+from mediamesh.common.generation import GenerationParams
 from mediamesh.common.registry import ModelSpec
-from mediamesh.worker.core.batch import BatchControl, JobParams, WorkerEvent
+from mediamesh.common.work import JobParams, WorkerEvent
+from mediamesh.worker.core.batch import BatchControl
 from mediamesh.worker.models.host import ModelHost
 
 
-def job_for(spec: ModelSpec, job_id: str, seed: int = 0, **overrides: object) -> JobParams:
+def job_for(
+    spec: ModelSpec,
+    job_id: str,
+    seed: int = 0,
+    *,
+    resume_checkpoint: str | None = None,
+    checkpoint_every_steps: int = 0,
+    **overrides: Any,
+) -> JobParams:
+    """A job at the model's defaults; `overrides` replace generation parameters."""
     d = spec.defaults
-    params: dict[str, object] = {
-        "job_id": job_id,
-        "prompt": "a photo of a cat",
-        "steps": d.steps,
-        "seed": seed,
-        "width": d.width,
-        "height": d.height,
-        "num_frames": d.num_frames,
-        "guidance_scale": d.guidance_scale,
-        "duration_s": d.duration_s,
-    }
-    params.update(overrides)
-    return JobParams(**params)  # type: ignore[arg-type]
+    generation = GenerationParams(
+        prompt="a photo of a cat",
+        steps=d.steps,
+        seed=seed,
+        width=d.width,
+        height=d.height,
+        num_frames=d.num_frames,
+        guidance_scale=d.guidance_scale,
+        duration_s=d.duration_s,
+    )
+    return JobParams(
+        job_id,
+        dataclasses.replace(generation, **overrides),
+        resume_checkpoint=resume_checkpoint,
+        checkpoint_every_steps=checkpoint_every_steps,
+    )
 
 
 def run(

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import base64
+import re
 import shlex
 import shutil
 import subprocess
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cache
@@ -12,6 +15,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+
+from mediamesh.common.settings import MeshConfig, WorkerSettings, load_mesh_config
 
 ROOT = Path(__file__).resolve().parents[3]
 DEPLOY = ROOT / "deploy"
@@ -29,6 +34,12 @@ K8S_VERSION = "1.30"
 EXTERNAL_OBJECTS = {"gpu-prod": {("Secret", "mediamesh-secrets")}}
 # The mesh's own image names in base, mapped by each overlay's `images:`.
 MESH_IMAGES = ("mediamesh", "mediamesh-cuda")
+# Stand-ins for the keys of gpu-prod's Secret, which the operator creates.
+STAND_IN_SECRET = {
+    "internal-token": "stand-in-token\n",
+    "gateway-api-keys.json": '[{"sha256": "' + "0" * 64 + '", "tenant": "t"}]\n',
+    "gateway-tenants.json": '{"t": {}}\n',
+}
 
 
 def overlays() -> list[str]:
@@ -98,10 +109,6 @@ def all_containers(workload: dict) -> list[dict]:
     return [*spec.get("initContainers", []), *spec["containers"]]
 
 
-def env_of(container: dict) -> dict[str, str]:
-    return {e["name"]: e.get("value", "") for e in container.get("env", [])}
-
-
 def mesh_workloads(docs: tuple[dict, ...]) -> list[dict]:
     """Deployments that run the mediamesh image (not Prometheus)."""
     return [
@@ -164,6 +171,109 @@ def projected_keys(volume: dict) -> dict[str, str] | None:
     if items is None:
         return None
     return {item["path"]: item["key"] for item in items}
+
+
+# What a container reads -----------------------------------------------------------------
+
+
+def object_data(doc: dict, key: str) -> str:
+    """One key of a ConfigMap or Secret, decoded."""
+    if doc["kind"] == "Secret" and key in doc.get("data", {}):
+        return base64.b64decode(doc["data"][key]).decode()
+    if key in doc.get("stringData", {}):
+        return doc["stringData"][key]
+    return doc["data"][key]
+
+
+def _object_key(docs: tuple[dict, ...], overlay: str, kind: str, name: str, key: str) -> str:
+    if (kind, name) in EXTERNAL_OBJECTS.get(overlay, set()):
+        assert key in STAND_IN_SECRET, f"no stand-in for {kind} {name} key {key}"
+        return STAND_IN_SECRET[key]
+    return object_data(find(docs, kind, name), key)
+
+
+def read_mounted(
+    docs: tuple[dict, ...], overlay: str, workload: dict, container: dict, path: str
+) -> str | None:
+    """Contents of `path` in the container if a ConfigMap or Secret provides it; None for a
+    Secret the operator creates. Fails if nothing provides the path."""
+    mount, rel = mount_for(workload, container, path)
+    volume = mount.volume
+    kind = "ConfigMap" if "configMap" in volume else "Secret" if "secret" in volume else None
+    assert kind, f"{workload['metadata']['name']}: {path} is on a {sorted(volume)} volume"
+    name = volume["configMap"]["name"] if kind == "ConfigMap" else volume["secret"]["secretName"]
+    file_name = mount.sub_path or rel
+    keys = projected_keys(volume)
+    key = keys.get(file_name) if keys is not None else file_name
+    assert key, f"{workload['metadata']['name']}: {path}: {kind} volume does not project it"
+    if (kind, name) in EXTERNAL_OBJECTS.get(overlay, set()):
+        return None
+    return object_data(find(docs, kind, name), key)
+
+
+def expand(value: str, env: dict[str, str]) -> str:
+    """Kubernetes' $(VAR) expansion against the variables defined so far."""
+    return re.sub(r"\$\((\w+)\)", lambda m: env[m[1]], value)
+
+
+def pod_env(
+    docs: tuple[dict, ...], overlay: str, workload: dict, container: dict
+) -> dict[str, str]:
+    """The container's env as the kubelet would set it, for a made-up pod name and IP, with
+    Secret and ConfigMap references resolved (stand-ins for an operator's Secret)."""
+    downward = {
+        "metadata.name": f"{workload['metadata']['name']}-5d8f7c9b4-x2x7q",
+        "status.podIP": "10.1.2.3",
+    }
+    env: dict[str, str] = {}
+    for entry in container.get("env", []):
+        source = entry.get("valueFrom")
+        if source is None:
+            env[entry["name"]] = expand(entry.get("value", ""), env)
+        elif "fieldRef" in source:
+            env[entry["name"]] = downward[source["fieldRef"]["fieldPath"]]
+        else:
+            kind = "Secret" if "secretKeyRef" in source else "ConfigMap"
+            ref = source["secretKeyRef"] if kind == "Secret" else source["configMapKeyRef"]
+            env[entry["name"]] = _object_key(docs, overlay, kind, ref["name"], ref["key"])
+    return env
+
+
+# Scratch space for the config files read out of rendered ConfigMaps.
+_SCRATCH = tempfile.TemporaryDirectory(prefix="mediamesh-deploy-")
+
+
+@dataclass(frozen=True)
+class Effective:
+    """What a mesh container runs with: its config as the CLI loads it (the file, then its
+    env), the file alone, and the env."""
+
+    config: MeshConfig
+    file_only: MeshConfig
+    env: dict[str, str]
+
+
+@cache
+def effective(overlay: str, name: str) -> Effective:
+    """Loads the main container's config the way `mediamesh` does, from the ConfigMap file
+    MEDIAMESH_CONFIG names and the container's environment."""
+    docs = render_overlay(overlay)
+    workload = find(docs, "Deployment", name)
+    container = main_container(workload)
+    env = pod_env(docs, overlay, workload, container)
+    path = env["MEDIAMESH_CONFIG"]
+    assert flag(container["command"], "--config") in (None, path), name
+    text = read_mounted(docs, overlay, workload, container, path)
+    assert text is not None, f"{name}: its config {path} comes from outside the overlay"
+    local = Path(_SCRATCH.name) / overlay / name / "mesh.yaml"
+    local.parent.mkdir(parents=True, exist_ok=True)
+    local.write_text(text)
+    return Effective(load_mesh_config(local, environ=env), load_mesh_config(local, environ={}), env)
+
+
+def effective_worker(overlay: str, name: str) -> WorkerSettings:
+    """The settings `mediamesh worker` runs a worker Deployment's pod with (no flags)."""
+    return effective(overlay, name).config.standalone_worker()
 
 
 # Commands -----------------------------------------------------------------------------------

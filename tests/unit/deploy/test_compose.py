@@ -27,7 +27,7 @@ def compose() -> dict:
 
 def _mesh_config(compose: dict):
     source = compose["configs"]["mesh"]["file"]
-    return load_mesh_config(COMPOSE_FILE.parent / source)
+    return load_mesh_config(COMPOSE_FILE.parent / source, environ={})
 
 
 def test_validates_against_the_compose_spec(compose):

@@ -14,7 +14,7 @@ from deploy_support import (
     all_containers,
     by_kind,
     component,
-    env_of,
+    effective_worker,
     find,
     flag,
     main_container,
@@ -177,9 +177,9 @@ def test_one_worker_deployment_per_modality_and_pool(overlay):
         labels = worker["spec"]["template"]["metadata"]["labels"]
         key = (labels["mediamesh.io/modality"], labels["mediamesh.io/pool"])
         assert worker["metadata"]["name"] == f"mediamesh-worker-{key[0]}-{key[1]}"
-        env = env_of(main_container(worker))
-        assert env["MEDIAMESH_POOL"] == key[1]
-        assert env["MEDIAMESH_MODELS"], f"{worker['metadata']['name']}: MEDIAMESH_MODELS is empty"
+        settings = effective_worker(overlay, worker["metadata"]["name"])
+        assert settings.pool == key[1]
+        assert settings.models, f"{worker['metadata']['name']}: hosts no models"
         # KEDA owns the replica count; a fixed one here would fight it on every apply.
         assert "replicas" not in worker["spec"], worker["metadata"]["name"]
         seen.add(key)
@@ -252,7 +252,7 @@ def test_worker_devices(overlay, gpus, device):
         requested = int(resources.get("requests", {}).get("nvidia.com/gpu", 0))
         limited = int(resources.get("limits", {}).get("nvidia.com/gpu", 0))
         assert requested == limited == gpus, f"{overlay} {worker['metadata']['name']}: {resources}"
-        assert env_of(container)["MEDIAMESH_DEVICE"] == device
+        assert effective_worker(overlay, worker["metadata"]["name"]).device == device
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)

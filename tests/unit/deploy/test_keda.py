@@ -13,10 +13,9 @@ from deploy_support import (
     CONFIG_DIR,
     SCHEMAS,
     by_kind,
-    env_of,
+    effective_worker,
     find,
     load_yaml,
-    main_container,
     overlays,
     render_overlay,
     workers,
@@ -114,7 +113,7 @@ def test_each_trigger_queries_its_own_modality_and_pool(overlay):
         assert (
             match["pool"]
             == labels["mediamesh.io/pool"]
-            == env_of(main_container(worker))["MEDIAMESH_POOL"]
+            == effective_worker(overlay, worker["metadata"]["name"]).pool
         )
 
 

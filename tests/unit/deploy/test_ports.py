@@ -11,7 +11,7 @@ from deploy_support import (
     component,
     dockerfile_instructions,
     dockerfiles,
-    env_of,
+    effective_worker,
     find,
     flag,
     host_of,
@@ -49,19 +49,20 @@ def _role(service_name: str) -> str:
 
 @pytest.mark.parametrize("path", ["mesh.yaml", "mesh-k8s.yaml"])
 def test_config_files_use_the_default_ports(path):
-    config = load_mesh_config(CONFIG_DIR / path)
+    config = load_mesh_config(CONFIG_DIR / path, environ={})
+    every_worker = [*config.workers, *([config.worker] if config.worker else [])]
     assert config.gateway.port == GATEWAY.port
     assert config.gateway.metrics_port == GATEWAY.metrics_port
     assert config.scheduler.port == SCHEDULER.port
     assert config.scheduler.metrics_port == SCHEDULER.metrics_port
     assert port_of(config.gateway.scheduler_address) == SCHEDULER.port
-    for worker in config.workers:
+    for worker in every_worker:
         assert worker.port == WORKER.port
         assert worker.metrics_port == WORKER.metrics_port
         assert port_of(worker.scheduler_address) == SCHEDULER.port
         if worker.advertise_address:
             assert port_of(worker.advertise_address) == WORKER.port
-    for section in (config.gateway, config.scheduler, *config.workers):
+    for section in (config.gateway, config.scheduler, *every_worker):
         assert section.host == "0.0.0.0", "containers must bind every interface"
 
 
@@ -134,12 +135,12 @@ def test_k8s_ports(overlay):
         assert annotations["prometheus.io/scrape"] == "true"
         assert int(annotations["prometheus.io/port"]) == METRICS[role]
         if role == "worker":
-            env = env_of(container)
-            assert int(env["MEDIAMESH_PORT"]) == WORKER.port
-            assert int(env["MEDIAMESH_METRICS_PORT"]) == WORKER.metrics_port
-            assert port_of(env["MEDIAMESH_ADVERTISE_ADDRESS"]) == WORKER.port
-            scheduler_host = host_of(env["MEDIAMESH_SCHEDULER"])
-            assert port_of(env["MEDIAMESH_SCHEDULER"]) == SCHEDULER.port
+            settings = effective_worker(overlay, workload["metadata"]["name"])
+            assert settings.port == WORKER.port
+            assert settings.metrics_port == WORKER.metrics_port
+            assert settings.advertise_address and port_of(settings.advertise_address) == WORKER.port
+            scheduler_host = host_of(settings.scheduler_address)
+            assert port_of(settings.scheduler_address) == SCHEDULER.port
             service = find(docs, "Service", scheduler_host)
             assert SCHEDULER.port in [p["port"] for p in service["spec"]["ports"]]
     for service in by_kind(docs, "Service"):

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 from mediamesh.common.registry import load_registry
+from mediamesh.common.settings import QueueSettings, SchedulerSettings
 from mediamesh.scheduler.core.jobs import GenerationParams, Priority, TenantQuota
-from mediamesh.scheduler.core.scheduler import CorePolicy, NewJob, QueuePolicy, SchedulerCore
+from mediamesh.scheduler.core.scheduler import NewJob, SchedulerCore
 from mediamesh.scheduler.core.units import WorkerInfo
+from mediamesh.scheduler.settings_policy import core_policy
 
 
 class FakeClock:
@@ -24,14 +27,14 @@ class FakeClock:
 def make_core(clock: FakeClock, **policy_overrides: object) -> SchedulerCore:
     registry = load_registry()
     ids = itertools.count()
-    policy = CorePolicy(
+    settings = SchedulerSettings(
         queues={
-            "image": QueuePolicy(10.0, 100),
-            "video": QueuePolicy(120.0, 100),
-            "audio": QueuePolicy(30.0, 100),
-        },
-        **policy_overrides,  # type: ignore[arg-type]
+            "image": QueueSettings(sla_s=10.0, max_depth=100),
+            "video": QueueSettings(sla_s=120.0, max_depth=100),
+            "audio": QueueSettings(sla_s=30.0, max_depth=100),
+        }
     )
+    policy = dataclasses.replace(core_policy(settings), **policy_overrides)  # type: ignore[arg-type]
     return SchedulerCore(registry.models, policy, clock, lambda: f"job-{next(ids)}")
 
 

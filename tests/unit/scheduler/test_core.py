@@ -401,14 +401,17 @@ def test_a_wakeup_that_passed_while_the_owner_was_busy_still_counts():
 
 def _core_with_batching(clock, **batching):
     from mediamesh.common.registry import load_registry
-    from mediamesh.scheduler.core.scheduler import CorePolicy, QueuePolicy, SchedulerCore
+    from mediamesh.common.settings import QueueSettings, SchedulerSettings
+    from mediamesh.scheduler.core.scheduler import SchedulerCore
+    from mediamesh.scheduler.settings_policy import core_policy
 
     specs = []
     for spec in load_registry().models:
         if spec.name == "flux-tiny":
             spec = spec.model_copy(update={"batching": spec.batching.model_copy(update=batching)})
         specs.append(spec)
-    policy = CorePolicy(queues={q: QueuePolicy(10.0, 100) for q in ("image", "video", "audio")})
+    queues = {q: QueueSettings(sla_s=10.0, max_depth=100) for q in ("image", "video", "audio")}
+    policy = core_policy(SchedulerSettings(queues=queues))
     ids = iter(range(1000))
     return SchedulerCore(specs, policy, clock, lambda: f"job-{next(ids)}")
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 import yaml
@@ -53,3 +54,23 @@ def test_a_bad_scenario_exits_2_with_the_reason(tmp_path: Path, capsys) -> None:
     args = parse([str(path), "--out", str(tmp_path)])
     assert args.handler(args) == 2
     assert "startup_s" in capsys.readouterr().err
+
+
+def test_without_the_sim_extra_the_plot_fails_first_with_one_line(
+    tmp_path: Path, capsys, monkeypatch
+) -> None:
+    # A None entry in sys.modules makes `import matplotlib` raise ImportError, as when the
+    # `sim` extra is not installed.
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    args = parse([str(scenario_file(tmp_path)), "--jobs", "50", "--out", str(tmp_path)])
+    assert args.handler(args) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        "mediamesh simulate: plots need matplotlib: pip install 'mediamesh[sim]' "
+        "(or pass --no-plot)\n"
+    )
+    assert not (tmp_path / "sim-tiny.json").exists(), "the run should not start"
+    args = parse(
+        [str(scenario_file(tmp_path)), "--jobs", "50", "--out", str(tmp_path), "--no-plot"]
+    )
+    assert args.handler(args) == 0

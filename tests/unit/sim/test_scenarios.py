@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from mediamesh.sim.scenario import ScenarioError, load_scenario, parse_scenario
-from mediamesh.sim.simulation import scale_fleet, simulate
+from mediamesh.sim.simulation import build, scale_fleet, simulate
 
 from .support import BASE, tiny
 
@@ -58,3 +58,20 @@ def test_autoscaling_needs_a_modality() -> None:
     }
     with pytest.raises(ScenarioError, match="autoscale needs a modality"):
         parse_scenario(raw)
+
+
+def test_device_prices_default_to_the_schedulers_and_feed_every_cost() -> None:
+    prices = {"on-demand": 3.0, "spot": 1.0}
+    scenario = tiny(
+        scheduler={"prices_per_device_hour": prices},
+        device_types={"gpu": {"price_per_hour": None}},
+    )
+    assert scenario.prices("gpu") == prices
+    simulation = build(scenario, jobs=20)
+    assert simulation.engine.core.policy.prices_per_device_hour == prices
+    assert simulation.cluster.accounting.prices == {"gpu": prices}
+
+
+def test_a_device_types_own_prices_win() -> None:
+    scenario = tiny(scheduler={"prices_per_device_hour": {"on-demand": 3.0, "spot": 1.0}})
+    assert scenario.prices("gpu") == {"on-demand": 2.0, "spot": 0.5}

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
-from mediamesh.worker.core.batch import JobParams
+from mediamesh.common.generation import GenerationParams
+from mediamesh.common.work import JobParams
 from mediamesh.worker.models.checkpoint import (
     Checkpoint,
     CheckpointError,
@@ -82,7 +85,7 @@ def _checkpoint(job: JobParams, step: int = 2) -> Checkpoint:
         model="m",
         job=job,
         step=step,
-        total_steps=job.steps,
+        total_steps=job.generation.steps,
         latents=torch.ones(1, 3),
         scheduler_state={"_step_index": step},
         generator_state=torch.Generator().manual_seed(1).get_state(),
@@ -91,7 +94,7 @@ def _checkpoint(job: JobParams, step: int = 2) -> Checkpoint:
 
 
 def test_write_and_read_round_trip(tmp_path) -> None:
-    job = JobParams("job/1", "p", steps=4, seed=3, width=64, height=64)
+    job = JobParams("job/1", GenerationParams("p", steps=4, seed=3, width=64, height=64))
     path = checkpoint_path(tmp_path, job.job_id, 2)
     assert path.name == "job_1-step2.pt"
     write_checkpoint(path, _checkpoint(job))
@@ -109,16 +112,16 @@ def test_write_and_read_round_trip(tmp_path) -> None:
     ],
 )
 def test_read_rejects_checkpoints_of_other_work(tmp_path, model, change, reason) -> None:
-    job = JobParams("j", "p", steps=4, seed=3)
+    job = JobParams("j", GenerationParams("p", steps=4, seed=3))
     path = checkpoint_path(tmp_path, "j", 2)
     write_checkpoint(path, _checkpoint(job))
-    other = JobParams(**{**job.__dict__, **change})
+    other = dataclasses.replace(job, generation=dataclasses.replace(job.generation, **change))
     with pytest.raises(CheckpointError, match=reason):
         read_checkpoint(str(path), model, other)
 
 
 def test_read_reports_missing_and_garbage_files(tmp_path) -> None:
-    job = JobParams("j", "p")
+    job = JobParams("j", GenerationParams("p"))
     with pytest.raises(CheckpointError, match="does not exist"):
         read_checkpoint(str(tmp_path / "none.pt"), "m", job)
     garbage = tmp_path / "g.pt"

@@ -5,10 +5,12 @@ import io
 import numpy as np
 from PIL import Image
 
+from mediamesh.common.generation import GenerationParams
 from mediamesh.common.registry import load_registry
-from mediamesh.worker.core.batch import BatchControl, JobFailed, JobFinished, JobParams, StepDone
+from mediamesh.common.work import JobFailed, JobFinished, JobParams, StepDone
+from mediamesh.worker.core.batch import BatchControl
+from mediamesh.worker.hosting import load_host
 from mediamesh.worker.models.echo import seed_colour
-from mediamesh.worker.models.host import load_host
 
 
 def _echo(tmp_path):
@@ -19,8 +21,8 @@ def _echo(tmp_path):
 def test_echo_steps_then_solid_png_of_the_seed(tmp_path) -> None:
     host = _echo(tmp_path)
     jobs = [
-        JobParams("a", "x", steps=3, seed=5, width=24, height=8),
-        JobParams("b", "y", steps=3, seed=6, width=16, height=16),
+        JobParams("a", GenerationParams("x", steps=3, seed=5, width=24, height=8)),
+        JobParams("b", GenerationParams("y", steps=3, seed=6, width=16, height=16)),
     ]
     events = []
     host.run_batch(jobs, BatchControl(["a", "b"]), events.append)
@@ -38,6 +40,8 @@ def test_echo_cancel_is_a_terminal_event(tmp_path) -> None:
     control = BatchControl(["a"])
     control.cancel(["a"])
     events = []
-    host.run_batch([JobParams("a", "x", steps=2, width=8, height=8)], control, events.append)
+    host.run_batch(
+        [JobParams("a", GenerationParams("x", steps=2, width=8, height=8))], control, events.append
+    )
     assert len(events) == 1 and isinstance(events[0], JobFailed)
     assert events[0].code == "CANCELLED"

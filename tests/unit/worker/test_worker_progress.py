@@ -5,15 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mediamesh.worker.core.batch import (
-    BatchCancelled,
-    BatchControl,
-    JobCheckpointed,
-    JobFailed,
-    JobParams,
-    JobPreempted,
-    StepDone,
-)
+from mediamesh.common.generation import GenerationParams
+from mediamesh.common.work import JobCheckpointed, JobFailed, JobParams, JobPreempted, StepDone
+from mediamesh.worker.core.batch import BatchCancelled, BatchControl
 from mediamesh.worker.models.progress import StepTracker, Terminals
 
 
@@ -28,7 +22,7 @@ def _tracker(tmp_path, jobs, events, control=None) -> StepTracker:
     return StepTracker(
         model="m",
         jobs=jobs,
-        generators=[torch.Generator().manual_seed(j.seed) for j in jobs],
+        generators=[torch.Generator().manual_seed(j.generation.seed) for j in jobs],
         control=control,
         terminals=Terminals(events.append),
         checkpoint_dir=tmp_path,
@@ -37,7 +31,10 @@ def _tracker(tmp_path, jobs, events, control=None) -> StepTracker:
 
 
 def test_preempt_writes_one_checkpoint_per_live_job_and_stops(tmp_path) -> None:
-    jobs = [JobParams("a", "x", steps=3), JobParams("b", "y", steps=3)]
+    jobs = [
+        JobParams("a", GenerationParams("x", steps=3)),
+        JobParams("b", GenerationParams("y", steps=3)),
+    ]
     events: list = []
     tracker = _tracker(tmp_path, jobs, events)
     tracker.control.cancel(["b"])
@@ -53,14 +50,17 @@ def test_preempt_writes_one_checkpoint_per_live_job_and_stops(tmp_path) -> None:
 
 def test_preempt_at_the_last_step_lets_the_job_finish(tmp_path) -> None:
     events: list = []
-    tracker = _tracker(tmp_path, [JobParams("a", "x", steps=1)], events)
+    tracker = _tracker(tmp_path, [JobParams("a", GenerationParams("x", steps=1))], events)
     tracker.control.preempt()
     tracker.on_step(0, torch.zeros(1, 4))
     assert [type(e) for e in events] == [StepDone] and tracker.live == [True]
 
 
 def test_cancelled_jobs_stop_reporting_and_all_cancelled_stops_the_loop(tmp_path) -> None:
-    jobs = [JobParams("a", "x", steps=3), JobParams("b", "y", steps=3)]
+    jobs = [
+        JobParams("a", GenerationParams("x", steps=3)),
+        JobParams("b", GenerationParams("y", steps=3)),
+    ]
     events: list = []
     tracker = _tracker(tmp_path, jobs, events)
     tracker.on_step(0, torch.zeros(2, 4))
@@ -79,7 +79,9 @@ def test_cancelled_jobs_stop_reporting_and_all_cancelled_stops_the_loop(tmp_path
 
 def test_periodic_checkpoints_keep_only_the_latest(tmp_path) -> None:
     events: list = []
-    tracker = _tracker(tmp_path, [JobParams("a", "x", steps=5, checkpoint_every_steps=2)], events)
+    tracker = _tracker(
+        tmp_path, [JobParams("a", GenerationParams("x", steps=5), checkpoint_every_steps=2)], events
+    )
     for index in range(4):
         tracker.on_step(index, torch.zeros(1, 4))
     saved = [e for e in events if isinstance(e, JobCheckpointed)]

@@ -1,0 +1,149 @@
+"""Admission: whether a new job may queue, and taking jobs back from the store on restart."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+from mediamesh.common.errors import StatusCode
+from mediamesh.common.registry import ModelSpec
+from mediamesh.scheduler.core.backlog import Backlog
+from mediamesh.scheduler.core.cost import CostModel
+from mediamesh.scheduler.core.inflight import InFlight
+from mediamesh.scheduler.core.interface import Accepted, NewJob, Rejection
+from mediamesh.scheduler.core.job_table import JobTable
+from mediamesh.scheduler.core.jobs import Job, JobState, Priority
+from mediamesh.scheduler.core.outbox import Outbox
+from mediamesh.scheduler.core.policy import CorePolicy
+
+
+class Admission:
+    """Checks a job against the registry, its queue's depth, its tenant's quota and its
+    deadline, then queues it.
+
+    Holds no state of its own beyond the id source: it reads the backlog's and the units'
+    counters and writes to the job table and the backlog.
+    """
+
+    def __init__(
+        self,
+        specs: Mapping[str, ModelSpec],
+        policy: CorePolicy,
+        cost: CostModel,
+        clock: Callable[[], float],
+        new_id: Callable[[], str],
+        table: JobTable,
+        backlog: Backlog,
+        inflight: InFlight,
+        outbox: Outbox,
+    ) -> None:
+        self._specs = specs
+        self._policy = policy
+        self._cost = cost
+        self._clock = clock
+        self._new_id = new_id
+        self._table = table
+        self._backlog = backlog
+        self._inflight = inflight
+        self._outbox = outbox
+        self._models_of: dict[str, set[str]] = {}
+        for spec in specs.values():
+            self._models_of.setdefault(spec.modality, set()).add(spec.name)
+
+    def submit(self, new: NewJob) -> Accepted | Rejection:
+        """Queue a new job, return the earlier one with its idempotency key, or say why not."""
+        spec = self._specs.get(new.model)
+        if spec is None:
+            return Rejection(StatusCode.NOT_FOUND, f"model {new.model!r} is not in the registry")
+        if new.idempotency_key:
+            existing = self._table.by_key(new.tenant, new.idempotency_key)
+            if existing is not None:
+                return Accepted(existing, deduplicated=True)
+        queue = spec.modality
+        policy = self._policy.queues.get(queue)
+        if policy is None:
+            return Rejection(
+                StatusCode.FAILED_PRECONDITION, f"no queue is configured for {queue!r}"
+            )
+        backlog = self._backlog
+        depth = backlog.queue_depth(queue)
+        if depth >= policy.max_depth:
+            return Rejection(
+                StatusCode.RESOURCE_EXHAUSTED,
+                f"queue {queue!r} is full: {depth} jobs queued, max_depth is {policy.max_depth}",
+                self._retry_after(queue),
+            )
+        quota = new.quota
+        if quota.max_queued:
+            queued = backlog.queued_by_tenant(new.tenant)
+            if queued >= quota.max_queued:
+                return Rejection(
+                    StatusCode.RESOURCE_EXHAUSTED,
+                    f"tenant {new.tenant!r} has {queued} jobs queued, "
+                    f"the limit is {quota.max_queued}",
+                    self._retry_after(queue),
+                )
+        now = self._clock()
+        cost = self._cost.estimate(new.model, new.params)
+        if new.deadline is not None:
+            eta = self.estimate_finish_s(new.model, new.priority, cost)
+            if now + eta > new.deadline:
+                return Rejection(
+                    StatusCode.RESOURCE_EXHAUSTED,
+                    f"deadline cannot be met: estimated {eta:.1f} s to finish, "
+                    f"{max(new.deadline - now, 0):.1f} s left",
+                    max(eta - (new.deadline - now), 1.0),
+                )
+        job = Job(
+            job_id=self._new_id(),
+            tenant=new.tenant,
+            model=new.model,
+            queue=queue,
+            priority=new.priority,
+            params=new.params,
+            created_at=now,
+            deadline=new.deadline,
+            idempotency_key=new.idempotency_key,
+            quota=quota,
+            cost_s=cost,
+            enqueued_at=now,
+            total_steps=new.params.steps,
+            trace_carrier=dict(new.trace_carrier),
+        )
+        self._admit(job)
+        self._outbox.transition(job, JobState.QUEUED)
+        return Accepted(job)
+
+    def restore(self, job: Job) -> None:
+        """Take back a job from the store after a restart; unfinished ones queue again."""
+        if job.state.terminal:
+            self._table.add(job)
+            return
+        job.cost_s = job.cost_s or self._cost.estimate(job.model, job.params)
+        if job.state.in_flight:
+            # Its worker lost the batch with our connection; run it again, first in line.
+            job.at_front = True
+        job.state = JobState.QUEUED
+        job.enqueued_at = self._clock()
+        job.worker_id = job.batch_id = None
+        self._admit(job)
+
+    def _admit(self, job: Job) -> None:
+        self._table.add(job)
+        self._table.watch_deadline(job)
+        self._backlog.add(job)
+        self._inflight.watch_limit(job)
+
+    def estimate_finish_s(self, model: str, priority: Priority, own_cost: float) -> float:
+        """Seconds until a new job would finish: work ahead of it spread over its units."""
+        units = self._inflight.serving(model)
+        if not units:
+            return own_cost
+        ahead = self._backlog.work_ahead_s(model, priority)
+        busy = sum(u.load_s for u in units)
+        return (ahead + busy) / len(units) + own_cost
+
+    def _retry_after(self, queue: str) -> float:
+        units = self._inflight.count_serving(self._models_of.get(queue, ()))
+        depth = max(self._backlog.queue_depth(queue), 1)
+        per_job = self._backlog.work_s[queue] / depth
+        return max(per_job / max(units, 1), 1.0)

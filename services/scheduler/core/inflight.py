@@ -1,0 +1,167 @@
+"""Work in flight: the routing units, the batches open on them, and what each job charged.
+
+Owns the counters of running work (per queue, per pool, per tenant) and the index of units
+with room that a scheduling pass walks.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Collection
+from dataclasses import dataclass
+
+from mediamesh.scheduler.core.jobs import Job
+from mediamesh.scheduler.core.units import FreeUnits, Unit, WorkerInfo
+
+
+@dataclass
+class OpenBatch:
+    """A batch sent to a worker whose stream has not ended; job_ids shrink as jobs end."""
+
+    batch_id: str
+    worker_id: str
+    model: str
+    job_ids: set[str]
+    size: int
+
+
+class InFlight:
+    """Units, their open batches, and the running work charged to them."""
+
+    def __init__(self, max_batch: int) -> None:
+        # Read-only outside this class: units by worker id, and the units with room
+        # (a scheduling pass walks `free`; only this class offers units to it).
+        self.units: dict[str, Unit] = {}
+        self.free = FreeUnits()
+        self._batches: dict[str, OpenBatch] = {}
+        # Per in-flight job: the device-seconds charged to its unit, and the unit's pool.
+        self._charged: dict[str, tuple[float, str]] = {}
+        # Read-only outside this class. `pool_running_s` is the device-seconds dispatched to
+        # units of a pool and not yet ended (as estimated at dispatch): with the queued work,
+        # the demand a pool's autoscaler sizes it for.
+        self.running: dict[str, int] = defaultdict(int)
+        self.pool_running_s: dict[tuple[str, str], float] = defaultdict(float)
+        self.running_by_tenant: dict[str, int] = defaultdict(int)
+        # Tenants with a concurrency limit (the lowest seen), and a version of their running
+        # counts that moves only near the limit: a batch adds at most `max_batch` jobs, so
+        # below that nothing a scheduling pass decides can depend on the exact count.
+        # `limited_version` is read-only outside this class.
+        self._limited_tenants: dict[str, int] = {}
+        self.limited_version = 0
+        self._max_batch = max_batch
+
+    # ---- units ---------------------------------------------------------------------------
+
+    def add_unit(self, info: WorkerInfo, now: float) -> None:
+        """Route to a newly registered worker."""
+        unit = Unit(info=info, last_heartbeat=now)
+        self.units[info.worker_id] = unit
+        self.free.offer(unit)
+
+    def remove_unit(self, worker_id: str) -> Unit | None:
+        """Stop routing to a worker; returns its unit, whose batches are still open."""
+        unit = self.units.pop(worker_id, None)
+        if unit is not None:
+            self.free.remove(unit)
+        return unit
+
+    def heartbeat(self, worker_id: str, now: float, draining: bool) -> None:
+        """A worker is alive; once it says it is draining it gets no new batches."""
+        unit = self.units.get(worker_id)
+        if unit is None:
+            return
+        unit.last_heartbeat = now
+        if draining and not unit.draining:
+            unit.draining = True
+            unit.version += 1
+            self.free.offer(unit)
+
+    def silent(self, now: float, timeout_s: float) -> list[str]:
+        """Workers not heard from for more than `timeout_s`."""
+        return [u.worker_id for u in self.units.values() if now - u.last_heartbeat > timeout_s]
+
+    def serving(self, model: str) -> list[Unit]:
+        """Units that host `model` and take new batches."""
+        return [u for u in self.units.values() if model in u.info.models and not u.draining]
+
+    def count_serving(self, models: Collection[str]) -> int:
+        """Units that host any of `models` and take new batches."""
+        return sum(
+            1
+            for u in self.units.values()
+            if not u.draining and any(m in models for m in u.info.models)
+        )
+
+    def pool_of(self, worker_id: str | None) -> str | None:
+        """The pool of a registered worker; None when it is not (or no longer) registered."""
+        unit = self.units.get(worker_id or "")
+        return unit.pool if unit is not None else None
+
+    # ---- running work --------------------------------------------------------------------
+
+    def watch_limit(self, job: Job) -> None:
+        """Note a queued job's tenant concurrency limit (the lowest seen is kept)."""
+        limit = job.quota.max_running
+        if limit and limit < self._limited_tenants.get(job.tenant, limit + 1):
+            self._limited_tenants[job.tenant] = limit
+
+    def charge(self, job: Job, unit: Unit) -> None:
+        """Count a job just dispatched to `unit` as running there."""
+        charge = job.cost_s * job.remaining_fraction
+        self._charged[job.job_id] = (charge, unit.pool)
+        unit.load_s += charge
+        self.pool_running_s[(job.queue, unit.pool)] += charge
+        self.running[job.queue] += 1
+        tenant = job.tenant
+        self.running_by_tenant[tenant] += 1
+        self._limited_count_changed(tenant, self.running_by_tenant[tenant])
+
+    def open_batch(self, unit: Unit, batch_id: str, model: str, job_ids: set[str]) -> None:
+        """Record a batch sent to `unit` with the jobs just charged to it."""
+        self._batches[batch_id] = OpenBatch(batch_id, unit.worker_id, model, job_ids, len(job_ids))
+        unit.batches.add(batch_id)
+        unit.dispatched += 1
+        unit.version += 1
+        self.free.offer(unit)
+
+    def release(self, job: Job) -> None:
+        """Take an in-flight job off its unit's load, its batch's open set and the counts."""
+        charge, pool = self._charged.pop(job.job_id, (0.0, ""))
+        if pool:
+            key = (job.queue, pool)
+            self.pool_running_s[key] = max(self.pool_running_s[key] - charge, 0.0)
+        unit = self.units.get(job.worker_id or "")
+        if unit is not None:
+            unit.load_s = max(unit.load_s - charge, 0.0)
+            unit.version += 1
+            self.free.offer(unit)
+        batch = self._batches.get(job.batch_id or "")
+        if batch is not None:
+            batch.job_ids.discard(job.job_id)
+        self.running[job.queue] -= 1
+        self.running_by_tenant[job.tenant] -= 1
+        self._limited_count_changed(job.tenant, self.running_by_tenant[job.tenant] + 1)
+
+    def _limited_count_changed(self, tenant: str, higher_count: int) -> None:
+        limit = self._limited_tenants.get(tenant)
+        if limit is not None and higher_count + self._max_batch >= limit:
+            self.limited_version += 1
+
+    # ---- batches -------------------------------------------------------------------------
+
+    def batch(self, batch_id: str) -> OpenBatch | None:
+        """An open batch, or None once it closed."""
+        return self._batches.get(batch_id)
+
+    def pop_batch(self, batch_id: str) -> OpenBatch | None:
+        """Stop tracking a batch; its unit keeps it until `close_batch`."""
+        return self._batches.pop(batch_id, None)
+
+    def close_batch(self, batch: OpenBatch) -> None:
+        """Free the batch's slot on its unit, if the unit is still registered."""
+        self._batches.pop(batch.batch_id, None)
+        unit = self.units.get(batch.worker_id)
+        if unit is not None:
+            unit.batches.discard(batch.batch_id)
+            unit.version += 1
+            self.free.offer(unit)

@@ -1,0 +1,255 @@
+"""The one interface the scheduler's owners drive: the service's runtime and the simulator.
+
+Both depend on `SchedulingCore`, never on the class that implements it (`SchedulerCore`,
+scheduler.py), so the policy can be recomposed without touching either. Every call returns
+at once and is plain Python; what must happen outside is queued as effects for the owner to
+take with `take_effects()`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from mediamesh.common.errors import StatusCode
+from mediamesh.common.registry import ModelSpec
+from mediamesh.scheduler.core.cost import CostModel
+from mediamesh.scheduler.core.effects import Dispatch, Effect
+from mediamesh.scheduler.core.jobs import GenerationParams, Job, JobState, Priority, TenantQuota
+from mediamesh.scheduler.core.ledger import CostLedger
+from mediamesh.scheduler.core.policy import CorePolicy
+from mediamesh.scheduler.core.units import Unit, WorkerInfo
+
+
+@dataclass(frozen=True)
+class NewJob:
+    """A request to run one job, as the API layer hands it to the core."""
+
+    tenant: str
+    model: str
+    priority: Priority
+    params: GenerationParams
+    deadline: float | None = None
+    idempotency_key: str = ""
+    quota: TenantQuota = field(default_factory=TenantQuota)
+    trace_carrier: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Rejection:
+    """A job the core would not take, and when trying again may help."""
+
+    code: StatusCode
+    message: str
+    retry_after_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class Accepted:
+    """A job the core holds; `deduplicated` when it is an earlier job with the same key."""
+
+    job: Job
+    deduplicated: bool = False
+
+
+class SchedulingCore(Protocol):
+    """Queues, batching, routing and job lifecycle, driven by one owner with a clock.
+
+    The read-only views below are live: they change as calls are made, and the owner must
+    not change them.
+    """
+
+    @property
+    def specs(self) -> Mapping[str, ModelSpec]:
+        """The registry's models by name."""
+        ...
+
+    @property
+    def policy(self) -> CorePolicy:
+        """The policy the core was built with."""
+        ...
+
+    @property
+    def cost(self) -> CostModel:
+        """Device-seconds estimates, calibrated by reported step times."""
+        ...
+
+    @property
+    def ledger(self) -> CostLedger:
+        """Device-seconds spent, by pool, model and tenant."""
+        ...
+
+    @property
+    def jobs(self) -> Mapping[str, Job]:
+        """Every job held in memory (finished ones until `forget`), by id."""
+        ...
+
+    @property
+    def units(self) -> Mapping[str, Unit]:
+        """Every registered worker's routing unit, by worker id."""
+        ...
+
+    @property
+    def depth(self) -> Mapping[tuple[str, Priority], int]:
+        """Jobs queued, per (queue, priority)."""
+        ...
+
+    @property
+    def running(self) -> Mapping[str, int]:
+        """Jobs dispatched and not yet ended, per queue."""
+        ...
+
+    @property
+    def work_s(self) -> Mapping[str, float]:
+        """Estimated device-seconds queued, per queue."""
+        ...
+
+    @property
+    def pool_work_s(self) -> Mapping[tuple[str, str], float]:
+        """Estimated device-seconds queued, per (queue, preferred pool)."""
+        ...
+
+    @property
+    def pool_running_s(self) -> Mapping[tuple[str, str], float]:
+        """Estimated device-seconds dispatched and not yet ended, per (queue, pool)."""
+        ...
+
+    @property
+    def ended(self) -> Mapping[tuple[str, JobState], int]:
+        """Jobs that reached a terminal state, per (queue, state)."""
+        ...
+
+    @property
+    def preemptions(self) -> Mapping[str, int]:
+        """Jobs preempted, per pool."""
+        ...
+
+    @property
+    def spot_fallbacks(self) -> Mapping[str, int]:
+        """Spot-preferring jobs that ran on on-demand after waiting, per queue."""
+        ...
+
+    def take_effects(self) -> list[Effect]:
+        """Everything the owner must carry out since the last call, in order."""
+        ...
+
+    # ---- jobs ----------------------------------------------------------------------------
+
+    def submit(self, new: NewJob) -> Accepted | Rejection:
+        """Accept a job into its queue, or say why not."""
+        ...
+
+    def restore(self, job: Job) -> None:
+        """Take back a job from the store after a restart; unfinished ones queue again."""
+        ...
+
+    def cancel(self, job_id: str) -> Job | None:
+        """Stop a job wherever it is; None when unknown, the job as it stands otherwise."""
+        ...
+
+    def expire_due(self) -> list[Job]:
+        """End every job whose deadline has passed; returns them."""
+        ...
+
+    def forget(self, job_id: str) -> None:
+        """Drop a finished job from memory (the store keeps it for its retention)."""
+        ...
+
+    def queue_position(self, job: Job) -> int:
+        """Jobs of the same model ahead of `job` (0 = next)."""
+        ...
+
+    def estimate_finish_s(self, model: str, priority: Priority, own_cost: float) -> float:
+        """Seconds until a new job would finish: work ahead of it spread over its units."""
+        ...
+
+    # ---- dispatch ------------------------------------------------------------------------
+
+    def schedule(self) -> list[Dispatch]:
+        """Form and route every batch that can go now."""
+        ...
+
+    def next_wakeup(self) -> float | None:
+        """Earliest time at which a timer (batch window, fallback, deadline) may change things."""
+        ...
+
+    # ---- workers -------------------------------------------------------------------------
+
+    def register_worker(self, info: WorkerInfo) -> None:
+        """A worker joined (or rejoined: its earlier self is given up on first)."""
+        ...
+
+    def heartbeat(self, worker_id: str, draining: bool = False) -> None:
+        """A worker is alive; `draining` when it takes no new batches."""
+        ...
+
+    def check_liveness(self) -> list[str]:
+        """Give up on workers whose heartbeats stopped; returns their ids."""
+        ...
+
+    def worker_lost(self, worker_id: str, reason: str) -> None:
+        """A worker is gone; its batches' jobs go back in line or fail."""
+        ...
+
+    # ---- reports from workers ------------------------------------------------------------
+
+    def job_progress(
+        self, job_id: str, batch_id: str, step: int, total_steps: int, step_seconds: float = 0.0
+    ) -> None:
+        """A job of a batch finished a step."""
+        ...
+
+    def job_succeeded(self, job_id: str, batch_id: str) -> Job | None:
+        """A job of a batch produced its result; None when the report is stale."""
+        ...
+
+    def job_failed(self, job_id: str, batch_id: str, code: str, message: str) -> None:
+        """A job of a batch failed (or was cancelled, code CANCELLED) on its worker."""
+        ...
+
+    def job_preempted(self, job_id: str, batch_id: str, checkpoint: str, step: int) -> None:
+        """A job of a batch stopped at `step` and saved `checkpoint`; it goes back first in
+        line."""
+        ...
+
+    def job_checkpointed(self, job_id: str, batch_id: str, checkpoint: str, step: int) -> None:
+        """A running job saved a checkpoint it can resume from."""
+        ...
+
+    def batch_size(self, batch_id: str) -> int:
+        """Jobs the batch was dispatched with (1 when unknown)."""
+        ...
+
+    def batch_ended(self, batch_id: str) -> None:
+        """The worker's stream for this batch closed."""
+        ...
+
+    def batch_undelivered(self, batch_id: str, reason: str) -> None:
+        """The worker never took the batch."""
+        ...
+
+    # ---- views ---------------------------------------------------------------------------
+
+    def queue_depth(self, queue: str) -> int:
+        """Jobs queued in a queue (a modality)."""
+        ...
+
+    def pool_demand_s(self, queue: str, pool: str) -> float:
+        """Device-seconds a pool is asked for: queued work preferring it plus work on it."""
+        ...
+
+    def oldest_wait_s(self, queue: str) -> float:
+        """Seconds the longest-waiting job of a queue has waited."""
+        ...
+
+    def queued_jobs(self, model: str) -> list[Job]:
+        """A model's queued jobs, in no particular order."""
+        ...
+
+
+# How an owner that runs its own clock (the simulator) builds a core: from the registry's
+# models, the policy, the clock and a source of job ids.
+CoreFactory = Callable[
+    [list[ModelSpec], CorePolicy, Callable[[], float], Callable[[], str]], SchedulingCore
+]

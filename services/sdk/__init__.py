@@ -1,0 +1,45 @@
+"""The mediamesh Python SDK: Client (blocking) and AsyncClient (asyncio) for the gateway.
+
+    from mediamesh import Client
+    with Client("127.0.0.1:50051") as client:
+        for event in client.generate("flux-tiny", "a red fox", steps=4):
+            ...
+
+generate and watch yield typed events (Queued, Progress, Notice, then Result or Error);
+failed calls raise GatewayError with the gRPC status code name and the server's retry hint.
+"""
+
+from mediamesh.sdk.async_client import AsyncClient
+from mediamesh.sdk.client import Client
+from mediamesh.sdk.errors import GatewayError
+from mediamesh.sdk.events import Error, Event, Notice, Progress, Queued, Result
+from mediamesh.sdk.options import GenerateOptions
+from mediamesh.sdk.types import (
+    Artifact,
+    JobHandle,
+    JobInfo,
+    JobState,
+    ModelInfo,
+    ModelLimits,
+    Priority,
+)
+
+__all__ = [
+    "Artifact",
+    "AsyncClient",
+    "Client",
+    "Error",
+    "Event",
+    "GatewayError",
+    "GenerateOptions",
+    "JobHandle",
+    "JobInfo",
+    "JobState",
+    "ModelInfo",
+    "ModelLimits",
+    "Notice",
+    "Priority",
+    "Progress",
+    "Queued",
+    "Result",
+]

@@ -1,0 +1,1 @@
+"""The SDK's gRPC side: channels, protobuf conversion and the calls themselves."""

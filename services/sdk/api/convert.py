@@ -1,0 +1,154 @@
+"""Protobuf messages to the SDK's plain values and back; gRPC errors to GatewayError."""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from typing import Any
+
+import grpc
+
+from mediamesh.common.api.status import from_grpc
+from mediamesh.common.errors import PUSHBACK_KEY, RETRY_AFTER_KEY, StatusCode
+from mediamesh.common.generated.v1 import common_pb2, gateway_pb2
+from mediamesh.sdk.errors import GatewayError
+from mediamesh.sdk.events import Error, Event, Notice, Progress, Queued, Result
+from mediamesh.sdk.options import GenerateParams
+from mediamesh.sdk.types import (
+    Chunk,
+    JobHandle,
+    JobInfo,
+    JobState,
+    ModelInfo,
+    ModelLimits,
+    Priority,
+)
+
+
+def generate_request(params: GenerateParams) -> common_pb2.GenerateRequest:
+    """The request message; fields the caller left unset stay unset."""
+    values: dict[str, Any] = dict(params.options)
+    priority = values.pop("priority", None)
+    request = common_pb2.GenerateRequest(model=params.model, prompt=params.prompt, **values)
+    if priority is not None:
+        request.priority = common_pb2.Priority.Value(str(priority))
+    return request
+
+
+def state(value: int) -> JobState:
+    """A JobState from its wire number."""
+    return JobState(common_pb2.JobState.Name(value))
+
+
+def event(message: common_pb2.GenerateEvent) -> Event | None:
+    """The typed event, or None for one that carries nothing this SDK knows."""
+    job_id, job_state = message.job_id, state(message.state)
+    kind = message.WhichOneof("event")
+    if kind == "queued":
+        q = message.queued
+        return Queued(
+            job_id=job_id, state=job_state, position=q.position, eta_s=q.eta_s, queue=q.queue
+        )
+    if kind == "progress":
+        p = message.progress
+        return Progress(
+            job_id=job_id,
+            state=job_state,
+            step=p.step,
+            total_steps=p.total_steps,
+            attempt=p.attempt,
+        )
+    if kind == "notice":
+        n = message.notice
+        return Notice(
+            job_id=job_id,
+            state=job_state,
+            kind=n.kind,
+            message=n.message,
+            worker_id=n.worker_id,
+            attempt=n.attempt,
+        )
+    if kind == "result":
+        r = message.result
+        return Result(
+            job_id=job_id,
+            state=job_state,
+            data=r.data,
+            mime_type=r.mime_type,
+            seed=r.seed,
+            size_bytes=r.artifact.size_bytes,
+            sha256=r.artifact.sha256,
+        )
+    if kind == "error":
+        e = message.error
+        return Error(job_id=job_id, state=job_state, code=e.code, message=e.message)
+    return None
+
+
+def job_handle(message: gateway_pb2.JobHandle) -> JobHandle:
+    """An accepted job."""
+    return JobHandle(message.job_id, state(message.state), message.deduplicated)
+
+
+def job_info(message: common_pb2.JobInfo) -> JobInfo:
+    """A job's description."""
+    priority = None
+    if message.priority != common_pb2.PRIORITY_UNSPECIFIED:
+        priority = Priority(common_pb2.Priority.Name(message.priority))
+    return JobInfo(
+        job_id=message.job_id,
+        model=message.model,
+        state=state(message.state),
+        priority=priority,
+        tenant=message.tenant,
+        created_unix_ms=message.created_unix_ms,
+        finished_unix_ms=message.finished_unix_ms,
+        attempts=message.attempts,
+        step=message.step,
+        total_steps=message.total_steps,
+        seed=message.seed,
+        worker_id=message.worker_id,
+        mime_type=message.result.mime_type,
+        size_bytes=message.result.artifact.size_bytes,
+        sha256=message.result.artifact.sha256,
+        error_code=message.error.code,
+        error_message=message.error.message,
+    )
+
+
+def model_info(message: common_pb2.ModelInfo) -> ModelInfo:
+    """A registry model; the limits are copied field by field, as named in the proto."""
+    limits = ModelLimits(**{f.name: getattr(message.limits, f.name) for f in fields(ModelLimits)})
+    return ModelInfo(
+        name=message.name,
+        modality=message.modality,
+        pipeline=message.pipeline,
+        parallelism=message.parallelism,
+        ready=message.ready,
+        mime_type=message.mime_type,
+        limits=limits,
+        devices=tuple(message.devices),
+    )
+
+
+def chunk(message: gateway_pb2.DownloadChunk) -> Chunk:
+    """One piece of an artifact."""
+    return Chunk(
+        message.data, message.offset, message.total_size, message.mime_type, message.sha256
+    )
+
+
+def gateway_error(exc: grpc.RpcError) -> GatewayError:
+    """The status of a failed call, with the wait the server asked for.
+
+    The standard pushback trailer wins; `retry-after-ms` is what the mesh sent before it.
+    """
+    call: Any = exc
+    code = call.code()
+    trailing = dict(call.trailing_metadata() or ())
+    wait_ms = trailing.get(PUSHBACK_KEY) or trailing.get(RETRY_AFTER_KEY) or "0"
+    try:
+        retry_after_s = max(int(wait_ms), 0) / 1000
+    except ValueError:
+        retry_after_s = 0.0
+    status = from_grpc(code) if code else StatusCode.UNKNOWN
+    return GatewayError(status, call.details() or "", retry_after_s)

@@ -1,0 +1,68 @@
+"""What Client and AsyncClient share: how they are configured."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from mediamesh.sdk.options import DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_TARGET, ClientSettings
+
+
+def _path(value: str | Path | None) -> Path | None:
+    return None if value is None else Path(value)
+
+
+class ClientBase:
+    """Settings of a gateway client.
+
+    target: the gateway's host:port.
+    api_key: sent as `authorization: Bearer <key>` when the gateway has API keys.
+    tls: use TLS with the system's root certificates; implied by ca_file or cert_file.
+    ca_file: PEM file of the CA (or self-signed certificate) to trust instead.
+    cert_file, key_file: a client certificate and its key, for a gateway that asks for mTLS.
+    timeout_s: deadline of each unary call, retries included (None: no deadline).
+    stream_timeout_s: deadline of generate, watch and download streams (None: none; a job's
+        own limit is the `timeout_ms` option).
+    keepalive_s: seconds between keepalive pings on an open call.
+    max_message_bytes: the largest message sent or received.
+    retry_on_overload: submit again, up to overload_retries times, when submit or generate is
+        answered RESOURCE_EXHAUSTED with a retry hint of at most max_overload_wait_s; waits
+        for the hint (`grpc-retry-pushback-ms`, else `retry-after-ms`).
+    """
+
+    def __init__(
+        self,
+        target: str = DEFAULT_TARGET,
+        *,
+        api_key: str | None = None,
+        tls: bool = False,
+        ca_file: str | Path | None = None,
+        cert_file: str | Path | None = None,
+        key_file: str | Path | None = None,
+        timeout_s: float | None = 30.0,
+        stream_timeout_s: float | None = None,
+        keepalive_s: float = 60.0,
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        retry_on_overload: bool = False,
+        overload_retries: int = 5,
+        max_overload_wait_s: float = 30.0,
+    ) -> None:
+        self.settings = ClientSettings(
+            target=target,
+            api_key=api_key,
+            tls=tls,
+            ca_file=_path(ca_file),
+            cert_file=_path(cert_file),
+            key_file=_path(key_file),
+            timeout_s=timeout_s,
+            stream_timeout_s=stream_timeout_s,
+            keepalive_s=keepalive_s,
+            max_message_bytes=max_message_bytes,
+            retry_on_overload=retry_on_overload,
+            overload_retries=overload_retries,
+            max_overload_wait_s=max_overload_wait_s,
+        )
+        self._open()
+
+    def _open(self) -> None:
+        """Open the channel for self.settings (each client its own kind)."""
+        raise NotImplementedError

@@ -1,0 +1,77 @@
+"""The typed events of a job, as `generate` and `watch` yield them.
+
+A stream ends with exactly one Result or Error. Every event names its job and the job's state
+after it, so a caller can match on the class alone:
+
+    match event:
+        case Progress(step=step, total_steps=total): ...
+        case Result(data=data): ...
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from mediamesh.sdk.types import JobState
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Queued:
+    """The job waits in a queue: sent when it is accepted and when its place changes."""
+
+    job_id: str
+    state: JobState
+    position: int  # jobs ahead of this one (0 = next)
+    eta_s: float  # estimated seconds until the job finishes
+    queue: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Progress:
+    """A denoising step has finished."""
+
+    job_id: str
+    state: JobState
+    step: int
+    total_steps: int
+    # Which run of the job (1 = first; higher after a lost worker or a preemption).
+    attempt: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Notice:
+    """Informational: dispatched, preempted, resumed, requeued, spot fallback."""
+
+    job_id: str
+    state: JobState
+    kind: str
+    message: str
+    worker_id: str
+    attempt: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Result:
+    """The job succeeded; `data` holds the whole artifact, downloaded if it was not inline."""
+
+    job_id: str
+    state: JobState
+    data: bytes = field(repr=False)
+    mime_type: str
+    seed: int  # the seed actually used, to reproduce the result
+    # Set when the artifact was above the gateway's inline limit and came by Download.
+    size_bytes: int = 0
+    sha256: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Error:
+    """The job ended without a result: failed, cancelled or expired."""
+
+    job_id: str
+    state: JobState
+    code: str  # a gRPC status code name, e.g. "CANCELLED", "DEADLINE_EXCEEDED"
+    message: str
+
+
+Event = Queued | Progress | Notice | Result | Error

@@ -1,0 +1,129 @@
+"""Plain values the SDK returns: job states, priorities, handles, job and model descriptions."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+class JobState(StrEnum):
+    """Where a job is in its life (mediamesh.v1.JobState)."""
+
+    UNSPECIFIED = "JOB_STATE_UNSPECIFIED"
+    QUEUED = "QUEUED"
+    DISPATCHED = "DISPATCHED"
+    RUNNING = "RUNNING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+    EXPIRED = "EXPIRED"
+
+    @property
+    def terminal(self) -> bool:
+        """True once the job has ended, with a result or without one."""
+        return self in (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobState.EXPIRED)
+
+
+class Priority(StrEnum):
+    """Scheduling class of a job; higher classes are served first."""
+
+    REALTIME = "REALTIME"
+    STANDARD = "STANDARD"
+    BATCH = "BATCH"
+
+    @classmethod
+    def parse(cls, value: Priority | str) -> Priority:
+        """A priority from its name in any case; ValueError names the choices."""
+        try:
+            return cls(str(value).upper())
+        except ValueError:
+            choices = ", ".join(p.value for p in cls)
+            raise ValueError(f"priority must be one of {choices}, not {value!r}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class JobHandle:
+    """An accepted job: its id, and whether an earlier job with the same key was returned."""
+
+    job_id: str
+    state: JobState
+    deduplicated: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class JobInfo:
+    """Everything the mesh knows about one job (GetJob, Cancel)."""
+
+    job_id: str
+    model: str
+    state: JobState
+    priority: Priority | None
+    tenant: str
+    created_unix_ms: int
+    finished_unix_ms: int
+    attempts: int
+    step: int
+    total_steps: int
+    seed: int
+    worker_id: str
+    # Result metadata once SUCCEEDED (the bytes come from watch or download).
+    mime_type: str = ""
+    size_bytes: int = 0
+    sha256: str = ""
+    error_code: str = ""
+    error_message: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ModelLimits:
+    """Defaults and limits of one model; 0 where a field does not apply to its modality."""
+
+    default_steps: int
+    max_steps: int
+    default_width: int
+    default_height: int
+    max_width: int
+    max_height: int
+    size_multiple: int
+    default_num_frames: int
+    max_num_frames: int
+    default_duration_s: float
+    max_duration_s: float
+    default_guidance_scale: float
+    max_guidance_scale: float
+    max_batch: int
+
+
+@dataclass(frozen=True, slots=True)
+class ModelInfo:
+    """A registry model and whether the mesh can serve it now."""
+
+    name: str
+    modality: str
+    pipeline: str
+    parallelism: str
+    ready: bool
+    mime_type: str
+    limits: ModelLimits
+    devices: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    """One piece of a downloaded artifact, as the gateway streams it."""
+
+    data: bytes = field(repr=False)
+    offset: int
+    total_size: int
+    mime_type: str
+    sha256: str
+
+
+@dataclass(frozen=True, slots=True)
+class Artifact:
+    """A finished job's output, fetched whole and checked against its SHA-256."""
+
+    job_id: str
+    data: bytes = field(repr=False)
+    mime_type: str
+    sha256: str

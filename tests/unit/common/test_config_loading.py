@@ -1,0 +1,193 @@
+"""The mesh config's layers: YAML file, MEDIAMESH_* environment variables, flags; and the
+one-line errors each layer gives."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from mediamesh.cli.main import build_parser, main, worker_settings
+from mediamesh.common.settings import ConfigError, MeshConfig, load_mesh_config
+
+HASH = "a" * 64
+
+
+def _file(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "mesh.yaml"
+    path.write_text(text)
+    return path
+
+
+def _error(path: Path | None, environ: dict[str, str] | None = None) -> str:
+    with pytest.raises(ConfigError) as caught:
+        load_mesh_config(path, environ=environ or {})
+    message = str(caught.value)
+    assert "\n" not in message
+    return message
+
+
+# The file ------------------------------------------------------------------------------------
+
+
+def test_malformed_yaml_is_one_line_naming_file_and_line(tmp_path: Path):
+    path = _file(tmp_path, "scheduler:\n  port: 1\n  host: x\n   store_path: y\n")
+    assert _error(path) == (
+        f"config {path} line 4: not valid YAML: mapping values are not allowed here"
+    )
+
+
+def test_a_bad_value_names_file_line_and_field(tmp_path: Path):
+    path = _file(tmp_path, "gateway:\n  port: 1\nscheduler:\n  port: fifty\n")
+    message = _error(path)
+    assert message.startswith(f"config {path} line 4: scheduler.port: ")
+    assert "valid integer" in message
+
+
+def test_a_missing_field_points_at_its_section(tmp_path: Path):
+    path = _file(tmp_path, "scheduler:\n  queues:\n    image: {max_depth: 3}\n")
+    assert _error(path).startswith(f"config {path} line 3: scheduler.queues.image.sla_s: ")
+
+
+def test_a_top_level_list_is_refused(tmp_path: Path):
+    path = _file(tmp_path, "- scheduler\n")
+    assert _error(path) == f"config {path} line 1: expected a mapping at the top level"
+
+
+def test_the_cli_prints_the_same_one_line_for_bad_yaml_and_bad_values(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
+    broken = _file(tmp_path, "scheduler: [\n")
+    assert main(["scheduler", "--config", str(broken)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"mediamesh: config {broken} line 2: not valid YAML: ")
+    assert err.count("\n") == 1 and "Traceback" not in err
+
+    broken.write_text("scheduler:\n  port: fifty\n")
+    assert main(["scheduler", "--config", str(broken)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"mediamesh: config {broken} line 2: scheduler.port: ")
+    assert err.count("\n") == 1
+
+
+# The environment -----------------------------------------------------------------------------
+
+
+def test_a_nested_variable_overrides_one_setting_and_keeps_the_section(tmp_path: Path):
+    path = _file(tmp_path, "scheduler:\n  host: 0.0.0.0\n  port: 50052\n")
+    config = load_mesh_config(path, environ={"MEDIAMESH_SCHEDULER__PORT": "50062"})
+    assert config.scheduler.port == 50062
+    assert config.scheduler.host == "0.0.0.0"
+    assert type(config) is MeshConfig
+
+
+def test_deeper_paths_lists_and_mappings(tmp_path: Path):
+    environ = {
+        "MEDIAMESH_SCHEDULER__QUEUES__IMAGE__SLA_S": "4",
+        "MEDIAMESH_GATEWAY__API_KEYS": f'[{{"sha256": "{HASH}", "tenant": "t"}}]',
+        "MEDIAMESH_GATEWAY__TENANTS": '{"t": {"burst": 7}}',
+        "MEDIAMESH_MODELS_DIR": "/models",
+    }
+    path = _file(tmp_path, "scheduler:\n  queues:\n    image: {sla_s: 10, max_depth: 5}\n")
+    config = load_mesh_config(path, environ=environ)
+    assert (config.scheduler.queues["image"].sla_s, config.scheduler.queues["image"].max_depth) == (
+        4,
+        5,
+    )
+    assert [(k.sha256, k.tenant) for k in config.gateway.api_keys] == [(HASH, "t")]
+    assert config.gateway.tenants["t"].burst == 7
+    assert config.models_dir == Path("/models")
+
+
+def test_variables_of_other_tools_and_commands_are_ignored():
+    environ = {"MEDIAMESH_CONFIG": "/x.yaml", "MEDIAMESH_API_KEY": "k", "OTHER__PORT": "1"}
+    assert load_mesh_config(None, environ=environ) == load_mesh_config(None, environ={})
+
+
+def test_a_bad_variable_is_named(tmp_path: Path):
+    message = _error(None, {"MEDIAMESH_SCHEDULER__PORT": "fifty"})
+    assert message.startswith("env MEDIAMESH_SCHEDULER__PORT: ")
+    assert "valid integer" in message
+
+
+def test_a_bad_value_inside_a_json_variable_is_named_with_its_place():
+    environ = {"MEDIAMESH_GATEWAY__API_KEYS": '[{"sha256": "nothex", "tenant": "t"}]'}
+    assert _error(None, environ).startswith("env MEDIAMESH_GATEWAY__API_KEYS[0].sha256: ")
+
+
+def test_a_misspelt_variable_is_named():
+    message = _error(None, {"MEDIAMESH_SCHEDULER__PROT": "1"})
+    assert message.startswith("env MEDIAMESH_SCHEDULER__PROT: ")
+    assert "not permitted" in message
+
+
+def test_a_variable_that_is_not_json_is_named():
+    environ = {"MEDIAMESH_GATEWAY__API_KEYS": "[{", "MEDIAMESH_GATEWAY__HOST": "0.0.0.0"}
+    assert _error(None, environ) == (
+        "env MEDIAMESH_GATEWAY__API_KEYS: not valid JSON (lists and mappings are written as JSON)"
+    )
+
+
+def test_the_process_environment_is_read_when_none_is_given(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("MEDIAMESH_GATEWAY__PORT", "50099")
+    assert load_mesh_config(None).gateway.port == 50099
+    assert load_mesh_config(None, environ={}).gateway.port == 50051
+
+
+# Precedence and the standalone worker ----------------------------------------------------------
+
+
+def test_flags_beat_the_environment_which_beats_the_file(tmp_path: Path):
+    path = _file(tmp_path, "models_dir: /file\ngateway: {port: 1, host: h}\n")
+    environ = {"MEDIAMESH_MODELS_DIR": "/env", "MEDIAMESH_GATEWAY__PORT": "2"}
+    config = load_mesh_config(path, {"models_dir": "/flag"}, environ)
+    assert config.models_dir == Path("/flag")
+    assert (config.gateway.port, config.gateway.host) == (2, "h")
+
+
+def test_a_placement_from_any_layer_counts_as_set(tmp_path: Path):
+    environ = {"MEDIAMESH_SCHEDULER__PLACEMENT__BATCH__PREFER": "on-demand"}
+    config = load_mesh_config(None, environ=environ)
+    assert "placement" in config.scheduler.model_fields_set
+    assert config.scheduler.placement["BATCH"].prefer == "on-demand"
+    assert set(config.scheduler.placement) == {"REALTIME", "STANDARD", "BATCH"}
+    assert "placement" not in load_mesh_config(None, environ={}).scheduler.model_fields_set
+
+
+def test_a_pod_names_its_worker_through_the_environment(tmp_path: Path):
+    path = _file(tmp_path, "worker:\n  drain_grace_s: 20\n  port: 50060\nworkers: []\n")
+    environ = {
+        "MEDIAMESH_WORKER__WORKER_ID": "mediamesh-worker-image-abc12",
+        "MEDIAMESH_WORKER__MODELS": "flux-tiny, echo",
+        "MEDIAMESH_WORKER__POOL": "spot",
+    }
+    worker = load_mesh_config(path, environ=environ).standalone_worker()
+    assert worker.worker_id == "mediamesh-worker-image-abc12"
+    assert worker.models == ["flux-tiny", "echo"]
+    assert (worker.pool, worker.drain_grace_s, worker.port) == ("spot", 20, 50060)
+
+
+def test_a_worker_id_of_the_list_picks_its_entry_over_the_worker_section(tmp_path: Path):
+    path = _file(
+        tmp_path,
+        "worker: {drain_grace_s: 20}\nworkers:\n  - {worker_id: w1, port: 50061}\n",
+    )
+    config = load_mesh_config(path, environ={})
+    assert config.standalone_worker("w1").port == 50061
+    other = config.standalone_worker("w9")
+    assert (other.worker_id, other.drain_grace_s) == ("w9", 20)
+
+
+def test_models_also_accept_json_from_the_environment():
+    environ = {"MEDIAMESH_WORKER__MODELS": '["a", "b"]'}
+    worker = load_mesh_config(None, environ=environ).standalone_worker()
+    assert worker.models == ["a", "b"]
+
+
+def test_worker_flags_beat_its_variables_which_beat_the_file(tmp_path: Path):
+    path = _file(tmp_path, "worker: {port: 50060, pool: on-demand, device: cpu}\nworkers: []\n")
+    environ = {"MEDIAMESH_WORKER__POOL": "spot", "MEDIAMESH_WORKER__PORT": "50070"}
+    config = load_mesh_config(path, environ=environ)
+    args = build_parser().parse_args(["worker", "--config", str(path), "--port", "50080"])
+    worker = worker_settings(config, args)
+    assert (worker.port, worker.pool, worker.device) == (50080, "spot", "cpu")
