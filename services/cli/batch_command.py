@@ -247,7 +247,7 @@ class BatchRun:
         self.bar.set_postfix(ok=self.counts.succeeded, failed=self.counts.failed, refresh=False)
 
 
-def add_batch_command(sub: argparse._SubParsersAction) -> None:
+def add_batch_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     batch = sub.add_parser(
         "batch", help="run a JSONL file of prompts as jobs (resumable), results into a folder"
     )

@@ -13,7 +13,7 @@ import grpc
 from mediamesh.cli.run_dir import DEFAULT_RUN_DIR, local_config
 
 
-def add_commands(sub: argparse._SubParsersAction) -> None:
+def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     gen = sub.add_parser("generate", help="generate one artifact with a progress bar")
     gen.add_argument(
         "--gateway", default=os.environ.get("MEDIAMESH_GATEWAY_ADDRESS", "127.0.0.1:50051")

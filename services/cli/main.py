@@ -20,6 +20,14 @@ def _env(name: str, default: str | None = None) -> str | None:
     return os.environ.get(f"MEDIAMESH_{name}", default)
 
 
+def _insecure_arg(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument(
+        "--insecure",
+        action="store_true",
+        help=f"serve off loopback without {what} (every caller is trusted)",
+    )
+
+
 def _config_arg(parser: argparse.ArgumentParser) -> None:
     default = _env("CONFIG")
     parser.add_argument(
@@ -46,15 +54,13 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--ready-timeout", type=float, default=300.0, help="seconds to become ready")
     up.add_argument("--no-restart", action="store_true", help="do not restart exited children")
     up.add_argument("--no-build", action="store_true", help="do not build missing tiny models")
+    _insecure_arg(up, "API keys or an internal credential")
     up.set_defaults(handler=_cmd_up)
 
     for name, handler in (("scheduler", _cmd_scheduler), ("gateway", _cmd_gateway)):
         service = sub.add_parser(name, help=f"run the {name} in this process")
         _config_arg(service)
-        if name == "gateway":
-            service.add_argument(
-                "--insecure", action="store_true", help="serve without API keys off loopback"
-            )
+        _insecure_arg(service, "API keys" if name == "gateway" else "an internal credential")
         service.set_defaults(handler=handler)
 
     # Flags override the worker's settings; MEDIAMESH_WORKER__<FIELD> variables reach the
@@ -70,6 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("--models", help="comma-separated model names")
     worker.add_argument("--metrics-port", type=int)
     worker.add_argument("--scheduler", help="scheduler host:port")
+    _insecure_arg(worker, "an internal credential")
     worker.set_defaults(handler=_cmd_worker)
 
     models = sub.add_parser("models", help="manage the tiny offline models")
@@ -98,6 +105,8 @@ def _cmd_up(args: argparse.Namespace) -> int:
     overrides = {"models_dir": str(args.models_dir)} if args.models_dir else None
     config, registry = load(args.config, overrides)
     config = without_idle_spot_wait(config)
+    if args.insecure:
+        config = insecure_everywhere(config)
     if not args.no_build:
         from mediamesh.cli.local_models import models_to_build
         from mediamesh.worker.models.build import BUILDERS, build_models
@@ -121,10 +130,23 @@ def without_idle_spot_wait(config: MeshConfig) -> MeshConfig:
     return config.model_copy(update={"scheduler": scheduler})
 
 
+def insecure_everywhere(config: MeshConfig) -> MeshConfig:
+    """`mediamesh up --insecure`: every service it starts may serve without a credential."""
+    workers = [w.model_copy(update={"insecure": True}) for w in config.workers]
+    return config.model_copy(
+        update={
+            "gateway": config.gateway.model_copy(update={"insecure": True}),
+            "scheduler": config.scheduler.model_copy(update={"insecure": True}),
+            "workers": workers,
+        }
+    )
+
+
 def _cmd_scheduler(args: argparse.Namespace) -> int:
     from mediamesh.cli.services import load, run_scheduler
 
-    run_scheduler(*load(args.config))
+    overrides = {"scheduler.insecure": True} if args.insecure else None
+    run_scheduler(*load(args.config, overrides))
     return 0
 
 
@@ -140,8 +162,7 @@ def _cmd_worker(args: argparse.Namespace) -> int:
     from mediamesh.cli.services import load, run_worker
 
     config, registry = load(args.config)
-    run_worker(config, registry, worker_settings(config, args))
-    return 0
+    return run_worker(config, registry, worker_settings(config, args))
 
 
 def worker_settings(config: MeshConfig, args: argparse.Namespace) -> WorkerSettings:
@@ -157,6 +178,7 @@ def worker_settings(config: MeshConfig, args: argparse.Namespace) -> WorkerSetti
         "metrics_port": args.metrics_port,
         "scheduler_address": args.scheduler,
         "models": [m for m in args.models.split(",") if m] if args.models else None,
+        "insecure": True if args.insecure else None,
     }
     return WorkerSettings.model_validate(
         {**base.model_dump(), **{k: v for k, v in flags.items() if v is not None}}

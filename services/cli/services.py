@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +19,9 @@ from mediamesh.common.telemetry import setup_logging, setup_tracing, shutdown_tr
 log = logging.getLogger("mediamesh")
 
 
-def load(config_path: Path | None, overrides: dict | None = None) -> tuple[MeshConfig, Registry]:
+def load(
+    config_path: Path | None, overrides: Mapping[str, object] | None = None
+) -> tuple[MeshConfig, Registry]:
     config = load_mesh_config(config_path, overrides)
     return config, load_registry(config.registry_path)
 
@@ -58,12 +60,14 @@ def run_gateway(config: MeshConfig, registry: Registry) -> None:
     _run_until_signalled("gateway", lambda: start_gateway(config, registry))
 
 
-def run_worker(config: MeshConfig, registry: Registry, worker: WorkerSettings) -> None:
+def run_worker(config: MeshConfig, registry: Registry, worker: WorkerSettings) -> int:
+    """Serve until signalled, drained with exit, or broken; returns the exit status, which
+    is not 0 when the worker left because it cannot work (its supervisor restarts it)."""
     from mediamesh.worker.main import start_worker
 
     _prepare(config, f"worker {worker.worker_id}", worker.host, worker.metrics_port)
 
-    async def serve() -> None:
+    async def serve() -> int:
         stop = stop_event_on_signals()
         service = await start_worker(config, registry, worker)
         signalled = asyncio.create_task(stop.wait())
@@ -74,6 +78,8 @@ def run_worker(config: MeshConfig, registry: Registry, worker: WorkerSettings) -
         # SIGTERM is a preemption notice: checkpoint running jobs within the grace period.
         log.info("worker %s draining (grace %.0f s)", worker.worker_id, worker.drain_grace_s)
         await service.drain_and_stop(worker.drain_grace_s)
+        return service.exit_code
 
-    uvloop.run(serve())
+    code = uvloop.run(serve())
     shutdown_tracing()
+    return code

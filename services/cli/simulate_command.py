@@ -12,9 +12,10 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 
-def add_simulate_command(sub: argparse._SubParsersAction) -> None:
+def add_simulate_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     simulate = sub.add_parser(
         "simulate",
         help="simulate a fleet and workload against the real scheduler policy",
@@ -137,7 +138,7 @@ def _fmt(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
 
 
-def _summary(data: dict) -> str:
+def _summary(data: dict[str, Any]) -> str:
     lines = [
         f"{data['scenario']}: {data['jobs']:,} jobs, {data['simulated_seconds'] / 60:,.1f} "
         f"simulated minutes in {data['wall_seconds']:.1f} s "

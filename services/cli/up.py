@@ -16,6 +16,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import yaml
 from pydantic import SecretStr
@@ -23,6 +24,7 @@ from pydantic import SecretStr
 from mediamesh.cli.run_dir import run_config_path, write_private
 from mediamesh.common.api.health import is_serving
 from mediamesh.common.config_loader import ENV_PREFIX
+from mediamesh.common.credentials import InternalCredentials
 from mediamesh.common.settings import InternalAuthSettings, MeshConfig
 
 _PR_SET_PDEATHSIG = 1
@@ -38,7 +40,7 @@ class Child:
     name: str
     argv: list[str]
     address: str
-    process: subprocess.Popen | None = None
+    process: subprocess.Popen[bytes] | None = None
     restarts: int = 0
     started_at: float = field(default=0.0)
     log_path: Path | None = None
@@ -77,7 +79,7 @@ class Child:
         return reasons[-1] if reasons else None
 
 
-def dump_config(config: MeshConfig) -> dict:
+def dump_config(config: MeshConfig) -> dict[str, Any]:
     """The config as YAML-ready data, secrets included (children must read them back)."""
     data = config.model_dump(mode="json")
     token = config.internal_auth.token
@@ -92,6 +94,7 @@ class Mesh:
             auth = InternalAuthSettings(token=SecretStr(secrets.token_urlsafe(24)))
             config = config.model_copy(update={"internal_auth": auth})
         self.config = config
+        self.internal_credentials = InternalCredentials.from_config(config)
         self.run_dir = run_dir
         self.restart = restart
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -129,10 +132,15 @@ class Mesh:
             dead = [c for c in self.children if not c.alive]
             if dead:
                 raise RuntimeError("; ".join(_start_up_failure(c) for c in dead))
-            if all(is_serving(c.address) for c in self.children) and self._workers_registered():
+            if all(self._serving(c) for c in self.children) and self._workers_registered():
                 return True
             time.sleep(0.25)
         return False
+
+    def _serving(self, child: Child) -> bool:
+        # The gateway's listener is public; the others speak the internal credential's TLS.
+        internal = None if child is self.gateway else self.internal_credentials
+        return is_serving(child.address, credentials=internal)
 
     def _workers_registered(self) -> bool:
         from mediamesh.cli.api.mesh_client import registered_workers

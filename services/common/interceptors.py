@@ -6,7 +6,7 @@ import hmac
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import Any, TypeAlias, cast
 
 import grpc
 
@@ -20,13 +20,22 @@ INTERNAL_TOKEN_KEY = "x-mediamesh-token"
 # Probes and grpcurl must work without credentials.
 _OPEN_PREFIXES = ("/grpc.health.v1.Health/", "/grpc.reflection.")
 
+# The interceptor serves every service, so requests and responses are of any message type.
+# (Quoted: grpc's classes are generic only in their type stubs.)
+Handler: TypeAlias = "grpc.RpcMethodHandler[Any, Any]"
+Context: TypeAlias = "grpc.aio.ServicerContext[Any, Any]"
+# typeshed types a handler's behaviours for the threaded server; under grpc.aio they are
+# coroutine functions and async generators that take an aio ServicerContext.
+_UnaryBehaviour: TypeAlias = "Callable[[Any, Context], Awaitable[Any]]"
+_StreamBehaviour: TypeAlias = "Callable[[Any, Context], AsyncIterator[Any]]"
+
 
 def _split(method: str) -> tuple[str, str]:
     _, service, name = method.split("/", 2) if method.count("/") >= 2 else ("", "", method)
     return service, name
 
 
-async def _abort_for(exc: BaseException, context: grpc.aio.ServicerContext) -> None:
+async def _abort_for(exc: BaseException, context: Context) -> None:
     if isinstance(exc, MeshError):
         trailing: tuple[tuple[str, str], ...] = ()
         if exc.retry_after_s:
@@ -37,7 +46,7 @@ async def _abort_for(exc: BaseException, context: grpc.aio.ServicerContext) -> N
     await context.abort(to_grpc(StatusCode.INTERNAL), "internal error; see the service log")
 
 
-def _code_of(context: grpc.aio.ServicerContext) -> StatusCode:
+def _code_of(context: Context) -> StatusCode:
     return from_grpc(context.code())
 
 
@@ -49,9 +58,9 @@ class ServiceInterceptor(grpc.aio.ServerInterceptor):
 
     async def intercept_service(
         self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Handler | None]],
         details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
+    ) -> Handler | None:
         handler = await continuation(details)
         if handler is None:
             return handler
@@ -64,24 +73,22 @@ class ServiceInterceptor(grpc.aio.ServerInterceptor):
         return _wrap(handler, service, name, authorised)
 
 
-def _wrap(
-    handler: grpc.RpcMethodHandler, service: str, name: str, authorised: bool
-) -> grpc.RpcMethodHandler:
-    async def check(context: grpc.aio.ServicerContext) -> None:
+def _wrap(handler: Handler, service: str, name: str, authorised: bool) -> Handler:
+    async def check(context: Context) -> None:
         if not authorised:
             await context.abort(
                 to_grpc(StatusCode.UNAUTHENTICATED),
                 f"missing or wrong {INTERNAL_TOKEN_KEY} metadata (internal service)",
             )
 
-    def record(start: float, context: grpc.aio.ServicerContext) -> None:
+    def record(start: float, context: Context) -> None:
         RPC_REQUESTS.labels(service, name, _code_of(context)).inc()
         RPC_LATENCY.labels(service, name).observe(time.perf_counter() - start)
 
     if handler.unary_unary or handler.stream_unary:
-        inner = handler.unary_unary or handler.stream_unary
+        inner = cast(_UnaryBehaviour, handler.unary_unary or handler.stream_unary)
 
-        async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        async def unary(request: Any, context: Context) -> Any:
             start = time.perf_counter()
             try:
                 await check(context)
@@ -104,9 +111,9 @@ def _wrap(
             response_serializer=handler.response_serializer,
         )
 
-    inner_stream = handler.unary_stream or handler.stream_stream
+    inner_stream = cast(_StreamBehaviour, handler.unary_stream or handler.stream_stream)
 
-    async def streaming(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+    async def streaming(request: Any, context: Context) -> AsyncIterator[Any]:
         start = time.perf_counter()
         try:
             await check(context)

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 from mediamesh.common.errors import InvalidArgument, NotFound
 from mediamesh.common.generation import GenerationParams, Priority
-from mediamesh.common.registry import ModelSpec, Registry
+from mediamesh.common.limits import MAX_TIMEOUT_MS
+from mediamesh.common.registry import MODEL_FIELDS, ModelSpec, Registry
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,9 @@ def _check_prompt(field: str, text: str, limit: int, required: bool) -> None:
 def resolve(spec: ModelSpec, fields: RequestFields) -> GenerationParams:
     """Validated parameters with the model's defaults applied and a seed chosen."""
     d, lim = spec.defaults, spec.limits
+    check_accepted(spec, fields)
+    if fields.timeout_ms is not None:
+        _check_range("timeout_ms", fields.timeout_ms, 0, MAX_TIMEOUT_MS)
     _check_prompt("prompt", fields.prompt, lim.max_prompt_chars, required=True)
     _check_prompt("negative_prompt", fields.negative_prompt, lim.max_prompt_chars, required=False)
     steps = d.steps if fields.steps is None else fields.steps
@@ -89,8 +93,6 @@ def resolve(spec: ModelSpec, fields: RequestFields) -> GenerationParams:
                 raise InvalidArgument(
                     f"{name}: {value} must be a multiple of {lim.size_multiple} for {spec.name}"
                 )
-    else:
-        _reject_set(spec, fields, ("width", "height", "num_frames"))
     if spec.modality == "video":
         frames = d.num_frames if fields.num_frames is None else fields.num_frames
         _check_range("num_frames", frames, 1, lim.max_num_frames)
@@ -99,15 +101,9 @@ def resolve(spec: ModelSpec, fields: RequestFields) -> GenerationParams:
                 f"num_frames: {frames} is not allowed for {spec.name}; "
                 f"(num_frames - 1) must be a multiple of {lim.frame_multiple}"
             )
-    elif fields.num_frames not in (None, 0) and spec.modality == "image":
-        raise InvalidArgument(f"num_frames: {spec.name} makes images; leave num_frames unset")
     if spec.modality == "audio":
         duration = d.duration_s if fields.duration_s is None else fields.duration_s
         _check_range("duration_s", duration, 0.1, lim.max_duration_s)
-    elif fields.duration_s not in (None, 0):
-        raise InvalidArgument(
-            f"duration_s: only audio models take a duration; {spec.name} does not"
-        )
     seed = fields.seed if fields.seed is not None else secrets.randbits(63)
     _check_range("seed", seed, 0, 2**63 - 1)
     return GenerationParams(
@@ -123,7 +119,22 @@ def resolve(spec: ModelSpec, fields: RequestFields) -> GenerationParams:
     )
 
 
-def _reject_set(spec: ModelSpec, fields: RequestFields, names: tuple[str, ...]) -> None:
-    for name in names:
-        if getattr(fields, name) not in (None, 0):
-            raise InvalidArgument(f"{name}: {spec.name} makes {spec.modality}; leave {name} unset")
+def set_fields(fields: RequestFields) -> list[str]:
+    """The model fields (MODEL_FIELDS) the caller set: an empty string counts as unset."""
+    return [
+        name
+        for name in MODEL_FIELDS
+        if getattr(fields, name) is not None and getattr(fields, name) != ""
+    ]
+
+
+def check_accepted(spec: ModelSpec, fields: RequestFields) -> None:
+    """InvalidArgument naming the first field set that the model does not use: a field the
+    pipeline would ignore is refused, never dropped."""
+    for name in set_fields(fields):
+        if name not in spec.accepted_fields:
+            accepted = ", ".join(f for f in MODEL_FIELDS if f in spec.accepted_fields)
+            raise InvalidArgument(
+                f"{name}: model {spec.name!r} ({spec.pipeline}) does not use it; "
+                f"leave it unset (it accepts {accepted})"
+            )

@@ -17,6 +17,7 @@ import sys
 import tempfile
 from pathlib import Path
 from types import ModuleType
+from typing import cast
 
 ROOT = Path(__file__).resolve().parents[2]
 PROTO_ROOT = ROOT / "protos"
@@ -48,7 +49,7 @@ def _protoc() -> ModuleType:
         raise SystemExit(
             "generating stubs needs grpcio-tools: pip install 'mediamesh[dev]'"
         ) from None
-    return protoc
+    return cast(ModuleType, protoc)
 
 
 def generate(out_dir: Path) -> None:

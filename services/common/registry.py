@@ -8,10 +8,12 @@ from __future__ import annotations
 
 from importlib.resources import as_file, files
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from mediamesh.common.limits import MAX_BATCH, MAX_PROMPT_CHARS, MODEL_NAME_PATTERN
 
 Modality = Literal["image", "video", "audio"]
 OutputFormat = Literal["png", "mp4", "webp", "wav", "bin"]
@@ -33,7 +35,7 @@ class BatchingSpec(Strict):
     """How the scheduler groups compatible jobs of this model."""
 
     mode: Literal["dynamic", "static", "none"] = "dynamic"
-    max_batch: int = Field(4, ge=1, le=256)
+    max_batch: int = Field(4, ge=1, le=MAX_BATCH)
     # Dynamic: the oldest job waits at most this long for company. Static: optional cap.
     max_wait_ms: int | None = Field(50, ge=0)
 
@@ -72,7 +74,7 @@ class LimitParams(Strict):
     frame_multiple: int = Field(1, ge=1)
     max_duration_s: float = Field(0.0, ge=0)
     max_guidance_scale: float = Field(20.0, ge=0)
-    max_prompt_chars: int = Field(2000, ge=1)
+    max_prompt_chars: int = Field(2000, ge=1, le=MAX_PROMPT_CHARS)
 
 
 class OutputSpec(Strict):
@@ -95,8 +97,47 @@ class CostSpec(Strict):
     overhead_s: float = Field(0.05, ge=0)
 
 
+# Request fields that shape what a model makes. The rest of a request (model, priority,
+# timeout_ms, idempotency_key) is about the job, and every model takes it.
+MODEL_FIELDS = (
+    "prompt",
+    "negative_prompt",
+    "steps",
+    "seed",
+    "width",
+    "height",
+    "num_frames",
+    "guidance_scale",
+    "duration_s",
+)
+_COMMON_FIELDS = frozenset({"prompt", "steps", "seed", "guidance_scale"})
+# Fields a modality can use at all; an entry's accepted fields stay within its modality's.
+_MODALITY_FIELDS: dict[str, frozenset[str]] = {
+    "image": _COMMON_FIELDS | {"negative_prompt", "width", "height"},
+    "video": _COMMON_FIELDS | {"negative_prompt", "width", "height", "num_frames"},
+    "audio": _COMMON_FIELDS | {"negative_prompt", "duration_s"},
+}
+# What each pipeline family's call takes. Flux is guidance-distilled: it has no negative
+# prompt. The built-in Echo model stands in for any image pipeline in tests.
+_FAMILY_FIELDS: dict[str, frozenset[str]] = {
+    "FluxPipeline": _MODALITY_FIELDS["image"] - {"negative_prompt"},
+    "WanPipeline": _MODALITY_FIELDS["video"],
+    "StableAudioPipeline": _MODALITY_FIELDS["audio"],
+    "Echo": _MODALITY_FIELDS["image"],
+}
+
+
+def family_fields(pipeline: str, modality: str) -> frozenset[str]:
+    """The request fields a pipeline family takes; an unknown family gets its modality's
+    fields without a negative prompt (an entry that takes one lists `accepted_fields`)."""
+    known = _FAMILY_FIELDS.get(pipeline)
+    if known is not None:
+        return known
+    return _MODALITY_FIELDS.get(modality, _COMMON_FIELDS) - {"negative_prompt"}
+
+
 class ModelSpec(Strict):
-    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    name: str = Field(min_length=1, pattern=MODEL_NAME_PATTERN)
     modality: Modality
     pipeline: str
     source: str
@@ -108,6 +149,31 @@ class ModelSpec(Strict):
     limits: LimitParams = Field(default_factory=LimitParams)
     output: OutputSpec = Field(default_factory=OutputSpec)
     cost: CostSpec = Field(default_factory=CostSpec)
+    # Request fields this model uses (see MODEL_FIELDS); a request setting any other is
+    # refused, never silently dropped. Unset: derived from the pipeline family.
+    accepted_fields: frozenset[str] = frozenset()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _family_accepted_fields(cls, data: Any) -> Any:
+        if isinstance(data, dict) and not data.get("accepted_fields"):
+            pipeline, modality = data.get("pipeline"), data.get("modality")
+            if isinstance(pipeline, str) and isinstance(modality, str):
+                data = {**data, "accepted_fields": family_fields(pipeline, modality)}
+        return data
+
+    @model_validator(mode="after")
+    def _accepted_fields_known(self) -> ModelSpec:
+        possible = _MODALITY_FIELDS[self.modality]
+        beyond = sorted(self.accepted_fields - possible)
+        if beyond:
+            raise ValueError(
+                f"accepted_fields: {', '.join(beyond)} cannot apply to {self.modality} models; "
+                f"choose from {', '.join(f for f in MODEL_FIELDS if f in possible)}"
+            )
+        if "prompt" not in self.accepted_fields:
+            raise ValueError("accepted_fields: must include prompt")
+        return self
 
     @model_validator(mode="after")
     def _defaults_within_limits(self) -> ModelSpec:
@@ -164,7 +230,7 @@ class RegistryError(ValueError):
 DEFAULT_REGISTRY = files("mediamesh.common") / "defaults" / "models.yaml"
 
 
-def _describe(error: ValidationError, raw: dict) -> str:
+def _describe(error: ValidationError, raw: dict[str, Any]) -> str:
     lines = []
     entries = raw.get("models") if isinstance(raw, dict) else None
     for item in error.errors():

@@ -10,7 +10,13 @@ from dataclasses import dataclass
 
 import grpc
 
-from mediamesh.common.api.health import HealthServicer, add_health_and_reflection, mark_serving
+from mediamesh.common.api.health import (
+    HealthServicer,
+    add_health_and_reflection,
+    add_health_only,
+    mark_alive,
+    mark_serving,
+)
 from mediamesh.common.interceptors import ServiceInterceptor
 from mediamesh.common.settings import TlsSettings
 from mediamesh.common.telemetry import server_tracing_interceptors
@@ -32,9 +38,18 @@ class RunningServer:
     port: int
     health: HealthServicer
     service_names: tuple[str, ...]
+    # The plaintext health-only server, when one was asked for.
+    health_server: grpc.aio.Server | None = None
+    health_port: int | None = None
+
+    async def set_serving(self, serving: bool) -> None:
+        """What health checks answer from now on (readiness: whether to send work here)."""
+        await mark_serving(self.health, self.service_names, serving)
 
     async def stop(self, grace_s: float) -> None:
         await self.health.enter_graceful_shutdown()
+        if self.health_server is not None:
+            await self.health_server.stop(0)
         await self.server.stop(grace_s)
 
 
@@ -51,6 +66,14 @@ def message_options(max_bytes: int) -> list[tuple[str, int]]:
 KEEPALIVE_OPTIONS = [("grpc.http2.min_ping_interval_without_data_ms", 20_000)]
 
 
+def public_tls(tls: TlsSettings | None) -> grpc.ServerCredentials | None:
+    """Server-side TLS for a public listener (the gateway's), None when not configured."""
+    if tls is None or not tls.enabled:
+        return None
+    assert tls.cert_file is not None and tls.key_file is not None
+    return grpc.ssl_server_credentials([(tls.key_file.read_bytes(), tls.cert_file.read_bytes())])
+
+
 async def start_server(
     registrations: Sequence[Registration],
     *,
@@ -58,8 +81,11 @@ async def start_server(
     port: int,
     max_message_bytes: int,
     internal_token: str | None = None,
-    tls: TlsSettings | None = None,
+    credentials: grpc.ServerCredentials | None = None,
+    health_port: int | None = None,
 ) -> RunningServer:
+    """Serves `registrations` on host:port, over TLS when `credentials` are given, demanding
+    `internal_token` when set; `health_port` adds a plaintext listener with health only."""
     server = grpc.aio.server(
         interceptors=[*server_tracing_interceptors(), ServiceInterceptor(internal_token)],
         options=[*message_options(max_message_bytes), *KEEPALIVE_OPTIONS, ("grpc.so_reuseport", 0)],
@@ -70,19 +96,33 @@ async def start_server(
         names.extend(registration.service_names)
     health = add_health_and_reflection(server, names)
     address = f"{host}:{port}"
-    if tls is not None and tls.enabled:
-        assert tls.cert_file is not None and tls.key_file is not None
-        credentials = grpc.ssl_server_credentials(
-            [(tls.key_file.read_bytes(), tls.cert_file.read_bytes())]
-        )
+    if credentials is not None:
         bound = server.add_secure_port(address, credentials)
     else:
         bound = server.add_insecure_port(address)
     if bound == 0:
         raise OSError(f"cannot bind {address}")
+    health_server, health_bound = None, None
+    if health_port is not None:
+        health_server, health_bound = _health_only_server(health, host, health_port)
+        await health_server.start()
     await server.start()
     await mark_serving(health, names)
-    return RunningServer(server, bound, health, tuple(names))
+    await mark_alive(health)
+    return RunningServer(server, bound, health, tuple(names), health_server, health_bound)
+
+
+def _health_only_server(
+    health: HealthServicer, host: str, port: int
+) -> tuple[grpc.aio.Server, int]:
+    """A plaintext listener sharing the main server's health state, for probes that cannot
+    do TLS (the kubelet's gRPC probe): health says nothing a caller could misuse."""
+    server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+    add_health_only(server, health)
+    bound = server.add_insecure_port(f"{host}:{port}")
+    if bound == 0:
+        raise OSError(f"cannot bind {host}:{port} (health)")
+    return server, bound
 
 
 def stop_event_on_signals() -> asyncio.Event:

@@ -11,12 +11,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import NoDecode
 
 # ConfigError is re-exported: the services raise and catch it as a settings error.
 from mediamesh.common.config_loader import ConfigError as ConfigError
 from mediamesh.common.config_loader import json_or_csv, load_layered
+from mediamesh.common.tenants import TENANT_PATTERN, is_tenant_name
 
 Pool = Literal["on-demand", "spot"]
 PriorityName = Literal["REALTIME", "STANDARD", "BATCH"]
@@ -50,6 +51,30 @@ class InternalAuthSettings(Section):
         return None
 
 
+class InternalTlsSettings(Section):
+    """TLS for every internal channel (gateway -> scheduler, scheduler <-> workers, the CLI):
+    servers present cert_file/key_file; with ca_file they also demand a client certificate
+    that CA signed (mutual TLS, itself a credential), and clients verify servers against it
+    and present the same cert_file/key_file."""
+
+    ca_file: Path | None = None
+    cert_file: Path | None = None
+    key_file: Path | None = None
+    # The name clients expect in the servers' certificates, when it is not the host they dial
+    # (workers are dialled by pod IP, unknown when certificates are issued).
+    server_name: str | None = None
+
+    @model_validator(mode="after")
+    def _cert_with_key(self) -> InternalTlsSettings:
+        if (self.cert_file is None) != (self.key_file is None):
+            raise ValueError("cert_file and key_file go together")
+        return self
+
+    @property
+    def enabled(self) -> bool:
+        return self.ca_file is not None or self.cert_file is not None
+
+
 class TlsSettings(Section):
     cert_file: Path | None = None
     key_file: Path | None = None
@@ -69,13 +94,20 @@ class TenantSettings(Section):
     max_queued_jobs: int = Field(10_000, ge=1)
     requests_per_second: float = Field(100.0, gt=0)
     burst: int = Field(200, ge=1)
+    # A separate budget for calls that make no job (Watch, GetJob, Download, Cancel,
+    # ListModels and the KServe metadata calls), so reads cannot starve submits or run free.
+    reads_per_second: float = Field(100.0, gt=0)
+    read_burst: int = Field(200, ge=1)
     weight: float = Field(1.0, gt=0)
 
 
 class ApiKeySettings(Section):
     # Lowercase hex SHA-256 of the key; the key itself is never stored.
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
-    tenant: str
+    # Never empty: an empty name is no tenant, not every tenant.
+    tenant: str = Field(pattern=TENANT_PATTERN)
+    # "admin": the key sees and acts on every tenant's jobs (operators' tools).
+    scopes: list[Literal["admin"]] = Field(default_factory=list)
 
 
 class GatewaySettings(Section):
@@ -91,6 +123,17 @@ class GatewaySettings(Section):
     inline_result_limit_bytes: int = Field(4 * 1024 * 1024, ge=1024)
     max_message_bytes: int = Field(64 * 1024 * 1024, ge=1024 * 1024)
     download_chunk_bytes: int = Field(1024 * 1024, ge=1024)
+    # Seconds without an answer from the scheduler before the gateway reports NOT_SERVING,
+    # so that readiness takes it out of rotation; SERVING again once the scheduler answers.
+    scheduler_lost_after_s: float = Field(10.0, gt=0)
+
+    @field_validator("tenants", mode="after")
+    @classmethod
+    def _tenant_names(cls, value: dict[str, TenantSettings]) -> dict[str, TenantSettings]:
+        bad = [name for name in value if not is_tenant_name(name)]
+        if bad:
+            raise ValueError(f"{bad[0]!r} is not a tenant name (pattern {TENANT_PATTERN})")
+        return value
 
 
 class QueueSettings(Section):
@@ -103,7 +146,7 @@ class PlacementSettings(Section):
     """Where jobs of one priority class may run."""
 
     prefer: Pool = "on-demand"
-    allow: list[Pool] = Field(default_factory=lambda: ["on-demand"])
+    allow: list[Pool] = Field(default_factory=lambda: _pools("on-demand"))
     # A job preferring spot that found no spot room for this long goes to on-demand.
     fallback_after_s: float = Field(30.0, ge=0)
 
@@ -116,12 +159,20 @@ def _default_queues() -> dict[str, QueueSettings]:
     }
 
 
-def _default_placement() -> dict[str, PlacementSettings]:
+def _pools(*pools: Pool) -> list[Pool]:
+    return list(pools)
+
+
+def _default_placement() -> dict[PriorityName, PlacementSettings]:
     return {
         "REALTIME": PlacementSettings(prefer="on-demand", allow=["on-demand"]),
         "STANDARD": PlacementSettings(prefer="on-demand", allow=["on-demand"]),
         "BATCH": PlacementSettings(prefer="spot", allow=["spot", "on-demand"]),
     }
+
+
+def _default_prices() -> dict[Pool, float]:
+    return {"on-demand": 4.0, "spot": 1.4}
 
 
 class SchedulerSettings(Section):
@@ -139,12 +190,15 @@ class SchedulerSettings(Section):
     retention_s: float = Field(24 * 3600.0, gt=0)
     placement: dict[PriorityName, PlacementSettings] = Field(default_factory=_default_placement)
     # Price per device-hour of each pool, for cost accounting.
-    prices_per_device_hour: dict[Pool, float] = Field(
-        default_factory=lambda: {"on-demand": 4.0, "spot": 1.4}
-    )
+    prices_per_device_hour: dict[Pool, float] = Field(default_factory=_default_prices)
     # Save a checkpoint every N steps by modality (0 = only on preemption).
     checkpoint_every_steps: dict[str, int] = Field(default_factory=dict)
     max_message_bytes: int = Field(256 * 1024 * 1024, ge=1024 * 1024)
+    # Allows running without an internal credential on a non-loopback address.
+    insecure: bool = False
+    # A plaintext port serving only grpc.health.v1, for probes that cannot do TLS (the
+    # kubelet's); None: health is served on `port` only.
+    health_port: int | None = None
 
     @field_validator("placement", mode="before")
     @classmethod
@@ -183,6 +237,10 @@ class WorkerSettings(Section):
     max_message_bytes: int = Field(256 * 1024 * 1024, ge=1024 * 1024)
     # torch intra-op threads for this worker; 0 leaves torch's default.
     torch_threads: int = Field(0, ge=0)
+    # Allows running without an internal credential on a non-loopback address.
+    insecure: bool = False
+    # A plaintext port serving only grpc.health.v1 (see SchedulerSettings.health_port).
+    health_port: int | None = None
 
     @field_validator("models", mode="before")
     @classmethod
@@ -201,6 +259,7 @@ class MeshConfig(Section):
     registry_path: Path | None = None
     telemetry: TelemetrySettings = Field(default_factory=TelemetrySettings)
     internal_auth: InternalAuthSettings = Field(default_factory=InternalAuthSettings)
+    internal_tls: InternalTlsSettings = Field(default_factory=InternalTlsSettings)
     gateway: GatewaySettings = Field(default_factory=GatewaySettings)
     scheduler: SchedulerSettings = Field(default_factory=SchedulerSettings)
     # The workers `mediamesh up` starts; `mediamesh worker --worker-id ID` runs one of them.

@@ -2,45 +2,40 @@
 
 from __future__ import annotations
 
-import ipaddress
+import asyncio
 import logging
 import time
 from dataclasses import dataclass
 
+from mediamesh.common.api.health import answers_serving
 from mediamesh.common.channels import internal_channel
+from mediamesh.common.credentials import InternalCredentials
+from mediamesh.common.exposure import InsecureBindError as InsecureBindError
+from mediamesh.common.exposure import refuse_open_off_loopback
 from mediamesh.common.registry import Registry
-from mediamesh.common.server import RunningServer, start_server
-from mediamesh.common.settings import ConfigError, MeshConfig
+from mediamesh.common.server import RunningServer, public_tls, start_server
+from mediamesh.common.settings import MeshConfig
 from mediamesh.gateway.api import kserve, servicer
 from mediamesh.gateway.api.upstream import Upstream
 from mediamesh.gateway.core.tenancy import Tenancy
+from mediamesh.gateway.scheduler_watch import SchedulerWatch
 
 log = logging.getLogger("mediamesh.gateway")
-
-
-class InsecureBindError(ConfigError):
-    """No API keys on a non-loopback address without --insecure."""
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 @dataclass
 class GatewayService:
     server: RunningServer
     channel: object
+    watch: SchedulerWatch
+    _watch_task: asyncio.Task[None]
 
     @property
     def port(self) -> int:
         return self.server.port
 
     async def stop(self, grace_s: float = 2.0) -> None:
+        self._watch_task.cancel()
         await self.server.stop(grace_s)
         await self.channel.close()  # type: ignore[attr-defined]
 
@@ -48,15 +43,15 @@ class GatewayService:
 async def start_gateway(config: MeshConfig, registry: Registry) -> GatewayService:
     g = config.gateway
     tenancy = Tenancy(g, time.monotonic)
-    if tenancy.open:
-        if not is_loopback(g.host) and not g.insecure:
-            raise InsecureBindError(
-                f"gateway.host {g.host} is not loopback and no gateway.api_keys are configured; "
-                "configure API keys or pass --insecure to serve without authentication"
-            )
-        log.warning("no API keys configured: the gateway on %s is OPEN to every caller", g.host)
+    refuse_open_off_loopback(
+        service="gateway",
+        host=g.host,
+        authenticated=not tenancy.open,
+        insecure=g.insecure,
+        missing="no gateway.api_keys are configured",
+    )
     channel = internal_channel(
-        g.scheduler_address, config.internal_auth.resolve(), g.max_message_bytes
+        g.scheduler_address, InternalCredentials.from_config(config), g.max_message_bytes
     )
     upstream = Upstream.over(
         channel,
@@ -71,7 +66,13 @@ async def start_gateway(config: MeshConfig, registry: Registry) -> GatewayServic
         host=g.host,
         port=g.port,
         max_message_bytes=g.max_message_bytes,
-        tls=g.tls,
+        credentials=public_tls(g.tls),
     )
+    watch = SchedulerWatch(
+        lambda timeout: answers_serving(channel, timeout),
+        server.set_serving,
+        g.scheduler_lost_after_s,
+    )
+    watch_task = asyncio.create_task(watch.run(), name="scheduler-watch")
     log.info("gateway serving on %s:%d", g.host, server.port)
-    return GatewayService(server, channel)
+    return GatewayService(server, channel, watch, watch_task)

@@ -7,6 +7,7 @@ marked SUCCEEDED, so a SUCCEEDED job always has its artifact.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
 from typing import Protocol
@@ -79,6 +80,9 @@ class BatchRunner:
         self.results = results
         self.apply = apply
         self.kick = kick
+        # Batches whose stream is open or whose events are still being applied; each
+        # event is set once the last of them is.
+        self._open: dict[str, asyncio.Event] = {}
 
     def _job_params(self, job: Job) -> JobParams:
         every = self.settings.checkpoint_every_steps.get(job.queue, 0)
@@ -96,6 +100,7 @@ class BatchRunner:
         params = [self._job_params(j) for j in dispatch.jobs]
         batch_id = dispatch.batch_id
         with batch_span(dispatch):
+            applied = self._open[batch_id] = asyncio.Event()
             try:
                 stream = self.link.run_batch(dispatch.address, batch_id, dispatch.model, params)
                 async for event in stream:
@@ -120,6 +125,21 @@ class BatchRunner:
                 # the pass the last result kicked ran while the stream was still open, so
                 # without this the queue waits for the next arrival or the loop's tick.
                 self.kick()
+                self._open.pop(batch_id, None)
+                applied.set()
+
+    def unapplied(self, batch_ids: list[str]) -> list[str]:
+        """The batches among `batch_ids` with events still to apply: a batch not open here
+        either ended with all its events applied or was never this scheduler's."""
+        return [b for b in batch_ids if b in self._open]
+
+    async def wait_applied(self, batch_ids: list[str], timeout_s: float) -> None:
+        """Return once every listed batch has had all its events applied, or after
+        `timeout_s`, whichever is first."""
+        waits = [self._open[b].wait() for b in self.unapplied(batch_ids)]
+        if waits:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.gather(*waits), timeout_s)
 
     async def _on_worker_event(self, batch_id: str, event: WorkerEvent) -> None:
         core = self.core
@@ -149,7 +169,8 @@ class BatchRunner:
             core.job_failed(event.job_id, batch_id, event.code, event.message)
         elif isinstance(event, JobPreempted):
             job = core.jobs.get(event.job_id)
-            pool = core.units[job.worker_id].pool if job and job.worker_id in core.units else ""
+            unit = core.units.get(job.worker_id) if job and job.worker_id else None
+            pool = unit.pool if unit else ""
             core.job_preempted(event.job_id, batch_id, event.checkpoint, event.step)
             metrics.PREEMPTIONS.labels(pool or "unknown").inc()
         elif isinstance(event, JobCheckpointed):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections import defaultdict
+from collections import defaultdict, deque
 from dataclasses import dataclass
 
 from mediamesh.scheduler.core.jobs import JobState
@@ -33,18 +33,66 @@ class WatchEvent:
         return self.kind in ("result", "error")
 
 
+# Events a watcher may have waiting before its progress is coalesced.
+WATCH_QUEUE_CAPACITY = 64
+# Superseded by a later event of the same kind: the latest step, the latest queue position.
+_COALESCIBLE = frozenset({"progress", "queued"})
+
+
+class WatchQueue:
+    """One watcher's pending events: never blocks the publisher, never grows without bound.
+
+    Past `capacity`, the oldest waiting progress or queue-position event makes room: a
+    later one of its kind says more. Notices and the final result or error are never
+    dropped, and their number per job is bounded by its attempts, so the queue is too.
+    """
+
+    def __init__(self, capacity: int = WATCH_QUEUE_CAPACITY) -> None:
+        self.capacity = capacity
+        self._events: deque[WatchEvent] = deque()
+        self._ready = asyncio.Event()
+        # Events dropped because a later one superseded them.
+        self.coalesced = 0
+
+    def __len__(self) -> int:
+        return len(self._events)
+
+    def put_nowait(self, event: WatchEvent) -> None:
+        """Queue `event`, first making room by coalescing when the queue is full."""
+        if len(self._events) >= self.capacity and self._drop_oldest_coalescible():
+            self.coalesced += 1
+        self._events.append(event)
+        self._ready.set()
+
+    async def get(self) -> WatchEvent:
+        """The next event, waiting for one."""
+        while not self._events:
+            self._ready.clear()
+            await self._ready.wait()
+        return self._events.popleft()
+
+    def _drop_oldest_coalescible(self) -> bool:
+        for index, waiting in enumerate(self._events):
+            if waiting.kind in _COALESCIBLE:
+                del self._events[index]
+                return True
+        return False
+
+
 class EventHub:
-    """Per-job subscriber queues; unbounded so a slow watcher never stalls the scheduler."""
+    """Per-job subscriber queues, bounded and coalescing: a slow watcher never stalls the
+    scheduler, and never costs it unbounded memory."""
 
-    def __init__(self) -> None:
-        self._subscribers: dict[str, set[asyncio.Queue[WatchEvent]]] = defaultdict(set)
+    def __init__(self, capacity: int = WATCH_QUEUE_CAPACITY) -> None:
+        self._capacity = capacity
+        self._subscribers: dict[str, set[WatchQueue]] = defaultdict(set)
 
-    def subscribe(self, job_id: str) -> asyncio.Queue[WatchEvent]:
-        queue: asyncio.Queue[WatchEvent] = asyncio.Queue()
+    def subscribe(self, job_id: str) -> WatchQueue:
+        queue = WatchQueue(self._capacity)
         self._subscribers[job_id].add(queue)
         return queue
 
-    def unsubscribe(self, job_id: str, queue: asyncio.Queue[WatchEvent]) -> None:
+    def unsubscribe(self, job_id: str, queue: WatchQueue) -> None:
         subscribers = self._subscribers.get(job_id)
         if subscribers is not None:
             subscribers.discard(queue)

@@ -7,6 +7,8 @@ import time
 import uuid
 from dataclasses import dataclass
 
+from mediamesh.common.credentials import NO_INTERNAL_CREDENTIAL, InternalCredentials
+from mediamesh.common.exposure import refuse_open_off_loopback
 from mediamesh.common.registry import Registry
 from mediamesh.common.server import Registration, RunningServer, start_server
 from mediamesh.common.settings import MeshConfig
@@ -44,13 +46,21 @@ async def start_scheduler(
     config: MeshConfig, registry: Registry, link: WorkerLink | None = None
 ) -> SchedulerService:
     s = config.scheduler
-    token = config.internal_auth.resolve()
+    credentials = InternalCredentials.from_config(config)
+    refuse_open_off_loopback(
+        service="scheduler",
+        host=s.host,
+        authenticated=credentials.authenticates,
+        insecure=s.insecure,
+        missing=NO_INTERNAL_CREDENTIAL,
+    )
+    server_credentials = credentials.server_credentials()
     core = SchedulerCore(registry.models, core_policy(s), time.time, new_job_id)
     runtime = SchedulerRuntime(
         core,
         JobStore(s.store_path),
         ArtifactStore(s.artifact_dir),
-        link or GrpcWorkerLink(token, s.max_message_bytes),
+        link or GrpcWorkerLink(credentials, s.max_message_bytes),
         s,
     )
     await runtime.start()
@@ -66,7 +76,9 @@ async def start_scheduler(
         host=s.host,
         port=s.port,
         max_message_bytes=s.max_message_bytes,
-        internal_token=token,
+        internal_token=credentials.token,
+        credentials=server_credentials,
+        health_port=s.health_port,
     )
     log.info("scheduler serving on %s:%d", s.host, server.port)
     return SchedulerService(runtime, server)

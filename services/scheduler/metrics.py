@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from prometheus_client import Counter, Gauge, Histogram
 
 from mediamesh.scheduler.core.interface import SchedulingCore
@@ -76,6 +78,13 @@ def declare_series(queues: list[str]) -> None:
     for pool in ("on-demand", "spot"):
         PREEMPTIONS.labels(pool)
         COST.labels(pool)
+
+
+def forget_worker(worker_id: str, devices: Iterable[str]) -> None:
+    """Drop a departed worker's series: a gauge left behind would report load on devices
+    that are gone, and every worker that ever came and went would stay in /metrics."""
+    for device in devices:
+        DEVICE_LOAD.remove(worker_id, device)
 
 
 def publish_gauges(core: SchedulingCore, queues: list[str]) -> None:

@@ -11,8 +11,9 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
 from pathlib import Path
+from typing import Any
 
 from mediamesh.common.aio import wait_event
 from mediamesh.common.errors import FailedPrecondition, MeshError, NotFound
@@ -32,6 +33,7 @@ from mediamesh.scheduler.core.interface import Accepted, NewJob, SchedulingCore
 from mediamesh.scheduler.core.jobs import Job, JobState
 from mediamesh.scheduler.core.units import WorkerInfo
 from mediamesh.scheduler.events import EventHub, WatchEvent
+from mediamesh.scheduler.roster import WorkerRoster
 from mediamesh.scheduler.store.artifacts import ArtifactStore, StoredArtifact
 from mediamesh.scheduler.store.job_store import JobStore
 
@@ -55,12 +57,13 @@ class SchedulerRuntime:
         self.hub = EventHub()
         self.results: dict[str, StoredArtifact] = {}
         self._kick = asyncio.Event()
-        self._tasks: set[asyncio.Task] = set()
-        self._loop_task: asyncio.Task | None = None
-        self._housekeeping_task: asyncio.Task | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._loop_task: asyncio.Task[None] | None = None
+        self._housekeeping_task: asyncio.Task[None] | None = None
         self.batches = BatchRunner(
             core, store, artifacts, link, settings, self.hub, self.results, self.apply, self.kick
         )
+        self.roster = WorkerRoster(link)
 
     # ---- lifecycle -----------------------------------------------------------------------
 
@@ -105,6 +108,7 @@ class SchedulerRuntime:
                 self.core.check_liveness()
                 self.core.schedule()
                 self.apply(self.core.take_effects())
+                self.roster.release_departed(self.core.units)
                 metrics.publish_gauges(self.core, list(self.settings.queues))
             except Exception:
                 log.exception("dispatch loop iteration failed; continuing")
@@ -169,8 +173,8 @@ class SchedulerRuntime:
         if effects:
             self.kick()
 
-    def _spawn(self, coro: object) -> None:
-        task = asyncio.ensure_future(coro)  # type: ignore[arg-type]
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.ensure_future(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -244,22 +248,25 @@ class SchedulerRuntime:
         self.apply(self.core.take_effects())
         return job, False
 
-    def owned_job(self, job_id: str, tenant: str) -> Job:
-        """The job if it exists and belongs to the tenant; otherwise NOT_FOUND, identically."""
+    def owned_job(self, job_id: str, tenant: str, *, admin: bool = False) -> Job:
+        """The job if it exists and belongs to the tenant (any tenant, for a caller with the
+        admin scope); otherwise NOT_FOUND, identically. No tenant name matches every job."""
         job = self.core.jobs.get(job_id)
-        if job is None or (tenant and job.tenant != tenant):
+        if job is None or (job.tenant != tenant and not admin):
             raise NotFound(f"job_id: no job {job_id!r}")
         return job
 
-    def cancel(self, job_id: str, tenant: str) -> Job:
-        self.owned_job(job_id, tenant)
+    def cancel(self, job_id: str, tenant: str, *, admin: bool = False) -> Job:
+        self.owned_job(job_id, tenant, admin=admin)
         job = self.core.cancel(job_id)
         self.apply(self.core.take_effects())
         assert job is not None
         return job
 
-    async def watch(self, job_id: str, tenant: str) -> AsyncIterator[WatchEvent]:
-        job = self.owned_job(job_id, tenant)
+    async def watch(
+        self, job_id: str, tenant: str, *, admin: bool = False
+    ) -> AsyncIterator[WatchEvent]:
+        job = self.owned_job(job_id, tenant, admin=admin)
         queue = self.hub.subscribe(job_id)
         try:
             # Decide from the snapshot, not the job: it may end while the snapshot is sent,
@@ -300,8 +307,8 @@ class SchedulerRuntime:
             attempt=job.attempts,
         )
 
-    def artifact_of(self, job_id: str, tenant: str) -> StoredArtifact:
-        job = self.owned_job(job_id, tenant)
+    def artifact_of(self, job_id: str, tenant: str, *, admin: bool = False) -> StoredArtifact:
+        job = self.owned_job(job_id, tenant, admin=admin)
         artifact = self.results.get(job_id)
         if job.state is not JobState.SUCCEEDED or artifact is None:
             raise FailedPrecondition(
@@ -316,6 +323,8 @@ class SchedulerRuntime:
     def register_worker(self, info: WorkerInfo) -> None:
         self.batches.link.reset(info.address)
         self.core.register_worker(info)
+        self.roster.release_departed(self.core.units)
+        self.roster.registered(info)
         log.info(
             "worker %s registered: pool=%s models=%s address=%s",
             info.worker_id,
@@ -341,3 +350,22 @@ class SchedulerRuntime:
         log.warning("worker %s lost: %s", info.worker_id, reason)
         self.core.worker_lost(info.worker_id, reason)
         self.apply(self.core.take_effects())
+        self.roster.release_departed(self.core.units)
+
+    async def settle_batches(
+        self, info: WorkerInfo, batch_ids: list[str], timeout_s: float
+    ) -> list[str]:
+        """Wait (at most `timeout_s`) until every event of the worker's ended batches is
+        applied; returns the batches that are. The worker sends no heartbeats while it waits
+        for this answer, so it is kept alive here: it is waiting on us, not silent."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while (left := deadline - loop.time()) > 0 and self.batches.unapplied(batch_ids):
+            unit = self.core.units.get(info.worker_id)
+            if unit is not None and unit.info is info:
+                self.core.heartbeat(info.worker_id, unit.draining)
+            await self.batches.wait_applied(
+                batch_ids, min(left, self.settings.heartbeat_interval_s)
+            )
+        pending = set(self.batches.unapplied(batch_ids))
+        return [b for b in batch_ids if b not in pending]

@@ -25,5 +25,7 @@ def core_policy(settings: SchedulerSettings) -> CorePolicy:
             Priority[name]: Placement(rule.prefer, frozenset(rule.allow), rule.fallback_after_s)
             for name, rule in settings.placement.items()
         },
-        prices_per_device_hour=dict(settings.prices_per_device_hour),
+        prices_per_device_hour={
+            pool: price for pool, price in settings.prices_per_device_hour.items()
+        },
     )

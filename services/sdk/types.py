@@ -106,6 +106,8 @@ class ModelInfo:
     mime_type: str
     limits: ModelLimits
     devices: tuple[str, ...] = ()
+    # GenerateRequest fields the model uses; setting any other model field is refused.
+    accepted_fields: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

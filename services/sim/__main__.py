@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 
 from mediamesh.cli.simulate_command import add_simulate_command
 
@@ -13,7 +14,8 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     add_simulate_command(sub)
     args = parser.parse_args(["simulate", *(sys.argv[1:] if argv is None else argv)])
-    return args.handler(args)
+    handler: Callable[[argparse.Namespace], int] = args.handler
+    return handler(args)
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -71,7 +72,11 @@ def _diurnal(rng: np.random.Generator, spec: Arrivals, count: int) -> np.ndarray
     return np.concatenate(chunks)[:count]
 
 
-def _weights(mapping: dict[str, float]) -> tuple[list[str], np.ndarray]:
+# Weights are keyed by names: model, tenant, or priority class names.
+_Name = TypeVar("_Name", bound=str)
+
+
+def _weights(mapping: dict[_Name, float]) -> tuple[list[_Name], np.ndarray]:
     names = list(mapping)
     weights = np.array([mapping[n] for n in names], dtype=float)
     return names, weights / weights.sum()
@@ -90,7 +95,7 @@ def generate(workload: Workload, seed: int, jobs: int | None = None) -> ArrivalP
     else:
         times = _diurnal(rng, spec, count)
     models, model_p = _weights(workload.models)
-    priorities, priority_p = _weights(dict(workload.priorities))
+    priorities, priority_p = _weights(workload.priorities)
     tenants, tenant_p = _weights({t: v.share for t, v in workload.tenants.items()})
     priority_values = np.array([int(Priority[p]) for p in priorities], dtype=np.int8)
     return ArrivalPlan(
@@ -107,7 +112,7 @@ def _from_trace(workload: Workload, jobs: int | None) -> ArrivalPlan:
     path = workload.arrivals.path
     if path is None:
         raise ScenarioError("workload.arrivals.path is required for a trace")
-    rows: list[dict] = []
+    rows: list[dict[str, Any]] = []
     with Path(path).open() as lines:
         for number, line in enumerate(lines, 1):
             if not line.strip():

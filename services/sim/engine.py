@@ -13,6 +13,7 @@ import heapq
 import itertools
 import math
 from collections.abc import Callable
+from typing import Any
 
 from mediamesh.common.registry import ModelSpec
 from mediamesh.scheduler.core.effects import Dispatch, Transition
@@ -26,7 +27,9 @@ from mediamesh.sim.records import OUTCOME_OF_STATE, REJECTED, JobRecords
 # Event kinds, in the order simultaneous events are handled.
 TIMER, BATCH_DONE, READY, NOTICE, GONE, POLL, SAMPLE = range(7)
 
-Handler = Callable[[object], None]
+# Each kind has its own payload type (a Device, a (Device, RunningBatch) pair, an index),
+# which one mapping from kind to handler cannot spell out.
+Handler = Callable[[Any], None]
 
 
 class Engine:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from mediamesh.common.registry import ModelSpec
 from mediamesh.scheduler.core.jobs import GenerationParams, Job
@@ -123,7 +124,7 @@ class Accounting:
             for (_, kind), s in self.provisioned_s.items()
         )
 
-    def summary(self) -> dict:
+    def summary(self) -> dict[str, Any]:
         rows = []
         for key in sorted(self.provisioned_s):
             pool, kind = key

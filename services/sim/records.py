@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any, TypedDict
 
 import numpy as np
 
@@ -44,11 +45,11 @@ class JobRecords:
         self.outcome[index] = outcome
         self.finished[index] = at
 
-    def summary(self, sla_s: dict[str, float]) -> dict:
+    def summary(self, sla_s: dict[str, float]) -> dict[str, Any]:
         """SLA attainment and wait/latency percentiles by modality, and by modality x priority."""
         latency = self.finished - self.plan.times
         wait = self.first_dispatch - self.plan.times
-        result: dict = {"by_modality": {}, "by_modality_priority": {}}
+        result: dict[str, Any] = {"by_modality": {}, "by_modality_priority": {}}
         for m, modality in enumerate(self.modalities):
             of_modality = self.modality == m
             sla = sla_s.get(modality, float("inf"))
@@ -78,7 +79,9 @@ class JobRecords:
             "latency_s": _percentiles((self.finished - self.plan.times)[done]),
         }
 
-    def attainment(self, sla_s: dict[str, float], priorities: set[int] | None = None) -> dict:
+    def attainment(
+        self, sla_s: dict[str, float], priorities: set[int] | None = None
+    ) -> dict[str, float]:
         """Fraction of each modality's jobs (of these priorities) done within its SLA."""
         latency = self.finished - self.plan.times
         out: dict[str, float] = {}
@@ -103,7 +106,7 @@ def _percentiles(values: np.ndarray) -> dict[str, float | None]:
 
 def _stats(
     mask: np.ndarray, outcome: np.ndarray, wait: np.ndarray, latency: np.ndarray, sla: float
-) -> dict:
+) -> dict[str, Any]:
     total = int(mask.sum())
     done = mask & (outcome == SUCCEEDED)
     met = done & (latency <= sla)
@@ -119,6 +122,14 @@ def _stats(
     }
 
 
+class LatencyPoints(TypedDict):
+    """One modality's latency percentiles by time bin (None: no job finished in the bin)."""
+
+    t: list[float]
+    p50: list[float | None]
+    p95: list[float | None]
+
+
 @dataclass
 class TimeSeries:
     """Sampled state of the mesh for the over-time plot."""
@@ -128,9 +139,7 @@ class TimeSeries:
     replicas: dict[str, list[int]] = field(default_factory=dict)
     busy: list[int] = field(default_factory=list)
 
-    def latency_over_time(
-        self, records: JobRecords, bins: int = 100
-    ) -> dict[str, dict[str, list[float | None]]]:
+    def latency_over_time(self, records: JobRecords, bins: int = 100) -> dict[str, LatencyPoints]:
         """p50/p95 latency of the jobs finishing in each time bin, per modality."""
         done = records.outcome == SUCCEEDED
         if not done.any():
@@ -140,7 +149,7 @@ class TimeSeries:
         modality = records.modality[done]
         edges = np.linspace(0.0, float(finished.max()) + 1e-9, bins + 1)
         centres = ((edges[:-1] + edges[1:]) / 2).tolist()
-        out: dict[str, dict[str, list[float | None]]] = {}
+        out: dict[str, LatencyPoints] = {}
         for m, name in enumerate(records.modalities):
             mine = modality == m
             # Sort by bin once, then each bin is a contiguous slice.
@@ -148,10 +157,10 @@ class TimeSeries:
             order = np.argsort(which, kind="stable")
             values, which = latency[mine][order], which[order]
             bounds = np.searchsorted(which, np.arange(bins + 1))
-            series: dict[str, list[float | None]] = {"t": centres, "p50": [], "p95": []}
+            series: LatencyPoints = {"t": centres, "p50": [], "p95": []}
             for b in range(bins):
                 chunk = values[bounds[b] : bounds[b + 1]]
-                for p, key in ((50, "p50"), (95, "p95")):
-                    series[key].append(float(np.percentile(chunk, p)) if len(chunk) else None)
+                series["p50"].append(float(np.percentile(chunk, 50)) if len(chunk) else None)
+                series["p95"].append(float(np.percentile(chunk, 95)) if len(chunk) else None)
             out[name] = series
         return out

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from types import ModuleType
+from typing import Any, TypeVar
 
 from mediamesh.sim.simulation import SimulationResult
 
@@ -16,11 +17,14 @@ def _bins(result: SimulationResult) -> int:
     return int(min(max(result.jobs / 200, 10), 100))
 
 
-def _thin(values: list, step: int) -> list:
+_Point = TypeVar("_Point")
+
+
+def _thin(values: list[_Point], step: int) -> list[_Point]:
     return values[::step]
 
 
-def result_dict(result: SimulationResult) -> dict:
+def result_dict(result: SimulationResult) -> dict[str, Any]:
     series = result.series
     step = max(len(series.t) // _MAX_SERIES_POINTS, 1)
     return {
@@ -45,7 +49,7 @@ def result_dict(result: SimulationResult) -> dict:
     }
 
 
-def write_json(result: SimulationResult, path: Path) -> dict:
+def write_json(result: SimulationResult, path: Path) -> dict[str, Any]:
     data = result_dict(result)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=2) + "\n")

@@ -12,10 +12,11 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
 
-from mediamesh.common.settings import SchedulerSettings
+from mediamesh.common.settings import Pool, SchedulerSettings
 from mediamesh.scheduler.core.jobs import Priority
 from mediamesh.sim.arrivals import ArrivalPlan, generate
 from mediamesh.sim.scenario import Deployment, Scenario, Workload
@@ -47,7 +48,7 @@ class RightSizeResult:
     # Device types not tried, and why.
     skipped: dict[str, str]
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "target": self.target,
             "priorities": self.priorities,
@@ -154,7 +155,7 @@ class RightSizer:
     def fleet(self, device: str, devices: int, spot_share: float) -> list[Deployment]:
         spot = round(devices * spot_share)
         on_demand = devices - spot
-        pools = [("on-demand", on_demand), ("spot", spot)]
+        pools: list[tuple[Pool, int]] = [("on-demand", on_demand), ("spot", spot)]
         return [
             Deployment(name=f"{device}-{pool}", device=device, pool=pool, replicas=count)
             for pool, count in pools
@@ -163,7 +164,10 @@ class RightSizer:
 
     def trial(self, device: str, devices: int, spot_share: float) -> Trial:
         fleet = self.fleet(device, devices, spot_share)
-        update: dict = {"fleet": fleet, "drain_s": 3 * max(self.sla_s.values(), default=60.0)}
+        update: dict[str, Any] = {
+            "fleet": fleet,
+            "drain_s": 3 * max(self.sla_s.values(), default=60.0),
+        }
         if all(d.pool != "spot" for d in fleet):
             update["scheduler"] = _without_spot_wait(self.scenario.scheduler)
         scenario = self.scenario.model_copy(update=update)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from importlib.resources import as_file, files
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -103,13 +103,17 @@ class Tenant(Section):
     max_running: int = Field(0, ge=0)
 
 
+def _only_standard() -> dict[PriorityName, float]:
+    return {"STANDARD": 1.0}
+
+
 class Workload(Section):
     jobs: int = Field(10_000, ge=1)
     arrivals: Arrivals = Field(default_factory=Arrivals)
     # Relative weights; normalised.
     models: dict[str, Annotated[float, Field(gt=0)]]
     priorities: dict[PriorityName, Annotated[float, Field(gt=0)]] = Field(
-        default_factory=lambda: {"STANDARD": 1.0}
+        default_factory=_only_standard
     )
     tenants: dict[str, Tenant] = Field(default_factory=lambda: {"default": Tenant()})
     # Generation parameters per model over the registry defaults (steps, width, height, ...).
@@ -141,7 +145,7 @@ class Scenario(Section):
     seed: int = 0
     # Registry file (relative to the scenario) or inline models; the default registry if neither.
     registry_path: Path | None = None
-    models: list[dict] | None = None
+    models: list[dict[str, Any]] | None = None
     scheduler: SchedulerSettings = Field(default_factory=SchedulerSettings)
     device_types: dict[str, DeviceType]
     fleet: list[Deployment]
@@ -173,7 +177,8 @@ class Scenario(Section):
     def prices(self, device: str) -> dict[str, float]:
         """Price per device-hour of `device` in each pool."""
         own = self.device_types[device].price_per_hour
-        return dict(own if own is not None else self.scheduler.prices_per_device_hour)
+        prices = own if own is not None else self.scheduler.prices_per_device_hour
+        return {pool: price for pool, price in prices.items()}
 
     def registry(self) -> Registry:
         if self.models is not None:
@@ -207,7 +212,7 @@ def parse_scenario(raw: object, origin: str = "scenario", base: Path | None = No
 
 
 def _resolve_paths(scenario: Scenario, base: Path) -> Scenario:
-    updates: dict = {}
+    updates: dict[str, Any] = {}
     if scenario.registry_path is not None and not scenario.registry_path.is_absolute():
         updates["registry_path"] = base / scenario.registry_path
     trace = scenario.workload.arrivals.path

@@ -8,6 +8,7 @@ import math
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, fields
+from typing import Any
 
 from mediamesh.common.registry import ModelSpec
 from mediamesh.scheduler.core.jobs import GenerationParams, TenantQuota
@@ -49,9 +50,9 @@ class SimulationResult:
     devices: int
     sim_seconds: float
     wall_seconds: float
-    stats: dict
-    fleet: dict
-    scheduler: dict
+    stats: dict[str, Any]
+    fleet: dict[str, Any]
+    scheduler: dict[str, Any]
     series: TimeSeries
     records: JobRecords
     sla_s: dict[str, float]
@@ -89,7 +90,7 @@ def scale_fleet(fleet: list[Deployment], devices: int) -> list[Deployment]:
         counts[i] += 1
     scaled = []
     for deployment, count in zip(fleet, counts, strict=True):
-        update: dict = {"replicas": count}
+        update: dict[str, Any] = {"replicas": count}
         if deployment.autoscale is not None:
             a = deployment.autoscale
             update["autoscale"] = Autoscale(

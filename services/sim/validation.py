@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from mediamesh.common.registry import load_registry
-from mediamesh.common.settings import SchedulerSettings
+from mediamesh.common.settings import PriorityName, SchedulerSettings
 from mediamesh.sim.records import SUCCEEDED
 from mediamesh.sim.scenario import (
     Arrivals,
@@ -112,7 +112,7 @@ def simulate_small_for_validation(
     jobs: int = 200,
     rate_per_s: float = 5.0,
     models: dict[str, float] | None = None,
-    priority: str = "STANDARD",
+    priority: PriorityName = "STANDARD",
     overhead_s: dict[str, float] | None = None,
     batch_exponent: float = 0.8,
     registry_path: Path | None = None,

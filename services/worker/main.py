@@ -7,6 +7,8 @@ import logging
 import os
 from dataclasses import dataclass
 
+from mediamesh.common.credentials import NO_INTERNAL_CREDENTIAL, InternalCredentials
+from mediamesh.common.exposure import refuse_open_off_loopback
 from mediamesh.common.registry import ModelSpec, Registry
 from mediamesh.common.server import Registration, RunningServer, start_server
 from mediamesh.common.settings import ConfigError, MeshConfig, WorkerSettings
@@ -21,6 +23,10 @@ from mediamesh.worker.runtime import WorkerRuntime
 
 log = logging.getLogger("mediamesh.worker")
 
+# Longest a leaving worker waits for the scheduler to confirm its batches' last events:
+# longer than the scheduler waits to apply them, so its answer, not this, ends the wait.
+SETTLE_WAIT_S = 15.0
+
 
 def hosted_specs(registry: Registry, worker: WorkerSettings) -> list[ModelSpec]:
     if not worker.models:
@@ -33,7 +39,9 @@ def hosted_specs(registry: Registry, worker: WorkerSettings) -> list[ModelSpec]:
     return [s for s in registry.models if s.name in worker.models]
 
 
-def load_hosts(config: MeshConfig, worker: WorkerSettings, specs: list[ModelSpec]) -> dict:
+def load_hosts(
+    config: MeshConfig, worker: WorkerSettings, specs: list[ModelSpec]
+) -> dict[str, ModelHost]:
     """Runs in a thread: loading weights is torch work and must stay off the event loop."""
     if worker.torch_threads:
         import torch
@@ -57,25 +65,51 @@ class WorkerService:
     server: RunningServer
     session: SchedulerSession
     exit_requested: asyncio.Event
-    _memory_task: asyncio.Task
+    _memory_task: asyncio.Task[None]
+    _follow_task: asyncio.Task[None]
 
     @property
     def port(self) -> int:
         return self.server.port
 
+    @property
+    def exit_code(self) -> int:
+        """The process's exit status once stopped: not 0 when the worker left because it
+        cannot run batches, so that its supervisor restarts it."""
+        return 0 if self.runtime.fault is None else 1
+
     async def drain_and_stop(self, grace_s: float) -> None:
-        """Checkpoint running jobs (bounded by the grace period), then stop serving."""
+        """Checkpoint running jobs (bounded by the grace period), wait until the scheduler
+        has applied the last events of the batches that ended, then stop serving."""
         self.runtime.start_drain()
         if not await self.runtime.wait_drained(grace_s):
             log.warning("drain grace of %.0f s ran out with jobs still running", grace_s)
-        await asyncio.sleep(0.2)  # let the last events reach the scheduler
+        ended = list(self.runtime.ended_batches)
+        if not await self.session.settle(ended, SETTLE_WAIT_S):
+            log.warning(
+                "the scheduler did not confirm the last events of %d batches in %.0f s",
+                len(ended),
+                SETTLE_WAIT_S,
+            )
         await self.stop()
 
     async def stop(self, grace_s: float = 1.0) -> None:
         self._memory_task.cancel()
+        self._follow_task.cancel()
         await self.session.stop()
         await self.server.stop(grace_s)
         await asyncio.to_thread(self.runtime.close)
+
+
+async def _follow_runtime(
+    runtime: WorkerRuntime, server: RunningServer, exit_requested: asyncio.Event
+) -> None:
+    """Health follows the runtime: NOT_SERVING once it drains, so readiness stops routing
+    here; and a worker whose devices are gone asks to leave (with a failing exit status)."""
+    await runtime.drain_started.wait()
+    await server.set_serving(False)
+    await runtime.faulted.wait()
+    exit_requested.set()
 
 
 async def _report_memory(devices: list[str]) -> None:
@@ -91,6 +125,16 @@ async def start_worker(
     config: MeshConfig, registry: Registry, worker: WorkerSettings
 ) -> WorkerService:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    credentials = InternalCredentials.from_config(config)
+    # Before loading any model: a refusal must be quick and cost nothing.
+    refuse_open_off_loopback(
+        service="worker",
+        host=worker.host,
+        authenticated=credentials.authenticates,
+        insecure=worker.insecure,
+        missing=NO_INTERNAL_CREDENTIAL,
+    )
+    server_credentials = credentials.server_credentials()
     specs = hosted_specs(registry, worker)
     hosts = await asyncio.to_thread(load_hosts, config, worker, specs)
     runtime = WorkerRuntime(worker.worker_id, worker.pool, hosts)
@@ -100,13 +144,14 @@ async def start_worker(
         if exit_after:
             exit_requested.set()
 
-    token = config.internal_auth.resolve()
     server = await start_server(
         [Registration(service_names(), adder(WorkerServicer(runtime, on_drain)))],
         host=worker.host,
         port=worker.port,
         max_message_bytes=worker.max_message_bytes,
-        internal_token=token,
+        internal_token=credentials.token,
+        credentials=server_credentials,
+        health_port=worker.health_port,
     )
     address = worker.advertise_address or f"{worker.host}:{server.port}"
     devices = sorted({d for h in hosts.values() for d in h.device_ids} or {worker.device})
@@ -117,11 +162,12 @@ async def start_worker(
         devices=[_measure(d) for d in devices],
         hosts=hosts,
     )
-    session = SchedulerSession(runtime, registration, worker.scheduler_address, token)
+    session = SchedulerSession(runtime, registration, worker.scheduler_address, credentials)
     session.start()
     memory_task = asyncio.create_task(_report_memory(devices))
+    follow_task = asyncio.create_task(_follow_runtime(runtime, server, exit_requested))
     log.info("worker %s serving on %s (pool %s)", worker.worker_id, address, worker.pool)
-    return WorkerService(runtime, server, session, exit_requested, memory_task)
+    return WorkerService(runtime, server, session, exit_requested, memory_task, follow_task)
 
 
 def _measure(device: str) -> DeviceMemory:

@@ -11,6 +11,7 @@ import asyncio
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -28,11 +29,14 @@ from mediamesh.common.work import (
     WorkerEvent,
 )
 from mediamesh.worker import metrics
-from mediamesh.worker.core.batch import BatchControl
+from mediamesh.worker.core.batch import BatchControl, DeviceGroupLost
 from mediamesh.worker.models.host import ModelHost
 
 log = logging.getLogger("mediamesh.worker")
 _tracer = tracer("mediamesh.worker")
+
+# Batches a worker remembers having ended: more than can end between two session messages.
+ENDED_BATCHES_KEPT = 256
 
 
 def _span_fields(event: WorkerEvent) -> dict[str, str | int | float]:
@@ -66,7 +70,16 @@ class WorkerRuntime:
         self._running: dict[str, _Running] = {}
         self._lock = threading.Lock()
         self.draining = False
+        # Set once draining starts, for whoever reports the worker's health.
+        self.drain_started = asyncio.Event()
         self.drained = asyncio.Event()
+        # Why the worker cannot run batches any more (its devices are gone); set with
+        # `faulted`, and then only a restart helps.
+        self.fault: str | None = None
+        self.faulted = asyncio.Event()
+        # The scheduler may still be applying a batch's last events when the worker
+        # leaves, so it asks the scheduler about these before closing its session.
+        self.ended_batches: deque[str] = deque(maxlen=ENDED_BATCHES_KEPT)
         for device in {d for h in hosts.values() for d in h.device_ids}:
             metrics.DEVICE_UTILIZATION.labels(device).set(0)
         for reason in ("preempted", "periodic"):
@@ -82,6 +95,17 @@ class WorkerRuntime:
         return len(self._running)
 
     async def run_batch(
+        self, batch_id: str, model: str, jobs: list[JobParams]
+    ) -> AsyncIterator[WorkerEvent]:
+        """The batch's events; raises DeviceGroupLost (after marking the worker faulted)
+        when the devices it runs on are gone, leaving its unreported jobs to the scheduler."""
+        try:
+            async for event in self._run_batch(batch_id, model, jobs):
+                yield event
+        finally:
+            self.ended_batches.append(batch_id)
+
+    async def _run_batch(
         self, batch_id: str, model: str, jobs: list[JobParams]
     ) -> AsyncIterator[WorkerEvent]:
         host = self.hosts.get(model)
@@ -143,12 +167,18 @@ class WorkerRuntime:
         finally:
             # The caller went away (scheduler restart or cancel): stop at the next step.
             control.cancel(running.job_ids)
-            await asyncio.shield(future)
-            span.end()
-            self._running.pop(batch_id, None)
-            self.state_changed.set()
-            if self.draining and not self._running:
-                self.drained.set()
+            try:
+                await asyncio.shield(future)
+            except DeviceGroupLost as lost:
+                self.lose_devices(str(lost))
+                raise
+            finally:
+                span.end()
+                self._running.pop(batch_id, None)
+                self.state_changed.set()
+                # Draining may have begun while the batch ran (`draining` was False above).
+                if self.drain_started.is_set() and not self._running:
+                    self.drained.set()
 
     def cancel(self, job_ids: list[str]) -> list[str]:
         found: list[str] = []
@@ -156,9 +186,20 @@ class WorkerRuntime:
             found.extend(running.control.cancel(job_ids))
         return found
 
+    def lose_devices(self, reason: str) -> None:
+        """The devices are gone (a tensor-parallel rank died). Every batch would fail, and
+        failing fast would make this worker look idle and draw more work, so it takes no
+        more batches and asks to be restarted: `faulted` is for its supervisor."""
+        if self.fault is None:
+            log.error("worker %s lost its devices: %s; it must restart", self.worker_id, reason)
+            self.fault = reason
+        self.start_drain()
+        self.faulted.set()
+
     def start_drain(self) -> list[str]:
         """Stop taking batches and ask running ones to checkpoint at their next step."""
         self.draining = True
+        self.drain_started.set()
         preempting = self.running_jobs
         for running in self._running.values():
             running.control.preempt()

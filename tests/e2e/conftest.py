@@ -9,7 +9,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -73,7 +73,7 @@ class MeshProcess:
         return path.read_text() if path.exists() else ""
 
 
-def mesh_config(tmp: Path, models_dir: Path, workers: list[dict], **sections: dict) -> dict:
+def mesh_config(tmp: Path, models_dir: Path, workers: list[dict], **sections: object) -> dict:
     config: dict = {
         "models_dir": str(models_dir),
         "internal_auth": {"token": "e2e-internal-token"},
@@ -179,10 +179,12 @@ def stop(mesh: MeshProcess) -> None:
 
 
 @pytest.fixture
-def launch(tmp_path: Path, models_dir: Path) -> Iterator:
+def launch(tmp_path: Path, models_dir: Path) -> Iterator[Callable[..., MeshProcess]]:
     started: list[MeshProcess] = []
 
-    def _launch(workers: list[dict], extra_args: tuple[str, ...] = (), **sections: dict):
+    def _launch(
+        workers: list[dict], extra_args: tuple[str, ...] = (), **sections: object
+    ) -> MeshProcess:
         mesh = start(tmp_path, mesh_config(tmp_path, models_dir, workers, **sections), extra_args)
         started.append(mesh)
         return mesh
@@ -192,7 +194,7 @@ def launch(tmp_path: Path, models_dir: Path) -> Iterator:
         stop(mesh)
 
 
-def wait_for(predicate, timeout: float = 60.0, interval: float = 0.2) -> None:
+def wait_for(predicate: Callable[[], object], timeout: float = 60.0, interval: float = 0.2) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():

@@ -10,7 +10,7 @@ from pathlib import Path
 
 
 def read_spans(folder: Path) -> list[dict]:
-    spans = []
+    spans: list[dict] = []
     for path in folder.glob("spans-*.jsonl"):
         spans.extend(json.loads(line) for line in path.read_text().splitlines() if line)
     return spans

@@ -42,8 +42,9 @@ async def _follow(stub: gateway_pb2_grpc.GatewayStub, job: PlannedJob, index: in
         prompt=f"validation {index}",
         seed=index,
         priority=common_pb2.STANDARD,
-        **job.params,
     )
+    for name, value in job.params.items():
+        setattr(request, name, value)
     timing = JobTiming(job.model, time.time())
     try:
         # No gRPC timeout: the gateway would make it the job's deadline, and the scheduler

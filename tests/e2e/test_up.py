@@ -72,7 +72,8 @@ def test_up_generate_grpcurl_and_clean_stop(launch, tmp_path: Path):
     png = Image.open(io.BytesIO(base64.b64decode(final["result"]["data"])))
     assert png.size == (64, 64)
 
-    status = mesh.cli("status", "--config", str(mesh.config_path))
+    # The run directory `up` wrote its config (and internal token) to, as without --config.
+    status = mesh.cli("status", "--run-dir", str(mesh.run_dir))
     assert status.returncode == 0 and "worker-0" in status.stdout and "SUCCEEDED=2" in status.stdout
     top = mesh.cli(
         "top", "--config", str(mesh.config_path), "--iterations", "2", "--interval", "0.1"

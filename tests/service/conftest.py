@@ -10,25 +10,28 @@ import grpc
 import pytest
 
 from mediamesh.common.generated.v1 import gateway_pb2_grpc
-from mediamesh.common.registry import load_registry
+from mediamesh.common.registry import Registry, load_registry
 from mediamesh.common.settings import (
     GatewaySettings,
+    InternalAuthSettings,
+    InternalTlsSettings,
     MeshConfig,
     SchedulerSettings,
     WorkerSettings,
 )
-from mediamesh.gateway.main import start_gateway
-from mediamesh.scheduler.main import start_scheduler
-from mediamesh.worker.main import start_worker
+from mediamesh.gateway.main import GatewayService, start_gateway
+from mediamesh.scheduler.core.interface import SchedulingCore
+from mediamesh.scheduler.main import SchedulerService, start_scheduler
+from mediamesh.worker.main import WorkerService, start_worker
 
 
 @dataclass
 class InProcessMesh:
     config: MeshConfig
-    scheduler: object
-    gateway: object
-    workers: list = field(default_factory=list)
-    channels: list = field(default_factory=list)
+    scheduler: SchedulerService
+    gateway: GatewayService
+    workers: list[WorkerService] = field(default_factory=list)
+    channels: list[grpc.aio.Channel] = field(default_factory=list)
 
     def gateway_stub(self, address: str | None = None) -> gateway_pb2_grpc.GatewayStub:
         channel = grpc.aio.insecure_channel(address or f"127.0.0.1:{self.gateway.port}")
@@ -36,7 +39,7 @@ class InProcessMesh:
         return gateway_pb2_grpc.GatewayStub(channel)
 
     @property
-    def core(self):
+    def core(self) -> SchedulingCore:
         return self.scheduler.runtime.core
 
 
@@ -47,12 +50,16 @@ async def start_mesh(
     gateway: dict | None = None,
     scheduler: dict | None = None,
     token: str | None = None,
+    internal_tls: dict | None = None,
+    worker: dict | None = None,
+    registry: Registry | None = None,
 ) -> InProcessMesh:
     import asyncio
 
     config = MeshConfig(
         models_dir=models_dir,
-        internal_auth={"token": token} if token else {},
+        internal_auth=InternalAuthSettings.model_validate({"token": token} if token else {}),
+        internal_tls=InternalTlsSettings.model_validate(internal_tls or {}),
         scheduler=SchedulerSettings(
             port=0,
             metrics_port=None,
@@ -63,7 +70,7 @@ async def start_mesh(
         gateway=GatewaySettings(port=0, metrics_port=None, **(gateway or {})),
         workers=[],
     )
-    registry = load_registry()
+    registry = registry or load_registry()
     sched = await start_scheduler(config, registry)
     address = f"127.0.0.1:{sched.port}"
     config.gateway.scheduler_address = address
@@ -77,6 +84,7 @@ async def start_mesh(
             models=models,
             checkpoint_dir=tmp_path / "artifacts" / "checkpoints",
             drain_grace_s=10,
+            **(worker or {}),
         )
         mesh.workers.append(await start_worker(config, registry, settings))
     for _ in range(200):

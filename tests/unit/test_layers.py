@@ -23,6 +23,7 @@ PROBES = [
     ("scheduler/probe.py", "import mediamesh.gateway.core.tenancy"),
     ("common/probe.py", "import mediamesh.cli.main"),
     ("worker/models/probe.py", "import mediamesh.worker.parallel.sync"),
+    ("sim/engine.py", "import mediamesh.scheduler.core.scheduler"),
 ]
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import grpc
 
+from mediamesh.common.credentials import InternalCredentials
 from mediamesh.common.generated.v1 import (
     scheduler_pb2,
     scheduler_pb2_grpc,
@@ -14,26 +15,27 @@ from mediamesh.common.interceptors import INTERNAL_TOKEN_KEY
 from mediamesh.common.settings import MeshConfig
 
 
-def _metadata(config: MeshConfig) -> list[tuple[str, str]]:
-    token = config.internal_auth.resolve()
-    return [(INTERNAL_TOKEN_KEY, token)] if token else []
+def _metadata(credentials: InternalCredentials) -> list[tuple[str, str]]:
+    return [(INTERNAL_TOKEN_KEY, credentials.token)] if credentials.token else []
 
 
 def mesh_status(config: MeshConfig, address: str | None = None) -> scheduler_pb2.MeshStatus:
     s = config.scheduler
-    with grpc.insecure_channel(address or f"{s.host}:{s.port}") as channel:
+    credentials = InternalCredentials.from_config(config)
+    with credentials.blocking_channel(address or f"{s.host}:{s.port}") as channel:
         stub = scheduler_pb2_grpc.SchedulerStub(channel)
         return stub.GetStatus(
-            scheduler_pb2.GetStatusRequest(), timeout=5, metadata=_metadata(config)
+            scheduler_pb2.GetStatusRequest(), timeout=5, metadata=_metadata(credentials)
         )
 
 
 def drain_worker(config: MeshConfig, address: str, grace_s: float, exit_after: bool) -> list[str]:
     """Asks the worker at `address` to drain; the ids of the jobs it is checkpointing."""
-    with grpc.insecure_channel(address) as channel:
+    credentials = InternalCredentials.from_config(config)
+    with credentials.blocking_channel(address) as channel:
         reply = worker_pb2_grpc.WorkerStub(channel).Drain(
             worker_pb2.DrainRequest(grace_s=grace_s, exit=exit_after),
-            metadata=_metadata(config),
+            metadata=_metadata(credentials),
             # The answer comes after the grace period when the worker waits for its jobs.
             timeout=max(grace_s, 1.0) + 10,
         )

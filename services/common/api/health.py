@@ -10,16 +10,26 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 from grpc_reflection.v1alpha import reflection
 
+from mediamesh.common.credentials import InternalCredentials
+
 __all__ = [
     "HEALTH_SERVICE",
+    "LIVENESS_SERVICE",
     "HealthServicer",
     "add_health_and_reflection",
+    "add_health_only",
+    "answers_serving",
     "is_serving",
+    "mark_alive",
     "mark_serving",
     "serving_status",
 ]
 
 HEALTH_SERVICE = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
+# The health name for liveness probes: SERVING while the process runs. The server as a whole
+# ("") is for readiness and turns NOT_SERVING when it should get no work (a draining worker,
+# a gateway without its scheduler); a liveness probe on it would restart such a process.
+LIVENESS_SERVICE = "liveness"
 
 
 def add_health_and_reflection(
@@ -35,25 +45,65 @@ def add_health_and_reflection(
     return health
 
 
-async def mark_serving(health: HealthServicer, service_names: Iterable[str]) -> None:
-    """SERVING for the server as a whole ("") and for each named service."""
+def add_health_only(server: grpc.aio.Server, health: HealthServicer) -> None:
+    """Adds `health`, already serving on another server, to `server`: both report alike."""
+    health_pb2_grpc.add_HealthServicer_to_server(health, server)
+
+
+async def mark_serving(
+    health: HealthServicer, service_names: Iterable[str], serving: bool = True
+) -> None:
+    """SERVING (or NOT_SERVING) for the server as a whole ("") and for each named service.
+    After `enter_graceful_shutdown` the servicer ignores this and stays NOT_SERVING."""
+    status = (
+        health_pb2.HealthCheckResponse.SERVING
+        if serving
+        else health_pb2.HealthCheckResponse.NOT_SERVING
+    )
     for name in ("", *service_names):
-        await health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        await health.set(name, status)
 
 
-def serving_status(address: str, service: str = "", timeout: float = 1.0) -> str:
-    """The health status name ("SERVING", "NOT_SERVING", ...) of `service` at `address`
-    over a plaintext channel; raises grpc.RpcError when the server does not answer."""
-    with grpc.insecure_channel(address) as channel:
-        reply = health_pb2_grpc.HealthStub(channel).Check(
+async def mark_alive(health: HealthServicer) -> None:
+    """SERVING for LIVENESS_SERVICE, for good: only shutting down changes it."""
+    await health.set(LIVENESS_SERVICE, health_pb2.HealthCheckResponse.SERVING)
+
+
+async def answers_serving(channel: grpc.aio.Channel, timeout: float, service: str = "") -> bool:
+    """Whether the server behind `channel` reports SERVING for `service` within `timeout`
+    seconds; False when it reports otherwise or does not answer."""
+    try:
+        # typeshed's HealthStub declares no rpc methods; the generated class has them.
+        reply = await health_pb2_grpc.HealthStub(channel).Check(  # type: ignore[attr-defined]
+            health_pb2.HealthCheckRequest(service=service), timeout=timeout, wait_for_ready=True
+        )
+    except grpc.aio.AioRpcError:
+        return False
+    return bool(reply.status == health_pb2.HealthCheckResponse.SERVING)
+
+
+def serving_status(
+    address: str,
+    service: str = "",
+    timeout: float = 1.0,
+    credentials: InternalCredentials | None = None,
+) -> str:
+    """The health status name ("SERVING", "NOT_SERVING", ...) of `service` at `address`, over
+    the internal credential's TLS when given (else plaintext); raises grpc.RpcError when the
+    server does not answer."""
+    with (credentials or InternalCredentials()).blocking_channel(address) as channel:
+        # typeshed's HealthStub declares no rpc methods; the generated class has them.
+        reply = health_pb2_grpc.HealthStub(channel).Check(  # type: ignore[attr-defined]
             health_pb2.HealthCheckRequest(service=service), timeout=timeout
         )
     return health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
 
 
-def is_serving(address: str, timeout: float = 1.0) -> bool:
+def is_serving(
+    address: str, timeout: float = 1.0, credentials: InternalCredentials | None = None
+) -> bool:
     """Whether the server at `address` answers SERVING; False when it does not answer."""
     try:
-        return serving_status(address, timeout=timeout) == "SERVING"
+        return serving_status(address, timeout=timeout, credentials=credentials) == "SERVING"
     except grpc.RpcError:
         return False

@@ -75,8 +75,8 @@ def worker_event(m: worker_pb2.BatchEvent) -> WorkerEvent | None:
     if kind == "error":
         return JobFailed(job_id, m.error.code, m.error.message)
     if kind == "preempted":
-        p = m.preempted
-        return JobPreempted(job_id, p.checkpoint, p.step)
+        pre = m.preempted
+        return JobPreempted(job_id, pre.checkpoint, pre.step)
     if kind == "checkpointed":
         c = m.checkpointed
         return JobCheckpointed(job_id, c.checkpoint, c.step)

@@ -11,6 +11,7 @@ import asyncio
 import importlib.metadata
 import logging
 from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import grpc
 
@@ -23,9 +24,10 @@ from mediamesh.common.server import Registration
 from mediamesh.gateway.api import kserve_messages as messages
 from mediamesh.gateway.api.kserve_jobs import ElementProgress, run_call
 from mediamesh.gateway.api.lenient import add_servicer
-from mediamesh.gateway.api.upstream import Upstream, caller_of, mesh_errors
+from mediamesh.gateway.api.upstream import Upstream, caller_of, mesh_errors, reader_of
 from mediamesh.gateway.core.inference_call import (
     MODEL_VERSION,
+    ParamValue,
     check_version,
     encode_outputs,
     parse_call,
@@ -55,45 +57,57 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     # ---- health and metadata -------------------------------------------------------------
 
     async def ServerLive(
-        self, request: pb.ServerLiveRequest, context: grpc.aio.ServicerContext
+        self,
+        request: pb.ServerLiveRequest,
+        context: grpc.aio.ServicerContext[pb.ServerLiveRequest, pb.ServerLiveResponse],
     ) -> pb.ServerLiveResponse:
         # Open like grpc.health.v1: probes carry no API key and learn nothing about tenants.
         return pb.ServerLiveResponse(live=True)
 
     async def ServerReady(
-        self, request: pb.ServerReadyRequest, context: grpc.aio.ServicerContext
+        self,
+        request: pb.ServerReadyRequest,
+        context: grpc.aio.ServicerContext[pb.ServerReadyRequest, pb.ServerReadyResponse],
     ) -> pb.ServerReadyResponse:
         ready = await self._ready_models()
         return pb.ServerReadyResponse(ready=bool(ready))
 
     async def ModelReady(
-        self, request: pb.ModelReadyRequest, context: grpc.aio.ServicerContext
+        self,
+        request: pb.ModelReadyRequest,
+        context: grpc.aio.ServicerContext[pb.ModelReadyRequest, pb.ModelReadyResponse],
     ) -> pb.ModelReadyResponse:
-        caller_of(self.up.tenancy, context)
+        reader_of(self.up.tenancy, context)
         # Like Triton, an unknown model or version is simply not ready.
         if self.up.registry.get(request.name) is None or request.version not in ("", MODEL_VERSION):
             return pb.ModelReadyResponse(ready=False)
         return pb.ModelReadyResponse(ready=request.name in await self._ready_models())
 
     async def ServerMetadata(
-        self, request: pb.ServerMetadataRequest, context: grpc.aio.ServicerContext
+        self,
+        request: pb.ServerMetadataRequest,
+        context: grpc.aio.ServicerContext[pb.ServerMetadataRequest, pb.ServerMetadataResponse],
     ) -> pb.ServerMetadataResponse:
-        caller_of(self.up.tenancy, context)
+        reader_of(self.up.tenancy, context)
         return pb.ServerMetadataResponse(
             name=SERVER_NAME, version=_server_version(), extensions=list(EXTENSIONS)
         )
 
     async def ModelMetadata(
-        self, request: pb.ModelMetadataRequest, context: grpc.aio.ServicerContext
+        self,
+        request: pb.ModelMetadataRequest,
+        context: grpc.aio.ServicerContext[pb.ModelMetadataRequest, pb.ModelMetadataResponse],
     ) -> pb.ModelMetadataResponse:
-        caller_of(self.up.tenancy, context)
+        reader_of(self.up.tenancy, context)
         spec = self._model(request.name, request.version)
         return messages.model_metadata(spec)
 
     # ---- inference -----------------------------------------------------------------------
 
     async def ModelInfer(
-        self, request: pb.ModelInferRequest, context: grpc.aio.ServicerContext
+        self,
+        request: pb.ModelInferRequest,
+        context: grpc.aio.ServicerContext[pb.ModelInferRequest, pb.ModelInferResponse],
     ) -> pb.ModelInferResponse:
         caller = caller_of(self.up.tenancy, context)
         return await self._infer(request, caller, context)
@@ -101,11 +115,11 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     async def ModelStreamInfer(
         self,
         request_iterator: AsyncIterator[pb.ModelInferRequest],
-        context: grpc.aio.ServicerContext,
+        context: grpc.aio.ServicerContext[pb.ModelInferRequest, pb.ModelStreamInferResponse],
     ) -> AsyncIterator[pb.ModelStreamInferResponse]:
         caller = caller_of(self.up.tenancy, context)
         responses: asyncio.Queue[pb.ModelStreamInferResponse | None] = asyncio.Queue()
-        running: set[asyncio.Task] = set()
+        running: set[asyncio.Task[None]] = set()
 
         async def read_requests() -> None:
             try:
@@ -135,11 +149,11 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         self,
         request: pb.ModelInferRequest,
         caller: Caller,
-        context: grpc.aio.ServicerContext,
+        context: grpc.aio.ServicerContext[pb.ModelInferRequest, Any],
         emit: Callable[[pb.ModelStreamInferResponse], None],
     ) -> None:
         def progress(p: ElementProgress) -> None:
-            parameters = {
+            parameters: dict[str, ParamValue] = {
                 "step": p.step,
                 "total_steps": p.total_steps,
                 "element": p.element,
@@ -166,7 +180,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         self,
         request: pb.ModelInferRequest,
         caller: Caller,
-        context: grpc.aio.ServicerContext,
+        context: grpc.aio.ServicerContext[pb.ModelInferRequest, Any],
         on_progress: Callable[[ElementProgress], None] | None = None,
     ) -> pb.ModelInferResponse:
         spec = self._model(request.model_name, request.model_version)

@@ -11,6 +11,7 @@ import contextlib
 import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import grpc
 
@@ -53,7 +54,7 @@ def generate_request(fields: RequestFields) -> common_pb2.GenerateRequest:
         model=fields.model,
         prompt=fields.prompt,
         negative_prompt=fields.negative_prompt,
-        priority=common_pb2.Priority.Value(fields.priority),
+        priority=fields.priority,
     )
     for name in _OPTIONAL_FIELDS:
         value = getattr(fields, name)
@@ -66,7 +67,7 @@ async def run_call(
     up: Upstream,
     call: InferCall,
     caller: Caller,
-    context: grpc.aio.ServicerContext,
+    context: grpc.aio.ServicerContext[Any, Any],
     on_progress: ProgressSink | None = None,
 ) -> list[ElementResult]:
     first = call.elements[0]

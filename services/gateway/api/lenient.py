@@ -3,13 +3,15 @@
 With the generated registration, a string field holding invalid UTF-8 fails inside gRPC's
 deserializer and the caller sees UNKNOWN. Here the deserializer never raises: it hands the
 servicer a description of the problem, and the call answers INVALID_ARGUMENT with it.
+Every request is also held to the declared limits of its string and bytes fields
+(`mediamesh.common.limits`) before any rpc sees it.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import grpc
 from google.protobuf import empty_pb2
@@ -18,9 +20,19 @@ from google.protobuf.message import DecodeError, Message
 from google.protobuf.message_factory import GetMessageClass
 from google.protobuf.unknown_fields import UnknownFieldSet
 
+from mediamesh.common.api.bounds import check_bounds
 from mediamesh.common.errors import InvalidArgument
 
+if TYPE_CHECKING:
+    # A message class's DESCRIPTOR is this type under the upb runtime (the default backend).
+    from google._upb._message import Descriptor as UpbDescriptor
+
 _LENGTH_DELIMITED = 2
+
+# Any rpc of the servicer passes through here, whatever its message types.
+# (Quoted: grpc's classes are generic only in their type stubs.)
+_Context: TypeAlias = "grpc.aio.ServicerContext[Any, Any]"
+_Behaviour: TypeAlias = "Callable[[Any, _Context], Any]"
 
 
 @dataclass(frozen=True)
@@ -55,14 +67,14 @@ def _parser(message_class: type[Message]) -> Callable[[bytes], Message | Unparsa
     return parse
 
 
-def describe(descriptor: Descriptor, data: bytes) -> str:
+def describe(descriptor: Descriptor | UpbDescriptor, data: bytes) -> str:
     """Which string field is not UTF-8, or that the bytes are no protobuf message at all."""
     return _bad_utf8(descriptor, data, "") or (
         f"request: not a valid {descriptor.full_name} protobuf message"
     )
 
 
-def _bad_utf8(descriptor: Descriptor, data: bytes, prefix: str) -> str | None:
+def _bad_utf8(descriptor: Descriptor | UpbDescriptor, data: bytes, prefix: str) -> str | None:
     try:
         fields = UnknownFieldSet(empty_pb2.Empty.FromString(data))
     except DecodeError:
@@ -87,6 +99,8 @@ def _bad_utf8(descriptor: Descriptor, data: bytes, prefix: str) -> str | None:
 def _check(request: object) -> None:
     if isinstance(request, Unparsable):
         raise InvalidArgument(request.reason)
+    if isinstance(request, Message):
+        check_bounds(request)
 
 
 async def _checked(requests: AsyncIterator[Any]) -> AsyncIterator[Any]:
@@ -95,16 +109,16 @@ async def _checked(requests: AsyncIterator[Any]) -> AsyncIterator[Any]:
         yield request
 
 
-def _unary_unary(behaviour: Callable) -> Callable:
-    async def guarded(request: Any, context: grpc.aio.ServicerContext) -> Any:
+def _unary_unary(behaviour: _Behaviour) -> _Behaviour:
+    async def guarded(request: Any, context: _Context) -> Any:
         _check(request)
         return await behaviour(request, context)
 
     return guarded
 
 
-def _unary_stream(behaviour: Callable) -> Callable:
-    async def guarded(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+def _unary_stream(behaviour: _Behaviour) -> _Behaviour:
+    async def guarded(request: Any, context: _Context) -> AsyncIterator[Any]:
         _check(request)
         async for response in behaviour(request, context):
             yield response
@@ -112,17 +126,15 @@ def _unary_stream(behaviour: Callable) -> Callable:
     return guarded
 
 
-def _stream_unary(behaviour: Callable) -> Callable:
-    async def guarded(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> Any:
+def _stream_unary(behaviour: _Behaviour) -> _Behaviour:
+    async def guarded(requests: AsyncIterator[Any], context: _Context) -> Any:
         return await behaviour(_checked(requests), context)
 
     return guarded
 
 
-def _stream_stream(behaviour: Callable) -> Callable:
-    async def guarded(
-        requests: AsyncIterator[Any], context: grpc.aio.ServicerContext
-    ) -> AsyncIterator[Any]:
+def _stream_stream(behaviour: _Behaviour) -> _Behaviour:
+    async def guarded(requests: AsyncIterator[Any], context: _Context) -> AsyncIterator[Any]:
         async for response in behaviour(_checked(requests), context):
             yield response
 
@@ -130,13 +142,13 @@ def _stream_stream(behaviour: Callable) -> Callable:
 
 
 _Shape = tuple[bool, bool]
-_FACTORIES: dict[_Shape, Callable[..., grpc.RpcMethodHandler]] = {
+_FACTORIES: dict[_Shape, Callable[..., grpc.RpcMethodHandler[Any, Any]]] = {
     (False, False): grpc.unary_unary_rpc_method_handler,
     (False, True): grpc.unary_stream_rpc_method_handler,
     (True, False): grpc.stream_unary_rpc_method_handler,
     (True, True): grpc.stream_stream_rpc_method_handler,
 }
-_GUARDS: dict[_Shape, Callable[[Callable], Callable]] = {
+_GUARDS: dict[_Shape, Callable[[_Behaviour], _Behaviour]] = {
     (False, False): _unary_unary,
     (False, True): _unary_stream,
     (True, False): _stream_unary,

@@ -3,15 +3,24 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from typing import Any
 
 import grpc
 
 from mediamesh.common.api.requests import request_fields
-from mediamesh.common.generated.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc, scheduler_pb2
+from mediamesh.common.generated.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
 from mediamesh.common.params import find_model, parse_priority, resolve
 from mediamesh.common.server import Registration
 from mediamesh.gateway.api.lenient import add_servicer
-from mediamesh.gateway.api.upstream import Upstream, call_deadline_ms, caller_of, relay_errors
+from mediamesh.gateway.api.upstream import (
+    Upstream,
+    call_deadline_ms,
+    caller_of,
+    reader_of,
+    relay_errors,
+    scoped,
+)
+from mediamesh.gateway.core.tenancy import Caller
 
 
 class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
@@ -21,9 +30,9 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
     async def submit(
         self,
         request: common_pb2.GenerateRequest,
-        context: grpc.aio.ServicerContext,
+        context: grpc.aio.ServicerContext[common_pb2.GenerateRequest, Any],
         follows_job: bool,
-    ) -> tuple[gateway_pb2.JobHandle, str]:
+    ) -> tuple[gateway_pb2.JobHandle, Caller]:
         caller = caller_of(self.up.tenancy, context)
         fields = request_fields(request)
         spec = find_model(self.up.registry, fields.model)
@@ -32,60 +41,70 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
         self.up.tenancy.admit(caller, spec.name, priority)
         deadline_ms = call_deadline_ms(fields.timeout_ms, context, follows_job)
         handle = await self.up.submit(request, caller, deadline_ms)
-        return handle, caller.tenant
+        return handle, caller
 
     async def Generate(
-        self, request: common_pb2.GenerateRequest, context: grpc.aio.ServicerContext
+        self,
+        request: common_pb2.GenerateRequest,
+        context: grpc.aio.ServicerContext[common_pb2.GenerateRequest, common_pb2.GenerateEvent],
     ) -> AsyncIterator[common_pb2.GenerateEvent]:
-        handle, tenant = await self.submit(request, context, follows_job=True)
-        async for event in self.up.watch(handle.job_id, tenant, context):
+        handle, caller = await self.submit(request, context, follows_job=True)
+        async for event in self.up.watch(handle.job_id, caller, context):
             yield event
 
     async def Submit(
-        self, request: common_pb2.GenerateRequest, context: grpc.aio.ServicerContext
+        self,
+        request: common_pb2.GenerateRequest,
+        context: grpc.aio.ServicerContext[common_pb2.GenerateRequest, gateway_pb2.JobHandle],
     ) -> gateway_pb2.JobHandle:
         handle, _ = await self.submit(request, context, follows_job=False)
         return handle
 
     async def Watch(
-        self, request: gateway_pb2.WatchRequest, context: grpc.aio.ServicerContext
+        self,
+        request: gateway_pb2.WatchRequest,
+        context: grpc.aio.ServicerContext[gateway_pb2.WatchRequest, common_pb2.GenerateEvent],
     ) -> AsyncIterator[common_pb2.GenerateEvent]:
-        caller = caller_of(self.up.tenancy, context)
-        async for event in self.up.watch(request.job_id, caller.tenant, context):
+        caller = reader_of(self.up.tenancy, context)
+        async for event in self.up.watch(request.job_id, caller, context):
             yield event
 
     async def Cancel(
-        self, request: gateway_pb2.CancelRequest, context: grpc.aio.ServicerContext
+        self,
+        request: gateway_pb2.CancelRequest,
+        context: grpc.aio.ServicerContext[gateway_pb2.CancelRequest, common_pb2.JobInfo],
     ) -> common_pb2.JobInfo:
-        caller = caller_of(self.up.tenancy, context)
+        caller = reader_of(self.up.tenancy, context)
         async with relay_errors(context):
-            return await self.up.scheduler.Cancel(
-                scheduler_pb2.ScopedJobRequest(job_id=request.job_id, tenant=caller.tenant),
-                timeout=10,
-            )
+            return await self.up.scheduler.Cancel(scoped(request.job_id, caller), timeout=10)
 
     async def GetJob(
-        self, request: gateway_pb2.GetJobRequest, context: grpc.aio.ServicerContext
+        self,
+        request: gateway_pb2.GetJobRequest,
+        context: grpc.aio.ServicerContext[gateway_pb2.GetJobRequest, common_pb2.JobInfo],
     ) -> common_pb2.JobInfo:
-        caller = caller_of(self.up.tenancy, context)
+        caller = reader_of(self.up.tenancy, context)
         async with relay_errors(context):
-            return await self.up.scheduler.GetJob(
-                scheduler_pb2.ScopedJobRequest(job_id=request.job_id, tenant=caller.tenant),
-                timeout=10,
-            )
+            return await self.up.scheduler.GetJob(scoped(request.job_id, caller), timeout=10)
 
     async def ListModels(
-        self, request: gateway_pb2.ListModelsRequest, context: grpc.aio.ServicerContext
+        self,
+        request: gateway_pb2.ListModelsRequest,
+        context: grpc.aio.ServicerContext[
+            gateway_pb2.ListModelsRequest, gateway_pb2.ListModelsResponse
+        ],
     ) -> gateway_pb2.ListModelsResponse:
-        caller_of(self.up.tenancy, context)
+        reader_of(self.up.tenancy, context)
         async with relay_errors(context):
             return await self.up.scheduler.ListModels(request, timeout=10)
 
     async def Download(
-        self, request: gateway_pb2.DownloadRequest, context: grpc.aio.ServicerContext
+        self,
+        request: gateway_pb2.DownloadRequest,
+        context: grpc.aio.ServicerContext[gateway_pb2.DownloadRequest, gateway_pb2.DownloadChunk],
     ) -> AsyncIterator[gateway_pb2.DownloadChunk]:
-        caller = caller_of(self.up.tenancy, context)
-        async for chunk in self.up.download(request.job_id, caller.tenant, request.offset, context):
+        caller = reader_of(self.up.tenancy, context)
+        async for chunk in self.up.download(request.job_id, caller, request.offset, context):
             yield chunk
 
 

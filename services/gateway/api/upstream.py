@@ -6,6 +6,7 @@ import contextlib
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import Any
 
 import grpc
 
@@ -56,9 +57,9 @@ class Upstream:
             return await self.scheduler.Submit(submit, timeout=SUBMIT_TIMEOUT_S)
 
     async def watch(
-        self, job_id: str, tenant: str, context: grpc.aio.ServicerContext
+        self, job_id: str, caller: Caller, context: grpc.aio.ServicerContext[Any, Any]
     ) -> AsyncIterator[common_pb2.GenerateEvent]:
-        request = scheduler_pb2.ScopedJobRequest(job_id=job_id, tenant=tenant)
+        request = scoped(job_id, caller)
         async with relay_errors(context):
             async for event in self.scheduler.Watch(request):
                 if event.HasField("result") and len(event.result.data) > self.inline_limit:
@@ -69,16 +70,23 @@ class Upstream:
                 yield event
 
     async def download(
-        self, job_id: str, tenant: str, offset: int, context: grpc.aio.ServicerContext
+        self, job_id: str, caller: Caller, offset: int, context: grpc.aio.ServicerContext[Any, Any]
     ) -> AsyncIterator[gateway_pb2.DownloadChunk]:
-        request = scheduler_pb2.ScopedJobRequest(job_id=job_id, tenant=tenant, offset=offset)
+        request = scoped(job_id, caller, offset)
         async with relay_errors(context):
             async for chunk in self.scheduler.Download(request):
                 yield chunk
 
 
+def scoped(job_id: str, caller: Caller, offset: int = 0) -> scheduler_pb2.ScopedJobRequest:
+    """A job request as the scheduler scopes it: the caller's tenant, and its admin scope."""
+    return scheduler_pb2.ScopedJobRequest(
+        job_id=job_id, tenant=caller.tenant, admin=caller.admin, offset=offset
+    )
+
+
 def call_deadline_ms(
-    timeout_ms: int | None, context: grpc.aio.ServicerContext, follows_job: bool = True
+    timeout_ms: int | None, context: grpc.aio.ServicerContext[Any, Any], follows_job: bool = True
 ) -> int:
     """The earlier of a request's own timeout and the call's gRPC deadline, as Unix ms (0: none).
 
@@ -96,13 +104,22 @@ def call_deadline_ms(
     return int(min(candidates) * 1000) if candidates else 0
 
 
-def caller_of(tenancy: Tenancy, context: grpc.aio.ServicerContext) -> Caller:
+def caller_of(tenancy: Tenancy, context: grpc.aio.ServicerContext[Any, Any]) -> Caller:
     metadata = dict(context.invocation_metadata() or ())
-    return tenancy.authenticate(metadata.get("authorization"))
+    authorization = metadata.get("authorization")
+    # Only keys ending in "-bin" carry bytes.
+    return tenancy.authenticate(authorization if isinstance(authorization, str) else None)
+
+
+def reader_of(tenancy: Tenancy, context: grpc.aio.ServicerContext[Any, Any]) -> Caller:
+    """The caller of a call that makes no job, charged to its tenant's read budget."""
+    caller = caller_of(tenancy, context)
+    tenancy.check_read(caller)
+    return caller
 
 
 @contextlib.asynccontextmanager
-async def relay_errors(context: grpc.aio.ServicerContext) -> AsyncIterator[None]:
+async def relay_errors(context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[None]:
     """Pass the scheduler's status, message and retry hint through to the caller unchanged."""
     try:
         yield

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from mediamesh.common.errors import InvalidArgument, MeshError, NotFound, StatusCode
+from mediamesh.common.limits import MAX_TIMEOUT_MS
 from mediamesh.common.params import RequestFields, resolve
 from mediamesh.common.registry import ModelSpec
 from mediamesh.gateway.core.kserve_status import TIMEOUT_MESSAGE, kserve_code
@@ -28,6 +29,8 @@ CLIENT_PARAMETER_PREFIX = "triton_"
 _INT_PARAMETERS = ("steps", "seed", "width", "height", "num_frames")
 _FLOAT_PARAMETERS = ("guidance_scale", "duration_s")
 KNOWN_PARAMETERS = (*_INT_PARAMETERS, *_FLOAT_PARAMETERS, "priority", "timeout")
+# A job's timeout is whole milliseconds in a uint32; Triton's `timeout` is microseconds.
+MAX_TIMEOUT_US = MAX_TIMEOUT_MS * 1000
 # The schedule-policy extension numbers priority levels from 1, the highest.
 _PRIORITY_LEVELS = ("REALTIME", "STANDARD", "BATCH")
 
@@ -197,6 +200,11 @@ def _fields_from_parameters(model: str, parameters: Mapping[str, ParamValue]) ->
             micros = _integer(name, value)
             if micros < 0:
                 raise InvalidArgument(f"timeout: {micros} is negative; microseconds >= 0")
+            if micros > MAX_TIMEOUT_US:
+                raise InvalidArgument(
+                    f"timeout: {micros} microseconds is above the limit of {MAX_TIMEOUT_US} "
+                    "(about 49.7 days)"
+                )
             # Triton's 0 means no timeout; sub-millisecond values round up, never to 0.
             values["timeout_ms"] = math.ceil(micros / 1000) if micros else None
         else:

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 from mediamesh.common.errors import PermissionDenied, ResourceExhausted, Unauthenticated
 from mediamesh.common.generation import Priority
-from mediamesh.common.settings import GatewaySettings, TenantSettings
+from mediamesh.common.settings import ApiKeySettings, GatewaySettings, TenantSettings
+from mediamesh.common.tenants import ADMIN_SCOPE
 
 OPEN_TENANT = "default"
 
@@ -23,8 +24,12 @@ def hash_key(key: str) -> str:
 
 @dataclass(frozen=True)
 class Caller:
+    """An authenticated caller: its tenant, that tenant's quota, and whether its key carries
+    the admin scope (every tenant's jobs are visible to it, not only its own)."""
+
     tenant: str
     quota: TenantSettings
+    admin: bool = False
 
 
 class TokenBucket:
@@ -50,10 +55,11 @@ class TokenBucket:
 
 class Tenancy:
     def __init__(self, settings: GatewaySettings, clock: Callable[[], float]) -> None:
-        self._keys = {k.sha256: k.tenant for k in settings.api_keys}
+        self._keys: dict[str, ApiKeySettings] = {k.sha256: k for k in settings.api_keys}
         self._tenants = dict(settings.tenants)
         self._clock = clock
         self._buckets: dict[str, TokenBucket] = {}
+        self._read_buckets: dict[str, TokenBucket] = {}
         self.open = not self._keys
 
     def authenticate(self, authorization: str | None) -> Caller:
@@ -65,10 +71,11 @@ class Tenancy:
         if scheme.lower() != "bearer" or not key.strip():
             raise Unauthenticated("authorization: expected 'Bearer <key>'")
         digest = hash_key(key.strip())
-        tenant = next((t for h, t in self._keys.items() if hmac.compare_digest(h, digest)), None)
-        if tenant is None:
+        entry = next((k for h, k in self._keys.items() if hmac.compare_digest(h, digest)), None)
+        if entry is None:
             raise Unauthenticated("authorization: unknown API key")
-        return Caller(tenant, self._tenants.get(tenant, TenantSettings()))
+        quota = self._tenants.get(entry.tenant, TenantSettings())
+        return Caller(entry.tenant, quota, admin=ADMIN_SCOPE in entry.scopes)
 
     def admit(self, caller: Caller, model: str, priority: Priority, jobs: int = 1) -> None:
         """Checks model access, priority ceiling and request rate before submitting `jobs`."""
@@ -87,14 +94,36 @@ class Tenancy:
         self.check_rate(caller, jobs)
 
     def check_rate(self, caller: Caller, jobs: int = 1) -> None:
-        bucket = self._buckets.get(caller.tenant)
-        if bucket is None:
-            bucket = TokenBucket(caller.quota.requests_per_second, caller.quota.burst, self._clock)
-            self._buckets[caller.tenant] = bucket
+        """Takes `jobs` tokens of the tenant's submit budget, or RESOURCE_EXHAUSTED."""
+        quota = caller.quota
+        bucket = self._bucket(self._buckets, caller.tenant, quota.requests_per_second, quota.burst)
         wait = bucket.take(jobs)
         if wait > 0:
             raise ResourceExhausted(
-                f"rate: tenant {caller.tenant!r} is over {caller.quota.requests_per_second} "
-                f"requests per second (burst {caller.quota.burst})",
+                f"rate: tenant {caller.tenant!r} is over {quota.requests_per_second} "
+                f"requests per second (burst {quota.burst})",
                 retry_after_s=wait,
             )
+
+    def check_read(self, caller: Caller) -> None:
+        """Takes one token of the tenant's read budget (calls that make no job), or
+        RESOURCE_EXHAUSTED with the wait until one is free."""
+        quota = caller.quota
+        bucket = self._bucket(
+            self._read_buckets, caller.tenant, quota.reads_per_second, quota.read_burst
+        )
+        wait = bucket.take()
+        if wait > 0:
+            raise ResourceExhausted(
+                f"read rate: tenant {caller.tenant!r} is over {quota.reads_per_second} "
+                f"reads per second (burst {quota.read_burst})",
+                retry_after_s=wait,
+            )
+
+    def _bucket(
+        self, buckets: dict[str, TokenBucket], tenant: str, rate: float, burst: int
+    ) -> TokenBucket:
+        bucket = buckets.get(tenant)
+        if bucket is None:
+            bucket = buckets[tenant] = TokenBucket(rate, burst, self._clock)
+        return bucket

@@ -2,22 +2,22 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from mediamesh.common.generated.v1 import common_pb2, gateway_pb2
-from mediamesh.common.registry import ModelSpec
+from mediamesh.common.registry import MODEL_FIELDS, ModelSpec
 from mediamesh.scheduler.core.jobs import Job, JobState, Priority
 from mediamesh.scheduler.events import WatchEvent
 from mediamesh.scheduler.store.artifacts import StoredArtifact
 
-_STATE = {s: common_pb2.JobState.Value(s.value) for s in JobState}
+
+def state(value: JobState) -> str:
+    """The wire name of a job state: JobState's values are the proto enum's names, and message
+    constructors take an enum by name (rejecting one the proto lacks)."""
+    return value.value
 
 
-def state(value: JobState) -> int:
-    return _STATE[value]
-
-
-def result_message(artifact: StoredArtifact | None, inline_limit: int, data: bytes | None) -> Any:
+def result_message(
+    artifact: StoredArtifact | None, inline_limit: int, data: bytes | None
+) -> common_pb2.Result:
     if artifact is None:
         return common_pb2.Result()
     ref = common_pb2.ArtifactRef(size_bytes=artifact.size_bytes, sha256=artifact.sha256)
@@ -26,7 +26,9 @@ def result_message(artifact: StoredArtifact | None, inline_limit: int, data: byt
     return common_pb2.Result(mime_type=artifact.mime_type, seed=artifact.seed, artifact=ref)
 
 
-def generate_event(event: WatchEvent, data: bytes | None, inline_limit: int) -> Any:
+def generate_event(
+    event: WatchEvent, data: bytes | None, inline_limit: int
+) -> common_pb2.GenerateEvent:
     message = common_pb2.GenerateEvent(job_id=event.job_id, state=state(event.state))
     if event.kind == "queued":
         message.queued.CopyFrom(
@@ -54,12 +56,12 @@ def generate_event(event: WatchEvent, data: bytes | None, inline_limit: int) -> 
     return message
 
 
-def job_info(job: Job, artifact: StoredArtifact | None) -> Any:
+def job_info(job: Job, artifact: StoredArtifact | None) -> common_pb2.JobInfo:
     info = common_pb2.JobInfo(
         job_id=job.job_id,
         model=job.model,
         state=state(job.state),
-        priority=common_pb2.Priority.Value(job.priority.name),
+        priority=job.priority.name,
         tenant=job.tenant,
         created_unix_ms=int(job.created_at * 1000),
         finished_unix_ms=int((job.finished_at or 0) * 1000),
@@ -76,7 +78,7 @@ def job_info(job: Job, artifact: StoredArtifact | None) -> Any:
     return info
 
 
-def model_info(spec: ModelSpec, devices: list[str]) -> Any:
+def model_info(spec: ModelSpec, devices: list[str]) -> common_pb2.ModelInfo:
     d, lim = spec.defaults, spec.limits
     return common_pb2.ModelInfo(
         name=spec.name,
@@ -86,6 +88,7 @@ def model_info(spec: ModelSpec, devices: list[str]) -> Any:
         ready=bool(devices),
         mime_type=spec.output.mime_type,
         devices=devices,
+        accepted_fields=[f for f in MODEL_FIELDS if f in spec.accepted_fields],
         limits=common_pb2.ModelLimits(
             default_steps=d.steps,
             max_steps=lim.max_steps,
@@ -105,7 +108,9 @@ def model_info(spec: ModelSpec, devices: list[str]) -> Any:
     )
 
 
-def list_models(specs: list[ModelSpec], devices: dict[str, list[str]]) -> Any:
+def list_models(
+    specs: list[ModelSpec], devices: dict[str, list[str]]
+) -> gateway_pb2.ListModelsResponse:
     return gateway_pb2.ListModelsResponse(
         models=[model_info(s, devices.get(s.name, [])) for s in specs]
     )

@@ -9,19 +9,25 @@ from collections.abc import AsyncIterator
 
 import grpc
 
+from mediamesh.common.api.bounds import check_bounds
 from mediamesh.common.api.requests import request_fields
 from mediamesh.common.errors import InvalidArgument, Unavailable
 from mediamesh.common.generated.v1 import common_pb2, gateway_pb2, scheduler_pb2, scheduler_pb2_grpc
 from mediamesh.common.params import find_model, parse_priority, resolve
 from mediamesh.common.registry import Registry
 from mediamesh.common.telemetry import current_trace_carrier
+from mediamesh.common.tenants import checked_tenant
 from mediamesh.scheduler.api import convert
 from mediamesh.scheduler.core.interface import NewJob
-from mediamesh.scheduler.core.jobs import TenantQuota
+from mediamesh.scheduler.core.jobs import Priority, TenantQuota
 from mediamesh.scheduler.core.units import WorkerInfo
 from mediamesh.scheduler.runtime import SchedulerRuntime
 
 log = logging.getLogger(__name__)
+
+# Longest a leaving worker's question waits for its batches' last events to be applied
+# (an artifact write, a store save): well under the worker's own wait for the answer.
+SETTLE_TIMEOUT_S = 10.0
 
 
 class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
@@ -34,14 +40,18 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         self.chunk_bytes = chunk_bytes
 
     async def Submit(
-        self, request: scheduler_pb2.SubmitRequest, context: grpc.aio.ServicerContext
+        self,
+        request: scheduler_pb2.SubmitRequest,
+        context: grpc.aio.ServicerContext[scheduler_pb2.SubmitRequest, gateway_pb2.JobHandle],
     ) -> gateway_pb2.JobHandle:
+        # Again here: a gateway's checks are not the scheduler's only defence.
+        check_bounds(request)
         fields = request_fields(request.request)
         spec = find_model(self.registry, fields.model)
         params = resolve(spec, fields)
         priority = parse_priority(fields.priority)
         new = NewJob(
-            tenant=request.tenant or "default",
+            tenant=checked_tenant(request.tenant),
             model=spec.name,
             priority=priority,
             params=params,
@@ -60,28 +70,44 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         )
 
     async def Watch(
-        self, request: scheduler_pb2.ScopedJobRequest, context: grpc.aio.ServicerContext
+        self,
+        request: scheduler_pb2.ScopedJobRequest,
+        context: grpc.aio.ServicerContext[scheduler_pb2.ScopedJobRequest, common_pb2.GenerateEvent],
     ) -> AsyncIterator[common_pb2.GenerateEvent]:
-        async for event in self.runtime.watch(request.job_id, request.tenant):
+        check_bounds(request)
+        tenant = checked_tenant(request.tenant)
+        async for event in self.runtime.watch(request.job_id, tenant, admin=request.admin):
             data = None
             if event.artifact is not None and event.artifact.size_bytes <= self.inline_limit:
                 data = await asyncio.to_thread(self.runtime.artifacts.read, event.artifact.path)
             yield convert.generate_event(event, data, self.inline_limit)
 
     async def Cancel(
-        self, request: scheduler_pb2.ScopedJobRequest, context: grpc.aio.ServicerContext
+        self,
+        request: scheduler_pb2.ScopedJobRequest,
+        context: grpc.aio.ServicerContext[scheduler_pb2.ScopedJobRequest, common_pb2.JobInfo],
     ) -> common_pb2.JobInfo:
-        job = self.runtime.cancel(request.job_id, request.tenant)
+        check_bounds(request)
+        tenant = checked_tenant(request.tenant)
+        job = self.runtime.cancel(request.job_id, tenant, admin=request.admin)
         return convert.job_info(job, self.runtime.results.get(job.job_id))
 
     async def GetJob(
-        self, request: scheduler_pb2.ScopedJobRequest, context: grpc.aio.ServicerContext
+        self,
+        request: scheduler_pb2.ScopedJobRequest,
+        context: grpc.aio.ServicerContext[scheduler_pb2.ScopedJobRequest, common_pb2.JobInfo],
     ) -> common_pb2.JobInfo:
-        job = self.runtime.owned_job(request.job_id, request.tenant)
+        check_bounds(request)
+        tenant = checked_tenant(request.tenant)
+        job = self.runtime.owned_job(request.job_id, tenant, admin=request.admin)
         return convert.job_info(job, self.runtime.results.get(job.job_id))
 
     async def ListModels(
-        self, request: gateway_pb2.ListModelsRequest, context: grpc.aio.ServicerContext
+        self,
+        request: gateway_pb2.ListModelsRequest,
+        context: grpc.aio.ServicerContext[
+            gateway_pb2.ListModelsRequest, gateway_pb2.ListModelsResponse
+        ],
     ) -> gateway_pb2.ListModelsResponse:
         devices: dict[str, list[str]] = {}
         for unit in self.runtime.core.units.values():
@@ -96,9 +122,15 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         return convert.list_models(self.registry.models, devices)
 
     async def Download(
-        self, request: scheduler_pb2.ScopedJobRequest, context: grpc.aio.ServicerContext
+        self,
+        request: scheduler_pb2.ScopedJobRequest,
+        context: grpc.aio.ServicerContext[
+            scheduler_pb2.ScopedJobRequest, gateway_pb2.DownloadChunk
+        ],
     ) -> AsyncIterator[gateway_pb2.DownloadChunk]:
-        artifact = self.runtime.artifact_of(request.job_id, request.tenant)
+        check_bounds(request)
+        tenant = checked_tenant(request.tenant)
+        artifact = self.runtime.artifact_of(request.job_id, tenant, admin=request.admin)
         if request.offset > artifact.size_bytes:
             raise InvalidArgument(
                 f"offset: {request.offset} is past the end of the artifact ({artifact.size_bytes})"
@@ -120,12 +152,15 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
     async def Attach(
         self,
         request_iterator: AsyncIterator[scheduler_pb2.WorkerMessage],
-        context: grpc.aio.ServicerContext,
+        context: grpc.aio.ServicerContext[
+            scheduler_pb2.WorkerMessage, scheduler_pb2.SchedulerMessage
+        ],
     ) -> AsyncIterator[scheduler_pb2.SchedulerMessage]:
         info: WorkerInfo | None = None
         settings = self.runtime.settings
         try:
             async for message in request_iterator:
+                check_bounds(message)
                 kind = message.WhichOneof("message")
                 if kind == "register":
                     reg = message.register
@@ -154,18 +189,27 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
                             f"worker {info.worker_id} is no longer registered; register again"
                         )
                     self.runtime.worker_heartbeat(info.worker_id, message.heartbeat.draining)
+                elif kind == "batches_ended" and info is not None:
+                    settled = await self.runtime.settle_batches(
+                        info, list(message.batches_ended.batch_ids), SETTLE_TIMEOUT_S
+                    )
+                    yield scheduler_pb2.SchedulerMessage(
+                        settled=scheduler_pb2.BatchesSettled(batch_ids=settled)
+                    )
         finally:
             if info is not None:
                 with contextlib.suppress(Exception):
                     self.runtime.worker_gone(info, "attach stream closed")
 
     async def GetStatus(
-        self, request: scheduler_pb2.GetStatusRequest, context: grpc.aio.ServicerContext
+        self,
+        request: scheduler_pb2.GetStatusRequest,
+        context: grpc.aio.ServicerContext[scheduler_pb2.GetStatusRequest, scheduler_pb2.MeshStatus],
     ) -> scheduler_pb2.MeshStatus:
         core = self.runtime.core
         status = scheduler_pb2.MeshStatus()
         for name, queue in self.runtime.settings.queues.items():
-            by_priority = {p.name: core.depth[(name, p)] for p in convert.Priority}
+            by_priority = {p.name: core.depth[(name, p)] for p in Priority}
             status.queues.append(
                 scheduler_pb2.QueueStatus(
                     name=name,

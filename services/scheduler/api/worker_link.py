@@ -10,6 +10,7 @@ import grpc
 
 from mediamesh.common.api import worker_wire
 from mediamesh.common.channels import internal_channel
+from mediamesh.common.credentials import InternalCredentials
 from mediamesh.common.generated.v1 import worker_pb2, worker_pb2_grpc
 from mediamesh.common.work import JobParams, WorkerEvent
 from mediamesh.scheduler.batches import BatchUndelivered
@@ -18,16 +19,16 @@ log = logging.getLogger(__name__)
 
 
 class GrpcWorkerLink:
-    def __init__(self, token: str | None, max_message_bytes: int) -> None:
-        self._token = token
+    def __init__(self, credentials: InternalCredentials, max_message_bytes: int) -> None:
+        self._credentials = credentials
         self._max = max_message_bytes
         self._channels: dict[str, grpc.aio.Channel] = {}
-        self._closing: set[asyncio.Task] = set()
+        self._closing: set[asyncio.Task[None]] = set()
 
     def _stub(self, address: str) -> worker_pb2_grpc.WorkerStub:
         channel = self._channels.get(address)
         if channel is None:
-            channel = internal_channel(address, self._token, self._max)
+            channel = internal_channel(address, self._credentials, self._max)
             self._channels[address] = channel
         return worker_pb2_grpc.WorkerStub(channel)
 

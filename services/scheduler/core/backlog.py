@@ -66,8 +66,8 @@ class Backlog:
         self._model_work[key] = max(self._model_work[key] - work, 0.0)
         self._model_front[job.model] -= job.at_front
         self.work_s[job.queue] = max(self.work_s[job.queue] - work, 0.0)
-        key = (job.queue, self._placements[job.priority].prefer)
-        self.pool_work_s[key] = max(self.pool_work_s[key] - work, 0.0)
+        pool_key = (job.queue, self._placements[job.priority].prefer)
+        self.pool_work_s[pool_key] = max(self.pool_work_s[pool_key] - work, 0.0)
         self._queued_by_tenant[job.tenant] -= 1
 
     def take(self, job: Job) -> None:

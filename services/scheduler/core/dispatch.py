@@ -104,9 +104,9 @@ class Dispatcher:
                     if not candidates:
                         failed_classes.append(cls)
                         continue
-                    entry = free.first(cls, units, blocked)
-                    if entry is not None:
-                        heads.append((entry, candidates))
+                    first = free.first(cls, units, blocked)
+                    if first is not None:
+                        heads.append((first, candidates))
                 heads.sort(key=lambda head: head[0])
                 batch = None
                 for entry, candidates in heads:

@@ -29,7 +29,7 @@ class _Entry:
     job: Job
 
 
-class _Line(deque):
+class _Line(deque[_Entry]):
     """A FIFO of entries that knows how many are live, so it can shed stale ones in bulk."""
 
     __slots__ = ("live",)
@@ -228,7 +228,7 @@ class ModelQueue:
         order = self.class_order(now)
         return order if len(view) == len(_PRIORITIES) else tuple(p for p in order if p in view)
 
-    def best(self, now: float, eligible: Eligible) -> tuple[tuple, Job] | None:
+    def best(self, now: float, eligible: Eligible) -> tuple[tuple[float, ...], Job] | None:
         """The job this model would run next, with a sort key comparable across models."""
         if self._front.live:
             for entry in self._live_entries(self._front):
@@ -252,6 +252,7 @@ class ModelQueue:
                 if eligible(head.job):
                     job = head.job
                     effective = self.effective_priority(job.priority, now)
+                    assert effective is not None, "the class holds `head`, so it has an oldest job"
                     deadline = job.deadline if job.deadline is not None else _INF
                     return (1, effective, deadline, head.seq), job
         return None
@@ -330,10 +331,13 @@ class ModelQueue:
     def jobs(self) -> Iterator[Job]:
         """Every queued job once, in no particular order."""
         seen: set[str] = set()
-        for entry in itertools.chain(
-            self._front, *(line.heap for b in self._buckets.values() for line in b.tenants.values())
-        ):
-            item = entry if isinstance(entry, _Entry) else entry[2]
+        in_heaps = (
+            entry
+            for bucket in self._buckets.values()
+            for line in bucket.tenants.values()
+            for _, _, entry in line.heap
+        )
+        for item in itertools.chain(self._front, in_heaps):
             if self._is_live(item) and item.job.job_id not in seen:
                 seen.add(item.job.job_id)
                 yield item.job

@@ -9,12 +9,15 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from mediamesh.scheduler.core.jobs import GenerationParams, Job, JobState, Priority, TenantQuota
+
+_Result = TypeVar("_Result")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -73,7 +76,7 @@ _COLUMNS = [
 ]
 
 
-def job_row(job: Job, result: dict[str, Any] | None = None) -> tuple:
+def job_row(job: Job, result: dict[str, Any] | None = None) -> tuple[Any, ...]:
     """A snapshot of the job's fields, taken on the event loop before the write is queued."""
     return (
         job.job_id,
@@ -146,10 +149,10 @@ class JobStore:
         db.executescript(_SCHEMA)
         self._db = db
 
-    async def _run(self, fn: Any, *args: Any) -> Any:
+    async def _run(self, fn: Callable[..., _Result], *args: Any) -> _Result:
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
 
-    def _save(self, row: tuple) -> None:
+    def _save(self, row: tuple[Any, ...]) -> None:
         assert self._db is not None
         placeholders = ",".join("?" * len(_COLUMNS))
         updates = ",".join(f"{c}=excluded.{c}" for c in _COLUMNS[1:] if c != "result")
@@ -160,7 +163,7 @@ class JobStore:
             row,
         )
 
-    def save(self, job: Job, result: dict[str, Any] | None = None) -> asyncio.Future:
+    def save(self, job: Job, result: dict[str, Any] | None = None) -> asyncio.Future[None]:
         """Queue a write of the job as it is now; await the future for durability."""
         return asyncio.ensure_future(self._run(self._save, job_row(job, result)))
 

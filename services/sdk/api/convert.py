@@ -28,10 +28,10 @@ def generate_request(params: GenerateParams) -> common_pb2.GenerateRequest:
     """The request message; fields the caller left unset stay unset."""
     values: dict[str, Any] = dict(params.options)
     priority = values.pop("priority", None)
-    request = common_pb2.GenerateRequest(model=params.model, prompt=params.prompt, **values)
     if priority is not None:
-        request.priority = common_pb2.Priority.Value(str(priority))
-    return request
+        # Message constructors take an enum by name, and reject a name the proto lacks.
+        values["priority"] = str(priority)
+    return common_pb2.GenerateRequest(model=params.model, prompt=params.prompt, **values)
 
 
 def state(value: int) -> JobState:
@@ -127,6 +127,7 @@ def model_info(message: common_pb2.ModelInfo) -> ModelInfo:
         mime_type=message.mime_type,
         limits=limits,
         devices=tuple(message.devices),
+        accepted_fields=tuple(message.accepted_fields),
     )
 
 

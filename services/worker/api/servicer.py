@@ -18,7 +18,9 @@ class WorkerServicer(worker_pb2_grpc.WorkerServicer):
         self._on_drain = on_drain
 
     async def RunBatch(
-        self, request: worker_pb2.RunBatchRequest, context: grpc.aio.ServicerContext
+        self,
+        request: worker_pb2.RunBatchRequest,
+        context: grpc.aio.ServicerContext[worker_pb2.RunBatchRequest, worker_pb2.BatchEvent],
     ) -> AsyncIterator[worker_pb2.BatchEvent]:
         jobs = [worker_wire.job_params(spec) for spec in request.jobs]
         await context.send_initial_metadata(((worker_wire.BATCH_ACCEPTED_KEY, "1"),))
@@ -26,12 +28,18 @@ class WorkerServicer(worker_pb2_grpc.WorkerServicer):
             yield worker_wire.batch_event(event)
 
     async def Cancel(
-        self, request: worker_pb2.CancelJobsRequest, context: grpc.aio.ServicerContext
+        self,
+        request: worker_pb2.CancelJobsRequest,
+        context: grpc.aio.ServicerContext[
+            worker_pb2.CancelJobsRequest, worker_pb2.CancelJobsResponse
+        ],
     ) -> worker_pb2.CancelJobsResponse:
         return worker_pb2.CancelJobsResponse(cancelled=self.runtime.cancel(list(request.job_ids)))
 
     async def Drain(
-        self, request: worker_pb2.DrainRequest, context: grpc.aio.ServicerContext
+        self,
+        request: worker_pb2.DrainRequest,
+        context: grpc.aio.ServicerContext[worker_pb2.DrainRequest, worker_pb2.DrainResponse],
     ) -> worker_pb2.DrainResponse:
         preempting = self.runtime.start_drain()
         self._on_drain(request.grace_s, request.exit)
@@ -41,7 +49,11 @@ class WorkerServicer(worker_pb2_grpc.WorkerServicer):
         return worker_pb2.DrainResponse(preempted=preempting)
 
     async def Status(
-        self, request: worker_pb2.WorkerStatusRequest, context: grpc.aio.ServicerContext
+        self,
+        request: worker_pb2.WorkerStatusRequest,
+        context: grpc.aio.ServicerContext[
+            worker_pb2.WorkerStatusRequest, worker_pb2.WorkerStatusResponse
+        ],
     ) -> worker_pb2.WorkerStatusResponse:
         return worker_pb2.WorkerStatusResponse(
             worker_id=self.runtime.worker_id,

@@ -9,6 +9,7 @@ import grpc
 
 from mediamesh.common.aio import wait_event
 from mediamesh.common.channels import internal_channel
+from mediamesh.common.credentials import InternalCredentials
 from mediamesh.common.generated.v1 import scheduler_pb2, scheduler_pb2_grpc
 from mediamesh.worker.runtime import WorkerRuntime
 
@@ -21,15 +22,17 @@ class SchedulerSession:
         runtime: WorkerRuntime,
         registration: scheduler_pb2.WorkerRegistration,
         scheduler_address: str,
-        token: str | None,
+        credentials: InternalCredentials,
     ) -> None:
         self.runtime = runtime
         self.registration = registration
         self.address = scheduler_address
-        self.token = token
+        self.credentials = credentials
         self.registered = asyncio.Event()
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task[None] | None = None
         self._stopping = False
+        # A pending `settle` question: the batch ids, and where its answer goes.
+        self._settling: tuple[list[str], asyncio.Future[list[str]]] | None = None
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run_forever(), name="scheduler-session")
@@ -42,10 +45,33 @@ class SchedulerSession:
             task.cancel()
             await asyncio.wait({task}, timeout=0.5)
 
+    async def settle(self, batch_ids: list[str], timeout_s: float) -> bool:
+        """Tell the scheduler these batches ended here and wait, at most `timeout_s`, until
+        it confirms having applied every event of them; True when it confirmed them all.
+
+        Call it before leaving: once the session closes, the scheduler gives up on what it
+        still counts as running here, and a preempted job whose checkpoint it had not yet
+        read would start over.
+        """
+        if not batch_ids:
+            return True
+        if not self.registered.is_set():
+            return False  # no session, so nothing for its close to lose either
+        answer: asyncio.Future[list[str]] = asyncio.get_running_loop().create_future()
+        self._settling = (list(batch_ids), answer)
+        self.runtime.state_changed.set()  # wakes the session loop, which asks
+        try:
+            settled = await asyncio.wait_for(asyncio.shield(answer), timeout_s)
+        except TimeoutError:
+            return False
+        finally:
+            self._settling = None
+        return set(batch_ids) <= set(settled)
+
     async def _run_forever(self) -> None:
         backoff = 0.2
         while not self._stopping:
-            channel = internal_channel(self.address, self.token)
+            channel = internal_channel(self.address, self.credentials)
             try:
                 await self._attach(scheduler_pb2_grpc.SchedulerStub(channel))
                 backoff = 0.2
@@ -76,6 +102,10 @@ class SchedulerSession:
             every = reply.heartbeat_interval_s or 1.0
             while True:
                 self.runtime.state_changed.clear()
+                if self._settling is not None and not await self._ask_settled(
+                    call, *self._settling
+                ):
+                    return
                 await call.write(
                     scheduler_pb2.WorkerMessage(
                         heartbeat=scheduler_pb2.WorkerHeartbeat(
@@ -88,3 +118,27 @@ class SchedulerSession:
                 await wait_event(self.runtime.state_changed, every)
         finally:
             call.cancel()
+
+    async def _ask_settled(
+        self,
+        call: grpc.aio.StreamStreamCall[
+            scheduler_pb2.WorkerMessage, scheduler_pb2.SchedulerMessage
+        ],
+        batch_ids: list[str],
+        answer: asyncio.Future[list[str]],
+    ) -> bool:
+        """Ask about `batch_ids` and wait for the answer; False when the scheduler ended
+        the session instead. Heartbeats pause meanwhile: the scheduler keeps a worker that
+        waits on its answer alive."""
+        if answer.done():
+            return True
+        ended = scheduler_pb2.BatchesEnded(batch_ids=batch_ids)
+        await call.write(scheduler_pb2.WorkerMessage(batches_ended=ended))
+        while True:
+            reply = await call.read()
+            if not isinstance(reply, scheduler_pb2.SchedulerMessage):  # grpc.aio.EOF: it ended
+                return False
+            if reply.HasField("settled"):
+                if not answer.done():
+                    answer.set_result(list(reply.settled.batch_ids))
+                return True

@@ -9,14 +9,31 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from typing import Protocol
 
+from mediamesh.common.errors import Unavailable
 from mediamesh.common.work import WorkerEvent
 
 Emit = Callable[[WorkerEvent], None]
 
 
+class DeviceGroupLost(Unavailable):
+    """The devices a host runs on are gone (a rank of its group died): a fault of the
+    worker, not of the batch's jobs, which the scheduler puts back in line."""
+
+
 class BatchCancelled(Exception):
     """Raised from a step callback to stop the denoising loop; never a result."""
+
+
+class ControlView(Protocol):
+    """BatchControl's read side: what a host polls at each step boundary. A tensor-parallel
+    rank polls a copy synchronised over its group instead (worker.parallel.sync)."""
+
+    def is_cancelled(self, job_id: str) -> bool: ...
+
+    @property
+    def preempt_requested(self) -> bool: ...
 
 
 class BatchControl:

@@ -23,7 +23,7 @@ from diffusers import DiffusionPipeline
 from mediamesh.common.errors import StatusCode
 from mediamesh.common.registry import ModelSpec
 from mediamesh.common.work import JobFailed, JobFinished, JobNotice, JobParams, JobPreempted
-from mediamesh.worker.core.batch import BatchCancelled, BatchControl, Emit
+from mediamesh.worker.core.batch import BatchCancelled, ControlView, Emit
 from mediamesh.worker.models.checkpoint import (
     Checkpoint,
     CheckpointError,
@@ -84,11 +84,12 @@ class DiffusionHost:
 
     @property
     def denoiser(self) -> torch.nn.Module:
-        return self.pipeline.transformer
+        denoiser: torch.nn.Module = self.pipeline.transformer
+        return denoiser
 
     # Batch contract -----------------------------------------------------------------
 
-    def run_batch(self, jobs: list[JobParams], control: BatchControl, emit: Emit) -> None:
+    def run_batch(self, jobs: list[JobParams], control: ControlView, emit: Emit) -> None:
         """`control` may be any object with BatchControl's read side (see parallel.sync)."""
         terminals = Terminals(emit)
         try:
@@ -106,11 +107,11 @@ class DiffusionHost:
                 )
 
     def close(self) -> None:
-        self.pipeline = None  # type: ignore[assignment]
+        self.pipeline = None
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
 
-    def _run(self, jobs: list[JobParams], control: BatchControl, terminals: Terminals) -> None:
+    def _run(self, jobs: list[JobParams], control: ControlView, terminals: Terminals) -> None:
         if not jobs:
             return
         problem = _shape_mismatch(jobs) or self.validate(jobs)
@@ -152,7 +153,7 @@ class DiffusionHost:
         self,
         jobs: list[JobParams],
         checkpoints: list[Checkpoint] | None,
-        control: BatchControl,
+        control: ControlView,
         terminals: Terminals,
     ) -> None:
         # Tensor-parallel ranks agree on cancel/preempt flags at every decision point.

@@ -10,7 +10,7 @@ import numpy as np
 from mediamesh.common.errors import StatusCode
 from mediamesh.common.registry import ModelSpec
 from mediamesh.common.work import JobFailed, JobFinished, JobParams, StepDone
-from mediamesh.worker.core.batch import BatchControl, Emit
+from mediamesh.worker.core.batch import ControlView, Emit
 from mediamesh.worker.models.encode import encode_png
 from mediamesh.worker.models.progress import Terminals
 
@@ -27,7 +27,7 @@ class EchoHost:
         self.spec = spec
         self.device_ids = [device]
 
-    def run_batch(self, jobs: list[JobParams], control: BatchControl, emit: Emit) -> None:
+    def run_batch(self, jobs: list[JobParams], control: ControlView, emit: Emit) -> None:
         terminals = Terminals(emit)
         try:
             self._run(jobs, control, terminals)
@@ -35,7 +35,7 @@ class EchoHost:
             for job in jobs:
                 terminals.send(job.job_id, JobFailed(job.job_id, StatusCode.INTERNAL, str(exc)))
 
-    def _run(self, jobs: list[JobParams], control: BatchControl, terminals: Terminals) -> None:
+    def _run(self, jobs: list[JobParams], control: ControlView, terminals: Terminals) -> None:
         live = list(jobs)
         steps = max((job.generation.steps for job in jobs), default=0)
         for step in range(1, steps + 1):

@@ -17,7 +17,7 @@ from diffusers import DiffusionPipeline
 
 from mediamesh.common.registry import ModelSpec
 from mediamesh.common.work import JobParams
-from mediamesh.worker.core.batch import BatchControl, Emit
+from mediamesh.worker.core.batch import ControlView, Emit
 from mediamesh.worker.models.diffusion import DiffusionHost
 from mediamesh.worker.models.memory import (
     DTYPE_BYTES,
@@ -35,7 +35,7 @@ class ModelHost(Protocol):
     spec: ModelSpec
     device_ids: list[str]
 
-    def run_batch(self, jobs: list[JobParams], control: BatchControl, emit: Emit) -> None: ...
+    def run_batch(self, jobs: list[JobParams], control: ControlView, emit: Emit) -> None: ...
 
     def close(self) -> None: ...
 

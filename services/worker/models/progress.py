@@ -18,7 +18,7 @@ import torch
 
 from mediamesh.common.errors import StatusCode
 from mediamesh.common.work import JobCheckpointed, JobFailed, JobParams, JobPreempted, StepDone
-from mediamesh.worker.core.batch import BatchCancelled, BatchControl, Emit
+from mediamesh.worker.core.batch import BatchCancelled, ControlView, Emit
 from mediamesh.worker.models.checkpoint import (
     Checkpoint,
     checkpoint_path,
@@ -58,7 +58,7 @@ class StepTracker:
     model: str
     jobs: list[JobParams]
     generators: list[torch.Generator]
-    control: BatchControl
+    control: ControlView
     terminals: Terminals
     checkpoint_dir: Path
     scheduler: Any

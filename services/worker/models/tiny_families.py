@@ -67,9 +67,12 @@ def _t5_encoder(d_model: int) -> T5EncoderModel:
         feed_forward_proj="gated-gelu",
         pad_token_id=0,
         eos_token_id=1,
-        decoder_start_token_id=0,
+        # A PreTrainedConfig keyword that T5Config's dataclass-style annotations leave out.
+        decoder_start_token_id=0,  # type: ignore[call-arg]
     )
-    return T5EncoderModel(config).eval()
+    encoder = T5EncoderModel(config)
+    encoder.eval()
+    return encoder
 
 
 def _clip_encoder(hidden: int, tokenizer_vocab: int, eos_id: int) -> CLIPTextModel:
@@ -85,7 +88,9 @@ def _clip_encoder(hidden: int, tokenizer_vocab: int, eos_id: int) -> CLIPTextMod
         eos_token_id=eos_id,
         pad_token_id=eos_id,
     )
-    return CLIPTextModel(config).eval()
+    encoder = CLIPTextModel(config)
+    encoder.eval()
+    return encoder
 
 
 def build_flux(size: str) -> FluxPipeline:

@@ -59,7 +59,12 @@ def build_clip_tokenizer(vocab_size: int = 600, max_length: int = 77) -> CLIPTok
     merges = [
         tuple(m) if isinstance(m, list) else tuple(m.split(" ")) for m in model_state["merges"]
     ]
-    return CLIPTokenizer(vocab=model_state["vocab"], merges=merges, model_max_length=max_length)
+    # The annotation says list[str]; the tokenizers BPE model it feeds takes (left, right) pairs.
+    return CLIPTokenizer(
+        vocab=model_state["vocab"],
+        merges=merges,  # type: ignore[arg-type]
+        model_max_length=max_length,
+    )
 
 
 def build_t5_like_tokenizer(max_length: int = 32) -> PreTrainedTokenizerFast:

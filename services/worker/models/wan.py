@@ -31,7 +31,9 @@ class WanHost(DiffusionHost):
     ) -> Any:
         first = jobs[0].generation
 
-        def on_step_end(_pipe: Any, index: int, _t: Any, tensors: dict) -> dict:
+        def on_step_end(
+            _pipe: Any, index: int, _t: Any, tensors: dict[str, torch.Tensor]
+        ) -> dict[str, torch.Tensor]:
             tracker.on_step(index, tensors["latents"])
             return {}
 

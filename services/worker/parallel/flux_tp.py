@@ -13,9 +13,11 @@ are reordered so that rank r's contiguous shard is [attention slice r, mlp slice
 from __future__ import annotations
 
 import torch
+from diffusers import FluxTransformer2DModel
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor.parallel import (
     ColwiseParallel,
+    ParallelStyle,
     RowwiseParallel,
     parallelize_module,
 )
@@ -43,14 +45,14 @@ _SINGLE_STREAM_PLAN = {
 }
 
 
-def _styles(plan: dict[str, str]) -> dict[str, ColwiseParallel | RowwiseParallel]:
+def _styles(plan: dict[str, str]) -> dict[str, ParallelStyle]:
     return {
         name: ColwiseParallel() if kind == "col" else RowwiseParallel()
         for name, kind in plan.items()
     }
 
 
-def check_divisible(transformer: torch.nn.Module, size: int) -> None:
+def check_divisible(transformer: FluxTransformer2DModel, size: int) -> None:
     heads = transformer.config.num_attention_heads
     if heads % size != 0:
         raise ValueError(f"{heads} attention heads cannot be split over {size} ranks")
@@ -62,7 +64,7 @@ def check_divisible(transformer: torch.nn.Module, size: int) -> None:
 def interleave_packed_columns(weight: torch.Tensor, blocks: list[int], size: int) -> torch.Tensor:
     """Reorders input columns [A | B] into [A0 B0 | A1 B1 | ...] for `size` ranks."""
     starts = [sum(blocks[:i]) for i in range(len(blocks))]
-    order = []
+    order: list[int] = []
     for rank in range(size):
         for start, width in zip(starts, blocks, strict=True):
             shard = width // size
@@ -71,7 +73,7 @@ def interleave_packed_columns(weight: torch.Tensor, blocks: list[int], size: int
 
 
 @torch.no_grad()
-def shard_flux_transformer(transformer: torch.nn.Module, mesh: DeviceMesh) -> None:
+def shard_flux_transformer(transformer: FluxTransformer2DModel, mesh: DeviceMesh) -> None:
     """Shards in place; every rank must call it with identical weights."""
     size = mesh.size()
     check_divisible(transformer, size)

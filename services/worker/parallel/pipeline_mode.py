@@ -81,7 +81,7 @@ def _load_split_denoiser(
     if offload_folder:
         Path(offload_folder).mkdir(parents=True, exist_ok=True)
     try:
-        return model_class.from_pretrained(
+        denoiser: torch.nn.Module = model_class.from_pretrained(
             source,
             subfolder=DENOISER,
             **{dtype_keyword(): TORCH_DTYPES[spec.dtype]},
@@ -92,3 +92,4 @@ def _load_split_denoiser(
         )
     except (OSError, ValueError) as exc:
         raise ModelLoadError(f"model {spec.name!r}: cannot split {class_name}: {exc}") from exc
+    return denoiser

@@ -50,7 +50,7 @@ def helper_main(
     size: int,
     init_method: str,
     backend: str,
-    spec_data: dict,
+    spec_data: dict[str, Any],
     models_dir: str,
     device: str,
     checkpoint_dir: str,

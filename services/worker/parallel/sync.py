@@ -11,14 +11,14 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from mediamesh.worker.core.batch import BatchControl
+from mediamesh.worker.core.batch import ControlView
 
 
 class SyncedControl:
     """BatchControl's read side, frozen between `sync()` calls."""
 
     def __init__(
-        self, job_ids: list[str], source: BatchControl | None, device: torch.device
+        self, job_ids: list[str], source: ControlView | None, device: torch.device
     ) -> None:
         self._job_ids = list(job_ids)
         self._source = source

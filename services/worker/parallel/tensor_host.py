@@ -27,10 +27,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from mediamesh.common.errors import StatusCode
 from mediamesh.common.registry import ModelSpec
-from mediamesh.common.work import JobFailed, JobParams
-from mediamesh.worker.core.batch import BatchControl, Emit
+from mediamesh.common.work import JobFailed, JobParams, WorkerEvent
+from mediamesh.worker.core.batch import ControlView, DeviceGroupLost, Emit
 from mediamesh.worker.models.diffusion import DiffusionHost
 from mediamesh.worker.models.host import host_class, load_pipeline
 from mediamesh.worker.models.memory import ModelLoadError
@@ -43,6 +42,7 @@ STARTUP_TIMEOUT_S = 300.0
 # Longest a rank may wait in one collective: a dead peer turns into an error, not a hang.
 COLLECTIVE_TIMEOUT = timedelta(seconds=300)
 BATCH_ACK_TIMEOUT_S = 60.0
+ACK_POLL_S = 0.5
 STOP_TIMEOUT_S = 10.0
 
 
@@ -74,27 +74,54 @@ class TensorParallelHost:
         self._lock = threading.Lock()
         self._broken: str | None = None
 
-    def run_batch(self, jobs: list[JobParams], control: BatchControl, emit: Emit) -> None:
+    def run_batch(self, jobs: list[JobParams], control: ControlView, emit: Emit) -> None:
+        """Runs the batch on every rank; raises DeviceGroupLost when the group is down,
+        before the batch or because of it, leaving its unfinished jobs unreported."""
         with self._lock:
-            if self._broken is not None or not self._helpers_alive():
-                self._broken = self._broken or "a helper rank exited"
-                for job in jobs:
-                    message = f"tensor-parallel group is down: {self._broken}"
-                    emit(JobFailed(job.job_id, StatusCode.INTERNAL, message))
-                return
+            self._check_group()
             for commands in self._commands:
                 commands.put(("batch", jobs))
             synced = SyncedControl([job.job_id for job in jobs], control, self._device)
-            self.inner.run_batch(jobs, synced, emit)
+            # A rank dying mid-batch makes rank 0's collectives fail, and with them every
+            # job; those failures are the group's, not the jobs', so they are held back
+            # until the group is known to have survived the batch.
+            failures: list[JobFailed] = []
+
+            def forward(event: WorkerEvent) -> None:
+                if isinstance(event, JobFailed):
+                    failures.append(event)
+                else:
+                    emit(event)
+
+            self.inner.run_batch(jobs, synced, forward)
             self._await_acks()
+            self._check_group()
+            for failure in failures:
+                emit(failure)
+
+    def _check_group(self) -> None:
+        if self._broken is None and not self._helpers_alive():
+            self._broken = "a helper rank exited"
+        if self._broken is not None:
+            group = f"tensor-parallel group of {self.spec.name}"
+            raise DeviceGroupLost(f"{group} is down: {self._broken}")
 
     def _await_acks(self) -> None:
-        for _ in self._helpers:
+        deadline = time.monotonic() + BATCH_ACK_TIMEOUT_S
+        pending = len(self._helpers)
+        while pending:
             try:
-                kind, rank, detail = self._replies.get(timeout=BATCH_ACK_TIMEOUT_S)
+                kind, rank, detail = self._replies.get(timeout=ACK_POLL_S)
             except queue.Empty:
-                self._broken = "a helper rank did not finish the batch"
-                return
+                # A dead rank never answers: notice it now rather than at the deadline.
+                if not self._helpers_alive():
+                    self._broken = "a helper rank exited during a batch"
+                    return
+                if time.monotonic() > deadline:
+                    self._broken = "a helper rank did not finish the batch"
+                    return
+                continue
+            pending -= 1
             if kind != "done":
                 self._broken = f"rank {rank}: {detail}"
 

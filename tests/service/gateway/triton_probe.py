@@ -12,6 +12,7 @@ import io
 import json
 import queue
 import sys
+from collections.abc import Callable
 
 import numpy as np
 import tritonclient.grpc as triton
@@ -100,8 +101,8 @@ def stream(client: triton.InferenceServerClient, headers: dict) -> dict:
 
 
 def errors(client: triton.InferenceServerClient, headers: dict) -> dict:
-    found = {}
-    attempts = {
+    found: dict[str, dict | None] = {}
+    attempts: dict[str, Callable[[], object]] = {
         "unknown_model": lambda: client.infer("nope", [_prompts("x")], headers=headers),
         "bad_steps": lambda: client.infer(
             "flux-tiny", [_prompts("x")], parameters={"steps": 99}, headers=headers

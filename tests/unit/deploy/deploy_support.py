@@ -30,8 +30,13 @@ CONFIG_DIR = DEPLOY / "config"
 REQUIRED_OVERLAYS = {"cpu-dev", "gpu-prod"}
 # Kubernetes version the rendered objects are validated against (kubernetes-validate ships it).
 K8S_VERSION = "1.30"
-# Objects an overlay references but deliberately leaves to the operator to create.
-EXTERNAL_OBJECTS = {"gpu-prod": {("Secret", "mediamesh-secrets")}}
+# Objects an overlay references but deliberately leaves to the operator to create. The
+# internal TLS Secret holds a private key, so no overlay generates it, not even cpu-dev's.
+INTERNAL_TLS_SECRET = ("Secret", "mediamesh-internal-tls")
+EXTERNAL_OBJECTS = {
+    "cpu-dev": {INTERNAL_TLS_SECRET},
+    "gpu-prod": {("Secret", "mediamesh-secrets"), INTERNAL_TLS_SECRET},
+}
 # The mesh's own image names in base, mapped by each overlay's `images:`.
 MESH_IMAGES = ("mediamesh", "mediamesh-cuda")
 # Stand-ins for the keys of gpu-prod's Secret, which the operator creates.
@@ -82,7 +87,9 @@ def load_yaml(path: Path) -> object:
 
 
 def load_compose() -> dict:
-    return load_yaml(COMPOSE_FILE)
+    compose = load_yaml(COMPOSE_FILE)
+    assert isinstance(compose, dict), COMPOSE_FILE
+    return compose
 
 
 def by_kind(docs: tuple[dict, ...] | list[dict], kind: str) -> list[dict]:
@@ -274,6 +281,17 @@ def effective(overlay: str, name: str) -> Effective:
 def effective_worker(overlay: str, name: str) -> WorkerSettings:
     """The settings `mediamesh worker` runs a worker Deployment's pod with (no flags)."""
     return effective(overlay, name).config.standalone_worker()
+
+
+def health_port(overlay: str, workload: dict) -> int | None:
+    """The plaintext health-only port the pod's service opens (scheduler, worker), if any."""
+    name = workload["metadata"]["name"]
+    role = component(workload)
+    if role == "scheduler":
+        return effective(overlay, name).config.scheduler.health_port
+    if role == "worker":
+        return effective_worker(overlay, name).health_port
+    return None
 
 
 # Commands -----------------------------------------------------------------------------------

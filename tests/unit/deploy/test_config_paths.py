@@ -9,6 +9,7 @@ import yaml
 from deploy_support import (
     COMPOSE_FILE,
     CONFIG_DIR,
+    INTERNAL_TLS_SECRET,
     STAND_IN_SECRET,
     all_containers,
     by_kind,
@@ -169,6 +170,22 @@ def test_k8s_config_registry_and_token_are_mounted(overlay):
         # The environment changes only the gateway's auth and the worker's own section.
         exclude = {"gateway"} if component(workload) == "gateway" else {"worker"}
         assert config.model_dump(exclude=exclude) == loaded.file_only.model_dump(exclude=exclude)
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_k8s_internal_calls_use_mutual_tls_from_the_operators_secret(overlay):
+    docs = render_overlay(overlay)
+    for workload in mesh_workloads(docs):
+        name = workload["metadata"]["name"]
+        container = main_container(workload)
+        tls = effective(overlay, name).config.internal_tls
+        assert tls.ca_file and tls.cert_file and tls.key_file and tls.server_name, name
+        for path in (tls.ca_file, tls.cert_file, tls.key_file):
+            mount, _ = mount_for(workload, container, str(path))
+            assert mount.volume.get("secret", {}).get("secretName") == INTERNAL_TLS_SECRET[1]
+            assert mount.read_only, f"{name}: {path} is writable"
+            # Projected from the Secret, whose private key no overlay renders.
+            assert read_mounted(docs, overlay, workload, container, str(path)) is None
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)

@@ -14,9 +14,11 @@ from deploy_support import (
     all_containers,
     by_kind,
     component,
+    effective,
     effective_worker,
     find,
     flag,
+    health_port,
     main_container,
     mesh_workloads,
     overlays,
@@ -257,15 +259,21 @@ def test_worker_devices(overlay, gpus, device):
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_mesh_containers_have_grpc_probes(overlay):
+    """The kubelet's gRPC probe speaks plaintext only: a service whose main port demands
+    mutual TLS is probed on its health-only port."""
     for workload in mesh_workloads(render_overlay(overlay)):
+        name = workload["metadata"]["name"]
         container = main_container(workload)
-        grpc_port = next(p["containerPort"] for p in container["ports"] if p["name"] == "grpc")
+        ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+        mutual_tls = effective(overlay, name).config.internal_tls.ca_file is not None
+        if component(workload) != "gateway" and mutual_tls:
+            assert "health" in ports, f"{name}: mutual TLS on its gRPC port and no health port"
+        probed = ports.get("health", ports["grpc"])
         for probe in ("readinessProbe", "livenessProbe"):
-            assert container[probe]["grpc"]["port"] == grpc_port, (
-                f"{workload['metadata']['name']} {probe}"
-            )
+            assert container[probe]["grpc"]["port"] == probed, f"{name} {probe}"
         if component(workload) == "worker":
-            assert container["startupProbe"]["grpc"]["port"] == grpc_port
+            assert container["startupProbe"]["grpc"]["port"] == probed
+        assert ports.get("health") == health_port(overlay, workload), name
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)

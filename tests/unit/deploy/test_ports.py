@@ -14,6 +14,7 @@ from deploy_support import (
     effective_worker,
     find,
     flag,
+    health_port,
     host_of,
     load_compose,
     load_yaml,
@@ -130,7 +131,10 @@ def test_k8s_ports(overlay):
         role = component(workload)
         container = main_container(workload)
         ports = {p["name"]: p["containerPort"] for p in container["ports"]}
-        assert ports == {"grpc": GRPC[role], "metrics": METRICS[role]}, workload["metadata"]["name"]
+        expected = {"grpc": GRPC[role], "metrics": METRICS[role]}
+        if health_port(overlay, workload) is not None:
+            expected["health"] = health_port(overlay, workload)
+        assert ports == expected, workload["metadata"]["name"]
         annotations = workload["spec"]["template"]["metadata"]["annotations"]
         assert annotations["prometheus.io/scrape"] == "true"
         assert int(annotations["prometheus.io/port"]) == METRICS[role]

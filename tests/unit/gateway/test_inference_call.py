@@ -86,8 +86,30 @@ def test_shape_n_by_1_is_accepted():
 
 def test_one_negative_prompt_applies_to_every_element():
     negative = InputTensor("negative_prompt", "BYTES", (1,), elements=(b"blurry",))
-    call = parse_call(FLUX, [prompts("a", "b"), negative], {}, [])
+    call = parse_call(AUDIO, [prompts("a", "b"), negative], {}, [])
     assert [e.negative_prompt for e in call.elements] == ["blurry", "blurry"]
+
+
+def test_a_model_that_takes_no_negative_prompt_refuses_one_naming_it():
+    negative = InputTensor("negative_prompt", "BYTES", (1,), elements=(b"blurry",))
+    with pytest.raises(InvalidArgument) as caught:
+        parse_call(FLUX, [prompts("a"), negative], {}, [])
+    assert caught.value.message.startswith("negative_prompt: model 'flux-tiny'")
+    # Empty elements are no negative prompt.
+    empty = InputTensor("negative_prompt", "BYTES", (1,), elements=(b"",))
+    assert parse_call(FLUX, [prompts("a"), empty], {}, []).elements[0].negative_prompt == ""
+
+
+def test_a_timeout_past_what_a_job_can_hold_is_invalid_argument_naming_the_limit():
+    biggest = (2**32 - 1) * 1000
+    assert parse_call(FLUX, [prompts("x")], {"timeout": biggest}, []).elements[0].timeout_ms == (
+        2**32 - 1
+    )
+    for micros in (biggest + 1, 4_300_000_000_000, 2**63 - 1):
+        with pytest.raises(InvalidArgument) as caught:
+            parse_call(FLUX, [prompts("x")], {"timeout": micros}, [])
+        assert caught.value.message.startswith(f"timeout: {micros} microseconds is above")
+        assert str(biggest) in caught.value.message
 
 
 def test_priority_names_and_schedule_policy_levels():

@@ -77,3 +77,21 @@ def test_a_call_of_several_jobs_takes_one_token_per_job():
     # More than the burst can never be granted, so it costs the whole bucket instead.
     clock.now += 10
     assert bucket.take(50) == 0
+
+
+def test_reads_have_their_own_budget_that_answers_with_the_wait():
+    clock = Clock()
+    tenancy = Tenancy(
+        settings(requests_per_second=1, burst=1, reads_per_second=4, read_burst=2), clock
+    )
+    caller = tenancy.authenticate("Bearer key-a")
+    tenancy.check_read(caller)
+    tenancy.check_read(caller)
+    with pytest.raises(ResourceExhausted) as caught:
+        tenancy.check_read(caller)
+    assert caught.value.retry_after_s == pytest.approx(0.25)
+    assert "read rate" in caught.value.message and "burst 2" in caught.value.message
+    # Reads spent nothing of the submit budget, and submits spend nothing of the reads'.
+    tenancy.admit(caller, "echo", Priority.STANDARD)
+    clock.now += 0.25
+    tenancy.check_read(caller)

@@ -25,14 +25,16 @@ class SubmitRequest(_message.Message):
     def __init__(self, request: _Optional[_Union[_common_pb2.GenerateRequest, _Mapping]] = ..., tenant: _Optional[str] = ..., deadline_unix_ms: _Optional[int] = ..., tenant_weight: _Optional[float] = ..., max_queued_jobs: _Optional[int] = ..., max_running_jobs: _Optional[int] = ...) -> None: ...
 
 class ScopedJobRequest(_message.Message):
-    __slots__ = ("job_id", "tenant", "offset")
+    __slots__ = ("job_id", "tenant", "offset", "admin")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
     OFFSET_FIELD_NUMBER: _ClassVar[int]
+    ADMIN_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     tenant: str
     offset: int
-    def __init__(self, job_id: _Optional[str] = ..., tenant: _Optional[str] = ..., offset: _Optional[int] = ...) -> None: ...
+    admin: bool
+    def __init__(self, job_id: _Optional[str] = ..., tenant: _Optional[str] = ..., offset: _Optional[int] = ..., admin: _Optional[bool] = ...) -> None: ...
 
 class Device(_message.Message):
     __slots__ = ("id", "memory_bytes", "free_bytes")
@@ -88,22 +90,38 @@ class WorkerHeartbeat(_message.Message):
     def __init__(self, draining: _Optional[bool] = ..., running_batches: _Optional[int] = ..., memory_used_bytes: _Optional[_Mapping[str, int]] = ...) -> None: ...
 
 class WorkerMessage(_message.Message):
-    __slots__ = ("register", "heartbeat")
+    __slots__ = ("register", "heartbeat", "batches_ended")
     REGISTER_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
+    BATCHES_ENDED_FIELD_NUMBER: _ClassVar[int]
     register: WorkerRegistration
     heartbeat: WorkerHeartbeat
-    def __init__(self, register: _Optional[_Union[WorkerRegistration, _Mapping]] = ..., heartbeat: _Optional[_Union[WorkerHeartbeat, _Mapping]] = ...) -> None: ...
+    batches_ended: BatchesEnded
+    def __init__(self, register: _Optional[_Union[WorkerRegistration, _Mapping]] = ..., heartbeat: _Optional[_Union[WorkerHeartbeat, _Mapping]] = ..., batches_ended: _Optional[_Union[BatchesEnded, _Mapping]] = ...) -> None: ...
+
+class BatchesEnded(_message.Message):
+    __slots__ = ("batch_ids",)
+    BATCH_IDS_FIELD_NUMBER: _ClassVar[int]
+    batch_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, batch_ids: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class SchedulerMessage(_message.Message):
-    __slots__ = ("registered", "heartbeat_interval_s", "heartbeat_misses_allowed")
+    __slots__ = ("registered", "heartbeat_interval_s", "heartbeat_misses_allowed", "settled")
     REGISTERED_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_INTERVAL_S_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_MISSES_ALLOWED_FIELD_NUMBER: _ClassVar[int]
+    SETTLED_FIELD_NUMBER: _ClassVar[int]
     registered: bool
     heartbeat_interval_s: float
     heartbeat_misses_allowed: int
-    def __init__(self, registered: _Optional[bool] = ..., heartbeat_interval_s: _Optional[float] = ..., heartbeat_misses_allowed: _Optional[int] = ...) -> None: ...
+    settled: BatchesSettled
+    def __init__(self, registered: _Optional[bool] = ..., heartbeat_interval_s: _Optional[float] = ..., heartbeat_misses_allowed: _Optional[int] = ..., settled: _Optional[_Union[BatchesSettled, _Mapping]] = ...) -> None: ...
+
+class BatchesSettled(_message.Message):
+    __slots__ = ("batch_ids",)
+    BATCH_IDS_FIELD_NUMBER: _ClassVar[int]
+    batch_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, batch_ids: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class GetStatusRequest(_message.Message):
     __slots__ = ()

@@ -127,7 +127,8 @@ class SchedulerServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Attach(self, request_iterator, context):
-        """A worker's session: its first message registers it, later ones are heartbeats.
+        """A worker's session: its first message registers it, later ones are heartbeats;
+        a leaving worker asks for `settled` batches before it closes the stream.
         The worker is dead when this stream ends or its heartbeats stop.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)

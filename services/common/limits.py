@@ -1,0 +1,156 @@
+"""The limit of every string and bytes field a service accepts, declared once.
+
+Pure: each api layer walks a request message and looks every string and bytes field up
+here by message and field name (`mediamesh.common.api.bounds`): the gateway for its callers,
+the scheduler again for what gateways and workers send it, the worker for the scheduler's
+batches. A field without an entry falls under DEFAULT_LIMIT, so nothing is unbounded, and a
+test asserts that every field of every request message has an entry of its own.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from mediamesh.common.errors import InvalidArgument
+from mediamesh.common.tenants import TENANT_PATTERN
+
+
+@dataclass(frozen=True)
+class FieldLimit:
+    """At most `max_bytes` (UTF-8 bytes for text), and a full match of `pattern` when set."""
+
+    max_bytes: int
+    pattern: str | None = None
+    # A registry limit (a `LimitParams` field) that bounds the value further once the model
+    # is known; `mediamesh.common.params.resolve` checks it.
+    per_model: str | None = None
+
+    def check(self, field: str, value: str | bytes) -> None:
+        """InvalidArgument naming `field` and the limit when `value` breaks it."""
+        # A character is at least one UTF-8 byte: a string this long is over without encoding.
+        size = len(value)
+        if size <= self.max_bytes and isinstance(value, str):
+            size = len(value.encode("utf-8", "surrogatepass"))
+        if size > self.max_bytes:
+            raise InvalidArgument(f"{field}: {size} bytes; the limit is {self.max_bytes} bytes")
+        if isinstance(value, str) and not self.matches(value):
+            raise InvalidArgument(
+                f"{field}: {value[:64]!r} does not match the pattern {self.pattern}"
+            )
+
+    def matches(self, value: str) -> bool:
+        """Whether `value` fits the pattern (always, when there is none)."""
+        return self.pattern is None or _compiled(self.pattern).fullmatch(value) is not None
+
+
+@functools.cache
+def _compiled(pattern: str) -> re.Pattern[str]:
+    return re.compile(pattern)
+
+
+# Names: model names in the registry, and ids the mesh makes (uuid hex job ids, batch ids
+# made of a worker id and a counter). Safe in logs, metric labels and file names.
+MODEL_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
+JOB_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
+WORKER_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
+BATCH_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,159}$"
+# The longest prompt any registry entry may allow (`limits.max_prompt_chars`); each model's
+# own limit is usually far lower.
+MAX_PROMPT_CHARS = 16_384
+# Largest `batching.max_batch` of a registry entry: the most prompts one KServe call carries.
+MAX_BATCH = 256
+# `timeout_ms` is a uint32 on the wire: about 49.7 days.
+MAX_TIMEOUT_MS = 2**32 - 1
+# Triton encodes each BYTES element behind a 4-byte length.
+_BYTES_ELEMENT_HEADER = 4
+
+MODEL_NAME = FieldLimit(128, MODEL_NAME_PATTERN)
+JOB_ID = FieldLimit(128, JOB_ID_PATTERN)
+TENANT = FieldLimit(63, TENANT_PATTERN)
+WORKER_ID = FieldLimit(128, WORKER_ID_PATTERN)
+BATCH_ID = FieldLimit(160, BATCH_ID_PATTERN)
+IDEMPOTENCY_KEY = FieldLimit(256)
+# UTF-8 takes at most 4 bytes a character.
+PROMPT = FieldLimit(4 * MAX_PROMPT_CHARS, per_model="max_prompt_chars")
+ADDRESS = FieldLimit(512)
+POOL = FieldLimit(32, r"^[a-z][a-z0-9-]{0,31}$")
+PARALLELISM = FieldLimit(16, r"^[a-z]{1,16}$")
+DEVICE_ID = FieldLimit(64)
+CHECKPOINT_REF = FieldLimit(4096)
+# The Open Inference Protocol (KServe v2) request.
+KSERVE_VERSION = FieldLimit(32)
+KSERVE_REQUEST_ID = FieldLimit(256)
+KSERVE_NAME = FieldLimit(64)
+KSERVE_DATATYPE = FieldLimit(16)
+KSERVE_PARAMETER_NAME = FieldLimit(64)
+KSERVE_PARAMETER_STRING = FieldLimit(256)
+KSERVE_ELEMENT = PROMPT
+KSERVE_RAW_TENSOR = FieldLimit(MAX_BATCH * (_BYTES_ELEMENT_HEADER + PROMPT.max_bytes))
+# Any string or bytes field with no entry below (a field added without one: tests catch it).
+DEFAULT_LIMIT = FieldLimit(1024)
+
+# By message full name, then field name. Map fields are declared on their entry message
+# ("<Message>.<Field>Entry", fields `key` and `value`).
+REQUEST_LIMITS: Mapping[str, Mapping[str, FieldLimit]] = {
+    # mediamesh.v1.Gateway
+    "mediamesh.v1.GenerateRequest": {
+        "model": MODEL_NAME,
+        "prompt": PROMPT,
+        "negative_prompt": PROMPT,
+        "idempotency_key": IDEMPOTENCY_KEY,
+    },
+    "mediamesh.v1.WatchRequest": {"job_id": JOB_ID},
+    "mediamesh.v1.CancelRequest": {"job_id": JOB_ID},
+    "mediamesh.v1.GetJobRequest": {"job_id": JOB_ID},
+    "mediamesh.v1.DownloadRequest": {"job_id": JOB_ID},
+    # mediamesh.v1.Scheduler
+    "mediamesh.v1.SubmitRequest": {"tenant": TENANT},
+    "mediamesh.v1.ScopedJobRequest": {"job_id": JOB_ID, "tenant": TENANT},
+    "mediamesh.v1.WorkerRegistration": {"worker_id": WORKER_ID, "address": ADDRESS, "pool": POOL},
+    "mediamesh.v1.Device": {"id": DEVICE_ID},
+    "mediamesh.v1.HostedModel": {
+        "name": MODEL_NAME,
+        "parallelism": PARALLELISM,
+        "device_ids": DEVICE_ID,
+    },
+    "mediamesh.v1.WorkerHeartbeat.MemoryUsedBytesEntry": {"key": DEVICE_ID},
+    "mediamesh.v1.BatchesEnded": {"batch_ids": BATCH_ID},
+    # mediamesh.v1.Worker
+    "mediamesh.v1.RunBatchRequest": {"batch_id": BATCH_ID, "model": MODEL_NAME},
+    "mediamesh.v1.JobSpec": {
+        "job_id": JOB_ID,
+        "prompt": PROMPT,
+        "negative_prompt": PROMPT,
+        "resume_checkpoint": CHECKPOINT_REF,
+    },
+    "mediamesh.v1.CancelJobsRequest": {"job_ids": JOB_ID},
+    # inference.GRPCInferenceService
+    "inference.ModelReadyRequest": {"name": MODEL_NAME, "version": KSERVE_VERSION},
+    "inference.ModelMetadataRequest": {"name": MODEL_NAME, "version": KSERVE_VERSION},
+    "inference.ModelInferRequest": {
+        "model_name": MODEL_NAME,
+        "model_version": KSERVE_VERSION,
+        "id": KSERVE_REQUEST_ID,
+        "raw_input_contents": KSERVE_RAW_TENSOR,
+    },
+    "inference.ModelInferRequest.ParametersEntry": {"key": KSERVE_PARAMETER_NAME},
+    "inference.ModelInferRequest.InferInputTensor": {
+        "name": KSERVE_NAME,
+        "datatype": KSERVE_DATATYPE,
+    },
+    "inference.ModelInferRequest.InferInputTensor.ParametersEntry": {"key": KSERVE_PARAMETER_NAME},
+    "inference.ModelInferRequest.InferRequestedOutputTensor": {"name": KSERVE_NAME},
+    "inference.ModelInferRequest.InferRequestedOutputTensor.ParametersEntry": {
+        "key": KSERVE_PARAMETER_NAME
+    },
+    "inference.InferParameter": {"string_param": KSERVE_PARAMETER_STRING},
+    "inference.InferTensorContents": {"bytes_contents": KSERVE_ELEMENT},
+}
+
+
+def limit_of(message: str, field: str) -> FieldLimit:
+    """The declared limit of `field` of the message named `message`, else DEFAULT_LIMIT."""
+    return REQUEST_LIMITS.get(message, {}).get(field, DEFAULT_LIMIT)

@@ -1,0 +1,104 @@
+"""How local commands find a running `mediamesh up`, and what `up` builds or refuses to start."""
+
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+
+import pytest
+import yaml
+
+from mediamesh.cli.local_models import hosted_names, models_to_build
+from mediamesh.cli.main import build_parser
+from mediamesh.cli.run_dir import DEFAULT_RUN_DIR, local_config, run_config_path, write_private
+from mediamesh.cli.up import Mesh
+from mediamesh.common.errors import StartupError
+from mediamesh.common.registry import parse_registry
+from mediamesh.common.settings import MeshConfig, WorkerSettings
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def test_up_writes_its_run_config_readable_by_its_user_only(tmp_path: Path):
+    run_dir = tmp_path / "run"
+    mesh = Mesh(MeshConfig(), run_dir)  # builds the children's command lines, starts nothing
+    assert mesh.config_path == run_config_path(run_dir)
+    assert mode(mesh.config_path) == 0o600
+    token = yaml.safe_load(mesh.config_path.read_text())["internal_auth"]["token"]
+    assert token and len(token) > 20  # minted for this run
+
+
+def test_a_run_config_left_readable_by_others_is_replaced_with_a_private_one(tmp_path: Path):
+    path = tmp_path / "mesh.yaml"
+    path.write_text("old")
+    path.chmod(0o644)
+    write_private(path, "internal_auth: {token: secret}\n")
+    assert mode(path) == 0o600
+    assert path.read_text() == "internal_auth: {token: secret}\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["mesh.yaml"]  # no staging file left
+
+
+def test_local_commands_read_the_run_config_unless_given_one(tmp_path: Path):
+    explicit = tmp_path / "other.yaml"
+    assert local_config(explicit, tmp_path) == explicit
+    assert local_config(None, tmp_path) is None  # no `mediamesh up` ran here: defaults
+    write_private(run_config_path(tmp_path), "{}\n")
+    assert local_config(None, tmp_path) == tmp_path / "mesh.yaml"
+    assert local_config(explicit, tmp_path) == explicit
+
+
+@pytest.mark.parametrize("command", ["status", "top", "drain"])
+def test_status_top_and_drain_default_to_up_s_run_dir(command: str, monkeypatch):
+    monkeypatch.delenv("MEDIAMESH_CONFIG", raising=False)
+    args = build_parser().parse_args([command])
+    assert args.run_dir == DEFAULT_RUN_DIR == build_parser().parse_args(["up"]).run_dir
+    assert args.config is None
+
+
+def entry(name: str, source: str) -> dict[str, object]:
+    return {
+        "name": name,
+        "modality": "image",
+        "pipeline": "FluxPipeline",
+        "source": source,
+        "defaults": {"steps": 4, "width": 64, "height": 64},
+        "limits": {"max_steps": 50, "max_width": 512, "max_height": 512},
+        "output": {"format": "png"},
+    }
+
+
+REGISTRY = parse_registry(
+    {
+        "models": [
+            entry("flux-tiny", "{models_dir}/flux-tiny"),
+            entry("mine", "{models_dir}/mine"),
+            entry("hub", "someone/a-model"),
+        ]
+    }
+)
+
+
+def workers(*models: list[str]) -> list[WorkerSettings]:
+    return [WorkerSettings(worker_id=f"w{i}", models=m) for i, m in enumerate(models)]
+
+
+def test_a_worker_without_a_model_list_hosts_every_model():
+    config = MeshConfig(workers=workers(["flux-tiny"], []))
+    assert hosted_names(config, REGISTRY) == {"flux-tiny", "mine", "hub"}
+    assert hosted_names(MeshConfig(workers=workers(["hub"])), REGISTRY) == {"hub"}
+
+
+def test_up_builds_only_tiny_models_and_names_a_missing_one_it_cannot_build(tmp_path: Path):
+    config = MeshConfig(models_dir=tmp_path, workers=workers([]))
+    with pytest.raises(StartupError) as raised:
+        models_to_build(config, REGISTRY, {"flux-tiny"})
+    message = str(raised.value)
+    assert "'mine'" in message and str(tmp_path / "mine") in message
+    assert "remove the entry" in message and "\n" not in message
+
+    (tmp_path / "mine").mkdir()  # the user's own model, put where the entry says
+    assert models_to_build(config, REGISTRY, {"flux-tiny"}) == ["flux-tiny"]
+    only_hub = MeshConfig(models_dir=tmp_path / "empty", workers=workers(["hub"]))
+    assert models_to_build(only_hub, REGISTRY, {"flux-tiny"}) == []
