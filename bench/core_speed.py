@@ -4,9 +4,10 @@
     .venv/bin/python bench/core_speed.py /tmp/core-base --jobs 1000000 --runs 2
 
 Runs the shipped fleet-1000 scenario alternately on the baseline and on this checkout (each
-run a fresh process), and writes bench/results/core_speed.json: jobs per wall-clock second
-of the event loop, jobs per CPU second (steadier on a shared machine), and whether both
-produced the same results (the result JSON minus wall times).
+run a fresh process), or with --paired both at the same time, so that on a shared machine
+both see the same load; writes bench/results/core_speed.json: jobs per wall-clock second of
+the event loop, jobs per CPU second (steadier under load), and whether both produced the
+same results (the result JSON minus wall times).
 
 The baseline is imported through a folder holding `mediamesh` -> BASELINE/services put on
 PYTHONPATH: path entries are searched before the editable install's finder, which
@@ -56,19 +57,24 @@ def _one(jobs: int) -> None:
     print(json.dumps(line))
 
 
-def _run(jobs: int, baseline_path: Path | None) -> dict:
+def _start(jobs: int, baseline_path: Path | None) -> subprocess.Popen[str]:
     env = dict(os.environ)
     env.pop("PYTHONPATH", None)
     if baseline_path is not None:
         env["PYTHONPATH"] = str(baseline_path)
-    output = subprocess.run(
+    return subprocess.Popen(
         [sys.executable, __file__, "--one", str(jobs)],
         env=env,
         cwd=tempfile.gettempdir(),
-        capture_output=True,
+        stdout=subprocess.PIPE,
         text=True,
-        check=True,
-    ).stdout
+    )
+
+
+def _finish(process: subprocess.Popen[str], baseline_path: Path | None) -> dict:
+    output, _ = process.communicate()
+    if process.returncode:
+        raise SystemExit(f"a run failed with exit status {process.returncode}")
     line = json.loads(output.strip().splitlines()[-1])
     expected = (baseline_path / "mediamesh") if baseline_path else (ROOT / "services")
     imported = Path(line["imported"]).parent
@@ -82,6 +88,11 @@ def main() -> int:
     parser.add_argument("baseline", type=Path, nargs="?", help="checkout of the baseline commit")
     parser.add_argument("--jobs", type=int, default=1_000_000)
     parser.add_argument("--runs", type=int, default=2, help="runs of each, alternating")
+    parser.add_argument(
+        "--paired",
+        action="store_true",
+        help="run each baseline and new run at the same time, so both see the same load",
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "bench/results/core_speed.json")
     parser.add_argument("--one", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -94,9 +105,14 @@ def main() -> int:
         shim = Path(folder)
         (shim / "mediamesh").symlink_to(args.baseline.resolve() / "services")
         runs: dict[str, list[dict]] = {"baseline": [], "new": []}
+        both: tuple[tuple[str, Path | None], ...] = (("baseline", shim), ("new", None))
         for run in range(args.runs):
-            for name, path in (("baseline", shim), ("new", None)):
-                line = _run(args.jobs, path)
+            if args.paired:
+                started = [(name, path, _start(args.jobs, path)) for name, path in both]
+                finished = [(name, _finish(process, path)) for name, path, process in started]
+            else:
+                finished = [(name, _finish(_start(args.jobs, path), path)) for name, path in both]
+            for name, line in finished:
                 runs[name].append(line)
                 print(f"{name} run {run + 1}: {line['jobs_per_s']:,.0f} jobs/s", flush=True)
     base = statistics.mean(r["jobs_per_s"] for r in runs["baseline"])
@@ -118,8 +134,9 @@ def main() -> int:
             ]
             for name, lines in runs.items()
         },
+        "mode": "paired (each pair at once)" if args.paired else "alternating",
         "command": f".venv/bin/python bench/core_speed.py {args.baseline} "
-        f"--jobs {args.jobs} --runs {args.runs}",
+        f"--jobs {args.jobs} --runs {args.runs}" + (" --paired" if args.paired else ""),
     }
     args.out.write_text(json.dumps(report, indent=2) + "\n")
     print(json.dumps({k: v for k, v in report.items() if k != "runs"}, indent=2))

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from mediamesh.common.errors import StatusCode
-from mediamesh.common.registry import MIME_TYPES
+from mediamesh.common.output_formats import EXTENSIONS
 from mediamesh.sdk import AsyncClient, Error, GatewayError, Result
 
 MANIFEST = "manifest.jsonl"
@@ -38,11 +38,13 @@ LINE_FIELDS: dict[str, tuple[type, ...]] = {
     "num_frames": (int,),
     "duration_s": (int, float),
     "guidance_scale": (int, float),
+    "output_format": (str,),
+    "output_quality": (int,),
+    "fps": (int,),
     "priority": (str,),
     "timeout_ms": (int,),
 }
 PRIORITIES = ("REALTIME", "STANDARD", "BATCH")
-EXTENSIONS = {mime: ext for ext, mime in MIME_TYPES.items()}
 # Answers that a retry of the same line cannot change.
 PERMANENT_CODES = frozenset(
     {

@@ -33,10 +33,23 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     gen.add_argument("--num-frames", type=int)
     gen.add_argument("--guidance-scale", type=float)
     gen.add_argument("--duration", type=float, help="seconds of audio")
+    gen.add_argument(
+        "--output-format",
+        default="",
+        help="png, jpeg, webp (image); mp4, webm, gif (video); wav, flac, ogg (audio); "
+        "default: the model's",
+    )
+    gen.add_argument("--output-quality", type=int, help="jpeg/webp quality 1..100")
+    gen.add_argument("--fps", type=int, help="frames per second of a video")
     gen.add_argument("--priority", choices=["REALTIME", "STANDARD", "BATCH"])
     gen.add_argument("--timeout-ms", type=int)
     gen.add_argument("--idempotency-key", default="")
-    gen.add_argument("--out", type=Path, required=True, help="file to write the result to")
+    gen.add_argument(
+        "--out",
+        type=Path,
+        required=True,
+        help="file to write the result to; its extension is set to the result's format",
+    )
     gen.add_argument("--quiet", action="store_true", help="no progress bar")
     gen.set_defaults(handler=_cmd_generate)
 
@@ -110,6 +123,9 @@ def _cmd_generate(args: argparse.Namespace) -> int:
                 num_frames=args.num_frames,
                 guidance_scale=args.guidance_scale,
                 duration_s=args.duration,
+                output_format=args.output_format,
+                output_quality=args.output_quality,
+                fps=args.fps,
                 timeout_ms=args.timeout_ms,
                 idempotency_key=args.idempotency_key,
                 priority=args.priority,
@@ -140,10 +156,23 @@ def _cmd_generate(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 1
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_bytes(final.data)
-    print(f"{args.out} ({final.mime_type}, {len(final.data)} bytes, seed {final.seed})")
+    out = result_path(args.out, final.mime_type)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_bytes(final.data)
+    print(f"{out} ({final.mime_type}, {len(final.data)} bytes, seed {final.seed})")
     return 0
+
+
+def result_path(out: Path, mime_type: str) -> Path:
+    """`out` with the extension of the result's format, so a webp is never saved as .png."""
+    from mediamesh.common.output_formats import extension_for
+
+    extension = extension_for(mime_type)
+    # jpeg results are named .jpg, but a caller's own .jpeg is just as right.
+    same = {extension, "jpeg"} if extension == "jpg" else {extension}
+    if out.suffix.lower().lstrip(".") in same:
+        return out
+    return out.with_name(f"{out.stem if out.suffix else out.name}.{extension}")
 
 
 def _status_text(args: argparse.Namespace) -> str:

@@ -27,6 +27,12 @@ class GenerationParams:
     num_frames: int = 0
     guidance_scale: float = 0.0
     duration_s: float = 0.0
+    # How the worker encodes the result: a format of the model's modality ("" only in
+    # records written before formats existed: the worker then takes the model's default),
+    # lossy image quality (jpeg, webp) and video frames per second; 0 where they do not apply.
+    output_format: str = ""
+    output_quality: int = 0
+    fps: int = 0
 
     def work_units(self, modality: str) -> float:
         """Size of one job in the cost model's unit: megapixel-frames, or seconds of audio."""

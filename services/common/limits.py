@@ -80,6 +80,8 @@ POOL = FieldLimit(32, r"^[a-z][a-z0-9-]{0,31}$")
 PARALLELISM = FieldLimit(16, r"^[a-z]{1,16}$")
 DEVICE_ID = FieldLimit(64)
 CHECKPOINT_REF = FieldLimit(4096)
+# A format name ("png", "webm", ...); the model's list decides which are allowed.
+OUTPUT_FORMAT = FieldLimit(16, r"^[a-z0-9]{0,16}$")
 # The Open Inference Protocol (KServe v2) request.
 KSERVE_VERSION = FieldLimit(32)
 KSERVE_REQUEST_ID = FieldLimit(256)
@@ -101,6 +103,7 @@ REQUEST_LIMITS: Mapping[str, Mapping[str, FieldLimit]] = {
         "prompt": PROMPT,
         "negative_prompt": PROMPT,
         "idempotency_key": IDEMPOTENCY_KEY,
+        "output_format": OUTPUT_FORMAT,
     },
     "mediamesh.v1.WatchRequest": {"job_id": JOB_ID},
     "mediamesh.v1.CancelRequest": {"job_id": JOB_ID},
@@ -125,6 +128,7 @@ REQUEST_LIMITS: Mapping[str, Mapping[str, FieldLimit]] = {
         "prompt": PROMPT,
         "negative_prompt": PROMPT,
         "resume_checkpoint": CHECKPOINT_REF,
+        "output_format": OUTPUT_FORMAT,
     },
     "mediamesh.v1.CancelJobsRequest": {"job_ids": JOB_ID},
     # inference.GRPCInferenceService

@@ -7,11 +7,12 @@ layers. Every error names the field and the limit it broke.
 from __future__ import annotations
 
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from mediamesh.common.errors import InvalidArgument, NotFound
 from mediamesh.common.generation import GenerationParams, Priority
 from mediamesh.common.limits import MAX_TIMEOUT_MS
+from mediamesh.common.output_formats import FPS_RANGE, LOSSY_IMAGE_FORMATS, QUALITY_RANGE
 from mediamesh.common.registry import MODEL_FIELDS, ModelSpec, Registry
 
 
@@ -29,6 +30,9 @@ class RequestFields:
     num_frames: int | None = None
     guidance_scale: float | None = None
     duration_s: float | None = None
+    output_format: str = ""
+    output_quality: int | None = None
+    fps: int | None = None
     priority: str = "STANDARD"
     timeout_ms: int | None = None
 
@@ -69,24 +73,51 @@ def _check_prompt(field: str, text: str, limit: int, required: bool) -> None:
 
 def resolve(spec: ModelSpec, fields: RequestFields) -> GenerationParams:
     """Validated parameters with the model's defaults applied and a seed chosen."""
-    d, lim = spec.defaults, spec.limits
+    d = spec.defaults
     check_accepted(spec, fields)
     if fields.timeout_ms is not None:
         _check_range("timeout_ms", fields.timeout_ms, 0, MAX_TIMEOUT_MS)
-    _check_prompt("prompt", fields.prompt, lim.max_prompt_chars, required=True)
-    _check_prompt("negative_prompt", fields.negative_prompt, lim.max_prompt_chars, required=False)
-    steps = d.steps if fields.steps is None else fields.steps
-    _check_range("steps", steps, 1, lim.max_steps)
-    guidance = d.guidance_scale if fields.guidance_scale is None else fields.guidance_scale
-    _check_range("guidance_scale", guidance, 0.0, lim.max_guidance_scale)
     width = height = frames = 0
     duration = 0.0
     if spec.modality in ("image", "video"):
         width = d.width if fields.width is None else fields.width
         height = d.height if fields.height is None else fields.height
+    if spec.modality == "video":
+        frames = d.num_frames if fields.num_frames is None else fields.num_frames
+    if spec.modality == "audio":
+        duration = d.duration_s if fields.duration_s is None else fields.duration_s
+    params = GenerationParams(
+        prompt=fields.prompt,
+        negative_prompt=fields.negative_prompt,
+        steps=d.steps if fields.steps is None else fields.steps,
+        seed=fields.seed if fields.seed is not None else secrets.randbits(63),
+        width=width,
+        height=height,
+        num_frames=frames,
+        guidance_scale=d.guidance_scale if fields.guidance_scale is None else fields.guidance_scale,
+        duration_s=duration,
+    )
+    check_generation(spec, params)
+    output_format, quality, fps = resolve_output(spec, fields)
+    return replace(params, output_format=output_format, output_quality=quality, fps=fps)
+
+
+def check_generation(spec: ModelSpec, params: GenerationParams) -> None:
+    """InvalidArgument naming the first value of `params` outside the model's limits.
+
+    `resolve` checks what a caller asked for with it; a worker checks each job it is sent
+    again, because a job past the limits (a step count of 2**32 - 1, an image of 4 billion
+    pixels) would hold its device or its memory rather than fail.
+    """
+    lim = spec.limits
+    _check_prompt("prompt", params.prompt, lim.max_prompt_chars, required=True)
+    _check_prompt("negative_prompt", params.negative_prompt, lim.max_prompt_chars, required=False)
+    _check_range("steps", params.steps, 1, lim.max_steps)
+    _check_range("guidance_scale", params.guidance_scale, 0.0, lim.max_guidance_scale)
+    if spec.modality in ("image", "video"):
         for name, value, high in (
-            ("width", width, lim.max_width),
-            ("height", height, lim.max_height),
+            ("width", params.width, lim.max_width),
+            ("height", params.height, lim.max_height),
         ):
             _check_range(name, value, lim.size_multiple, high)
             if value % lim.size_multiple:
@@ -94,7 +125,7 @@ def resolve(spec: ModelSpec, fields: RequestFields) -> GenerationParams:
                     f"{name}: {value} must be a multiple of {lim.size_multiple} for {spec.name}"
                 )
     if spec.modality == "video":
-        frames = d.num_frames if fields.num_frames is None else fields.num_frames
+        frames = params.num_frames
         _check_range("num_frames", frames, 1, lim.max_num_frames)
         if (frames - 1) % lim.frame_multiple:
             raise InvalidArgument(
@@ -102,21 +133,54 @@ def resolve(spec: ModelSpec, fields: RequestFields) -> GenerationParams:
                 f"(num_frames - 1) must be a multiple of {lim.frame_multiple}"
             )
     if spec.modality == "audio":
-        duration = d.duration_s if fields.duration_s is None else fields.duration_s
-        _check_range("duration_s", duration, 0.1, lim.max_duration_s)
-    seed = fields.seed if fields.seed is not None else secrets.randbits(63)
-    _check_range("seed", seed, 0, 2**63 - 1)
-    return GenerationParams(
-        prompt=fields.prompt,
-        negative_prompt=fields.negative_prompt,
-        steps=steps,
-        seed=seed,
-        width=width,
-        height=height,
-        num_frames=frames,
-        guidance_scale=guidance,
-        duration_s=duration,
-    )
+        _check_range("duration_s", params.duration_s, 0.1, lim.max_duration_s)
+    _check_range("seed", params.seed, 0, 2**63 - 1)
+
+
+def resolve_output(spec: ModelSpec, fields: RequestFields) -> tuple[str, int, int]:
+    """(format, quality, fps) of the result: the request's choice checked against what the
+    model allows, else the model's defaults; quality and fps are 0 where they do not apply."""
+    allowed = spec.output_formats
+    output_format = fields.output_format or spec.default_output_format
+    if output_format not in allowed:
+        raise InvalidArgument(
+            f"output_format: {output_format!r} is not available for {spec.name} "
+            f"({spec.modality}); allowed: {', '.join(allowed)}"
+        )
+    quality = fps = 0
+    if fields.output_quality is not None and output_format not in LOSSY_IMAGE_FORMATS:
+        raise InvalidArgument(
+            f"output_quality: applies to {' and '.join(sorted(LOSSY_IMAGE_FORMATS))} images, "
+            f"not {output_format}; leave it unset"
+        )
+    if output_format in LOSSY_IMAGE_FORMATS:
+        quality = spec.output.quality if fields.output_quality is None else fields.output_quality
+        _check_range("output_quality", quality, *QUALITY_RANGE)
+    if fields.fps is not None and spec.modality != "video":
+        raise InvalidArgument(f"fps: {spec.name} makes {spec.modality}, not video; leave it unset")
+    if spec.modality == "video":
+        fps = spec.output.fps if fields.fps is None else fields.fps
+        _check_range("fps", fps, *FPS_RANGE)
+    return output_format, quality, fps
+
+
+def check_output(spec: ModelSpec, params: GenerationParams) -> None:
+    """InvalidArgument when the resolved output settings of `params` are not the model's: a
+    format it does not offer, or a quality or frame rate out of range (0: the model's own).
+
+    A worker checks each job with it: `resolve_output` produced these for the scheduler, but
+    an encoder asked for a format of another modality would fail the job as an internal error.
+    """
+    output_format = params.output_format or spec.default_output_format
+    if output_format not in spec.output_formats:
+        raise InvalidArgument(
+            f"output_format: {output_format!r} is not available for {spec.name} "
+            f"({spec.modality}); allowed: {', '.join(spec.output_formats)}"
+        )
+    if params.output_quality:
+        _check_range("output_quality", params.output_quality, *QUALITY_RANGE)
+    if params.fps:
+        _check_range("fps", params.fps, *FPS_RANGE)
 
 
 def set_fields(fields: RequestFields) -> list[str]:

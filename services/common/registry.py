@@ -14,17 +14,11 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from mediamesh.common.limits import MAX_BATCH, MAX_PROMPT_CHARS, MODEL_NAME_PATTERN
+from mediamesh.common.output_formats import FORMATS_BY_MODALITY, FPS_RANGE, MIME_TYPES
+from mediamesh.common.pipeline_fields import signature_fields
 
 Modality = Literal["image", "video", "audio"]
-OutputFormat = Literal["png", "mp4", "webp", "wav", "bin"]
-
-MIME_TYPES: dict[str, str] = {
-    "png": "image/png",
-    "mp4": "video/mp4",
-    "webp": "image/webp",
-    "wav": "audio/wav",
-    "bin": "application/octet-stream",
-}
+OutputFormat = Literal["png", "jpeg", "webp", "mp4", "webm", "gif", "wav", "flac", "ogg"]
 
 
 class Strict(BaseModel):
@@ -78,14 +72,21 @@ class LimitParams(Strict):
 
 
 class OutputSpec(Strict):
-    format: OutputFormat = "png"
-    fps: int = Field(8, ge=1)
-    # Video: used when the ffmpeg binary is unavailable or fails.
-    fallback_format: OutputFormat | None = None
+    """How results are encoded: the default format, the formats a request may choose."""
+
+    # Default encoding; unset takes the first of `formats`.
+    format: OutputFormat | None = None
+    # Formats a request may choose; empty allows every format of the model's modality.
+    formats: tuple[OutputFormat, ...] = ()
+    # Video frames per second, unless a request sets `fps`.
+    fps: int = Field(8, ge=FPS_RANGE[0], le=FPS_RANGE[1])
+    # Lossy image quality (jpeg, webp), unless a request sets `output_quality`.
+    quality: int = Field(90, ge=1, le=100)
 
     @property
     def mime_type(self) -> str:
-        return MIME_TYPES[self.format]
+        """MIME type of results in the default format."""
+        return MIME_TYPES[self.format or "png"]
 
 
 class CostSpec(Strict):
@@ -117,8 +118,9 @@ _MODALITY_FIELDS: dict[str, frozenset[str]] = {
     "video": _COMMON_FIELDS | {"negative_prompt", "width", "height", "num_frames"},
     "audio": _COMMON_FIELDS | {"negative_prompt", "duration_s"},
 }
-# What each pipeline family's call takes. Flux is guidance-distilled: it has no negative
-# prompt. The built-in Echo model stands in for any image pipeline in tests.
+# What each pipeline family's call takes when diffusers is not installed where the registry
+# is read. Flux is guidance-distilled: it has no negative prompt. The built-in Echo model
+# stands in for any image pipeline in tests.
 _FAMILY_FIELDS: dict[str, frozenset[str]] = {
     "FluxPipeline": _MODALITY_FIELDS["image"] - {"negative_prompt"},
     "WanPipeline": _MODALITY_FIELDS["video"],
@@ -127,13 +129,46 @@ _FAMILY_FIELDS: dict[str, frozenset[str]] = {
 }
 
 
+# Pipeline call arguments that come from the request or that the worker owns (progress,
+# cancellation, per-job noise, output decoding); a registry entry cannot fix them.
+RESERVED_CALL_ARGUMENTS = frozenset(
+    {
+        "prompt",
+        "negative_prompt",
+        "num_inference_steps",
+        "guidance_scale",
+        "height",
+        "width",
+        "num_frames",
+        "audio_end_in_s",
+        "audio_length_in_s",
+        "generator",
+        "latents",
+        "output_type",
+        "return_dict",
+        "callback",
+        "callback_steps",
+        "callback_on_step_end",
+        "callback_on_step_end_tensor_inputs",
+        "num_images_per_prompt",
+        "num_videos_per_prompt",
+        "num_waveforms_per_prompt",
+    }
+)
+
+
 def family_fields(pipeline: str, modality: str) -> frozenset[str]:
-    """The request fields a pipeline family takes; an unknown family gets its modality's
-    fields without a negative prompt (an entry that takes one lists `accepted_fields`)."""
+    """The request fields a pipeline takes: read from its class's `__call__` signature in
+    the installed diffusers (no weights, no torch), else from the table above, else its
+    modality's fields without a negative prompt (an entry can list `accepted_fields`)."""
+    possible = _MODALITY_FIELDS.get(modality, _COMMON_FIELDS)
+    from_signature = signature_fields(pipeline)
+    if from_signature is not None:
+        return from_signature & possible
     known = _FAMILY_FIELDS.get(pipeline)
     if known is not None:
         return known
-    return _MODALITY_FIELDS.get(modality, _COMMON_FIELDS) - {"negative_prompt"}
+    return possible - {"negative_prompt"}
 
 
 class ModelSpec(Strict):
@@ -152,6 +187,9 @@ class ModelSpec(Strict):
     # Request fields this model uses (see MODEL_FIELDS); a request setting any other is
     # refused, never silently dropped. Unset: derived from the pipeline family.
     accepted_fields: frozenset[str] = frozenset()
+    # Fixed keyword arguments added to every pipeline call (e.g. `max_sequence_length`).
+    # They may not set what requests or the worker control (see RESERVED_CALL_ARGUMENTS).
+    call_kwargs: dict[str, Any] = Field(default_factory=dict)
 
     @model_validator(mode="before")
     @classmethod
@@ -161,6 +199,48 @@ class ModelSpec(Strict):
             if isinstance(pipeline, str) and isinstance(modality, str):
                 data = {**data, "accepted_fields": family_fields(pipeline, modality)}
         return data
+
+    @model_validator(mode="before")
+    @classmethod
+    def _modality_output_formats(cls, data: Any) -> Any:
+        # The modality decides which formats exist, so the entry's own list and default are
+        # filled in here, before the frozen OutputSpec is built.
+        if not isinstance(data, dict) or data.get("modality") not in FORMATS_BY_MODALITY:
+            return data
+        output = data.get("output") or {}
+        if not isinstance(output, dict):
+            return data
+        formats = output.get("formats") or FORMATS_BY_MODALITY[data["modality"]]
+        if not output.get("format") and isinstance(formats, list | tuple) and formats:
+            output = {**output, "format": formats[0]}
+        return {**data, "output": {**output, "formats": formats}}
+
+    @model_validator(mode="after")
+    def _output_formats_fit(self) -> ModelSpec:
+        possible = FORMATS_BY_MODALITY[self.modality]
+        beyond = [fmt for fmt in self.output.formats if fmt not in possible]
+        if beyond:
+            raise ValueError(
+                f"output.formats: {', '.join(beyond)} cannot encode {self.modality}; "
+                f"choose from {', '.join(possible)}"
+            )
+        if self.output.format not in self.output.formats:
+            raise ValueError(
+                f"output.format: {self.output.format} is not one of output.formats "
+                f"({', '.join(self.output.formats)})"
+            )
+        return self
+
+    @property
+    def output_formats(self) -> tuple[str, ...]:
+        """Formats a request may choose for this model, the default first."""
+        default = self.default_output_format
+        return (default, *(fmt for fmt in self.output.formats if fmt != default))
+
+    @property
+    def default_output_format(self) -> str:
+        """The format of a request that names none."""
+        return self.output.format or FORMATS_BY_MODALITY[self.modality][0]
 
     @model_validator(mode="after")
     def _accepted_fields_known(self) -> ModelSpec:
@@ -173,6 +253,15 @@ class ModelSpec(Strict):
             )
         if "prompt" not in self.accepted_fields:
             raise ValueError("accepted_fields: must include prompt")
+        return self
+
+    @model_validator(mode="after")
+    def _call_kwargs_leave_controls_alone(self) -> ModelSpec:
+        taken = sorted(set(self.call_kwargs) & RESERVED_CALL_ARGUMENTS)
+        if taken:
+            raise ValueError(
+                f"call_kwargs: {', '.join(taken)} are set per request or by the worker"
+            )
         return self
 
     @model_validator(mode="after")

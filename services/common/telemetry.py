@@ -6,7 +6,7 @@ import json
 import logging
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,10 +21,14 @@ from opentelemetry.sdk.trace.export import (
     SpanExporter,
     SpanExportResult,
 )
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from mediamesh.common.settings import TelemetrySettings
 
 _tracing_enabled = False
+# W3C trace context alone (no baggage): what a request's trace is taken from.
+_TRACE_CONTEXT = TraceContextTextMapPropagator()
+TRACEPARENT = "traceparent"
 
 
 class JsonLinesSpanExporter(SpanExporter):
@@ -136,13 +140,41 @@ def current_trace_carrier() -> dict[str, str]:
     return carrier
 
 
+def request_trace_carrier(metadata: Mapping[str, str | bytes]) -> dict[str, str]:
+    """The trace a request belongs to, as W3C headers to keep with the job it creates.
+
+    The active span's when this process traces; otherwise the caller's own `traceparent`
+    (parsed and written again, so a malformed one is dropped, and nothing else the caller
+    sent is kept), so that log lines still name the caller's trace when only it traces.
+    """
+    carrier = current_trace_carrier()
+    if carrier:
+        return carrier
+    _TRACE_CONTEXT.inject(carrier, context=_TRACE_CONTEXT.extract(dict(metadata)))
+    return {TRACEPARENT: carrier[TRACEPARENT]} if TRACEPARENT in carrier else {}
+
+
 def context_from(carrier: dict[str, str] | None) -> Context | None:
     return propagate.extract(carrier) if carrier else None
 
 
-def log_job(logger: logging.Logger, message: str, **fields: Any) -> None:
-    """One structured line per job state change, with the active trace id when there is one."""
-    context = trace.get_current_span().get_span_context()
-    if context.is_valid:
-        fields.setdefault("trace_id", format(context.trace_id, "032x"))
+def trace_id_of(carrier: Mapping[str, str]) -> str:
+    """The trace id (32 hex digits) in W3C headers, or "" when they carry none."""
+    if not carrier:
+        return ""
+    context = trace.get_current_span(propagate.extract(dict(carrier))).get_span_context()
+    return format(context.trace_id, "032x") if context.is_valid else ""
+
+
+def log_job(
+    logger: logging.Logger, message: str, trace_carrier: Mapping[str, str], **fields: Any
+) -> None:
+    """One structured line about a job, with the trace id of the request that created it.
+
+    Never the active span's: a job's state changes are applied by whichever task learns of
+    them (another job's Submit, a batch of several jobs, the dispatch loop).
+    """
+    trace_id = trace_id_of(trace_carrier)
+    if trace_id:
+        fields["trace_id"] = trace_id
     logger.info(message, extra={"fields": fields})

@@ -29,7 +29,7 @@ from mediamesh.scheduler.core.interface import SchedulingCore
 from mediamesh.scheduler.core.jobs import Job
 from mediamesh.scheduler.events import EventHub, WatchEvent
 from mediamesh.scheduler.store.artifacts import ArtifactStore, StoredArtifact
-from mediamesh.scheduler.store.job_store import JobStore
+from mediamesh.scheduler.store.writer import StoreWriter
 from mediamesh.scheduler.tracing import batch_span
 
 log = logging.getLogger("mediamesh.scheduler")
@@ -62,7 +62,7 @@ class BatchRunner:
     def __init__(
         self,
         core: SchedulingCore,
-        store: JobStore,
+        store: StoreWriter,
         artifacts: ArtifactStore,
         link: WorkerLink,
         settings: SchedulerSettings,
@@ -177,7 +177,7 @@ class BatchRunner:
             core.job_checkpointed(event.job_id, batch_id, event.checkpoint, event.step)
             job = core.jobs.get(event.job_id)
             if job is not None and job.checkpoint == event.checkpoint:
-                # Durable at once: a scheduler restart must resume from here too.
+                # Written now, not at its next transition: a restart must resume from here.
                 self.store.save(job)
         elif isinstance(event, JobNotice):
             job = core.jobs.get(event.job_id)

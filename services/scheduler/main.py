@@ -43,8 +43,13 @@ class SchedulerService:
 
 
 async def start_scheduler(
-    config: MeshConfig, registry: Registry, link: WorkerLink | None = None
+    config: MeshConfig,
+    registry: Registry,
+    link: WorkerLink | None = None,
+    store: JobStore | None = None,
 ) -> SchedulerService:
+    """Start the scheduler; `link` and `store` replace the gRPC link to workers and the
+    SQLite store at `scheduler.store_path` (tests pass fakes that fail on demand)."""
     s = config.scheduler
     credentials = InternalCredentials.from_config(config)
     refuse_open_off_loopback(
@@ -58,7 +63,7 @@ async def start_scheduler(
     core = SchedulerCore(registry.models, core_policy(s), time.time, new_job_id)
     runtime = SchedulerRuntime(
         core,
-        JobStore(s.store_path),
+        store or JobStore(s.store_path),
         ArtifactStore(s.artifact_dir),
         link or GrpcWorkerLink(credentials, s.max_message_bytes),
         s,

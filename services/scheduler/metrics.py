@@ -63,6 +63,15 @@ DEVICE_SECONDS = Counter(
     "mediamesh_device_seconds", "Measured device-seconds of denoising.", ["pool", "model"]
 )
 COST = Counter("mediamesh_cost", "Money spent at each pool's price per device-hour.", ["pool"])
+STORE_WRITE_FAILURES = Counter(
+    "mediamesh_store_write_failures",
+    "Job store writes that failed: `insert` (a Submit answered UNAVAILABLE) or `transition` "
+    "(a state change, retried until it lands).",
+    ["op"],
+)
+STORE_PENDING_WRITES = Gauge(
+    "mediamesh_store_pending_writes", "Jobs whose latest state is not yet in the job store."
+)
 ON_DEMAND_COST = Gauge(
     "mediamesh_on_demand_equivalent_cost",
     "What the device-seconds so far would have cost all on on-demand.",
@@ -78,6 +87,8 @@ def declare_series(queues: list[str]) -> None:
     for pool in ("on-demand", "spot"):
         PREEMPTIONS.labels(pool)
         COST.labels(pool)
+    for op in ("insert", "transition"):
+        STORE_WRITE_FAILURES.labels(op)
 
 
 def forget_worker(worker_id: str, devices: Iterable[str]) -> None:

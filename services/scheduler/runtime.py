@@ -1,8 +1,9 @@
 """The scheduler's owner task: drives the pure core and carries out its effects.
 
 Every core call happens on the event loop and returns at once; effects are applied right
-after, in order: store writes are queued to the store's thread, events go to watchers,
-batches and cancels go to workers through a `WorkerLink`.
+after, in order: store writes are queued to the `StoreWriter`, events go to watchers,
+batches and cancels go to workers through a `WorkerLink`. A new job is different: it is in
+the store before the core queues it (`Submissions`), so a failing store runs no unrecorded job.
 """
 
 from __future__ import annotations
@@ -16,11 +17,12 @@ from pathlib import Path
 from typing import Any
 
 from mediamesh.common.aio import wait_event
-from mediamesh.common.errors import FailedPrecondition, MeshError, NotFound
+from mediamesh.common.errors import FailedPrecondition, NotFound
 from mediamesh.common.settings import SchedulerSettings
 from mediamesh.common.telemetry import log_job
 from mediamesh.scheduler import metrics
 from mediamesh.scheduler.batches import BatchRunner, WorkerLink
+from mediamesh.scheduler.checkpoints import CheckpointFiles
 from mediamesh.scheduler.core.effects import (
     CancelOnWorker,
     Dispatch,
@@ -29,15 +31,20 @@ from mediamesh.scheduler.core.effects import (
     Progressed,
     Transition,
 )
-from mediamesh.scheduler.core.interface import Accepted, NewJob, SchedulingCore
+from mediamesh.scheduler.core.interface import NewJob, SchedulingCore
 from mediamesh.scheduler.core.jobs import Job, JobState
 from mediamesh.scheduler.core.units import WorkerInfo
 from mediamesh.scheduler.events import EventHub, WatchEvent
 from mediamesh.scheduler.roster import WorkerRoster
 from mediamesh.scheduler.store.artifacts import ArtifactStore, StoredArtifact
 from mediamesh.scheduler.store.job_store import JobStore
+from mediamesh.scheduler.store.writer import StoreWriter
+from mediamesh.scheduler.submissions import Submissions
 
 log = logging.getLogger("mediamesh.scheduler")
+
+# Longest a stopping scheduler waits for the store to take the last state changes.
+FLUSH_ON_STOP_S = 5.0
 
 
 class SchedulerRuntime:
@@ -51,6 +58,8 @@ class SchedulerRuntime:
     ) -> None:
         self.core = core
         self.store = store
+        self.writer = StoreWriter(store)
+        self.checkpoints = CheckpointFiles(artifacts.root / "checkpoints")
         self.artifacts = artifacts
         self.link = link
         self.settings = settings
@@ -61,23 +70,37 @@ class SchedulerRuntime:
         self._loop_task: asyncio.Task[None] | None = None
         self._housekeeping_task: asyncio.Task[None] | None = None
         self.batches = BatchRunner(
-            core, store, artifacts, link, settings, self.hub, self.results, self.apply, self.kick
+            core,
+            self.writer,
+            artifacts,
+            link,
+            settings,
+            self.hub,
+            self.results,
+            self.apply,
+            self.kick,
         )
         self.roster = WorkerRoster(link)
+        self.submissions = Submissions(core, store, self.apply)
 
     # ---- lifecycle -----------------------------------------------------------------------
 
     async def start(self) -> None:
-        since = time.time() - self.settings.retention_s
+        cutoff = time.time() - self.settings.retention_s
+        # Purge before loading, with the same cut-off: a row past its retention that stayed
+        # in the store but not in memory would hold its idempotency key against new jobs.
+        await self._purge(cutoff)
         restored = 0
-        for job, result in await self.store.load(since):
+        for job, result in await self.store.load(cutoff):
             if result:
                 self.results[job.job_id] = StoredArtifact(**result)
             was_unfinished = not job.state.terminal
             self.core.restore(job)
             if was_unfinished:
+                self.checkpoints.seen(job)
                 restored += 1
-                self.store.save(job)
+                self.writer.save(job)
+        self.writer.start()
         if restored:
             log.info("recovered %d unfinished jobs from the store", restored)
         metrics.declare_series(list(self.settings.queues))
@@ -95,6 +118,7 @@ class SchedulerRuntime:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
         await self.link.close()
+        await self.writer.close(FLUSH_ON_STOP_S)
         await self.store.close()
 
     def kick(self) -> None:
@@ -121,18 +145,19 @@ class SchedulerRuntime:
         while True:
             await asyncio.sleep(min(60.0, self.settings.retention_s / 4))
             cutoff = time.time() - self.settings.retention_s
-            for job_id in await self.store.purge(cutoff):
-                artifact = self.results.pop(job_id, None)
-                self.artifacts.delete(artifact.path if artifact else None)
-                self.core.forget(job_id)
-            self._sweep_checkpoints(cutoff)
+            try:
+                await self._purge(cutoff)
+            except Exception:
+                log.exception("purging jobs past their retention failed; trying again later")
+            live = {j.checkpoint for j in self.core.jobs.values() if j.checkpoint}
+            self.checkpoints.sweep(live, cutoff)
 
-    def _sweep_checkpoints(self, cutoff: float) -> None:
-        live = {j.checkpoint for j in self.core.jobs.values() if j.checkpoint}
-        folder = self.artifacts.root / "checkpoints"
-        for path in folder.glob("*.pt") if folder.exists() else ():
-            if str(path) not in live and path.stat().st_mtime < cutoff:
-                path.unlink(missing_ok=True)
+    async def _purge(self, cutoff: float) -> None:
+        """Delete the jobs that ended before `cutoff`: rows, artifacts, and from memory."""
+        for job in await self.store.purge(cutoff):
+            artifact = self.results.pop(job.job_id, None)
+            self.artifacts.delete(artifact.path if artifact else job.artifact_path)
+            self.core.forget(job.job_id)
 
     # ---- effects -------------------------------------------------------------------------
 
@@ -181,10 +206,13 @@ class SchedulerRuntime:
     def _on_transition(self, effect: Transition) -> None:
         job, state = effect.job, effect.state
         artifact = self.results.get(job.job_id)
-        self.store.save(job, artifact.__dict__ if artifact and state.terminal else None)
+        self.writer.save(job, artifact.__dict__ if artifact and state.terminal else None)
+        if not state.terminal:
+            self.checkpoints.seen(job)
         log_job(
             log,
             f"job {state.value.lower()}",
+            job.trace_carrier,
             job_id=job.job_id,
             tenant=job.tenant,
             model=job.model,
@@ -214,8 +242,8 @@ class SchedulerRuntime:
             metrics.JOB_LATENCY.labels(job.queue, job.priority.name).observe(
                 max((job.finished_at or time.time()) - job.created_at, 0.0)
             )
-            if job.checkpoint:
-                self.artifacts.delete(job.checkpoint)
+            if stale := self.checkpoints.files_of_ended(job):
+                self._spawn(self.checkpoints.delete(stale))
             self.hub.publish(self.final_event(job))
 
     def queued_event(self, job: Job) -> WatchEvent:
@@ -237,16 +265,9 @@ class SchedulerRuntime:
     # ---- calls from the API --------------------------------------------------------------
 
     async def submit(self, new: NewJob) -> tuple[Job, bool]:
-        outcome = self.core.submit(new)
-        if not isinstance(outcome, Accepted):
-            raise MeshError(outcome.message, code=outcome.code, retry_after_s=outcome.retry_after_s)
-        job = outcome.job
-        if outcome.deduplicated:
-            return job, True
-        # The job is durable before the caller hears it was accepted.
-        await self.store.save(job)
-        self.apply(self.core.take_effects())
-        return job, False
+        """Accept a job, durable before it queues (see `Submissions`): returns it and whether
+        it is an earlier one with the same idempotency key."""
+        return await self.submissions.submit(new)
 
     def owned_job(self, job_id: str, tenant: str, *, admin: bool = False) -> Job:
         """The job if it exists and belongs to the tenant (any tenant, for a caller with the

@@ -62,7 +62,8 @@ class Client(ClientBase):
         the whole artifact, downloaded if it was above the inline limit) or Error.
 
         Options are GenerateRequest's fields (steps, seed, width, height, num_frames,
-        guidance_scale, duration_s, negative_prompt, priority, timeout_ms, idempotency_key).
+        guidance_scale, duration_s, output_format, output_quality, fps, negative_prompt, priority,
+        timeout_ms, idempotency_key).
         Nothing is sent until the first event is read.
         """
         params = generate_params(model, prompt, options)

@@ -54,6 +54,9 @@ class GenerateOptions(TypedDict, total=False):
     num_frames: int | None
     guidance_scale: float | None
     duration_s: float | None
+    output_format: str | None
+    output_quality: int | None
+    fps: int | None
     priority: Priority | str | None
     timeout_ms: int | None
     idempotency_key: str | None

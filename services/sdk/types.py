@@ -108,6 +108,8 @@ class ModelInfo:
     devices: tuple[str, ...] = ()
     # GenerateRequest fields the model uses; setting any other model field is refused.
     accepted_fields: tuple[str, ...] = ()
+    # Values `output_format` may take; the first is the model's default.
+    output_formats: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from mediamesh.common.aio import wait_event
-from mediamesh.common.errors import StatusCode
+from mediamesh.common.errors import InvalidArgument, StatusCode
+from mediamesh.common.params import check_generation, check_output
 from mediamesh.common.telemetry import tracer
 from mediamesh.common.work import (
     JobCheckpointed,
@@ -120,6 +121,21 @@ class WorkerRuntime:
                     job.job_id, StatusCode.FAILED_PRECONDITION, f"model {model!r} not hosted"
                 )
             return
+        runnable = []
+        for job in jobs:
+            try:
+                # The scheduler checked the limits already, but a job past them (2**32 - 1
+                # steps, a 4-gigapixel image) would hold the device or exhaust its memory
+                # rather than fail, so whoever sends it is not trusted to be right.
+                check_generation(host.spec, job.generation)
+                check_output(host.spec, job.generation)
+            except InvalidArgument as exc:
+                yield JobFailed(job.job_id, exc.code, exc.message)
+            else:
+                runnable.append(job)
+        if not runnable:
+            return
+        jobs = runnable
         loop = asyncio.get_running_loop()
         events: asyncio.Queue[WorkerEvent | None] = asyncio.Queue()
         control = BatchControl([j.job_id for j in jobs])

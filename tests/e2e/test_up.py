@@ -55,6 +55,13 @@ def test_up_generate_grpcurl_and_clean_stop(launch, tmp_path: Path):
     assert result.returncode == 0, result.stderr
     assert "denoising" in result.stderr  # the progress bar
     assert Image.open(out).size == (96, 64)
+    # The result file's extension follows the requested format, whatever --out said.
+    result = mesh.cli(
+        "generate", "--gateway", mesh.gateway, "--model", "flux-tiny", "--prompt", "a fox",
+        "--steps", "1", "--output-format", "webp", "--output-quality", "80", "--out", str(out),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert Image.open(out.with_suffix(".webp")).format == "WEBP"
 
     services = grpcurl(mesh.gateway, "list").split()
     assert {"mediamesh.v1.Gateway", "grpc.health.v1.Health"} <= set(services)
@@ -74,7 +81,7 @@ def test_up_generate_grpcurl_and_clean_stop(launch, tmp_path: Path):
 
     # The run directory `up` wrote its config (and internal token) to, as without --config.
     status = mesh.cli("status", "--run-dir", str(mesh.run_dir))
-    assert status.returncode == 0 and "worker-0" in status.stdout and "SUCCEEDED=2" in status.stdout
+    assert status.returncode == 0 and "worker-0" in status.stdout and "SUCCEEDED=3" in status.stdout
     top = mesh.cli(
         "top", "--config", str(mesh.config_path), "--iterations", "2", "--interval", "0.1"
     )

@@ -29,7 +29,6 @@ from tests.conftest import ROOT
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
-SERVICES = ROOT / "services"
 TORCH_SPEC = "torch==2.13.0"  # the Makefile's TORCH_SPEC: the CPU build, from local disk
 # Build outputs and caches of a working checkout: a fresh clone has none of them, and a
 # stale build/ would put files in the wheel that the tree no longer has.
@@ -101,6 +100,14 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return built
 
 
+def expected_files(services: Path) -> set[str]:
+    """What the wheel must hold, from the `services/` folder it was built from: every
+    module and stub, the default registry, the scenarios and the typing marker."""
+    found = [*services.rglob("*.py"), *services.rglob("*.pyi"), *services.glob("sim/scenarios/*")]
+    names = {f"mediamesh/{p.relative_to(services)}" for p in found if "__pycache__" not in p.parts}
+    return names | {"mediamesh/common/defaults/models.yaml", "mediamesh/py.typed"}
+
+
 def test_the_wheel_holds_one_top_level_package_with_its_data(wheel: Path):
     with zipfile.ZipFile(wheel) as archive:
         names = set(archive.namelist())
@@ -112,15 +119,11 @@ def test_the_wheel_holds_one_top_level_package_with_its_data(wheel: Path):
     assert recorded == names
     assert {n.split("/")[0] for n in names} == {"mediamesh", dist_info}
 
-    expected = {f"mediamesh/{p.relative_to(SERVICES)}" for p in SERVICES.rglob("*.py")}
-    expected |= {f"mediamesh/{p.relative_to(SERVICES)}" for p in SERVICES.rglob("*.pyi")}
-    expected |= {
-        f"mediamesh/{p.relative_to(SERVICES)}" for p in (SERVICES / "sim").glob("scenarios/*.yaml")
-    }
-    expected |= {"mediamesh/common/defaults/models.yaml", "mediamesh/py.typed"}
+    # The copy the wheel was built from: the checkout may have changed since.
+    expected = expected_files(wheel.parent.parent / "src" / "services")
     assert any(n.endswith(".pyi") for n in expected)
     assert "mediamesh/sim/scenarios/small.yaml" in expected
-    missing = sorted(expected - names - {n for n in expected if "__pycache__" in n})
+    missing = sorted(expected - names)
     assert not missing, f"not in the wheel: {missing}"
 
 
@@ -224,8 +227,10 @@ def test_the_wheel_in_a_fresh_venv_builds_models_runs_a_mesh_and_simulates(
     python, mediamesh = str(venv / "bin" / "python"), str(venv / "bin" / "mediamesh")
     constraints = ["-c", str(ROOT / "constraints.txt")]
 
-    run_bounded([sys.executable, "-m", "venv", str(venv)], 120, steps, "venv", env=env, cwd=run)
-    pip = [python, "-m", "pip", "install", "-q", *constraints]
+    # Without a pip of its own (ensurepip takes seconds): this pip installs into it.
+    venv_argv = [sys.executable, "-m", "venv", "--without-pip", str(venv)]
+    run_bounded(venv_argv, 120, steps, "venv", env=env, cwd=run)
+    pip = [sys.executable, "-m", "pip", "--python", python, "install", "-q", *constraints]
     run_bounded([*pip, TORCH_SPEC], 600, steps, "pip install torch", env=env, cwd=run)
     run_bounded([*pip, f"{wheel}[sim]"], 900, steps, "pip install the wheel", env=env, cwd=run)
 

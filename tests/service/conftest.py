@@ -22,6 +22,7 @@ from mediamesh.common.settings import (
 from mediamesh.gateway.main import GatewayService, start_gateway
 from mediamesh.scheduler.core.interface import SchedulingCore
 from mediamesh.scheduler.main import SchedulerService, start_scheduler
+from mediamesh.scheduler.store.job_store import JobStore
 from mediamesh.worker.main import WorkerService, start_worker
 
 
@@ -53,6 +54,7 @@ async def start_mesh(
     internal_tls: dict | None = None,
     worker: dict | None = None,
     registry: Registry | None = None,
+    store: JobStore | None = None,
 ) -> InProcessMesh:
     import asyncio
 
@@ -71,7 +73,7 @@ async def start_mesh(
         workers=[],
     )
     registry = registry or load_registry()
-    sched = await start_scheduler(config, registry)
+    sched = await start_scheduler(config, registry, store=store)
     address = f"127.0.0.1:{sched.port}"
     config.gateway.scheduler_address = address
     mesh = InProcessMesh(config, sched, await start_gateway(config, registry))

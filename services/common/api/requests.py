@@ -23,6 +23,9 @@ def request_fields(request: common_pb2.GenerateRequest) -> RequestFields:
         num_frames=opt("num_frames"),
         guidance_scale=opt("guidance_scale"),
         duration_s=opt("duration_s"),
+        output_format=request.output_format,
+        output_quality=opt("output_quality"),
+        fps=opt("fps"),
         priority=priority_name(request.priority),
         timeout_ms=opt("timeout_ms"),
     )

@@ -37,6 +37,9 @@ def job_spec(params: JobParams, deadline_ms: int) -> worker_pb2.JobSpec:
         num_frames=g.num_frames,
         guidance_scale=g.guidance_scale,
         duration_s=g.duration_s,
+        output_format=g.output_format,
+        output_quality=g.output_quality,
+        fps=g.fps,
         deadline_unix_ms=deadline_ms,
         resume_checkpoint=params.resume_checkpoint or "",
         checkpoint_every_steps=params.checkpoint_every_steps,
@@ -54,6 +57,9 @@ def job_params(s: worker_pb2.JobSpec) -> JobParams:
         num_frames=s.num_frames,
         guidance_scale=s.guidance_scale,
         duration_s=s.duration_s,
+        output_format=s.output_format,
+        output_quality=s.output_quality,
+        fps=s.fps,
     )
     return JobParams(
         job_id=s.job_id,

@@ -15,6 +15,7 @@ from typing import Any
 
 import grpc
 
+from mediamesh.common.api.lenient import add_servicer
 from mediamesh.common.errors import MeshError, NotFound, StatusCode
 from mediamesh.common.generated.inference import grpc_service_pb2 as pb
 from mediamesh.common.generated.inference import grpc_service_pb2_grpc as pb_grpc
@@ -23,7 +24,6 @@ from mediamesh.common.registry import ModelSpec
 from mediamesh.common.server import Registration
 from mediamesh.gateway.api import kserve_messages as messages
 from mediamesh.gateway.api.kserve_jobs import ElementProgress, run_call
-from mediamesh.gateway.api.lenient import add_servicer
 from mediamesh.gateway.api.upstream import Upstream, caller_of, mesh_errors, reader_of
 from mediamesh.gateway.core.inference_call import (
     MODEL_VERSION,

@@ -34,6 +34,8 @@ _OPTIONAL_FIELDS = (
     "num_frames",
     "guidance_scale",
     "duration_s",
+    "output_quality",
+    "fps",
     "timeout_ms",
 )
 
@@ -54,6 +56,7 @@ def generate_request(fields: RequestFields) -> common_pb2.GenerateRequest:
         model=fields.model,
         prompt=fields.prompt,
         negative_prompt=fields.negative_prompt,
+        output_format=fields.output_format,
         priority=fields.priority,
     )
     for name in _OPTIONAL_FIELDS:

@@ -7,11 +7,11 @@ from typing import Any
 
 import grpc
 
+from mediamesh.common.api.lenient import add_servicer
 from mediamesh.common.api.requests import request_fields
 from mediamesh.common.generated.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
 from mediamesh.common.params import find_model, parse_priority, resolve
 from mediamesh.common.server import Registration
-from mediamesh.gateway.api.lenient import add_servicer
 from mediamesh.gateway.api.upstream import (
     Upstream,
     call_deadline_ms,

@@ -26,9 +26,10 @@ OUTPUT, SEED = "output", "seed"
 MODEL_VERSION = "1"
 # Parameters the client libraries add for their own protocol handling, never for the model.
 CLIENT_PARAMETER_PREFIX = "triton_"
-_INT_PARAMETERS = ("steps", "seed", "width", "height", "num_frames")
+_INT_PARAMETERS = ("steps", "seed", "width", "height", "num_frames", "output_quality", "fps")
 _FLOAT_PARAMETERS = ("guidance_scale", "duration_s")
-KNOWN_PARAMETERS = (*_INT_PARAMETERS, *_FLOAT_PARAMETERS, "priority", "timeout")
+OUTPUT_FORMAT = "output_format"
+KNOWN_PARAMETERS = (*_INT_PARAMETERS, *_FLOAT_PARAMETERS, OUTPUT_FORMAT, "priority", "timeout")
 # A job's timeout is whole milliseconds in a uint32; Triton's `timeout` is microseconds.
 MAX_TIMEOUT_US = MAX_TIMEOUT_MS * 1000
 # The schedule-policy extension numbers priority levels from 1, the highest.
@@ -194,6 +195,10 @@ def _fields_from_parameters(model: str, parameters: Mapping[str, ParamValue]) ->
             if isinstance(value, bool) or not isinstance(value, int | float):
                 raise InvalidArgument(f"{name}: expected a number, got {_kind(value)}")
             values[name] = float(value)
+        elif name == OUTPUT_FORMAT:
+            if not isinstance(value, str):
+                raise InvalidArgument(f"{name}: expected a string, got {_kind(value)}")
+            values[name] = value.strip().lower()
         elif name == "priority":
             values[name] = parse_priority_parameter(value)
         elif name == "timeout":
@@ -261,7 +266,7 @@ def encode_outputs(results: Sequence[ElementResult], wanted: Sequence[str]) -> l
     for name in wanted:
         if name == OUTPUT:
             mimes = list(dict.fromkeys(r.mime_type for r in results))
-            # One model has one MIME type, except video that fell back to its second format.
+            # Every element of a call shares its output_format, so one type is the rule.
             content_type = mimes[0] if len(mimes) == 1 else ",".join(r.mime_type for r in results)
             tensors.append(
                 OutputTensor(

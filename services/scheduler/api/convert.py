@@ -89,6 +89,7 @@ def model_info(spec: ModelSpec, devices: list[str]) -> common_pb2.ModelInfo:
         mime_type=spec.output.mime_type,
         devices=devices,
         accepted_fields=[f for f in MODEL_FIELDS if f in spec.accepted_fields],
+        output_formats=list(spec.output_formats),
         limits=common_pb2.ModelLimits(
             default_steps=d.steps,
             max_steps=lim.max_steps,

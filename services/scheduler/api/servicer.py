@@ -10,12 +10,13 @@ from collections.abc import AsyncIterator
 import grpc
 
 from mediamesh.common.api.bounds import check_bounds
+from mediamesh.common.api.lenient import add_servicer
 from mediamesh.common.api.requests import request_fields
 from mediamesh.common.errors import InvalidArgument, Unavailable
 from mediamesh.common.generated.v1 import common_pb2, gateway_pb2, scheduler_pb2, scheduler_pb2_grpc
 from mediamesh.common.params import find_model, parse_priority, resolve
 from mediamesh.common.registry import Registry
-from mediamesh.common.telemetry import current_trace_carrier
+from mediamesh.common.telemetry import request_trace_carrier
 from mediamesh.common.tenants import checked_tenant
 from mediamesh.scheduler.api import convert
 from mediamesh.scheduler.core.interface import NewJob
@@ -62,7 +63,7 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
                 max_queued=request.max_queued_jobs,
                 max_running=request.max_running_jobs,
             ),
-            trace_carrier=current_trace_carrier(),
+            trace_carrier=request_trace_carrier(dict(context.invocation_metadata() or ())),
         )
         job, deduplicated = await self.runtime.submit(new)
         return gateway_pb2.JobHandle(
@@ -251,7 +252,5 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
 
 
 def registration(servicer: SchedulerServicer) -> tuple[tuple[str, ...], object]:
-    name = scheduler_pb2.DESCRIPTOR.services_by_name["Scheduler"].full_name
-    return (name,), lambda server: scheduler_pb2_grpc.add_SchedulerServicer_to_server(
-        servicer, server
-    )
+    service = scheduler_pb2.DESCRIPTOR.services_by_name["Scheduler"]
+    return (service.full_name,), lambda server: add_servicer(server, servicer, service)

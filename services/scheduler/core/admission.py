@@ -51,6 +51,14 @@ class Admission:
 
     def submit(self, new: NewJob) -> Accepted | Rejection:
         """Queue a new job, return the earlier one with its idempotency key, or say why not."""
+        outcome = self.prepare(new)
+        if isinstance(outcome, Rejection) or outcome.deduplicated:
+            return outcome
+        return self.admit(outcome.job)
+
+    def prepare(self, new: NewJob) -> Accepted | Rejection:
+        """Check a new job and build it without holding or queueing it (see `admit`); or
+        return the earlier job with its idempotency key, or say why not."""
         spec = self._specs.get(new.model)
         if spec is None:
             return Rejection(StatusCode.NOT_FOUND, f"model {new.model!r} is not in the registry")
@@ -109,6 +117,15 @@ class Admission:
             total_steps=new.params.steps,
             trace_carrier=dict(new.trace_carrier),
         )
+        return Accepted(job)
+
+    def admit(self, job: Job) -> Accepted:
+        """Hold and queue a job that `prepare` built (once its owner has made it durable);
+        the job already held under its idempotency key instead, if one came in between."""
+        if job.idempotency_key:
+            existing = self._table.by_key(job.tenant, job.idempotency_key)
+            if existing is not None:
+                return Accepted(existing, deduplicated=True)
         self._admit(job)
         self._outbox.transition(job, JobState.QUEUED)
         return Accepted(job)

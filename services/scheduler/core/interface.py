@@ -140,6 +140,17 @@ class SchedulingCore(Protocol):
         """Accept a job into its queue, or say why not."""
         ...
 
+    def prepare(self, new: NewJob) -> Accepted | Rejection:
+        """`submit` in two steps, for an owner that must persist a job before it queues:
+        check and build the job without holding it (or find the earlier job with its
+        idempotency key, or say why not). Nothing changes until `admit`."""
+        ...
+
+    def admit(self, job: Job) -> Accepted:
+        """Hold and queue a job from `prepare`; if another job took its idempotency key in
+        between, that one, deduplicated, and this one is dropped."""
+        ...
+
     def restore(self, job: Job) -> None:
         """Take back a job from the store after a restart; unfinished ones queue again."""
         ...

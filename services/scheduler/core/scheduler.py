@@ -111,6 +111,14 @@ class SchedulerCore:
         """Accept a job into its queue, or say why not (see `Admission.submit`)."""
         return self._admission.submit(new)
 
+    def prepare(self, new: NewJob) -> Accepted | Rejection:
+        """Check and build a job without queueing it (see `Admission.prepare`)."""
+        return self._admission.prepare(new)
+
+    def admit(self, job: Job) -> Accepted:
+        """Queue a job `prepare` built, once it is durable (see `Admission.admit`)."""
+        return self._admission.admit(job)
+
     def restore(self, job: Job) -> None:
         """Take back a job from the store after a restart; unfinished ones queue again."""
         self._admission.restore(job)

@@ -8,12 +8,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-_EXTENSIONS = {
-    "image/png": "png",
-    "video/mp4": "mp4",
-    "image/webp": "webp",
-    "audio/wav": "wav",
-}
+from mediamesh.common.output_formats import extension_for
 
 
 @dataclass(frozen=True)
@@ -32,7 +27,7 @@ class ArtifactStore:
 
     def write(self, job_id: str, data: bytes, mime_type: str, seed: int) -> StoredArtifact:
         """Write atomically, so a crash never leaves a truncated artifact under its name."""
-        path = self.root / f"{job_id}.{_EXTENSIONS.get(mime_type, 'bin')}"
+        path = self.root / f"{job_id}.{extension_for(mime_type)}"
         partial = path.with_suffix(path.suffix + ".partial")
         partial.write_bytes(data)
         os.replace(partial, path)

@@ -1,7 +1,8 @@
 """Durable job store on SQLite (WAL): every accepted job and every transition is written.
 
 All access goes through one dedicated thread, so writes land in the order they were
-issued and the event loop never blocks on disk.
+issued and the event loop never blocks on disk. A new job is inserted (and awaited) before
+the core admits it; its later states are written in groups by `StoreWriter` (writer.py).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from mediamesh.scheduler.core.jobs import GenerationParams, Job, JobState, Priority, TenantQuota
 
@@ -42,7 +43,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     error_code TEXT NOT NULL,
     error_message TEXT NOT NULL,
     spot_fallback INTEGER NOT NULL,
-    result TEXT
+    result TEXT,
+    trace_carrier TEXT NOT NULL DEFAULT '{}'
 );
 CREATE INDEX IF NOT EXISTS jobs_unfinished ON jobs (state) WHERE finished_at IS NULL;
 CREATE INDEX IF NOT EXISTS jobs_finished ON jobs (finished_at) WHERE finished_at IS NOT NULL;
@@ -73,7 +75,18 @@ _COLUMNS = [
     "error_message",
     "spot_fallback",
     "result",
+    "trace_carrier",
 ]
+
+# Columns added after the first release, with their definitions, for databases made before.
+_ADDED_COLUMNS = {"trace_carrier": "TEXT NOT NULL DEFAULT '{}'"}
+
+
+class PurgedJob(NamedTuple):
+    """A job deleted from the store after its retention, and its result file if it had one."""
+
+    job_id: str
+    artifact_path: str | None
 
 
 def job_row(job: Job, result: dict[str, Any] | None = None) -> tuple[Any, ...]:
@@ -101,6 +114,7 @@ def job_row(job: Job, result: dict[str, Any] | None = None) -> tuple[Any, ...]:
         job.error_message,
         int(job.spot_fallback),
         json.dumps(result) if result is not None else None,
+        json.dumps(job.trace_carrier),
     )
 
 
@@ -127,6 +141,7 @@ def job_from_row(row: sqlite3.Row) -> tuple[Job, dict[str, Any] | None]:
         error_code=row["error_code"],
         error_message=row["error_message"],
         spot_fallback=bool(row["spot_fallback"]),
+        trace_carrier=json.loads(row["trace_carrier"]),
     )
     result = json.loads(row["result"]) if row["result"] else None
     return job, result
@@ -147,25 +162,46 @@ class JobStore:
         # NORMAL with WAL survives a process crash (SIGKILL); only power loss can drop the tail.
         db.execute("PRAGMA synchronous=NORMAL")
         db.executescript(_SCHEMA)
+        present = {row["name"] for row in db.execute("PRAGMA table_info(jobs)")}
+        for column, definition in _ADDED_COLUMNS.items():
+            if column not in present:
+                db.execute(f"ALTER TABLE jobs ADD COLUMN {column} {definition}")
         self._db = db
 
     async def _run(self, fn: Callable[..., _Result], *args: Any) -> _Result:
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
 
-    def _save(self, row: tuple[Any, ...]) -> None:
+    def _insert(self, row: tuple[Any, ...]) -> None:
+        assert self._db is not None
+        placeholders = ",".join("?" * len(_COLUMNS))
+        self._db.execute(f"INSERT INTO jobs ({','.join(_COLUMNS)}) VALUES ({placeholders})", row)
+
+    async def insert(self, job: Job) -> None:
+        """Write a new job; returns once it is committed, raises if it could not be."""
+        await self._run(self._insert, job_row(job))
+
+    def _save_many(self, rows: list[tuple[Any, ...]]) -> None:
         assert self._db is not None
         placeholders = ",".join("?" * len(_COLUMNS))
         updates = ",".join(f"{c}=excluded.{c}" for c in _COLUMNS[1:] if c != "result")
-        self._db.execute(
-            f"INSERT INTO jobs ({','.join(_COLUMNS)}) VALUES ({placeholders}) "
-            f"ON CONFLICT(job_id) DO UPDATE SET {updates}, "
-            "result=COALESCE(excluded.result, jobs.result)",
-            row,
-        )
+        # One transaction for the group: one commit (one WAL sync) however many jobs moved.
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            self._db.executemany(
+                f"INSERT INTO jobs ({','.join(_COLUMNS)}) VALUES ({placeholders}) "
+                f"ON CONFLICT(job_id) DO UPDATE SET {updates}, "
+                "result=COALESCE(excluded.result, jobs.result)",
+                rows,
+            )
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
 
-    def save(self, job: Job, result: dict[str, Any] | None = None) -> asyncio.Future[None]:
-        """Queue a write of the job as it is now; await the future for durability."""
-        return asyncio.ensure_future(self._run(self._save, job_row(job, result)))
+    async def save_many(self, rows: list[tuple[Any, ...]]) -> None:
+        """Write jobs as snapshotted by `job_row`, all or none; a row without a result keeps
+        the stored one."""
+        await self._run(self._save_many, rows)
 
     def _load(self, since_finished: float) -> list[tuple[Job, dict[str, Any] | None]]:
         assert self._db is not None
@@ -187,18 +223,21 @@ class JobStore:
     async def get(self, job_id: str) -> tuple[Job, dict[str, Any] | None] | None:
         return await self._run(self._get, job_id)
 
-    def _purge(self, finished_before: float) -> list[str]:
+    def _purge(self, finished_before: float) -> list[PurgedJob]:
         assert self._db is not None
         rows = self._db.execute(
-            "SELECT job_id FROM jobs WHERE finished_at IS NOT NULL AND finished_at < ?",
+            "SELECT job_id, result FROM jobs WHERE finished_at IS NOT NULL AND finished_at < ?",
             (finished_before,),
         ).fetchall()
-        ids = [r["job_id"] for r in rows]
-        self._db.executemany("DELETE FROM jobs WHERE job_id = ?", [(i,) for i in ids])
-        return ids
+        purged = [
+            PurgedJob(r["job_id"], json.loads(r["result"])["path"] if r["result"] else None)
+            for r in rows
+        ]
+        self._db.executemany("DELETE FROM jobs WHERE job_id = ?", [(p.job_id,) for p in purged])
+        return purged
 
-    async def purge(self, finished_before: float) -> list[str]:
-        """Delete jobs that ended before the cut-off; returns their ids."""
+    async def purge(self, finished_before: float) -> list[PurgedJob]:
+        """Delete jobs that ended before the cut-off; returns them."""
         return await self._run(self._purge, finished_before)
 
     def _counts(self) -> dict[str, int]:

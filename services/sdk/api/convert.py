@@ -128,6 +128,7 @@ def model_info(message: common_pb2.ModelInfo) -> ModelInfo:
         limits=limits,
         devices=tuple(message.devices),
         accepted_fields=tuple(message.accepted_fields),
+        output_formats=tuple(message.output_formats),
     )
 
 

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Callable
 import grpc
 
 from mediamesh.common.api import worker_wire
+from mediamesh.common.api.lenient import add_servicer
 from mediamesh.common.generated.v1 import worker_pb2, worker_pb2_grpc
 from mediamesh.worker.runtime import WorkerRuntime
 
@@ -64,9 +65,12 @@ class WorkerServicer(worker_pb2_grpc.WorkerServicer):
         )
 
 
+_SERVICE = worker_pb2.DESCRIPTOR.services_by_name["Worker"]
+
+
 def service_names() -> tuple[str, ...]:
-    return (worker_pb2.DESCRIPTOR.services_by_name["Worker"].full_name,)
+    return (_SERVICE.full_name,)
 
 
 def adder(servicer: WorkerServicer) -> Callable[[grpc.aio.Server], None]:
-    return lambda server: worker_pb2_grpc.add_WorkerServicer_to_server(servicer, server)
+    return lambda server: add_servicer(server, servicer, _SERVICE)

@@ -20,6 +20,12 @@ from mediamesh.worker.models.tiny_families import (
     build_stable_audio,
     build_wan,
 )
+from mediamesh.worker.models.tiny_image_families import (
+    build_cogvideox,
+    build_pixart_sigma,
+    build_sd3,
+    build_sdxl,
+)
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +39,10 @@ BUILDERS: dict[str, Callable[[], DiffusionPipeline]] = {
     "flux-small": lambda: build_flux("small"),
     "wan-tiny": build_wan,
     "stable-audio-tiny": build_stable_audio,
+    "sdxl-tiny": build_sdxl,
+    "sd3-tiny": build_sd3,
+    "pixart-tiny": build_pixart_sigma,
+    "cogvideox-tiny": build_cogvideox,
 }
 
 

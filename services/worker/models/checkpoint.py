@@ -12,7 +12,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
-import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from mediamesh.common.checkpoint_files import PARTIAL_SUFFIX, checkpoint_file
 from mediamesh.common.generation import GenerationParams
 from mediamesh.common.work import JobParams
 
@@ -29,6 +29,9 @@ from mediamesh.common.work import JobParams
 FORMAT_VERSION = 2
 # Scheduler attributes that are configuration or objects rebuilt by `set_timesteps`.
 _SKIPPED_ATTRIBUTES = {"config", "_internal_dict", "noise_sampler"}
+# Schedulers whose `step` reads only the timestep it is given, the schedule and the
+# generator: trimming the schedule to the remaining timesteps resumes them exactly.
+TIMESTEP_DRIVEN_SCHEDULERS = frozenset({"DDIMScheduler", "CogVideoXDDIMScheduler", "DDPMScheduler"})
 _ROW = "__row__"
 _NUMPY = "__numpy__"
 
@@ -50,8 +53,8 @@ class Checkpoint:
 
 
 def checkpoint_path(directory: Path, job_id: str, step: int) -> Path:
-    safe_id = re.sub(r"[^A-Za-z0-9._-]", "_", job_id)
-    return directory / f"{safe_id}-step{step}.pt"
+    """Where the job's checkpoint after `step` goes (the scheduler deletes it by this name)."""
+    return checkpoint_file(directory, job_id, step)
 
 
 def write_checkpoint(path: Path, checkpoint: Checkpoint) -> None:
@@ -68,7 +71,7 @@ def write_checkpoint(path: Path, checkpoint: Checkpoint) -> None:
         "remaining_timesteps": checkpoint.remaining_timesteps.detach().cpu(),
     }
     # Write then rename so a crash mid-write never leaves a truncated file behind the name.
-    partial = path.with_suffix(".partial")
+    partial = path.with_suffix(PARTIAL_SUFFIX)
     torch.save(payload, partial)
     partial.replace(path)
 
@@ -123,8 +126,13 @@ def _job_from_payload(fields: dict[str, Any]) -> JobParams:
     return JobParams(**{**fields, "generation": generation})
 
 
-def snapshot_scheduler(scheduler: Any, batch_shape: torch.Size, row: int) -> dict[str, Any]:
-    """The scheduler's mutable state, with tensors shaped like the latents cut to `row`."""
+def snapshot_scheduler(
+    scheduler: Any, batch_shape: torch.Size, row: int, step: int | None = None
+) -> dict[str, Any]:
+    """The scheduler's mutable state, with tensors shaped like the latents cut to `row`.
+
+    `step` (steps done) stands in for the step counter of schedulers that keep none
+    because `step` derives everything from the timestep it is given."""
     state: dict[str, Any] = {}
     for name, value in vars(scheduler).items():
         if name in _SKIPPED_ATTRIBUTES or callable(value):
@@ -132,6 +140,8 @@ def snapshot_scheduler(scheduler: Any, batch_shape: torch.Size, row: int) -> dic
         encoded = _encode(value, batch_shape, row)
         if encoded is not _UNSUPPORTED:
             state[name] = encoded
+    if step is not None and type(scheduler).__name__ in TIMESTEP_DRIVEN_SCHEDULERS:
+        state.setdefault("_step_index", step)
     return state
 
 

@@ -1,4 +1,4 @@
-"""A model without torch: one StepDone per step and a solid-colour PNG, for overhead tests."""
+"""A model without torch: one StepDone per step and a solid-colour image, for overhead tests."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from mediamesh.common.errors import StatusCode
 from mediamesh.common.registry import ModelSpec
 from mediamesh.common.work import JobFailed, JobFinished, JobParams, StepDone
 from mediamesh.worker.core.batch import ControlView, Emit
-from mediamesh.worker.models.encode import encode_png
+from mediamesh.worker.models.encode import encode_result
 from mediamesh.worker.models.progress import Terminals
 
 
@@ -55,8 +55,8 @@ class EchoHost:
             height = asked.height or self.spec.defaults.height or 16
             pixels = np.empty((height, width, 3), dtype=np.uint8)
             pixels[:] = seed_colour(asked.seed)
-            data = encode_png(pixels)
-            terminals.send(job.job_id, JobFinished(job.job_id, data, "image/png", asked.seed))
+            data, mime_type = encode_result(self.spec, pixels, asked)
+            terminals.send(job.job_id, JobFinished(job.job_id, data, mime_type, asked.seed))
 
     def close(self) -> None:
         return None

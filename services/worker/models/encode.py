@@ -1,23 +1,48 @@
-"""Turns pipeline outputs into the bytes a client receives: PNG, MP4 (or WebP), WAV."""
+"""Turns pipeline outputs into the bytes a client receives, in the format the job asked for.
+
+Images go through Pillow, video through PyAV (the FFmpeg libraries its wheel bundles) and
+audio through soundfile (libsndfile). Every function here is CPU-bound and blocking: the
+worker calls it from its device thread, never on the event loop.
+"""
 
 from __future__ import annotations
 
 import io
-import subprocess
-import tempfile
-import wave
-from pathlib import Path
+from fractions import Fraction
+from typing import Any
 
+import av
 import numpy as np
+import soundfile
 from PIL import Image
 
-from mediamesh.common.registry import MIME_TYPES
+from mediamesh.common.generation import GenerationParams
+from mediamesh.common.output_formats import FORMATS_BY_MODALITY, MIME_TYPES
+from mediamesh.common.registry import ModelSpec
 
-FFMPEG_TIMEOUT_S = 60
+# Codec and container of each video format. yuv420p is what every player decodes.
+_VIDEO_CODECS: dict[str, tuple[str, str, str]] = {
+    "mp4": ("mp4", "libx264", "yuv420p"),
+    "webm": ("webm", "libvpx-vp9", "yuv420p"),
+    "gif": ("gif", "gif", "pal8"),
+}
+# Constant-quality settings: results are short clips, so quality matters more than size.
+_VIDEO_OPTIONS: dict[str, dict[str, str]] = {
+    "mp4": {"crf": "20", "preset": "veryfast", "movflags": "+faststart"},
+    "webm": {"crf": "32", "b": "0", "deadline": "realtime", "cpu-used": "8"},
+    "gif": {},
+}
+# libsndfile format and subtype of each audio format. FLAC keeps 24 bits; WAV stays 16-bit
+# PCM, which every player reads; Vorbis takes any sample rate (Opus only a few).
+_AUDIO_SUBTYPES: dict[str, tuple[str, str]] = {
+    "wav": ("WAV", "PCM_16"),
+    "flac": ("FLAC", "PCM_24"),
+    "ogg": ("OGG", "VORBIS"),
+}
 
 
 class EncodeError(RuntimeError):
-    """An output that could not be encoded in any allowed format."""
+    """An output that could not be encoded in the requested format."""
 
 
 def to_uint8(pixels: np.ndarray) -> np.ndarray:
@@ -28,104 +53,104 @@ def to_uint8(pixels: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(np.round(scaled).astype(np.uint8))
 
 
-def encode_png(image: np.ndarray) -> bytes:
-    """One HxWx3 image to PNG."""
+def encode_image(image: np.ndarray, fmt: str, quality: int = 90) -> bytes:
+    """One HxWx3 image as png, jpeg or webp; `quality` (1..100) applies to jpeg and webp."""
+    picture = Image.fromarray(to_uint8(image), mode="RGB")
     buffer = io.BytesIO()
-    Image.fromarray(to_uint8(image), mode="RGB").save(buffer, format="PNG")
+    if fmt == "png":
+        picture.save(buffer, format="PNG")
+    elif fmt == "jpeg":
+        picture.save(buffer, format="JPEG", quality=quality)
+    elif fmt == "webp":
+        picture.save(buffer, format="WEBP", quality=quality)
+    else:
+        raise EncodeError(f"image format {fmt!r} is not supported")
     return buffer.getvalue()
 
 
-def encode_webp(frames: np.ndarray, fps: int) -> bytes:
-    """FxHxWx3 frames to a lossless animated WebP."""
-    images = [Image.fromarray(frame, mode="RGB") for frame in to_uint8(frames)]
-    buffer = io.BytesIO()
-    images[0].save(
-        buffer,
-        format="WEBP",
-        save_all=True,
-        append_images=images[1:],
-        duration=max(1, round(1000 / fps)),
-        loop=0,
-        lossless=True,
-    )
-    return buffer.getvalue()
-
-
-def encode_mp4(frames: np.ndarray, fps: int, ffmpeg_exe: str | None = None) -> bytes:
-    """FxHxWx3 frames to H.264 MP4 via the ffmpeg binary that imageio-ffmpeg ships."""
-    pixels = to_uint8(frames)
-    count, height, width, _ = pixels.shape
-    if ffmpeg_exe is None:
-        import imageio_ffmpeg
-
-        ffmpeg_exe = imageio_ffmpeg.get_ffmpeg_exe()
-    with tempfile.TemporaryDirectory(prefix="mm-enc-") as tmp:
-        # A seekable file rather than a pipe: the mp4 muxer rewrites its index at the end
-        # (faststart), which plain players need to start before the whole file arrives.
-        target = Path(tmp) / "out.mp4"
-        command = [
-            ffmpeg_exe,
-            "-hide_banner",
-            "-loglevel",
-            "error",
-            "-f",
-            "rawvideo",
-            "-pix_fmt",
-            "rgb24",
-            "-s",
-            f"{width}x{height}",
-            "-r",
-            str(fps),
-            "-i",
-            "-",
-            "-an",
-            # yuv420p halves chroma resolution, so both dimensions must be even.
-            "-vf",
-            "pad=ceil(iw/2)*2:ceil(ih/2)*2",
-            "-c:v",
-            "libx264",
-            "-pix_fmt",
-            "yuv420p",
-            "-movflags",
-            "+faststart",
-            "-frames:v",
-            str(count),
-            str(target),
-        ]
-        result = subprocess.run(
-            command, input=pixels.tobytes(), capture_output=True, timeout=FFMPEG_TIMEOUT_S
-        )
-        if result.returncode != 0 or not target.is_file():
-            message = result.stderr.decode(errors="replace").strip()[-500:]
-            raise EncodeError(f"ffmpeg exited with {result.returncode}: {message}")
-        return target.read_bytes()
-
-
-def encode_video(
-    frames: np.ndarray, fps: int, fmt: str, fallback: str | None = None
-) -> tuple[bytes, str]:
-    """Encodes in `fmt`, falling back to `fallback` when ffmpeg fails; returns (bytes, mime)."""
-    encoders = {"mp4": lambda: encode_mp4(frames, fps), "webp": lambda: encode_webp(frames, fps)}
-    if fmt not in encoders:
+def encode_video(frames: np.ndarray, fmt: str, fps: int) -> bytes:
+    """FxHxWx3 frames as mp4 (H.264), webm (VP9) or gif at `fps` frames per second."""
+    if fmt not in _VIDEO_CODECS:
         raise EncodeError(f"video format {fmt!r} is not supported")
+    container_format, codec, pixel_format = _VIDEO_CODECS[fmt]
+    pixels = to_uint8(frames)
+    if pixel_format == "yuv420p":
+        pixels = _even_sized(pixels)
+    _count, height, width, _channels = pixels.shape
+    buffer = io.BytesIO()
     try:
-        return encoders[fmt](), MIME_TYPES[fmt]
-    except (EncodeError, OSError, subprocess.TimeoutExpired) as exc:
-        if fallback is None or fallback == fmt or fallback not in encoders:
-            raise EncodeError(f"cannot encode {fmt}: {exc}") from exc
-        return encoders[fallback](), MIME_TYPES[fallback]
+        with av.open(buffer, mode="w", format=container_format) as container:
+            stream: Any = container.add_stream(codec, rate=fps, options=_VIDEO_OPTIONS[fmt])
+            stream.width, stream.height, stream.pix_fmt = width, height, pixel_format
+            stream.time_base = Fraction(1, fps)
+            for index, frame_pixels in enumerate(pixels):
+                if pixel_format == "pal8":
+                    frame = _palette_frame(frame_pixels)
+                else:
+                    frame = av.VideoFrame.from_ndarray(frame_pixels, format="rgb24")
+                    frame = frame.reformat(format=pixel_format)
+                frame.pts = index
+                frame.time_base = Fraction(1, fps)
+                for packet in stream.encode(frame):
+                    container.mux(packet)
+            for packet in stream.encode(None):
+                container.mux(packet)
+    except av.FFmpegError as exc:
+        raise EncodeError(f"cannot encode {fmt}: {exc}") from exc
+    return buffer.getvalue()
 
 
-def encode_wav(audio: np.ndarray, sample_rate: int) -> bytes:
-    """(channels, samples) float audio in [-1, 1] to 16-bit PCM WAV."""
+def _palette_frame(pixels: np.ndarray) -> av.VideoFrame:
+    # FFmpeg's scaler cannot make a palette; Pillow picks 256 colours for each frame.
+    quantized = Image.fromarray(pixels, mode="RGB").quantize(colors=256)
+    rgb = np.zeros((256, 3), dtype=np.uint8)
+    used = np.frombuffer(bytes(quantized.getpalette() or []), dtype=np.uint8).reshape(-1, 3)
+    rgb[: min(len(used), 256)] = used[:256]
+    argb = np.concatenate([np.full((256, 1), 255, dtype=np.uint8), rgb], axis=1)
+    indices = np.asarray(quantized, dtype=np.uint8)
+    # The stubs omit the (image, palette) pair that PyAV documents for pal8.
+    return av.VideoFrame.from_ndarray((indices, argb), format="pal8")  # type: ignore[arg-type]
+
+
+def _even_sized(pixels: np.ndarray) -> np.ndarray:
+    # 4:2:0 chroma is half resolution, so H.264 and VP9 need even sides: repeat the edge.
+    _count, height, width, _channels = pixels.shape
+    pad_height, pad_width = height % 2, width % 2
+    if not pad_height and not pad_width:
+        return pixels
+    return np.pad(pixels, ((0, 0), (0, pad_height), (0, pad_width), (0, 0)), mode="edge")
+
+
+def encode_audio(audio: np.ndarray, sample_rate: int, fmt: str) -> bytes:
+    """(channels, samples) or (samples,) float audio in [-1, 1] as wav, flac or ogg (Vorbis)."""
+    if fmt not in _AUDIO_SUBTYPES:
+        raise EncodeError(f"audio format {fmt!r} is not supported")
+    container_format, subtype = _AUDIO_SUBTYPES[fmt]
     if audio.ndim == 1:
         audio = audio[None, :]
-    samples = np.clip(np.nan_to_num(audio.astype(np.float32)), -1.0, 1.0)
-    pcm = np.round(samples.T * 32767.0).astype("<i2")
+    # soundfile takes (samples, channels); clipping keeps PCM from wrapping around.
+    samples = np.clip(np.nan_to_num(audio.astype(np.float32)), -1.0, 1.0).T
     buffer = io.BytesIO()
-    with wave.open(buffer, "wb") as writer:
-        writer.setnchannels(audio.shape[0])
-        writer.setsampwidth(2)
-        writer.setframerate(sample_rate)
-        writer.writeframes(pcm.tobytes())
+    try:
+        soundfile.write(buffer, samples, sample_rate, format=container_format, subtype=subtype)
+    except (soundfile.LibsndfileError, RuntimeError, ValueError) as exc:
+        raise EncodeError(f"cannot encode {fmt}: {exc}") from exc
     return buffer.getvalue()
+
+
+def encode_result(
+    spec: ModelSpec, output: Any, generation: GenerationParams, sample_rate: int = 0
+) -> tuple[bytes, str]:
+    """One job's output (an image, frames or audio as numpy) in the job's format: (bytes,
+    mime). A job recorded before formats existed carries none and gets the model's defaults."""
+    fmt = generation.output_format or spec.default_output_format
+    if fmt not in FORMATS_BY_MODALITY[spec.modality]:
+        raise EncodeError(f"{fmt!r} cannot encode {spec.modality}")
+    pixels_or_audio = np.asarray(output)
+    if spec.modality == "image":
+        data = encode_image(pixels_or_audio, fmt, generation.output_quality or spec.output.quality)
+    elif spec.modality == "video":
+        data = encode_video(pixels_or_audio, fmt, generation.fps or spec.output.fps)
+    else:
+        data = encode_audio(pixels_or_audio, sample_rate, fmt)
+    return data, MIME_TYPES[fmt]

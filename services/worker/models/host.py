@@ -41,22 +41,19 @@ class ModelHost(Protocol):
 
 
 def host_class(spec: ModelSpec) -> type[DiffusionHost]:
-    from mediamesh.worker.models.flux import FluxHost
-    from mediamesh.worker.models.stable_audio import StableAudioHost
-    from mediamesh.worker.models.wan import WanHost
+    """The host for a registry entry: one generic host serves every diffusers pipeline
+    class; whether it has a usable step hook is checked when the pipeline is loaded."""
+    import diffusers
 
-    families: dict[str, type[DiffusionHost]] = {
-        "FluxPipeline": FluxHost,
-        "WanPipeline": WanHost,
-        "StableAudioPipeline": StableAudioHost,
-    }
-    try:
-        return families[spec.pipeline]
-    except KeyError:
+    from mediamesh.worker.models.pipeline_host import PipelineHost
+
+    pipeline_class = getattr(diffusers, spec.pipeline, None)
+    if not (isinstance(pipeline_class, type) and issubclass(pipeline_class, DiffusionPipeline)):
         raise ModelLoadError(
-            f"model {spec.name!r}: pipeline {spec.pipeline!r} is not supported "
-            f"(known: Echo, {', '.join(sorted(families))})"
-        ) from None
+            f"model {spec.name!r}: {spec.pipeline!r} is not a diffusers pipeline class "
+            f"(diffusers {diffusers.__version__}); the builtin Echo is the other choice"
+        )
+    return PipelineHost
 
 
 def load_single_device_host(

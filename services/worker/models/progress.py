@@ -151,7 +151,7 @@ class StepTracker:
                 step=step,
                 total_steps=self.total_steps,
                 latents=latents[index : index + 1],
-                scheduler_state=snapshot_scheduler(self.scheduler, latents.shape, index),
+                scheduler_state=snapshot_scheduler(self.scheduler, latents.shape, index, step),
                 # Stochastic samplers keep drawing from the job's generator after step k.
                 generator_state=self.generators[index].get_state(),
                 remaining_timesteps=timesteps[-(self.total_steps - step) :],

@@ -22,7 +22,18 @@ from mediamesh.worker.models.host import ModelHost
 @pytest.fixture(scope="session")
 def models_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     target = tmp_path_factory.mktemp("models")
-    build_models(target, ["flux-tiny", "wan-tiny", "stable-audio-tiny"])
+    build_models(
+        target,
+        [
+            "flux-tiny",
+            "wan-tiny",
+            "stable-audio-tiny",
+            "sdxl-tiny",
+            "sd3-tiny",
+            "pixart-tiny",
+            "cogvideox-tiny",
+        ],
+    )
     return target
 
 

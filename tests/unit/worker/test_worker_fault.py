@@ -33,7 +33,9 @@ class LostGroupHost:
 def job(job_id: str) -> JobParams:
     from mediamesh.common.generation import GenerationParams
 
-    return JobParams(job_id, GenerationParams(prompt="x", steps=2), resume_checkpoint="ckpt")
+    # A job the echo model can run (the worker refuses jobs past a model's limits).
+    generation = GenerationParams(prompt="x", steps=2, width=16, height=16)
+    return JobParams(job_id, generation, resume_checkpoint="ckpt")
 
 
 async def collect(runtime: WorkerRuntime, batch_id: str, jobs: list[JobParams]) -> list:

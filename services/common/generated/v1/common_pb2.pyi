@@ -38,7 +38,7 @@ CANCELLED: JobState
 EXPIRED: JobState
 
 class GenerateRequest(_message.Message):
-    __slots__ = ("model", "prompt", "negative_prompt", "steps", "seed", "width", "height", "num_frames", "guidance_scale", "priority", "timeout_ms", "idempotency_key", "duration_s")
+    __slots__ = ("model", "prompt", "negative_prompt", "steps", "seed", "width", "height", "num_frames", "guidance_scale", "priority", "timeout_ms", "idempotency_key", "duration_s", "output_format", "output_quality", "fps")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     PROMPT_FIELD_NUMBER: _ClassVar[int]
     NEGATIVE_PROMPT_FIELD_NUMBER: _ClassVar[int]
@@ -52,6 +52,9 @@ class GenerateRequest(_message.Message):
     TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
     IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
     DURATION_S_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_FORMAT_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_QUALITY_FIELD_NUMBER: _ClassVar[int]
+    FPS_FIELD_NUMBER: _ClassVar[int]
     model: str
     prompt: str
     negative_prompt: str
@@ -65,7 +68,10 @@ class GenerateRequest(_message.Message):
     timeout_ms: int
     idempotency_key: str
     duration_s: float
-    def __init__(self, model: _Optional[str] = ..., prompt: _Optional[str] = ..., negative_prompt: _Optional[str] = ..., steps: _Optional[int] = ..., seed: _Optional[int] = ..., width: _Optional[int] = ..., height: _Optional[int] = ..., num_frames: _Optional[int] = ..., guidance_scale: _Optional[float] = ..., priority: _Optional[_Union[Priority, str]] = ..., timeout_ms: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., duration_s: _Optional[float] = ...) -> None: ...
+    output_format: str
+    output_quality: int
+    fps: int
+    def __init__(self, model: _Optional[str] = ..., prompt: _Optional[str] = ..., negative_prompt: _Optional[str] = ..., steps: _Optional[int] = ..., seed: _Optional[int] = ..., width: _Optional[int] = ..., height: _Optional[int] = ..., num_frames: _Optional[int] = ..., guidance_scale: _Optional[float] = ..., priority: _Optional[_Union[Priority, str]] = ..., timeout_ms: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., duration_s: _Optional[float] = ..., output_format: _Optional[str] = ..., output_quality: _Optional[int] = ..., fps: _Optional[int] = ...) -> None: ...
 
 class Queued(_message.Message):
     __slots__ = ("position", "eta_s", "queue")
@@ -178,7 +184,7 @@ class ModelLimits(_message.Message):
     def __init__(self, default_steps: _Optional[int] = ..., max_steps: _Optional[int] = ..., default_width: _Optional[int] = ..., default_height: _Optional[int] = ..., max_width: _Optional[int] = ..., max_height: _Optional[int] = ..., size_multiple: _Optional[int] = ..., default_num_frames: _Optional[int] = ..., max_num_frames: _Optional[int] = ..., default_duration_s: _Optional[float] = ..., max_duration_s: _Optional[float] = ..., default_guidance_scale: _Optional[float] = ..., max_guidance_scale: _Optional[float] = ..., max_batch: _Optional[int] = ...) -> None: ...
 
 class ModelInfo(_message.Message):
-    __slots__ = ("name", "modality", "pipeline", "parallelism", "limits", "ready", "mime_type", "devices", "accepted_fields")
+    __slots__ = ("name", "modality", "pipeline", "parallelism", "limits", "ready", "mime_type", "devices", "accepted_fields", "output_formats")
     NAME_FIELD_NUMBER: _ClassVar[int]
     MODALITY_FIELD_NUMBER: _ClassVar[int]
     PIPELINE_FIELD_NUMBER: _ClassVar[int]
@@ -188,6 +194,7 @@ class ModelInfo(_message.Message):
     MIME_TYPE_FIELD_NUMBER: _ClassVar[int]
     DEVICES_FIELD_NUMBER: _ClassVar[int]
     ACCEPTED_FIELDS_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_FORMATS_FIELD_NUMBER: _ClassVar[int]
     name: str
     modality: str
     pipeline: str
@@ -197,7 +204,8 @@ class ModelInfo(_message.Message):
     mime_type: str
     devices: _containers.RepeatedScalarFieldContainer[str]
     accepted_fields: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, name: _Optional[str] = ..., modality: _Optional[str] = ..., pipeline: _Optional[str] = ..., parallelism: _Optional[str] = ..., limits: _Optional[_Union[ModelLimits, _Mapping]] = ..., ready: _Optional[bool] = ..., mime_type: _Optional[str] = ..., devices: _Optional[_Iterable[str]] = ..., accepted_fields: _Optional[_Iterable[str]] = ...) -> None: ...
+    output_formats: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, name: _Optional[str] = ..., modality: _Optional[str] = ..., pipeline: _Optional[str] = ..., parallelism: _Optional[str] = ..., limits: _Optional[_Union[ModelLimits, _Mapping]] = ..., ready: _Optional[bool] = ..., mime_type: _Optional[str] = ..., devices: _Optional[_Iterable[str]] = ..., accepted_fields: _Optional[_Iterable[str]] = ..., output_formats: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class JobInfo(_message.Message):
     __slots__ = ("job_id", "model", "state", "priority", "tenant", "created_unix_ms", "finished_unix_ms", "attempts", "step", "total_steps", "result", "error", "seed", "worker_id")

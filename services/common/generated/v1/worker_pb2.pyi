@@ -8,7 +8,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class JobSpec(_message.Message):
-    __slots__ = ("job_id", "prompt", "negative_prompt", "steps", "seed", "width", "height", "num_frames", "guidance_scale", "duration_s", "deadline_unix_ms", "resume_checkpoint", "checkpoint_every_steps")
+    __slots__ = ("job_id", "prompt", "negative_prompt", "steps", "seed", "width", "height", "num_frames", "guidance_scale", "duration_s", "deadline_unix_ms", "resume_checkpoint", "checkpoint_every_steps", "output_format", "output_quality", "fps")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     PROMPT_FIELD_NUMBER: _ClassVar[int]
     NEGATIVE_PROMPT_FIELD_NUMBER: _ClassVar[int]
@@ -22,6 +22,9 @@ class JobSpec(_message.Message):
     DEADLINE_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
     RESUME_CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
     CHECKPOINT_EVERY_STEPS_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_FORMAT_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_QUALITY_FIELD_NUMBER: _ClassVar[int]
+    FPS_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     prompt: str
     negative_prompt: str
@@ -35,7 +38,10 @@ class JobSpec(_message.Message):
     deadline_unix_ms: int
     resume_checkpoint: str
     checkpoint_every_steps: int
-    def __init__(self, job_id: _Optional[str] = ..., prompt: _Optional[str] = ..., negative_prompt: _Optional[str] = ..., steps: _Optional[int] = ..., seed: _Optional[int] = ..., width: _Optional[int] = ..., height: _Optional[int] = ..., num_frames: _Optional[int] = ..., guidance_scale: _Optional[float] = ..., duration_s: _Optional[float] = ..., deadline_unix_ms: _Optional[int] = ..., resume_checkpoint: _Optional[str] = ..., checkpoint_every_steps: _Optional[int] = ...) -> None: ...
+    output_format: str
+    output_quality: int
+    fps: int
+    def __init__(self, job_id: _Optional[str] = ..., prompt: _Optional[str] = ..., negative_prompt: _Optional[str] = ..., steps: _Optional[int] = ..., seed: _Optional[int] = ..., width: _Optional[int] = ..., height: _Optional[int] = ..., num_frames: _Optional[int] = ..., guidance_scale: _Optional[float] = ..., duration_s: _Optional[float] = ..., deadline_unix_ms: _Optional[int] = ..., resume_checkpoint: _Optional[str] = ..., checkpoint_every_steps: _Optional[int] = ..., output_format: _Optional[str] = ..., output_quality: _Optional[int] = ..., fps: _Optional[int] = ...) -> None: ...
 
 class RunBatchRequest(_message.Message):
     __slots__ = ("batch_id", "model", "jobs")

@@ -1,10 +1,11 @@
 """Serve a servicer so that a request protobuf cannot parse is INVALID_ARGUMENT, naming the field.
 
-With the generated registration, a string field holding invalid UTF-8 fails inside gRPC's
-deserializer and the caller sees UNKNOWN. Here the deserializer never raises: it hands the
-servicer a description of the problem, and the call answers INVALID_ARGUMENT with it.
-Every request is also held to the declared limits of its string and bytes fields
-(`mediamesh.common.limits`) before any rpc sees it.
+With the generated registration, bytes that are no valid request (a string field holding
+invalid UTF-8, a truncated message) fail inside gRPC's deserializer and the caller sees
+UNKNOWN. Here the deserializer never raises: it hands the servicer a description of the
+problem, and the call answers INVALID_ARGUMENT with it. Every request is also held to the
+declared limits of its string and bytes fields (`mediamesh.common.limits`) before any rpc sees
+it. The gateway, the scheduler and the workers all register their servicers through here.
 """
 
 from __future__ import annotations

@@ -1,0 +1,116 @@
+"""Writes jobs' state changes to the store in the background, in groups, until they land.
+
+A state change must not wait for the disk (the core's effects are applied synchronously),
+but it must not be lost either: each job's latest state waits here until a write of it
+commits. A failed write is logged, counted in `mediamesh_store_write_failures_total` and
+tried again after a backoff that doubles up to a bound. Only the newest state of a job is
+written, so a job's writes can never land out of order, and everything that changed while
+one write was in flight goes in the next, as one transaction.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+from mediamesh.scheduler import metrics
+from mediamesh.scheduler.core.jobs import Job
+from mediamesh.scheduler.store.job_store import JobStore, job_row
+
+log = logging.getLogger("mediamesh.scheduler.store")
+
+
+class StoreWriter:
+    """The one path by which jobs already in the store are written again."""
+
+    def __init__(
+        self, store: JobStore, *, first_backoff_s: float = 0.05, max_backoff_s: float = 5.0
+    ) -> None:
+        self._store = store
+        self._first_backoff_s = first_backoff_s
+        self._max_backoff_s = max_backoff_s
+        # Job id -> (the job, its result if one is still to be written).
+        self._pending: dict[str, tuple[Job, dict[str, Any] | None]] = {}
+        self._wake = asyncio.Event()
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        """Start writing in the background."""
+        self._task = asyncio.create_task(self._run(), name="store-writer")
+
+    @property
+    def pending(self) -> int:
+        """Jobs whose latest state is not yet in the store."""
+        return len(self._pending)
+
+    def save(self, job: Job, result: dict[str, Any] | None = None) -> None:
+        """Have the job's state written soon; `result` (its artifact) is written with it."""
+        earlier = self._pending.get(job.job_id)
+        if result is None and earlier is not None:
+            result = earlier[1]
+        self._pending[job.job_id] = (job, result)
+        metrics.STORE_PENDING_WRITES.set(len(self._pending))
+        self._idle.clear()
+        self._wake.set()
+
+    async def _run(self) -> None:
+        backoff = self._first_backoff_s
+        while True:
+            if not self._pending:
+                self._idle.set()
+                await self._wake.wait()
+            self._wake.clear()
+            group, self._pending = self._pending, {}
+            # Snapshots taken here, on the loop: the jobs keep changing while the write runs.
+            rows = [job_row(job, result) for job, result in group.values()]
+            try:
+                await self._store.save_many(rows)
+            except Exception as exc:
+                metrics.STORE_WRITE_FAILURES.labels("transition").inc()
+                log.warning(
+                    "writing %d job states to the store failed (%s); retrying in %.2f s",
+                    len(group),
+                    exc,
+                    backoff,
+                )
+                self._requeue(group)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, self._max_backoff_s)
+                continue
+            backoff = self._first_backoff_s
+            metrics.STORE_PENDING_WRITES.set(len(self._pending))
+
+    def _requeue(self, group: dict[str, tuple[Job, dict[str, Any] | None]]) -> None:
+        """Put a failed group back; a job saved again meanwhile keeps its newer entry, and
+        the result the failed write carried."""
+        for job_id, (job, result) in group.items():
+            newer = self._pending.get(job_id)
+            if newer is None:
+                self._pending[job_id] = (job, result)
+            elif newer[1] is None and result is not None:
+                self._pending[job_id] = (newer[0], result)
+        metrics.STORE_PENDING_WRITES.set(len(self._pending))
+
+    async def flush(self, timeout_s: float) -> bool:
+        """Wait (at most `timeout_s`) until every state saved so far is in the store."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._idle.wait(), timeout_s)
+        return self._idle.is_set()
+
+    async def close(self, timeout_s: float) -> None:
+        """Write what is pending (for at most `timeout_s`), then stop."""
+        if self._task is not None and not await self.flush(timeout_s):
+            log.error(
+                "the job store took no writes for %.1f s; the latest state of %d jobs is lost "
+                "(they restart from their last stored state)",
+                timeout_s,
+                len(self._pending),
+            )
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task

@@ -1,0 +1,83 @@
+"""Taking new jobs: each is in the job store before the core queues it.
+
+Before, a job entered the core first and its row was written after; with a failing store the
+caller heard INTERNAL while the job ran anyway, unrecorded, and a retry with the same
+idempotency key found that phantom. Now the core checks and builds the job (`prepare`), the
+store commits it, and only then does the core queue it (`admit`): a store that fails answers
+UNAVAILABLE and nothing runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+from collections.abc import Callable
+
+from mediamesh.common.errors import MeshError, Unavailable
+from mediamesh.scheduler import metrics
+from mediamesh.scheduler.core.effects import Effect
+from mediamesh.scheduler.core.interface import Accepted, NewJob, SchedulingCore
+from mediamesh.scheduler.core.jobs import Job
+from mediamesh.scheduler.store.job_store import JobStore
+
+log = logging.getLogger("mediamesh.scheduler")
+
+_Key = tuple[str, str]
+
+
+class Submissions:
+    """New jobs on their way into the store and then the core."""
+
+    def __init__(
+        self, core: SchedulingCore, store: JobStore, apply: Callable[[list[Effect]], None]
+    ) -> None:
+        self._core = core
+        self._store = store
+        self._apply = apply
+        # Jobs being written, by (tenant, idempotency key): a second submit with the key
+        # waits for the first instead of racing it to the store's unique index.
+        self._writing: dict[_Key, asyncio.Future[Job]] = {}
+
+    async def submit(self, new: NewJob) -> tuple[Job, bool]:
+        """Accept a job: returns it and whether it is an earlier one with the same key."""
+        key = (new.tenant, new.idempotency_key)
+        while new.idempotency_key:
+            earlier = self._writing.get(key)
+            if earlier is None or earlier.done():
+                break
+            # That job, unless its write fails; then this one tries.
+            with contextlib.suppress(Exception):
+                return await asyncio.shield(earlier), True
+        outcome = self._core.prepare(new)
+        if not isinstance(outcome, Accepted):
+            raise MeshError(outcome.message, code=outcome.code, retry_after_s=outcome.retry_after_s)
+        if outcome.deduplicated:
+            return outcome.job, True
+        writing = asyncio.ensure_future(self._persist_and_admit(outcome.job))
+        writing.add_done_callback(functools.partial(self._written, key))
+        if new.idempotency_key:
+            self._writing[key] = writing
+        # Shielded: once the row is written the job must be queued, even if the caller goes
+        # away meanwhile (its retry then finds the job by its key).
+        job = await asyncio.shield(writing)
+        return job, job is not outcome.job
+
+    def _written(self, key: _Key, writing: asyncio.Future[Job]) -> None:
+        if self._writing.get(key) is writing:
+            del self._writing[key]
+        if not writing.cancelled():
+            # Retrieved here as well: the caller may have gone before the write ended.
+            writing.exception()
+
+    async def _persist_and_admit(self, job: Job) -> Job:
+        try:
+            await self._store.insert(job)
+        except Exception as exc:
+            metrics.STORE_WRITE_FAILURES.labels("insert").inc()
+            log.warning("job %s not accepted: the job store failed: %s", job.job_id, exc)
+            raise Unavailable("the job store cannot take new jobs right now; retry") from exc
+        accepted = self._core.admit(job)
+        self._apply(self._core.take_effects())
+        return accepted.job

@@ -1,0 +1,223 @@
+"""One host for any diffusers pipeline class: request fields map onto its call signature.
+
+The pipeline's `__call__` decides what is passed: the prompt always, and the negative
+prompt, steps, guidance, size, frame count and audio length when it takes them (the same
+mapping `common.pipeline_fields` gives the gateway). Progress, cancellation and preemption
+hang on `callback_on_step_end`, or on the older `callback`/`callback_steps` hook for
+pipelines that only have that one (AudioLDM2, PixArt, Stable Audio). Family differences are
+declared in `quirks`. Outputs are read by modality and handed to `encode`, which is where
+the output format is chosen; the step callback is where previews are taken.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import torch
+from diffusers import DiffusionPipeline
+
+from mediamesh.common.registry import ModelSpec
+from mediamesh.common.work import JobParams
+from mediamesh.worker.models.diffusion import DiffusionHost
+from mediamesh.worker.models.encode import encode_result
+from mediamesh.worker.models.memory import ModelLoadError
+from mediamesh.worker.models.progress import StepTracker
+from mediamesh.worker.models.quirks import quirks_for
+
+# The output attribute of each modality's pipeline result.
+_OUTPUT_ATTRIBUTE = {"image": "images", "video": "frames", "audio": "audios"}
+_DURATION_PARAMETERS = ("audio_end_in_s", "audio_length_in_s")
+
+
+class PipelineHost(DiffusionHost):
+    """Runs any diffusers pipeline whose call offers a per-step hook."""
+
+    def __init__(
+        self,
+        spec: ModelSpec,
+        pipeline: DiffusionPipeline,
+        *,
+        device: str,
+        checkpoint_dir: Path,
+        device_ids: list[str] | None = None,
+    ) -> None:
+        super().__init__(
+            spec, pipeline, device=device, checkpoint_dir=checkpoint_dir, device_ids=device_ids
+        )
+        self.quirks = quirks_for(spec.pipeline)
+        self.parameters = inspect.signature(type(pipeline).__call__).parameters
+        if not {"callback_on_step_end", "callback"} & set(self.parameters):
+            raise ModelLoadError(
+                f"model {spec.name!r}: {type(pipeline).__name__}.__call__ has neither "
+                "callback_on_step_end nor callback, so steps cannot be observed or stopped"
+            )
+
+    # Family hooks -------------------------------------------------------------------
+
+    def validate(self, jobs: list[JobParams]) -> str | None:
+        attribute = self.quirks.frame_multiple_attribute
+        if attribute is None:
+            return None
+        # The pipeline would silently round the frame count; a caller must get what it asked.
+        multiple = int(getattr(self.pipeline, attribute, 4))
+        frames = jobs[0].generation.num_frames
+        if frames < 1 or (frames - 1) % multiple != 0:
+            return f"{self.spec.name} needs (num_frames - 1) % {multiple} == 0, got {frames}"
+        return None
+
+    def group_key(self, job: JobParams) -> tuple[Any, ...]:
+        # Duration conditions audio models, and an empty negative prompt is passed as none
+        # (some pipelines then use zero embeddings): either would differ between neighbours.
+        key: tuple[Any, ...] = (bool(job.generation.negative_prompt),)
+        if self.spec.modality == "audio":
+            key += (job.generation.duration_s,)
+        return key
+
+    @property
+    def denoiser(self) -> torch.nn.Module:
+        for name in ("transformer", "unet"):
+            module = getattr(self.pipeline, name, None)
+            if isinstance(module, torch.nn.Module):
+                return module
+        raise ModelLoadError(f"model {self.spec.name!r}: pipeline has no transformer or unet")
+
+    def generate(
+        self,
+        jobs: list[JobParams],
+        generators: list[torch.Generator],
+        latents: torch.Tensor | None,
+        tracker: StepTracker,
+    ) -> Any:
+        arguments = self.call_arguments(jobs, generators)
+        arguments.update(self._step_hook(tracker))
+        with self._resumed_latents(latents, generators):
+            result = self.pipeline(**arguments)
+        return getattr(result, _OUTPUT_ATTRIBUTE[self.spec.modality])
+
+    def encode(self, output: Any, index: int, job: JobParams) -> tuple[bytes, str]:
+        item = output[index]
+        if isinstance(item, torch.Tensor):
+            item = item.float().cpu().numpy()
+        rate = self.sample_rate() if self.spec.modality == "audio" else 0
+        return encode_result(self.spec, item, job.generation, rate)
+
+    # Call construction --------------------------------------------------------------
+
+    def call_arguments(
+        self, jobs: list[JobParams], generators: list[torch.Generator]
+    ) -> dict[str, Any]:
+        """The pipeline call for one group, without the step hook."""
+        first = jobs[0].generation
+        takes = self.parameters
+        arguments: dict[str, Any] = dict(self.spec.call_kwargs)
+        arguments.update(
+            prompt=[job.generation.prompt for job in jobs],
+            num_inference_steps=first.steps,
+            generator=generators,
+            output_type="np",
+        )
+        accepted = self.spec.accepted_fields
+        if "negative_prompt" in takes and "negative_prompt" in accepted and first.negative_prompt:
+            arguments["negative_prompt"] = [job.generation.negative_prompt for job in jobs]
+        if "guidance_scale" in takes:
+            arguments["guidance_scale"] = first.guidance_scale
+        if "height" in takes and "width" in takes and first.width and first.height:
+            arguments.update(height=first.height, width=first.width)
+        if "num_frames" in takes and first.num_frames:
+            arguments["num_frames"] = first.num_frames
+        for name in _DURATION_PARAMETERS:
+            if name in takes and first.duration_s:
+                arguments[name] = first.duration_s
+                break
+        if "max_sequence_length" in takes and "max_sequence_length" not in arguments:
+            budget = self._sequence_budget()
+            if budget is not None:
+                arguments["max_sequence_length"] = budget
+        return arguments
+
+    def _sequence_budget(self) -> int | None:
+        """The call's default sequence length, cut to what the text encoder's tokenizer
+        declares (tiny and some real tokenizers are shorter than the pipeline default)."""
+        default = self.parameters["max_sequence_length"].default
+        name = self.quirks.sequence_tokenizer or _last_tokenizer(self.pipeline)
+        tokenizer = getattr(self.pipeline, name, None) if name else None
+        declared = getattr(tokenizer, "model_max_length", None)
+        if not isinstance(default, int):
+            return declared if isinstance(declared, int) else None
+        if isinstance(declared, int) and declared < default:
+            return declared
+        return default
+
+    def _step_hook(self, tracker: StepTracker) -> dict[str, Any]:
+        key = self.quirks.latents_key
+        if "callback_on_step_end" in self.parameters:
+
+            def on_step_end(
+                _pipe: Any, index: int, _t: Any, tensors: dict[str, torch.Tensor]
+            ) -> dict[str, torch.Tensor]:
+                tracker.on_step(index, tensors[key])
+                return {}
+
+            return {
+                "callback_on_step_end": on_step_end,
+                "callback_on_step_end_tensor_inputs": [key],
+            }
+
+        def on_step(index: int, _t: Any, latents: torch.Tensor) -> None:
+            tracker.on_step(index, latents)
+
+        return {"callback": on_step, "callback_steps": 1}
+
+    @contextmanager
+    def _resumed_latents(
+        self, latents: torch.Tensor | None, generators: list[torch.Generator]
+    ) -> Iterator[None]:
+        """Hands a resumed group's saved latents to the denoising loop untouched.
+
+        Pipelines scale or pack latents passed in as if they were fresh noise, so the
+        pipeline's own `prepare_latents` runs (it also returns extras such as Flux's image
+        ids) and its latents are swapped for the saved ones. The generators are put back
+        afterwards: the saved state is where a stochastic sampler continues drawing.
+        """
+        if latents is None:
+            yield
+            return
+        pipeline = self.pipeline
+        original = pipeline.prepare_latents
+        resumed = latents
+
+        def prepare_latents(*args: Any, **kwargs: Any) -> Any:
+            states = [generator.get_state() for generator in generators]
+            prepared = original(*args, **kwargs)
+            for generator, state in zip(generators, states, strict=True):
+                generator.set_state(state)
+            if isinstance(prepared, tuple):
+                return (resumed.to(prepared[0].dtype), *prepared[1:])
+            return resumed.to(prepared.dtype)
+
+        pipeline.prepare_latents = prepare_latents
+        try:
+            yield
+        finally:
+            vars(pipeline).pop("prepare_latents", None)
+
+    def sample_rate(self) -> int:
+        """Audio samples per second of the pipeline's decoder."""
+        vae_rate = getattr(self.pipeline.vae, "sampling_rate", None)
+        if isinstance(vae_rate, int):
+            return vae_rate
+        vocoder = getattr(self.pipeline, "vocoder", None)
+        if vocoder is None:
+            raise ModelLoadError(f"model {self.spec.name!r}: no sampling rate on vae or vocoder")
+        return int(vocoder.config.sampling_rate)
+
+
+def _last_tokenizer(pipeline: DiffusionPipeline) -> str | None:
+    for name in ("tokenizer_3", "tokenizer_2", "tokenizer"):
+        if getattr(pipeline, name, None) is not None:
+            return name
+    return None

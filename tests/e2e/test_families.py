@@ -1,0 +1,106 @@
+"""Every tiny diffusers family through `mediamesh up`: steps, cancel, seeds, preemption.
+
+One mesh per family with two workers hosting it: the first is spot capacity, which is
+SIGTERMed mid-job; the job then resumes on the second (every family here resumes; the
+restart path is covered with a scheduler that cannot, in tests/service/worker_models).
+Tolerance for a seed alone and in a batch: at most 2 levels of 8 bits anywhere and under
+0.1 on average (batched matmuls round differently; the noise is the same).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import signal
+from pathlib import Path
+
+import grpc
+import numpy as np
+import pytest
+from PIL import Image
+
+from mediamesh.common.generated.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
+from tests.e2e.conftest import wait_for
+from tests.e2e.test_spot import PLACEMENT, Follower, frames_of
+
+pytestmark = pytest.mark.e2e
+
+# Family -> whether a preempted job resumes (True) or restarts from step 0 (False).
+FAMILIES = {"sdxl-tiny": True, "sd3-tiny": True, "pixart-tiny": True, "cogvideox-tiny": True}
+# Enough steps that a cancel sent after the first progress event lands mid-run.
+STEPS = 40
+ALL_STEPS = list(range(1, STEPS + 1))
+
+
+def pixels(result: common_pb2.GenerateEvent, folder: Path, name: str) -> np.ndarray:
+    if result.mime_type.startswith("video/"):
+        return frames_of(result.data, folder, name).astype(np.int16)
+    return np.asarray(Image.open(io.BytesIO(result.data)).convert("RGB"), dtype=np.int16)
+
+
+@pytest.mark.parametrize("model", list(FAMILIES))
+def test_family_steps_cancel_seeds_and_preemption(launch, tmp_path: Path, model: str) -> None:
+    mesh = launch(
+        [{"models": [model], "pool": "spot"}, {"models": [model], "pool": "on-demand"}],
+        extra_args=("--no-restart",),
+        scheduler=PLACEMENT,
+    )
+    options = [("grpc.max_receive_message_length", 1 << 26)]
+    with grpc.insecure_channel(mesh.gateway, options=options) as channel:
+        stub = gateway_pb2_grpc.GatewayStub(channel)
+        listed = {m.name: m for m in stub.ListModels(gateway_pb2.ListModelsRequest()).models}
+        assert "negative_prompt" in listed[model].accepted_fields
+
+        # Progress on every step, alone.
+        events = list(
+            stub.Generate(
+                common_pb2.GenerateRequest(model=model, prompt="a cat", seed=5, steps=STEPS),
+                timeout=300,
+            )
+        )
+        assert events[-1].state == common_pb2.SUCCEEDED, events[-1]
+        assert [e.progress.step for e in events if e.HasField("progress")] == ALL_STEPS
+        alone = events[-1].result
+
+        # Three jobs submitted together; one is cancelled once it has made progress.
+        ids = [
+            stub.Submit(
+                common_pb2.GenerateRequest(model=model, prompt="a cat", seed=seed, steps=STEPS)
+            ).job_id
+            for seed in (4, 5, 6)
+        ]
+        followers = [Follower(stub, job_id) for job_id in ids]
+        wait_for(lambda: len(followers[0].steps()) >= 1, timeout=120)
+        stub.Cancel(gateway_pb2.CancelRequest(job_id=ids[0]))
+        for follower in followers:
+            assert follower.done.wait(240)
+        assert followers[0].events[-1].state == common_pb2.CANCELLED
+        for follower in followers[1:]:
+            assert follower.events[-1].state == common_pb2.SUCCEEDED
+            assert follower.steps() == ALL_STEPS
+        difference = np.abs(
+            pixels(alone, tmp_path, "alone")
+            - pixels(followers[1].events[-1].result, tmp_path, "batched")
+        )
+        assert difference.max() <= 2 and difference.mean() < 0.1
+
+        # Preemption: the spot worker is told to stop while the job runs.
+        long_job = common_pb2.GenerateRequest(
+            model=model, prompt="a dog", seed=7, steps=50, priority=common_pb2.BATCH
+        )
+        job_id = stub.Submit(long_job).job_id
+        follower = Follower(stub, job_id)
+        wait_for(lambda: len(follower.steps()) >= 3, timeout=120)
+        assert stub.GetJob(gateway_pb2.GetJobRequest(job_id=job_id)).worker_id == "worker-0"
+        os.kill(mesh.child_pid("--worker-id worker-0"), signal.SIGTERM)
+        assert follower.done.wait(240)
+        assert follower.events[-1].state == common_pb2.SUCCEEDED, follower.events[-1]
+        assert "preempted" in follower.notices()
+        steps = follower.steps()
+        if FAMILIES[model]:
+            assert "resumed" in follower.notices()
+            assert steps.count(1) == 1, f"progress restarted from step 1: {steps}"
+        else:
+            assert "restarted" in follower.notices()
+            assert steps.count(1) == 2, steps
+        assert steps[-1] == 50

@@ -1,0 +1,92 @@
+"""Each job's log lines carry its own trace id, also after a restart (issue 13, item 11).
+
+Before, a line took the trace id of whatever span was current where the state change was
+applied: another job's Submit, the first job of a batch, or none in the dispatch loop; and
+a restarted scheduler had no trace for the jobs it took back from the store.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import grpc
+import pytest
+from opentelemetry import trace
+from opentelemetry.trace import NonRecordingSpan, SpanContext
+
+from mediamesh.common.generated.v1 import common_pb2, scheduler_pb2, scheduler_pb2_grpc
+from mediamesh.scheduler.core.jobs import JobState
+from tests.service.conftest import InProcessMesh, start_mesh, stop_mesh
+from tests.service.mesh.test_store_durability import until
+
+TRACES = {"first": "4bf92f3577b34da6a3ce929d0e0e4736", "second": "0af7651916cd43dd8448eb211c80319c"}
+
+
+def job_lines(caplog: pytest.LogCaptureFixture) -> list[dict[str, str]]:
+    """The structured fields of every scheduler log line about one job."""
+    return [
+        record.fields  # type: ignore[attr-defined]
+        for record in caplog.records
+        if record.name == "mediamesh.scheduler" and "job_id" in getattr(record, "fields", {})
+    ]
+
+
+async def submit_under(mesh: InProcessMesh, trace_id: str, prompt: str) -> str:
+    """Submit straight to the scheduler, as a gateway in that trace would."""
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{mesh.scheduler.port}") as channel:
+        handle = await scheduler_pb2_grpc.SchedulerStub(channel).Submit(
+            scheduler_pb2.SubmitRequest(
+                tenant="acme", request=common_pb2.GenerateRequest(model="echo", prompt=prompt)
+            ),
+            metadata=(("traceparent", f"00-{trace_id}-00f067aa0ba902b7-01"),),
+            timeout=10,
+        )
+    return handle.job_id
+
+
+async def test_every_line_about_a_job_carries_its_own_trace_id_across_a_restart(
+    tmp_path: Path, models_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="mediamesh.scheduler")
+    # No worker yet: both jobs wait in the queue through the restart.
+    mesh = await start_mesh(tmp_path, models_dir, [])
+    try:
+        trace_of = {await submit_under(mesh, t, name): t for name, t in TRACES.items()}
+    finally:
+        await stop_mesh(mesh)
+    before = job_lines(caplog)
+    assert sorted(line["job_id"] for line in before) == sorted(trace_of)
+    caplog.clear()
+    mesh = await start_mesh(tmp_path, models_dir, [["echo"]])
+    try:
+        await until(lambda: all(mesh.core.jobs[j].state is JobState.SUCCEEDED for j in trace_of))
+    finally:
+        await stop_mesh(mesh)
+    after = job_lines(caplog)
+    assert {(line["job_id"], line["state"]) for line in after} >= {
+        (job_id, state) for job_id in trace_of for state in ("DISPATCHED", "SUCCEEDED")
+    }
+    for line in before + after:
+        assert line.get("trace_id") == trace_of[line["job_id"]], line
+
+
+async def test_a_line_never_takes_the_trace_of_the_span_current_where_it_is_logged(
+    tmp_path: Path, models_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="mediamesh.scheduler")
+    mesh = await start_mesh(tmp_path, models_dir, [])
+    try:
+        trace_of = {await submit_under(mesh, t, name): t for name, t in TRACES.items()}
+        caplog.clear()
+        # Another request's span is current while both jobs end (an operator's cancel).
+        other = SpanContext(int("5" * 32, 16), int("6" * 16, 16), is_remote=False)
+        with trace.use_span(NonRecordingSpan(other)):
+            for job_id in trace_of:
+                mesh.scheduler.runtime.cancel(job_id, "acme")
+    finally:
+        await stop_mesh(mesh)
+    lines = job_lines(caplog)
+    assert sorted(line["job_id"] for line in lines) == sorted(trace_of)
+    for line in lines:
+        assert line.get("trace_id") == trace_of[line["job_id"]], line
