@@ -53,7 +53,6 @@ BASES = {
     "mediamesh.v1.RunBatchRequest": worker_pb2.RunBatchRequest(
         batch_id="fuzz-batch", model=ECHO.name, jobs=[VALID_SPEC]
     ),
-    "mediamesh.v1.JobSpec": VALID_SPEC,
 }
 
 

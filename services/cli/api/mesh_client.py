@@ -20,6 +20,10 @@ def _metadata(credentials: InternalCredentials) -> list[tuple[str, str]]:
 
 
 def mesh_status(config: MeshConfig, address: str | None = None) -> scheduler_pb2.MeshStatus:
+    """The scheduler's MeshStatus (queues, workers), asked at `address` or the configured one.
+
+    Raises grpc.RpcError when the scheduler cannot be reached within 5 seconds.
+    """
     s = config.scheduler
     credentials = InternalCredentials.from_config(config)
     with credentials.blocking_channel(address or f"{s.host}:{s.port}") as channel:
@@ -43,6 +47,7 @@ def drain_worker(config: MeshConfig, address: str, grace_s: float, exit_after: b
 
 
 def registered_workers(config: MeshConfig) -> set[str]:
+    """Ids of the workers the configured scheduler knows; empty when it is unreachable."""
     try:
         status = mesh_status(config)
     except grpc.RpcError:

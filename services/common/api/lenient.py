@@ -38,10 +38,17 @@ _Behaviour: TypeAlias = "Callable[[Any, _Context], Any]"
 
 @dataclass(frozen=True)
 class Unparsable:
+    """What the lenient deserializer hands a servicer in place of a request that did not parse."""
+
     reason: str
 
 
 def add_servicer(server: grpc.aio.Server, servicer: object, service: ServiceDescriptor) -> None:
+    """Registers `service`'s rpcs on `server`, each served by `servicer`'s method of that name.
+
+    Requests that do not parse, or exceed a field's declared limit, are answered with
+    INVALID_ARGUMENT before the servicer's method runs. Call before the server starts.
+    """
     handlers = {}
     for method in service.methods:
         request_class = GetMessageClass(method.input_type)

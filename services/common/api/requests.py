@@ -9,6 +9,8 @@ from mediamesh.common.params import RequestFields
 
 
 def request_fields(request: common_pb2.GenerateRequest) -> RequestFields:
+    """The request's fields as RequestFields; optional fields the caller did not set are None."""
+
     def opt(name: str) -> Any:
         return getattr(request, name) if request.HasField(name) else None
 
@@ -32,6 +34,7 @@ def request_fields(request: common_pb2.GenerateRequest) -> RequestFields:
 
 
 def priority_name(value: int) -> str:
+    """The Priority enum name for `value`: unset is STANDARD, an unknown number is `#<value>`."""
     if value == common_pb2.PRIORITY_UNSPECIFIED:
         return "STANDARD"
     try:

@@ -25,6 +25,7 @@ BATCH_ACCEPTED_KEY = "mediamesh-batch-accepted"
 
 
 def job_spec(params: JobParams, deadline_ms: int) -> worker_pb2.JobSpec:
+    """The JobSpec sending `params` to a worker; `deadline_ms` is Unix ms, 0 for none."""
     g = params.generation
     return worker_pb2.JobSpec(
         job_id=params.job_id,
@@ -47,6 +48,7 @@ def job_spec(params: JobParams, deadline_ms: int) -> worker_pb2.JobSpec:
 
 
 def job_params(s: worker_pb2.JobSpec) -> JobParams:
+    """The JobParams of a received JobSpec: `job_spec` in reverse, less the deadline."""
     generation = GenerationParams(
         prompt=s.prompt,
         negative_prompt=s.negative_prompt,
@@ -70,6 +72,7 @@ def job_params(s: worker_pb2.JobSpec) -> JobParams:
 
 
 def worker_event(m: worker_pb2.BatchEvent) -> WorkerEvent | None:
+    """The WorkerEvent a BatchEvent carries, or None for an event kind this build does not know."""
     kind = m.WhichOneof("event")
     job_id = m.job_id
     if kind == "progress":
@@ -92,6 +95,7 @@ def worker_event(m: worker_pb2.BatchEvent) -> WorkerEvent | None:
 
 
 def batch_event(event: WorkerEvent) -> worker_pb2.BatchEvent:
+    """The BatchEvent that sends `event` to the scheduler (the inverse of `worker_event`)."""
     message = worker_pb2.BatchEvent(job_id=event.job_id)
     if isinstance(event, StepDone):
         message.progress.CopyFrom(

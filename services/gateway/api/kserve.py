@@ -51,6 +51,8 @@ def _server_version() -> str:
 
 
 class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
+    """inference.GRPCInferenceService on the mesh: health, metadata and inference via `upstream`."""
+
     def __init__(self, upstream: Upstream) -> None:
         self.up = upstream
 
@@ -61,6 +63,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         request: pb.ServerLiveRequest,
         context: grpc.aio.ServicerContext[pb.ServerLiveRequest, pb.ServerLiveResponse],
     ) -> pb.ServerLiveResponse:
+        """Always live; needs no API key, like a gRPC health probe."""
         # Open like grpc.health.v1: probes carry no API key and learn nothing about tenants.
         return pb.ServerLiveResponse(live=True)
 
@@ -69,6 +72,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         request: pb.ServerReadyRequest,
         context: grpc.aio.ServicerContext[pb.ServerReadyRequest, pb.ServerReadyResponse],
     ) -> pb.ServerReadyResponse:
+        """Ready when the scheduler reports any model ready; not ready if it cannot be reached."""
         ready = await self._ready_models()
         return pb.ServerReadyResponse(ready=bool(ready))
 
@@ -77,6 +81,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         request: pb.ModelReadyRequest,
         context: grpc.aio.ServicerContext[pb.ModelReadyRequest, pb.ModelReadyResponse],
     ) -> pb.ModelReadyResponse:
+        """Whether the model is ready in the mesh; an unknown model or version is not ready."""
         reader_of(self.up.tenancy, context)
         # Like Triton, an unknown model or version is simply not ready.
         if self.up.registry.get(request.name) is None or request.version not in ("", MODEL_VERSION):
@@ -88,6 +93,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         request: pb.ServerMetadataRequest,
         context: grpc.aio.ServicerContext[pb.ServerMetadataRequest, pb.ServerMetadataResponse],
     ) -> pb.ServerMetadataResponse:
+        """The server's name, mediamesh version and the protocol extensions it serves."""
         reader_of(self.up.tenancy, context)
         return pb.ServerMetadataResponse(
             name=SERVER_NAME, version=_server_version(), extensions=list(EXTENSIONS)
@@ -98,6 +104,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         request: pb.ModelMetadataRequest,
         context: grpc.aio.ServicerContext[pb.ModelMetadataRequest, pb.ModelMetadataResponse],
     ) -> pb.ModelMetadataResponse:
+        """The model's input and output tensors; NOT_FOUND for an unknown model or version."""
         reader_of(self.up.tenancy, context)
         spec = self._model(request.name, request.version)
         return messages.model_metadata(spec)
@@ -109,6 +116,10 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         request: pb.ModelInferRequest,
         context: grpc.aio.ServicerContext[pb.ModelInferRequest, pb.ModelInferResponse],
     ) -> pb.ModelInferResponse:
+        """Runs each element of the `prompt` input as one job and answers with all their outputs.
+
+        The jobs are cancelled if the call fails or the caller goes away.
+        """
         caller = caller_of(self.up.tenancy, context)
         return await self._infer(request, caller, context)
 
@@ -117,6 +128,11 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         request_iterator: AsyncIterator[pb.ModelInferRequest],
         context: grpc.aio.ServicerContext[pb.ModelInferRequest, pb.ModelStreamInferResponse],
     ) -> AsyncIterator[pb.ModelStreamInferResponse]:
+        """Runs each streamed request concurrently; answers with progress responses, then one
+        final response (flagged `triton_final_response`) or an error message per request.
+
+        A failed request does not end the stream; responses of different requests interleave.
+        """
         caller = caller_of(self.up.tenancy, context)
         responses: asyncio.Queue[pb.ModelStreamInferResponse | None] = asyncio.Queue()
         running: set[asyncio.Task[None]] = set()
@@ -217,6 +233,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
 
 def registration(upstream: Upstream) -> Registration:
+    """The Registration that serves inference.GRPCInferenceService through `upstream`."""
     service = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"]
     return Registration(
         (service.full_name,),

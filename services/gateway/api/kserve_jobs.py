@@ -42,6 +42,8 @@ _OPTIONAL_FIELDS = (
 
 @dataclass(frozen=True)
 class ElementProgress:
+    """A denoising step finished by the job of element `element` of an inference call."""
+
     element: int
     step: int
     total_steps: int
@@ -52,6 +54,7 @@ ProgressSink = Callable[[ElementProgress], None]
 
 
 def generate_request(fields: RequestFields) -> common_pb2.GenerateRequest:
+    """The GenerateRequest of one call element; optional fields left None stay unset."""
     request = common_pb2.GenerateRequest(
         model=fields.model,
         prompt=fields.prompt,
@@ -73,6 +76,12 @@ async def run_call(
     context: grpc.aio.ServicerContext[Any, Any],
     on_progress: ProgressSink | None = None,
 ) -> list[ElementResult]:
+    """Admits the caller, submits one job per element and waits for all, reporting progress.
+
+    The results are in element order. If any job fails, the call is cancelled or the caller
+    leaves, every job of the call is cancelled and the error is raised. Raises PayloadTooLarge
+    when the outputs together would not fit in one response.
+    """
     first = call.elements[0]
     up.tenancy.admit(caller, call.model, parse_priority(first.priority), jobs=len(call.elements))
     deadline_ms = call_deadline_ms(first.timeout_ms, context)

@@ -25,6 +25,7 @@ _NON_BYTES_CONTENTS = tuple(
 
 
 def parameter_values(parameters: Mapping[str, pb.InferParameter]) -> dict[str, ParamValue]:
+    """The plain values of request parameters; INVALID_ARGUMENT for a parameter without a value."""
     values: dict[str, ParamValue] = {}
     for name, parameter in parameters.items():
         kind = parameter.WhichOneof("parameter_choice")
@@ -35,6 +36,7 @@ def parameter_values(parameters: Mapping[str, pb.InferParameter]) -> dict[str, P
 
 
 def parameter_message(value: ParamValue) -> pb.InferParameter:
+    """The InferParameter holding `value` (bool, int64, double or string, by its Python type)."""
     if isinstance(value, bool):
         return pb.InferParameter(bool_param=value)
     if isinstance(value, int):
@@ -45,6 +47,10 @@ def parameter_message(value: ParamValue) -> pb.InferParameter:
 
 
 def input_tensors(request: pb.ModelInferRequest) -> list[InputTensor]:
+    """The request's input tensors with their contents, raw or typed.
+
+    INVALID_ARGUMENT when raw_input_contents is used but not one entry per input.
+    """
     raw = list(request.raw_input_contents)
     if raw and len(raw) != len(request.inputs):
         raise InvalidArgument(
@@ -68,6 +74,7 @@ def input_tensors(request: pb.ModelInferRequest) -> list[InputTensor]:
 
 
 def requested_outputs(request: pb.ModelInferRequest) -> list[str]:
+    """The names of the outputs the request asks for; empty means all."""
     return [output.name for output in request.outputs]
 
 
@@ -76,6 +83,7 @@ def infer_response(
     outputs: Sequence[OutputTensor] = (),
     parameters: Mapping[str, ParamValue] | None = None,
 ) -> pb.ModelInferResponse:
+    """The ModelInferResponse to `request` carrying `outputs` (as raw contents) and `parameters`."""
     response = pb.ModelInferResponse(
         model_name=request.model_name, model_version=MODEL_VERSION, id=request.id
     )
@@ -96,10 +104,12 @@ def stream_response(
     outputs: Sequence[OutputTensor] = (),
     parameters: Mapping[str, ParamValue] | None = None,
 ) -> pb.ModelStreamInferResponse:
+    """`infer_response` wrapped for ModelStreamInfer."""
     return pb.ModelStreamInferResponse(infer_response=infer_response(request, outputs, parameters))
 
 
 def stream_error(request: pb.ModelInferRequest, message: str) -> pb.ModelStreamInferResponse:
+    """A ModelStreamInfer error response naming the request (model and id) it answers."""
     # The response part names the request the error belongs to on a shared stream.
     return pb.ModelStreamInferResponse(
         error_message=message,
@@ -108,6 +118,8 @@ def stream_error(request: pb.ModelInferRequest, message: str) -> pb.ModelStreamI
 
 
 def model_metadata(spec: ModelSpec) -> pb.ModelMetadataResponse:
+    """The ModelMetadataResponse describing `spec`'s tensors, its one version and its pipeline."""
+
     def tensor(t: TensorSpec) -> pb.ModelMetadataResponse.TensorMetadata:
         return pb.ModelMetadataResponse.TensorMetadata(
             name=t.name, datatype=t.datatype, shape=list(t.shape)

@@ -24,6 +24,8 @@ from mediamesh.gateway.core.tenancy import Caller
 
 
 class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
+    """mediamesh.v1.Gateway: authenticates and checks each call, then forwards it upstream."""
+
     def __init__(self, upstream: Upstream) -> None:
         self.up = upstream
 
@@ -33,6 +35,11 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
         context: grpc.aio.ServicerContext[common_pb2.GenerateRequest, Any],
         follows_job: bool,
     ) -> tuple[gateway_pb2.JobHandle, Caller]:
+        """Authenticates, validates and admits `request`, then submits it to the scheduler.
+
+        Raises MeshError for a bad request, a refused caller or a scheduler error. With
+        `follows_job`, the call's gRPC deadline also bounds the job.
+        """
         caller = caller_of(self.up.tenancy, context)
         fields = request_fields(request)
         spec = find_model(self.up.registry, fields.model)
@@ -48,6 +55,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
         request: common_pb2.GenerateRequest,
         context: grpc.aio.ServicerContext[common_pb2.GenerateRequest, common_pb2.GenerateEvent],
     ) -> AsyncIterator[common_pb2.GenerateEvent]:
+        """Submits the request and streams the job's events until its result or error."""
         handle, caller = await self.submit(request, context, follows_job=True)
         async for event in self.up.watch(handle.job_id, caller, context):
             yield event
@@ -57,6 +65,8 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
         request: common_pb2.GenerateRequest,
         context: grpc.aio.ServicerContext[common_pb2.GenerateRequest, gateway_pb2.JobHandle],
     ) -> gateway_pb2.JobHandle:
+        """Submits the request and answers with the job's handle at once; the call's deadline
+        does not bound the job."""
         handle, _ = await self.submit(request, context, follows_job=False)
         return handle
 
@@ -65,6 +75,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
         request: gateway_pb2.WatchRequest,
         context: grpc.aio.ServicerContext[gateway_pb2.WatchRequest, common_pb2.GenerateEvent],
     ) -> AsyncIterator[common_pb2.GenerateEvent]:
+        """Streams the events of one of the caller's jobs; a finished job replays its end."""
         caller = reader_of(self.up.tenancy, context)
         async for event in self.up.watch(request.job_id, caller, context):
             yield event
@@ -74,6 +85,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
         request: gateway_pb2.CancelRequest,
         context: grpc.aio.ServicerContext[gateway_pb2.CancelRequest, common_pb2.JobInfo],
     ) -> common_pb2.JobInfo:
+        """Cancels one of the caller's jobs; answers with the job's state after cancelling."""
         caller = reader_of(self.up.tenancy, context)
         async with relay_errors(context):
             return await self.up.scheduler.Cancel(scoped(request.job_id, caller), timeout=10)
@@ -83,6 +95,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
         request: gateway_pb2.GetJobRequest,
         context: grpc.aio.ServicerContext[gateway_pb2.GetJobRequest, common_pb2.JobInfo],
     ) -> common_pb2.JobInfo:
+        """The current state of one of the caller's jobs."""
         caller = reader_of(self.up.tenancy, context)
         async with relay_errors(context):
             return await self.up.scheduler.GetJob(scoped(request.job_id, caller), timeout=10)
@@ -94,6 +107,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
             gateway_pb2.ListModelsRequest, gateway_pb2.ListModelsResponse
         ],
     ) -> gateway_pb2.ListModelsResponse:
+        """The models the mesh serves and whether each is ready."""
         reader_of(self.up.tenancy, context)
         async with relay_errors(context):
             return await self.up.scheduler.ListModels(request, timeout=10)
@@ -103,12 +117,14 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
         request: gateway_pb2.DownloadRequest,
         context: grpc.aio.ServicerContext[gateway_pb2.DownloadRequest, gateway_pb2.DownloadChunk],
     ) -> AsyncIterator[gateway_pb2.DownloadChunk]:
+        """Streams a job's artifact in chunks, starting at the request's byte offset."""
         caller = reader_of(self.up.tenancy, context)
         async for chunk in self.up.download(request.job_id, caller, request.offset, context):
             yield chunk
 
 
 def registration(upstream: Upstream) -> Registration:
+    """The Registration that serves mediamesh.v1.Gateway through `upstream`."""
     service = gateway_pb2.DESCRIPTOR.services_by_name["Gateway"]
     return Registration(
         (service.full_name,),

@@ -21,6 +21,12 @@ SUBMIT_TIMEOUT_S = 30
 
 @dataclass
 class Upstream:
+    """What both gateway APIs share: the scheduler stub, model registry, tenancy and size limits.
+
+    `inline_limit` is the largest result sent inside a Watch event; larger ones are replaced by
+    an artifact reference to fetch with Download.
+    """
+
     scheduler: scheduler_pb2_grpc.SchedulerStub
     registry: Registry
     tenancy: Tenancy
@@ -59,6 +65,8 @@ class Upstream:
     async def watch(
         self, job_id: str, caller: Caller, context: grpc.aio.ServicerContext[Any, Any]
     ) -> AsyncIterator[common_pb2.GenerateEvent]:
+        """Relays the scheduler's events for the caller's job; a result above `inline_limit`
+        becomes an artifact reference. Scheduler errors abort the call with their status."""
         request = scoped(job_id, caller)
         async with relay_errors(context):
             async for event in self.scheduler.Watch(request):
@@ -72,6 +80,8 @@ class Upstream:
     async def download(
         self, job_id: str, caller: Caller, offset: int, context: grpc.aio.ServicerContext[Any, Any]
     ) -> AsyncIterator[gateway_pb2.DownloadChunk]:
+        """Relays the scheduler's chunks of the caller's job artifact from byte `offset`;
+        scheduler errors abort the call with their status."""
         request = scoped(job_id, caller, offset)
         async with relay_errors(context):
             async for chunk in self.scheduler.Download(request):
@@ -105,6 +115,7 @@ def call_deadline_ms(
 
 
 def caller_of(tenancy: Tenancy, context: grpc.aio.ServicerContext[Any, Any]) -> Caller:
+    """The caller that the `authorization` metadata authenticates; UNAUTHENTICATED if none does."""
     metadata = dict(context.invocation_metadata() or ())
     authorization = metadata.get("authorization")
     # Only keys ending in "-bin" carry bytes.

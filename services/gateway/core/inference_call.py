@@ -38,6 +38,8 @@ _PRIORITY_LEVELS = ("REALTIME", "STANDARD", "BATCH")
 
 @dataclass(frozen=True)
 class TensorSpec:
+    """A tensor as model metadata declares it; -1 in `shape` means any size."""
+
     name: str
     datatype: str
     shape: tuple[int, ...]
@@ -71,6 +73,8 @@ class InferCall:
 
 @dataclass(frozen=True)
 class ElementResult:
+    """The finished job of one prompt element: its artifact, MIME type and the seed it used."""
+
     data: bytes
     mime_type: str
     seed: int
@@ -78,6 +82,8 @@ class ElementResult:
 
 @dataclass(frozen=True)
 class OutputTensor:
+    """One output of a response: shape and parameters (e.g. content_type) plus its raw contents."""
+
     name: str
     datatype: str
     shape: tuple[int, ...]
@@ -86,6 +92,7 @@ class OutputTensor:
 
 
 def check_version(spec: ModelSpec, version: str) -> None:
+    """NOT_FOUND unless `version` is empty or the one version every model has."""
     if version not in ("", MODEL_VERSION):
         raise NotFound(
             f"Request for unknown model: '{spec.name}' version {version} is not found; "
@@ -99,6 +106,11 @@ def parse_call(
     parameters: Mapping[str, ParamValue],
     requested_outputs: Sequence[str],
 ) -> InferCall:
+    """Validates an inference request for `spec` and turns it into one job per prompt element.
+
+    An explicit seed is incremented per element so elements differ. Raises InvalidArgument naming
+    the input, parameter or element at fault.
+    """
     by_name = _inputs_by_name(spec, inputs)
     if PROMPT not in by_name:
         raise InvalidArgument(
@@ -261,6 +273,7 @@ def _outputs(model: str, requested: Sequence[str]) -> tuple[str, ...]:
 
 
 def encode_outputs(results: Sequence[ElementResult], wanted: Sequence[str]) -> list[OutputTensor]:
+    """The `wanted` output tensors (`output`, `seed`) for the results, in element order."""
     shape = (len(results),)
     tensors = []
     for name in wanted:

@@ -19,6 +19,7 @@ OPEN_TENANT = "default"
 
 
 def hash_key(key: str) -> str:
+    """The hex SHA-256 digest of an API key, the form keys are configured and compared in."""
     return hashlib.sha256(key.encode()).hexdigest()
 
 
@@ -54,6 +55,12 @@ class TokenBucket:
 
 
 class Tenancy:
+    """Authenticates API keys and enforces each tenant's quota: models, priority and rates.
+
+    With no API keys configured the gateway is open: every call is tenant `default`. Rate buckets
+    are per tenant and live as long as this object.
+    """
+
     def __init__(self, settings: GatewaySettings, clock: Callable[[], float]) -> None:
         self._keys: dict[str, ApiKeySettings] = {k.sha256: k for k in settings.api_keys}
         self._tenants = dict(settings.tenants)
@@ -63,6 +70,8 @@ class Tenancy:
         self.open = not self._keys
 
     def authenticate(self, authorization: str | None) -> Caller:
+        """The caller for an `authorization` header (`Bearer <key>`); UNAUTHENTICATED when it is
+        missing, malformed or names an unknown key. Always the open tenant when open."""
         if self.open:
             return Caller(OPEN_TENANT, self._tenants.get(OPEN_TENANT, TenantSettings()))
         if not authorization:

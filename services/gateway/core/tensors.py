@@ -39,14 +39,17 @@ def split_bytes_tensor(raw: bytes, name: str) -> list[bytes]:
 
 
 def join_bytes_tensor(elements: Sequence[bytes]) -> bytes:
+    """The raw BYTES tensor of `elements`: each as a 4-byte little-endian length, then its bytes."""
     return b"".join(_LENGTH.pack(len(e)) + e for e in elements)
 
 
 def pack_int64(values: Sequence[int]) -> bytes:
+    """The raw INT64 tensor of `values`: 8-byte little-endian integers."""
     return struct.pack(f"<{len(values)}q", *values)
 
 
 def unpack_int64(raw: bytes) -> list[int]:
+    """The integers of a raw INT64 tensor; INVALID_ARGUMENT unless its length is a multiple of 8."""
     if len(raw) % 8:
         raise InvalidArgument(f"INT64 raw contents are {len(raw)} bytes, not a multiple of 8")
     return list(struct.unpack(f"<{len(raw) // 8}q", raw))

@@ -18,6 +18,8 @@ def state(value: JobState) -> str:
 def result_message(
     artifact: StoredArtifact | None, inline_limit: int, data: bytes | None
 ) -> common_pb2.Result:
+    """A job's Result: the bytes inline when `data` is given and fits `inline_limit`, else an
+    artifact reference to Download. Empty when there is no artifact."""
     if artifact is None:
         return common_pb2.Result()
     ref = common_pb2.ArtifactRef(size_bytes=artifact.size_bytes, sha256=artifact.sha256)
@@ -29,6 +31,7 @@ def result_message(
 def generate_event(
     event: WatchEvent, data: bytes | None, inline_limit: int
 ) -> common_pb2.GenerateEvent:
+    """The GenerateEvent for a watch event; `data` is the artifact's bytes if read to inline."""
     message = common_pb2.GenerateEvent(job_id=event.job_id, state=state(event.state))
     if event.kind == "queued":
         message.queued.CopyFrom(
@@ -57,6 +60,7 @@ def generate_event(
 
 
 def job_info(job: Job, artifact: StoredArtifact | None) -> common_pb2.JobInfo:
+    """The JobInfo of `job`; a succeeded job's result is always a reference, never inline bytes."""
     info = common_pb2.JobInfo(
         job_id=job.job_id,
         model=job.model,
@@ -79,6 +83,7 @@ def job_info(job: Job, artifact: StoredArtifact | None) -> common_pb2.JobInfo:
 
 
 def model_info(spec: ModelSpec, devices: list[str]) -> common_pb2.ModelInfo:
+    """The ModelInfo of `spec`, ready when any `devices` (worker/device labels) serve it."""
     d, lim = spec.defaults, spec.limits
     return common_pb2.ModelInfo(
         name=spec.name,
@@ -112,10 +117,12 @@ def model_info(spec: ModelSpec, devices: list[str]) -> common_pb2.ModelInfo:
 def list_models(
     specs: list[ModelSpec], devices: dict[str, list[str]]
 ) -> gateway_pb2.ListModelsResponse:
+    """The ListModelsResponse for `specs`; `devices` maps a model name to its serving devices."""
     return gateway_pb2.ListModelsResponse(
         models=[model_info(s, devices.get(s.name, [])) for s in specs]
     )
 
 
 def priority_of(value: str) -> Priority:
+    """The Priority named `value`; KeyError for an unknown name."""
     return Priority[value]

@@ -32,6 +32,12 @@ SETTLE_TIMEOUT_S = 10.0
 
 
 class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
+    """mediamesh.v1.Scheduler: the gateway's job calls and the workers' Attach sessions.
+
+    It trusts the tenant and quota the gateway sends, but checks every request's bounds and
+    fields again itself.
+    """
+
     def __init__(
         self, runtime: SchedulerRuntime, registry: Registry, inline_limit: int, chunk_bytes: int
     ) -> None:
@@ -45,6 +51,8 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         request: scheduler_pb2.SubmitRequest,
         context: grpc.aio.ServicerContext[scheduler_pb2.SubmitRequest, gateway_pb2.JobHandle],
     ) -> gateway_pb2.JobHandle:
+        """Validates the request and queues a job; a repeated idempotency key returns the
+        existing job, marked `deduplicated`."""
         # Again here: a gateway's checks are not the scheduler's only defence.
         check_bounds(request)
         fields = request_fields(request.request)
@@ -75,6 +83,8 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         request: scheduler_pb2.ScopedJobRequest,
         context: grpc.aio.ServicerContext[scheduler_pb2.ScopedJobRequest, common_pb2.GenerateEvent],
     ) -> AsyncIterator[common_pb2.GenerateEvent]:
+        """Streams the job's events from its current state to its end; a result is inline when
+        the artifact fits `inline_limit`. NOT_FOUND for another tenant's job unless admin."""
         check_bounds(request)
         tenant = checked_tenant(request.tenant)
         async for event in self.runtime.watch(request.job_id, tenant, admin=request.admin):
@@ -88,6 +98,7 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         request: scheduler_pb2.ScopedJobRequest,
         context: grpc.aio.ServicerContext[scheduler_pb2.ScopedJobRequest, common_pb2.JobInfo],
     ) -> common_pb2.JobInfo:
+        """Cancels the tenant's job (any job for admin) and answers with its state afterwards."""
         check_bounds(request)
         tenant = checked_tenant(request.tenant)
         job = self.runtime.cancel(request.job_id, tenant, admin=request.admin)
@@ -98,6 +109,7 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         request: scheduler_pb2.ScopedJobRequest,
         context: grpc.aio.ServicerContext[scheduler_pb2.ScopedJobRequest, common_pb2.JobInfo],
     ) -> common_pb2.JobInfo:
+        """The tenant's job (any job for admin); NOT_FOUND otherwise."""
         check_bounds(request)
         tenant = checked_tenant(request.tenant)
         job = self.runtime.owned_job(request.job_id, tenant, admin=request.admin)
@@ -110,6 +122,7 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
             gateway_pb2.ListModelsRequest, gateway_pb2.ListModelsResponse
         ],
     ) -> gateway_pb2.ListModelsResponse:
+        """Every registry model, ready where a worker that is not draining serves it."""
         devices: dict[str, list[str]] = {}
         for unit in self.runtime.core.units.values():
             if unit.draining:
@@ -129,6 +142,11 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
             scheduler_pb2.ScopedJobRequest, gateway_pb2.DownloadChunk
         ],
     ) -> AsyncIterator[gateway_pb2.DownloadChunk]:
+        """Streams the job's artifact in `chunk_bytes` chunks from the request's offset.
+
+        FAILED_PRECONDITION when the job has no result, INVALID_ARGUMENT for an offset past the
+        end.
+        """
         check_bounds(request)
         tenant = checked_tenant(request.tenant)
         artifact = self.runtime.artifact_of(request.job_id, tenant, admin=request.admin)
@@ -157,6 +175,11 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
             scheduler_pb2.WorkerMessage, scheduler_pb2.SchedulerMessage
         ],
     ) -> AsyncIterator[scheduler_pb2.SchedulerMessage]:
+        """A worker's session: registration, then heartbeats and questions about ended batches.
+
+        A heartbeat from a worker that is no longer registered ends the stream with UNAVAILABLE,
+        so it registers again. When the stream closes the worker is gone.
+        """
         info: WorkerInfo | None = None
         settings = self.runtime.settings
         try:
@@ -207,6 +230,7 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         request: scheduler_pb2.GetStatusRequest,
         context: grpc.aio.ServicerContext[scheduler_pb2.GetStatusRequest, scheduler_pb2.MeshStatus],
     ) -> scheduler_pb2.MeshStatus:
+        """A snapshot of the mesh: every queue, every worker, the cost ledger and job counts."""
         core = self.runtime.core
         status = scheduler_pb2.MeshStatus()
         for name, queue in self.runtime.settings.queues.items():
@@ -252,5 +276,6 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
 
 
 def registration(servicer: SchedulerServicer) -> tuple[tuple[str, ...], object]:
+    """The service names and the server hook that serve mediamesh.v1.Scheduler with `servicer`."""
     service = scheduler_pb2.DESCRIPTOR.services_by_name["Scheduler"]
     return (service.full_name,), lambda server: add_servicer(server, servicer, service)

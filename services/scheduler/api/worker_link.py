@@ -19,6 +19,8 @@ log = logging.getLogger(__name__)
 
 
 class GrpcWorkerLink:
+    """The scheduler's WorkerLink over gRPC, keeping one channel per worker address."""
+
     def __init__(self, credentials: InternalCredentials, max_message_bytes: int) -> None:
         self._credentials = credentials
         self._max = max_message_bytes
@@ -35,6 +37,11 @@ class GrpcWorkerLink:
     async def run_batch(
         self, address: str, batch_id: str, model: str, jobs: list[JobParams]
     ) -> AsyncIterator[WorkerEvent]:
+        """Runs a batch on the worker at `address`, yielding its events until the batch ends.
+
+        Raises BatchUndelivered when the worker never took the batch; other RPC errors propagate.
+        Closing the iterator cancels the call.
+        """
         request = worker_pb2.RunBatchRequest(
             batch_id=batch_id, model=model, jobs=[worker_wire.job_spec(j, 0) for j in jobs]
         )
@@ -61,6 +68,7 @@ class GrpcWorkerLink:
             closing.add_done_callback(self._closing.discard)
 
     async def cancel(self, address: str, job_ids: list[str]) -> None:
+        """Asks the worker at `address` to cancel `job_ids`; a failure is logged, never raised."""
         try:
             await self._stub(address).Cancel(
                 worker_pb2.CancelJobsRequest(job_ids=job_ids), timeout=5
@@ -69,6 +77,7 @@ class GrpcWorkerLink:
             log.warning("cancel on %s failed: %s", address, exc.details())
 
     async def close(self) -> None:
+        """Closes every channel, including those still closing after `reset`."""
         for channel in self._channels.values():
             await channel.close()
         self._channels.clear()

@@ -14,6 +14,12 @@ from mediamesh.worker.runtime import WorkerRuntime
 
 
 class WorkerServicer(worker_pb2_grpc.WorkerServicer):
+    """mediamesh.v1.Worker: runs the scheduler's batches and answers cancel, drain and status.
+
+    `on_drain(grace_s, exit)` is called on every Drain request, after running batches have been
+    asked to checkpoint.
+    """
+
     def __init__(self, runtime: WorkerRuntime, on_drain: Callable[[float, bool], None]) -> None:
         self.runtime = runtime
         self._on_drain = on_drain
@@ -23,6 +29,8 @@ class WorkerServicer(worker_pb2_grpc.WorkerServicer):
         request: worker_pb2.RunBatchRequest,
         context: grpc.aio.ServicerContext[worker_pb2.RunBatchRequest, worker_pb2.BatchEvent],
     ) -> AsyncIterator[worker_pb2.BatchEvent]:
+        """Runs the batch and streams its events; the initial metadata tells the scheduler the
+        batch was accepted."""
         jobs = [worker_wire.job_params(spec) for spec in request.jobs]
         await context.send_initial_metadata(((worker_wire.BATCH_ACCEPTED_KEY, "1"),))
         async for event in self.runtime.run_batch(request.batch_id, request.model, jobs):
@@ -35,6 +43,7 @@ class WorkerServicer(worker_pb2_grpc.WorkerServicer):
             worker_pb2.CancelJobsRequest, worker_pb2.CancelJobsResponse
         ],
     ) -> worker_pb2.CancelJobsResponse:
+        """Cancels those of the jobs running here; answers with the ids found."""
         return worker_pb2.CancelJobsResponse(cancelled=self.runtime.cancel(list(request.job_ids)))
 
     async def Drain(
@@ -42,6 +51,11 @@ class WorkerServicer(worker_pb2_grpc.WorkerServicer):
         request: worker_pb2.DrainRequest,
         context: grpc.aio.ServicerContext[worker_pb2.DrainRequest, worker_pb2.DrainResponse],
     ) -> worker_pb2.DrainResponse:
+        """Stops taking batches and asks running ones to checkpoint; answers with their job ids.
+
+        With a grace period and no exit, the answer waits until the batches have ended or the
+        grace period is over.
+        """
         preempting = self.runtime.start_drain()
         self._on_drain(request.grace_s, request.exit)
         if request.grace_s > 0 and not request.exit:
@@ -56,6 +70,7 @@ class WorkerServicer(worker_pb2_grpc.WorkerServicer):
             worker_pb2.WorkerStatusRequest, worker_pb2.WorkerStatusResponse
         ],
     ) -> worker_pb2.WorkerStatusResponse:
+        """The worker's id, pool, models, running jobs and whether it is draining."""
         return worker_pb2.WorkerStatusResponse(
             worker_id=self.runtime.worker_id,
             pool=self.runtime.pool,
@@ -69,8 +84,10 @@ _SERVICE = worker_pb2.DESCRIPTOR.services_by_name["Worker"]
 
 
 def service_names() -> tuple[str, ...]:
+    """The full names of the gRPC services a worker serves (reported in its health service)."""
     return (_SERVICE.full_name,)
 
 
 def adder(servicer: WorkerServicer) -> Callable[[grpc.aio.Server], None]:
+    """The server hook that registers `servicer` as mediamesh.v1.Worker."""
     return lambda server: add_servicer(server, servicer, _SERVICE)

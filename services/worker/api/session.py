@@ -17,6 +17,12 @@ log = logging.getLogger("mediamesh.worker")
 
 
 class SchedulerSession:
+    """Keeps the worker attached to the scheduler: registers, heartbeats, and reconnects with
+    backoff whenever the stream fails.
+
+    `registered` is set while the scheduler has accepted the current registration.
+    """
+
     def __init__(
         self,
         runtime: WorkerRuntime,
@@ -35,9 +41,11 @@ class SchedulerSession:
         self._settling: tuple[list[str], asyncio.Future[list[str]]] | None = None
 
     def start(self) -> None:
+        """Starts the session in a background task on the running loop."""
         self._task = asyncio.create_task(self._run_forever(), name="scheduler-session")
 
     async def stop(self) -> None:
+        """Ends the session and waits until its task has finished; the stream closes with it."""
         self._stopping = True
         task = self._task
         # Cancel until it takes: a cancel that lands inside grpc's own await can be absorbed.

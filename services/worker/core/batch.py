@@ -30,10 +30,12 @@ class ControlView(Protocol):
     """BatchControl's read side: what a host polls at each step boundary. A tensor-parallel
     rank polls a copy synchronised over its group instead (worker.parallel.sync)."""
 
-    def is_cancelled(self, job_id: str) -> bool: ...
+    def is_cancelled(self, job_id: str) -> bool:
+        """Whether `job_id` has been cancelled; the host then stops it at this boundary."""
 
     @property
-    def preempt_requested(self) -> bool: ...
+    def preempt_requested(self) -> bool:
+        """Whether the batch should checkpoint its jobs and stop at this boundary."""
 
 
 class BatchControl:
@@ -46,25 +48,30 @@ class BatchControl:
         self._preempt = False
 
     def cancel(self, job_ids: list[str]) -> list[str]:
+        """Marks those of `job_ids` that are in this batch cancelled; returns them."""
         with self._lock:
             found = [j for j in job_ids if j in self._job_ids]
             self._cancelled.update(found)
             return found
 
     def preempt(self) -> None:
+        """Asks the batch to checkpoint and stop at its next step boundary."""
         with self._lock:
             self._preempt = True
 
     def is_cancelled(self, job_id: str) -> bool:
+        """Whether `job_id` has been cancelled."""
         with self._lock:
             return job_id in self._cancelled
 
     @property
     def preempt_requested(self) -> bool:
+        """Whether `preempt` has been called."""
         with self._lock:
             return self._preempt
 
     @property
     def all_cancelled(self) -> bool:
+        """Whether every job of the batch has been cancelled."""
         with self._lock:
             return all(j in self._cancelled for j in self._job_ids)
