@@ -9,7 +9,6 @@ from collections.abc import AsyncIterator
 
 import grpc
 
-from mediamesh.common.api.bounds import check_bounds
 from mediamesh.common.api.lenient import add_servicer
 from mediamesh.common.api.requests import request_fields
 from mediamesh.common.errors import InvalidArgument, Unavailable
@@ -54,7 +53,6 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         """Validates the request and queues a job; a repeated idempotency key returns the
         existing job, marked `deduplicated`."""
         # Again here: a gateway's checks are not the scheduler's only defence.
-        check_bounds(request)
         fields = request_fields(request.request)
         spec = find_model(self.registry, fields.model)
         params = resolve(spec, fields)
@@ -85,7 +83,6 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
     ) -> AsyncIterator[common_pb2.GenerateEvent]:
         """Streams the job's events from its current state to its end; a result is inline when
         the artifact fits `inline_limit`. NOT_FOUND for another tenant's job unless admin."""
-        check_bounds(request)
         tenant = checked_tenant(request.tenant)
         async for event in self.runtime.watch(request.job_id, tenant, admin=request.admin):
             data = None
@@ -99,7 +96,6 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         context: grpc.aio.ServicerContext[scheduler_pb2.ScopedJobRequest, common_pb2.JobInfo],
     ) -> common_pb2.JobInfo:
         """Cancels the tenant's job (any job for admin) and answers with its state afterwards."""
-        check_bounds(request)
         tenant = checked_tenant(request.tenant)
         job = self.runtime.cancel(request.job_id, tenant, admin=request.admin)
         return convert.job_info(job, self.runtime.results.get(job.job_id))
@@ -110,7 +106,6 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         context: grpc.aio.ServicerContext[scheduler_pb2.ScopedJobRequest, common_pb2.JobInfo],
     ) -> common_pb2.JobInfo:
         """The tenant's job (any job for admin); NOT_FOUND otherwise."""
-        check_bounds(request)
         tenant = checked_tenant(request.tenant)
         job = self.runtime.owned_job(request.job_id, tenant, admin=request.admin)
         return convert.job_info(job, self.runtime.results.get(job.job_id))
@@ -147,7 +142,6 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         FAILED_PRECONDITION when the job has no result, INVALID_ARGUMENT for an offset past the
         end.
         """
-        check_bounds(request)
         tenant = checked_tenant(request.tenant)
         artifact = self.runtime.artifact_of(request.job_id, tenant, admin=request.admin)
         if request.offset > artifact.size_bytes:
@@ -184,7 +178,6 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         settings = self.runtime.settings
         try:
             async for message in request_iterator:
-                check_bounds(message)
                 kind = message.WhichOneof("message")
                 if kind == "register":
                     reg = message.register

@@ -75,8 +75,9 @@ def _t5_encoder(d_model: int) -> T5EncoderModel:
     return encoder
 
 
-def _clip_encoder(hidden: int, tokenizer_vocab: int, eos_id: int) -> CLIPTextModel:
-    config = CLIPTextConfig(
+def _clip_config(hidden: int, tokenizer_vocab: int, eos_id: int) -> CLIPTextConfig:
+    """The tiny CLIP text config every family shares (with or without a projection head)."""
+    return CLIPTextConfig(
         vocab_size=tokenizer_vocab,
         hidden_size=hidden,
         intermediate_size=hidden * 2,
@@ -88,7 +89,10 @@ def _clip_encoder(hidden: int, tokenizer_vocab: int, eos_id: int) -> CLIPTextMod
         eos_token_id=eos_id,
         pad_token_id=eos_id,
     )
-    encoder = CLIPTextModel(config)
+
+
+def _clip_encoder(hidden: int, tokenizer_vocab: int, eos_id: int) -> CLIPTextModel:
+    encoder = CLIPTextModel(_clip_config(hidden, tokenizer_vocab, eos_id))
     encoder.eval()
     return encoder
 

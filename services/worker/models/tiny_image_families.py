@@ -23,28 +23,21 @@ from diffusers import (
     StableDiffusionXLPipeline,
     UNet2DConditionModel,
 )
-from transformers import CLIPTextConfig, CLIPTextModelWithProjection
+from transformers import CLIPTextModelWithProjection
 
-from mediamesh.worker.models.tiny_families import T5_MAX_TOKENS, _clip_encoder, _t5_encoder
+from mediamesh.worker.models.tiny_families import (
+    T5_MAX_TOKENS,
+    _clip_config,
+    _clip_encoder,
+    _t5_encoder,
+)
 from mediamesh.worker.models.tiny_tokenizers import build_clip_tokenizer, build_t5_like_tokenizer
 
 CLIP_HIDDEN = 32
 
 
 def _clip_with_projection(tokenizer_vocab: int, eos_id: int) -> CLIPTextModelWithProjection:
-    config = CLIPTextConfig(
-        vocab_size=tokenizer_vocab,
-        hidden_size=CLIP_HIDDEN,
-        intermediate_size=CLIP_HIDDEN * 2,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        max_position_embeddings=77,
-        projection_dim=CLIP_HIDDEN,
-        bos_token_id=0,
-        eos_token_id=eos_id,
-        pad_token_id=eos_id,
-    )
-    encoder = CLIPTextModelWithProjection(config)
+    encoder = CLIPTextModelWithProjection(_clip_config(CLIP_HIDDEN, tokenizer_vocab, eos_id))
     encoder.eval()
     return encoder
 
