@@ -82,6 +82,16 @@ DEVICE_ID = FieldLimit(64)
 CHECKPOINT_REF = FieldLimit(4096)
 # A format name ("png", "webm", ...); the model's list decides which are allowed.
 OUTPUT_FORMAT = FieldLimit(16, r"^[a-z0-9]{0,16}$")
+# An input image sent inline; larger ones go through the Upload rpc (chunks of UPLOAD_CHUNK).
+INPUT_IMAGE = FieldLimit(8 * 1024 * 1024)
+UPLOAD_CHUNK = FieldLimit(4 * 1024 * 1024)
+SHA256_HEX = FieldLimit(64, r"^([0-9a-f]{64})?$")
+MIME_TYPE = FieldLimit(64, r"^([a-z]+/[a-z0-9.+-]{1,48})?$")
+# Upload ids the scheduler makes, like job ids.
+INPUT_ID = FieldLimit(128, r"^([A-Za-z0-9][A-Za-z0-9._-]{0,127})?$")
+ADAPTER_NAME = MODEL_NAME
+WEBHOOK_URL = FieldLimit(2048, r"^https?://[^\s]{1,2040}$")
+WEBHOOK_EVENT = FieldLimit(16, r"^(completed|failed|progress)$")
 # The Open Inference Protocol (KServe v2) request.
 KSERVE_VERSION = FieldLimit(32)
 KSERVE_REQUEST_ID = FieldLimit(256)
@@ -104,6 +114,17 @@ REQUEST_LIMITS: Mapping[str, Mapping[str, FieldLimit]] = {
         "negative_prompt": PROMPT,
         "idempotency_key": IDEMPOTENCY_KEY,
         "output_format": OUTPUT_FORMAT,
+        "image": INPUT_IMAGE,
+        "mask_image": INPUT_IMAGE,
+        "image_id": INPUT_ID,
+        "mask_image_id": INPUT_ID,
+    },
+    "mediamesh.v1.AdapterRef": {"name": ADAPTER_NAME},
+    "mediamesh.v1.Webhook": {"url": WEBHOOK_URL, "events": WEBHOOK_EVENT},
+    "mediamesh.v1.UploadChunk": {
+        "data": UPLOAD_CHUNK,
+        "sha256": SHA256_HEX,
+        "mime_type": MIME_TYPE,
     },
     "mediamesh.v1.WatchRequest": {"job_id": JOB_ID},
     "mediamesh.v1.CancelRequest": {"job_id": JOB_ID},
@@ -111,6 +132,7 @@ REQUEST_LIMITS: Mapping[str, Mapping[str, FieldLimit]] = {
     "mediamesh.v1.DownloadRequest": {"job_id": JOB_ID},
     # mediamesh.v1.Scheduler
     "mediamesh.v1.SubmitRequest": {"tenant": TENANT},
+    "mediamesh.v1.ScopedUploadChunk": {"tenant": TENANT},
     "mediamesh.v1.ScopedJobRequest": {"job_id": JOB_ID, "tenant": TENANT},
     "mediamesh.v1.WorkerRegistration": {"worker_id": WORKER_ID, "address": ADDRESS, "pool": POOL},
     "mediamesh.v1.Device": {"id": DEVICE_ID},
@@ -129,6 +151,11 @@ REQUEST_LIMITS: Mapping[str, Mapping[str, FieldLimit]] = {
         "negative_prompt": PROMPT,
         "resume_checkpoint": CHECKPOINT_REF,
         "output_format": OUTPUT_FORMAT,
+    },
+    "mediamesh.v1.InputRef": {
+        "data": INPUT_IMAGE,
+        "artifact": CHECKPOINT_REF,
+        "sha256": SHA256_HEX,
     },
     "mediamesh.v1.CancelJobsRequest": {"job_ids": JOB_ID},
     # inference.GRPCInferenceService

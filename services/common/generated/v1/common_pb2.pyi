@@ -38,7 +38,7 @@ CANCELLED: JobState
 EXPIRED: JobState
 
 class GenerateRequest(_message.Message):
-    __slots__ = ("model", "prompt", "negative_prompt", "steps", "seed", "width", "height", "num_frames", "guidance_scale", "priority", "timeout_ms", "idempotency_key", "duration_s", "output_format", "output_quality", "fps")
+    __slots__ = ("model", "prompt", "negative_prompt", "steps", "seed", "width", "height", "num_frames", "guidance_scale", "priority", "timeout_ms", "idempotency_key", "duration_s", "output_format", "output_quality", "fps", "preview_every_steps", "image", "mask_image", "strength", "image_id", "mask_image_id", "adapters", "result_as_url", "webhook", "cache")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     PROMPT_FIELD_NUMBER: _ClassVar[int]
     NEGATIVE_PROMPT_FIELD_NUMBER: _ClassVar[int]
@@ -55,6 +55,16 @@ class GenerateRequest(_message.Message):
     OUTPUT_FORMAT_FIELD_NUMBER: _ClassVar[int]
     OUTPUT_QUALITY_FIELD_NUMBER: _ClassVar[int]
     FPS_FIELD_NUMBER: _ClassVar[int]
+    PREVIEW_EVERY_STEPS_FIELD_NUMBER: _ClassVar[int]
+    IMAGE_FIELD_NUMBER: _ClassVar[int]
+    MASK_IMAGE_FIELD_NUMBER: _ClassVar[int]
+    STRENGTH_FIELD_NUMBER: _ClassVar[int]
+    IMAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    MASK_IMAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    ADAPTERS_FIELD_NUMBER: _ClassVar[int]
+    RESULT_AS_URL_FIELD_NUMBER: _ClassVar[int]
+    WEBHOOK_FIELD_NUMBER: _ClassVar[int]
+    CACHE_FIELD_NUMBER: _ClassVar[int]
     model: str
     prompt: str
     negative_prompt: str
@@ -71,7 +81,41 @@ class GenerateRequest(_message.Message):
     output_format: str
     output_quality: int
     fps: int
-    def __init__(self, model: _Optional[str] = ..., prompt: _Optional[str] = ..., negative_prompt: _Optional[str] = ..., steps: _Optional[int] = ..., seed: _Optional[int] = ..., width: _Optional[int] = ..., height: _Optional[int] = ..., num_frames: _Optional[int] = ..., guidance_scale: _Optional[float] = ..., priority: _Optional[_Union[Priority, str]] = ..., timeout_ms: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., duration_s: _Optional[float] = ..., output_format: _Optional[str] = ..., output_quality: _Optional[int] = ..., fps: _Optional[int] = ...) -> None: ...
+    preview_every_steps: int
+    image: bytes
+    mask_image: bytes
+    strength: float
+    image_id: str
+    mask_image_id: str
+    adapters: _containers.RepeatedCompositeFieldContainer[AdapterRef]
+    result_as_url: bool
+    webhook: Webhook
+    cache: bool
+    def __init__(self, model: _Optional[str] = ..., prompt: _Optional[str] = ..., negative_prompt: _Optional[str] = ..., steps: _Optional[int] = ..., seed: _Optional[int] = ..., width: _Optional[int] = ..., height: _Optional[int] = ..., num_frames: _Optional[int] = ..., guidance_scale: _Optional[float] = ..., priority: _Optional[_Union[Priority, str]] = ..., timeout_ms: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., duration_s: _Optional[float] = ..., output_format: _Optional[str] = ..., output_quality: _Optional[int] = ..., fps: _Optional[int] = ..., preview_every_steps: _Optional[int] = ..., image: _Optional[bytes] = ..., mask_image: _Optional[bytes] = ..., strength: _Optional[float] = ..., image_id: _Optional[str] = ..., mask_image_id: _Optional[str] = ..., adapters: _Optional[_Iterable[_Union[AdapterRef, _Mapping]]] = ..., result_as_url: _Optional[bool] = ..., webhook: _Optional[_Union[Webhook, _Mapping]] = ..., cache: _Optional[bool] = ...) -> None: ...
+
+class AdapterRef(_message.Message):
+    __slots__ = ("name", "scale")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    SCALE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    scale: float
+    def __init__(self, name: _Optional[str] = ..., scale: _Optional[float] = ...) -> None: ...
+
+class Webhook(_message.Message):
+    __slots__ = ("url", "events")
+    URL_FIELD_NUMBER: _ClassVar[int]
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    url: str
+    events: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, url: _Optional[str] = ..., events: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class Preview(_message.Message):
+    __slots__ = ("data", "mime_type")
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    MIME_TYPE_FIELD_NUMBER: _ClassVar[int]
+    data: bytes
+    mime_type: str
+    def __init__(self, data: _Optional[bytes] = ..., mime_type: _Optional[str] = ...) -> None: ...
 
 class Queued(_message.Message):
     __slots__ = ("position", "eta_s", "queue")
@@ -84,14 +128,16 @@ class Queued(_message.Message):
     def __init__(self, position: _Optional[int] = ..., eta_s: _Optional[float] = ..., queue: _Optional[str] = ...) -> None: ...
 
 class Progress(_message.Message):
-    __slots__ = ("step", "total_steps", "attempt")
+    __slots__ = ("step", "total_steps", "attempt", "preview")
     STEP_FIELD_NUMBER: _ClassVar[int]
     TOTAL_STEPS_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    PREVIEW_FIELD_NUMBER: _ClassVar[int]
     step: int
     total_steps: int
     attempt: int
-    def __init__(self, step: _Optional[int] = ..., total_steps: _Optional[int] = ..., attempt: _Optional[int] = ...) -> None: ...
+    preview: Preview
+    def __init__(self, step: _Optional[int] = ..., total_steps: _Optional[int] = ..., attempt: _Optional[int] = ..., preview: _Optional[_Union[Preview, _Mapping]] = ...) -> None: ...
 
 class ArtifactRef(_message.Message):
     __slots__ = ("size_bytes", "sha256")
@@ -102,16 +148,20 @@ class ArtifactRef(_message.Message):
     def __init__(self, size_bytes: _Optional[int] = ..., sha256: _Optional[str] = ...) -> None: ...
 
 class Result(_message.Message):
-    __slots__ = ("data", "mime_type", "seed", "artifact")
+    __slots__ = ("data", "mime_type", "seed", "artifact", "url", "url_expires_unix_ms")
     DATA_FIELD_NUMBER: _ClassVar[int]
     MIME_TYPE_FIELD_NUMBER: _ClassVar[int]
     SEED_FIELD_NUMBER: _ClassVar[int]
     ARTIFACT_FIELD_NUMBER: _ClassVar[int]
+    URL_FIELD_NUMBER: _ClassVar[int]
+    URL_EXPIRES_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
     data: bytes
     mime_type: str
     seed: int
     artifact: ArtifactRef
-    def __init__(self, data: _Optional[bytes] = ..., mime_type: _Optional[str] = ..., seed: _Optional[int] = ..., artifact: _Optional[_Union[ArtifactRef, _Mapping]] = ...) -> None: ...
+    url: str
+    url_expires_unix_ms: int
+    def __init__(self, data: _Optional[bytes] = ..., mime_type: _Optional[str] = ..., seed: _Optional[int] = ..., artifact: _Optional[_Union[ArtifactRef, _Mapping]] = ..., url: _Optional[str] = ..., url_expires_unix_ms: _Optional[int] = ...) -> None: ...
 
 class Error(_message.Message):
     __slots__ = ("code", "message")
@@ -184,7 +234,7 @@ class ModelLimits(_message.Message):
     def __init__(self, default_steps: _Optional[int] = ..., max_steps: _Optional[int] = ..., default_width: _Optional[int] = ..., default_height: _Optional[int] = ..., max_width: _Optional[int] = ..., max_height: _Optional[int] = ..., size_multiple: _Optional[int] = ..., default_num_frames: _Optional[int] = ..., max_num_frames: _Optional[int] = ..., default_duration_s: _Optional[float] = ..., max_duration_s: _Optional[float] = ..., default_guidance_scale: _Optional[float] = ..., max_guidance_scale: _Optional[float] = ..., max_batch: _Optional[int] = ...) -> None: ...
 
 class ModelInfo(_message.Message):
-    __slots__ = ("name", "modality", "pipeline", "parallelism", "limits", "ready", "mime_type", "devices", "accepted_fields", "output_formats")
+    __slots__ = ("name", "modality", "pipeline", "parallelism", "limits", "ready", "mime_type", "devices", "accepted_fields", "output_formats", "preemption", "previews", "inputs", "adapters", "default_strength")
     NAME_FIELD_NUMBER: _ClassVar[int]
     MODALITY_FIELD_NUMBER: _ClassVar[int]
     PIPELINE_FIELD_NUMBER: _ClassVar[int]
@@ -195,6 +245,11 @@ class ModelInfo(_message.Message):
     DEVICES_FIELD_NUMBER: _ClassVar[int]
     ACCEPTED_FIELDS_FIELD_NUMBER: _ClassVar[int]
     OUTPUT_FORMATS_FIELD_NUMBER: _ClassVar[int]
+    PREEMPTION_FIELD_NUMBER: _ClassVar[int]
+    PREVIEWS_FIELD_NUMBER: _ClassVar[int]
+    INPUTS_FIELD_NUMBER: _ClassVar[int]
+    ADAPTERS_FIELD_NUMBER: _ClassVar[int]
+    DEFAULT_STRENGTH_FIELD_NUMBER: _ClassVar[int]
     name: str
     modality: str
     pipeline: str
@@ -205,7 +260,20 @@ class ModelInfo(_message.Message):
     devices: _containers.RepeatedScalarFieldContainer[str]
     accepted_fields: _containers.RepeatedScalarFieldContainer[str]
     output_formats: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, name: _Optional[str] = ..., modality: _Optional[str] = ..., pipeline: _Optional[str] = ..., parallelism: _Optional[str] = ..., limits: _Optional[_Union[ModelLimits, _Mapping]] = ..., ready: _Optional[bool] = ..., mime_type: _Optional[str] = ..., devices: _Optional[_Iterable[str]] = ..., accepted_fields: _Optional[_Iterable[str]] = ..., output_formats: _Optional[_Iterable[str]] = ...) -> None: ...
+    preemption: str
+    previews: bool
+    inputs: _containers.RepeatedScalarFieldContainer[str]
+    adapters: _containers.RepeatedCompositeFieldContainer[AdapterInfo]
+    default_strength: float
+    def __init__(self, name: _Optional[str] = ..., modality: _Optional[str] = ..., pipeline: _Optional[str] = ..., parallelism: _Optional[str] = ..., limits: _Optional[_Union[ModelLimits, _Mapping]] = ..., ready: _Optional[bool] = ..., mime_type: _Optional[str] = ..., devices: _Optional[_Iterable[str]] = ..., accepted_fields: _Optional[_Iterable[str]] = ..., output_formats: _Optional[_Iterable[str]] = ..., preemption: _Optional[str] = ..., previews: _Optional[bool] = ..., inputs: _Optional[_Iterable[str]] = ..., adapters: _Optional[_Iterable[_Union[AdapterInfo, _Mapping]]] = ..., default_strength: _Optional[float] = ...) -> None: ...
+
+class AdapterInfo(_message.Message):
+    __slots__ = ("name", "default_scale")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    DEFAULT_SCALE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    default_scale: float
+    def __init__(self, name: _Optional[str] = ..., default_scale: _Optional[float] = ...) -> None: ...
 
 class JobInfo(_message.Message):
     __slots__ = ("job_id", "model", "state", "priority", "tenant", "created_unix_ms", "finished_unix_ms", "attempts", "step", "total_steps", "result", "error", "seed", "worker_id")

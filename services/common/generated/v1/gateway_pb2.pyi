@@ -66,3 +66,25 @@ class DownloadChunk(_message.Message):
     mime_type: str
     sha256: str
     def __init__(self, data: _Optional[bytes] = ..., offset: _Optional[int] = ..., total_size: _Optional[int] = ..., mime_type: _Optional[str] = ..., sha256: _Optional[str] = ...) -> None: ...
+
+class UploadChunk(_message.Message):
+    __slots__ = ("data", "sha256", "mime_type")
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    MIME_TYPE_FIELD_NUMBER: _ClassVar[int]
+    data: bytes
+    sha256: str
+    mime_type: str
+    def __init__(self, data: _Optional[bytes] = ..., sha256: _Optional[str] = ..., mime_type: _Optional[str] = ...) -> None: ...
+
+class UploadHandle(_message.Message):
+    __slots__ = ("input_id", "size_bytes", "sha256", "expires_unix_ms")
+    INPUT_ID_FIELD_NUMBER: _ClassVar[int]
+    SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    input_id: str
+    size_bytes: int
+    sha256: str
+    expires_unix_ms: int
+    def __init__(self, input_id: _Optional[str] = ..., size_bytes: _Optional[int] = ..., sha256: _Optional[str] = ..., expires_unix_ms: _Optional[int] = ...) -> None: ...

@@ -72,6 +72,11 @@ class GatewayStub:
                 request_serializer=mediamesh_dot_v1_dot_gateway__pb2.DownloadRequest.SerializeToString,
                 response_deserializer=mediamesh_dot_v1_dot_gateway__pb2.DownloadChunk.FromString,
                 _registered_method=True)
+        self.Upload = channel.stream_unary(
+                '/mediamesh.v1.Gateway/Upload',
+                request_serializer=mediamesh_dot_v1_dot_gateway__pb2.UploadChunk.SerializeToString,
+                response_deserializer=mediamesh_dot_v1_dot_gateway__pb2.UploadHandle.FromString,
+                _registered_method=True)
 
 
 class GatewayServicer:
@@ -129,6 +134,15 @@ class GatewayServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Upload(self, request_iterator, context):
+        """Upload a large input (an image above the unary message limit) in chunks; a GenerateRequest
+        then names it by input_id (image_id, mask_image_id). Uploads belong to the caller's tenant,
+        expire, and count against the tenant's upload quota.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_GatewayServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -166,6 +180,11 @@ def add_GatewayServicer_to_server(servicer, server):
                     servicer.Download,
                     request_deserializer=mediamesh_dot_v1_dot_gateway__pb2.DownloadRequest.FromString,
                     response_serializer=mediamesh_dot_v1_dot_gateway__pb2.DownloadChunk.SerializeToString,
+            ),
+            'Upload': grpc.stream_unary_rpc_method_handler(
+                    servicer.Upload,
+                    request_deserializer=mediamesh_dot_v1_dot_gateway__pb2.UploadChunk.FromString,
+                    response_serializer=mediamesh_dot_v1_dot_gateway__pb2.UploadHandle.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -359,6 +378,33 @@ class Gateway:
             '/mediamesh.v1.Gateway/Download',
             mediamesh_dot_v1_dot_gateway__pb2.DownloadRequest.SerializeToString,
             mediamesh_dot_v1_dot_gateway__pb2.DownloadChunk.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Upload(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_unary(
+            request_iterator,
+            target,
+            '/mediamesh.v1.Gateway/Upload',
+            mediamesh_dot_v1_dot_gateway__pb2.UploadChunk.SerializeToString,
+            mediamesh_dot_v1_dot_gateway__pb2.UploadHandle.FromString,
             options,
             channel_credentials,
             insecure,

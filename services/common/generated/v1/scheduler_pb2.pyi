@@ -24,6 +24,16 @@ class SubmitRequest(_message.Message):
     max_running_jobs: int
     def __init__(self, request: _Optional[_Union[_common_pb2.GenerateRequest, _Mapping]] = ..., tenant: _Optional[str] = ..., deadline_unix_ms: _Optional[int] = ..., tenant_weight: _Optional[float] = ..., max_queued_jobs: _Optional[int] = ..., max_running_jobs: _Optional[int] = ...) -> None: ...
 
+class ScopedUploadChunk(_message.Message):
+    __slots__ = ("chunk", "tenant", "quota_bytes")
+    CHUNK_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    QUOTA_BYTES_FIELD_NUMBER: _ClassVar[int]
+    chunk: _gateway_pb2.UploadChunk
+    tenant: str
+    quota_bytes: int
+    def __init__(self, chunk: _Optional[_Union[_gateway_pb2.UploadChunk, _Mapping]] = ..., tenant: _Optional[str] = ..., quota_bytes: _Optional[int] = ...) -> None: ...
+
 class ScopedJobRequest(_message.Message):
     __slots__ = ("job_id", "tenant", "offset", "admin")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]

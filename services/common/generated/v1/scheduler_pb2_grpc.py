@@ -67,6 +67,11 @@ class SchedulerStub:
                 request_serializer=mediamesh_dot_v1_dot_scheduler__pb2.ScopedJobRequest.SerializeToString,
                 response_deserializer=mediamesh_dot_v1_dot_gateway__pb2.DownloadChunk.FromString,
                 _registered_method=True)
+        self.Upload = channel.stream_unary(
+                '/mediamesh.v1.Scheduler/Upload',
+                request_serializer=mediamesh_dot_v1_dot_scheduler__pb2.ScopedUploadChunk.SerializeToString,
+                response_deserializer=mediamesh_dot_v1_dot_gateway__pb2.UploadHandle.FromString,
+                _registered_method=True)
         self.Attach = channel.stream_stream(
                 '/mediamesh.v1.Scheduler/Attach',
                 request_serializer=mediamesh_dot_v1_dot_scheduler__pb2.WorkerMessage.SerializeToString,
@@ -126,6 +131,13 @@ class SchedulerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Upload(self, request_iterator, context):
+        """Store an upload for a tenant, as forwarded by a gateway.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Attach(self, request_iterator, context):
         """A worker's session: its first message registers it, later ones are heartbeats;
         a leaving worker asks for `settled` batches before it closes the stream.
@@ -174,6 +186,11 @@ def add_SchedulerServicer_to_server(servicer, server):
                     servicer.Download,
                     request_deserializer=mediamesh_dot_v1_dot_scheduler__pb2.ScopedJobRequest.FromString,
                     response_serializer=mediamesh_dot_v1_dot_gateway__pb2.DownloadChunk.SerializeToString,
+            ),
+            'Upload': grpc.stream_unary_rpc_method_handler(
+                    servicer.Upload,
+                    request_deserializer=mediamesh_dot_v1_dot_scheduler__pb2.ScopedUploadChunk.FromString,
+                    response_serializer=mediamesh_dot_v1_dot_gateway__pb2.UploadHandle.SerializeToString,
             ),
             'Attach': grpc.stream_stream_rpc_method_handler(
                     servicer.Attach,
@@ -349,6 +366,33 @@ class Scheduler:
             '/mediamesh.v1.Scheduler/Download',
             mediamesh_dot_v1_dot_scheduler__pb2.ScopedJobRequest.SerializeToString,
             mediamesh_dot_v1_dot_gateway__pb2.DownloadChunk.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Upload(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_unary(
+            request_iterator,
+            target,
+            '/mediamesh.v1.Scheduler/Upload',
+            mediamesh_dot_v1_dot_scheduler__pb2.ScopedUploadChunk.SerializeToString,
+            mediamesh_dot_v1_dot_gateway__pb2.UploadHandle.FromString,
             options,
             channel_credentials,
             insecure,

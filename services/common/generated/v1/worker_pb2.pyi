@@ -8,7 +8,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class JobSpec(_message.Message):
-    __slots__ = ("job_id", "prompt", "negative_prompt", "steps", "seed", "width", "height", "num_frames", "guidance_scale", "duration_s", "deadline_unix_ms", "resume_checkpoint", "checkpoint_every_steps", "output_format", "output_quality", "fps")
+    __slots__ = ("job_id", "prompt", "negative_prompt", "steps", "seed", "width", "height", "num_frames", "guidance_scale", "duration_s", "deadline_unix_ms", "resume_checkpoint", "checkpoint_every_steps", "output_format", "output_quality", "fps", "preview_every_steps", "image", "mask_image", "strength", "adapters", "use_cache")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     PROMPT_FIELD_NUMBER: _ClassVar[int]
     NEGATIVE_PROMPT_FIELD_NUMBER: _ClassVar[int]
@@ -25,6 +25,12 @@ class JobSpec(_message.Message):
     OUTPUT_FORMAT_FIELD_NUMBER: _ClassVar[int]
     OUTPUT_QUALITY_FIELD_NUMBER: _ClassVar[int]
     FPS_FIELD_NUMBER: _ClassVar[int]
+    PREVIEW_EVERY_STEPS_FIELD_NUMBER: _ClassVar[int]
+    IMAGE_FIELD_NUMBER: _ClassVar[int]
+    MASK_IMAGE_FIELD_NUMBER: _ClassVar[int]
+    STRENGTH_FIELD_NUMBER: _ClassVar[int]
+    ADAPTERS_FIELD_NUMBER: _ClassVar[int]
+    USE_CACHE_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     prompt: str
     negative_prompt: str
@@ -41,7 +47,23 @@ class JobSpec(_message.Message):
     output_format: str
     output_quality: int
     fps: int
-    def __init__(self, job_id: _Optional[str] = ..., prompt: _Optional[str] = ..., negative_prompt: _Optional[str] = ..., steps: _Optional[int] = ..., seed: _Optional[int] = ..., width: _Optional[int] = ..., height: _Optional[int] = ..., num_frames: _Optional[int] = ..., guidance_scale: _Optional[float] = ..., duration_s: _Optional[float] = ..., deadline_unix_ms: _Optional[int] = ..., resume_checkpoint: _Optional[str] = ..., checkpoint_every_steps: _Optional[int] = ..., output_format: _Optional[str] = ..., output_quality: _Optional[int] = ..., fps: _Optional[int] = ...) -> None: ...
+    preview_every_steps: int
+    image: InputRef
+    mask_image: InputRef
+    strength: float
+    adapters: _containers.RepeatedCompositeFieldContainer[_common_pb2.AdapterRef]
+    use_cache: bool
+    def __init__(self, job_id: _Optional[str] = ..., prompt: _Optional[str] = ..., negative_prompt: _Optional[str] = ..., steps: _Optional[int] = ..., seed: _Optional[int] = ..., width: _Optional[int] = ..., height: _Optional[int] = ..., num_frames: _Optional[int] = ..., guidance_scale: _Optional[float] = ..., duration_s: _Optional[float] = ..., deadline_unix_ms: _Optional[int] = ..., resume_checkpoint: _Optional[str] = ..., checkpoint_every_steps: _Optional[int] = ..., output_format: _Optional[str] = ..., output_quality: _Optional[int] = ..., fps: _Optional[int] = ..., preview_every_steps: _Optional[int] = ..., image: _Optional[_Union[InputRef, _Mapping]] = ..., mask_image: _Optional[_Union[InputRef, _Mapping]] = ..., strength: _Optional[float] = ..., adapters: _Optional[_Iterable[_Union[_common_pb2.AdapterRef, _Mapping]]] = ..., use_cache: _Optional[bool] = ...) -> None: ...
+
+class InputRef(_message.Message):
+    __slots__ = ("data", "artifact", "sha256")
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    ARTIFACT_FIELD_NUMBER: _ClassVar[int]
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    data: bytes
+    artifact: str
+    sha256: str
+    def __init__(self, data: _Optional[bytes] = ..., artifact: _Optional[str] = ..., sha256: _Optional[str] = ...) -> None: ...
 
 class RunBatchRequest(_message.Message):
     __slots__ = ("batch_id", "model", "jobs")
