@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
 from enum import IntEnum
+from typing import Any
 
 
 class Priority(IntEnum):
@@ -12,6 +14,28 @@ class Priority(IntEnum):
     REALTIME = 0
     STANDARD = 1
     BATCH = 2
+
+
+@dataclass(frozen=True)
+class InputImage:
+    """An input image of a job, already checked: its identity and decoded size.
+
+    The bytes are not here: the scheduler keeps them with the job (`ref` names them in its
+    input store) and hands them to the worker with each batch."""
+
+    sha256: str
+    width: int
+    height: int
+    mime_type: str
+    ref: str = ""
+
+
+@dataclass(frozen=True)
+class AdapterScale:
+    """A LoRA adapter of the model's registry entry, applied at `scale`."""
+
+    name: str
+    scale: float
 
 
 @dataclass(frozen=True)
@@ -33,6 +57,30 @@ class GenerationParams:
     output_format: str = ""
     output_quality: int = 0
     fps: int = 0
+    # Latent preview on every Nth progress event; 0 = none.
+    preview_every_steps: int = 0
+    # Image inputs (img2img, inpainting, image-to-video) and how far to move from them.
+    image: InputImage | None = None
+    mask_image: InputImage | None = None
+    strength: float = 0.0
+    # LoRA adapters in request order, every scale resolved.
+    adapters: tuple[AdapterScale, ...] = ()
+    # False: run without the model's step cache (reference quality).
+    use_cache: bool = True
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> GenerationParams:
+        """Rebuild from `dataclasses.asdict` output read back from JSON (the job store, a
+        checkpoint's metadata). Keys this version does not know are dropped."""
+        known = {f.name for f in fields(cls)}
+        values = {k: v for k, v in record.items() if k in known}
+        for name in ("image", "mask_image"):
+            if isinstance(values.get(name), Mapping):
+                values[name] = InputImage(**values[name])
+        values["adapters"] = tuple(
+            AdapterScale(**a) if isinstance(a, Mapping) else a for a in values.get("adapters", ())
+        )
+        return cls(**values)
 
     def work_units(self, modality: str) -> float:
         """Size of one job in the cost model's unit: megapixel-frames, or seconds of audio."""

@@ -49,7 +49,22 @@ class TenantQuota:
     max_running: int = 0
 
 
-CompatKey = tuple[str, int, int, int, int, float, float]
+# Model, steps, width, height, frames, guidance, duration, strength, the input image's size
+# (0, 0 without one), whether there is a mask, the adapter set with scales, and the cache.
+CompatKey = tuple[
+    str,
+    int,
+    int,
+    int,
+    int,
+    float,
+    float,
+    float,
+    tuple[int, int],
+    bool,
+    tuple[tuple[str, float], ...],
+    bool,
+]
 
 
 @dataclass
@@ -104,6 +119,12 @@ class Job:
             p.num_frames,
             round(p.guidance_scale, 4),
             round(p.duration_s, 4),
+            # diffusers takes one strength per call, so it is part of the key.
+            round(p.strength, 4),
+            (p.image.width, p.image.height) if p.image else (0, 0),
+            p.mask_image is not None,
+            tuple((a.name, round(a.scale, 4)) for a in p.adapters),
+            p.use_cache,
         )
 
     @property

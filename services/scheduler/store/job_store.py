@@ -125,7 +125,7 @@ def job_from_row(row: sqlite3.Row) -> tuple[Job, dict[str, Any] | None]:
         model=row["model"],
         queue=row["queue"],
         priority=Priority(row["priority"]),
-        params=GenerationParams(**json.loads(row["params"])),
+        params=GenerationParams.from_record(json.loads(row["params"])),
         created_at=row["created_at"],
         deadline=row["deadline"],
         idempotency_key=row["idempotency_key"],

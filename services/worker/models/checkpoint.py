@@ -122,7 +122,7 @@ def _read_checkpoint(path: str, model: str, job: JobParams) -> Checkpoint:
 
 def _job_from_payload(fields: dict[str, Any]) -> JobParams:
     """The inverse of `dataclasses.asdict` on a JobParams."""
-    generation = GenerationParams(**fields["generation"])
+    generation = GenerationParams.from_record(fields["generation"])
     return JobParams(**{**fields, "generation": generation})
 
 
