@@ -51,14 +51,12 @@ run: setup models
 	$(BIN)/mediamesh up --models-dir $(MODELS_DIR)
 
 # System packages the tests run (Debian names): installed with apt-get when `make test` runs
-# as root, otherwise it stops with one line naming them. The browser's are needed only by
-# browser tests, switched on with `make test BROWSER_TESTS=1`.
-SYSTEM_PACKAGES := prometheus
-BROWSER_PACKAGES := chromium chromium-driver
-BROWSER_TESTS ?=
+# as root, otherwise it stops with one line naming them. Chromium and its driver run the web
+# page's test in a real headless browser.
+SYSTEM_PACKAGES := prometheus chromium chromium-driver
 
 system-deps:
-	bash scripts/system-deps $(SYSTEM_PACKAGES) $(if $(BROWSER_TESTS),$(BROWSER_PACKAGES))
+	bash scripts/system-deps $(SYSTEM_PACKAGES)
 
 test: system-deps setup lint models
 	$(BIN)/pytest -q -p no:cacheprovider --durations=15

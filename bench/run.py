@@ -19,7 +19,7 @@ from bench.launcher import MeshSession
 from bench.priority import SCHEDULER as PRIORITY_SCHEDULER
 
 # Recovery kills processes, so it goes last when the smoke run shares one mesh.
-BENCHMARKS = ("overhead", "batching", "priority", "recovery")
+BENCHMARKS = ("overhead", "batching", "priority", "caching", "previews", "recovery")
 SMOKE_MODELS = ["echo", "flux-tiny", "flux-small", "wan-tiny"]
 SMOKE_MESH = (
     [{"models": SMOKE_MODELS, "torch_threads": 1} for _ in range(2)],

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import grpc
 
+from mediamesh.cli.image_inputs import add_image_arguments, image_options
 from mediamesh.cli.run_dir import DEFAULT_RUN_DIR, local_config
 
 
@@ -41,6 +42,23 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     )
     gen.add_argument("--output-quality", type=int, help="jpeg/webp quality 1..100")
     gen.add_argument("--fps", type=int, help="frames per second of a video")
+    gen.add_argument(
+        "--preview-every-steps",
+        type=int,
+        help="ask for a latent preview every N steps; the count received is shown",
+    )
+    gen.add_argument(
+        "--preview-dir", type=Path, help="also save each preview here as step-NNNN.<ext>"
+    )
+    gen.add_argument(
+        "--adapter",
+        action="append",
+        type=_adapter_argument,
+        default=[],
+        metavar="NAME:SCALE",
+        help="apply a LoRA adapter of the model (repeatable; NAME alone: its default scale)",
+    )
+    add_image_arguments(gen)
     gen.add_argument("--priority", choices=["REALTIME", "STANDARD", "BATCH"])
     gen.add_argument("--timeout-ms", type=int)
     gen.add_argument("--idempotency-key", default="")
@@ -96,12 +114,23 @@ def _env_path(name: str) -> Path | None:
     return Path(value) if value else None
 
 
+def _adapter_argument(text: str) -> tuple[str, float | None]:
+    from mediamesh.sdk.options import parse_adapter
+
+    try:
+        return parse_adapter(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _cmd_generate(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
+    from mediamesh.cli.previews import PreviewSaver
     from mediamesh.sdk import Client, Error, GatewayError, Notice, Progress, Queued, Result
 
     bar = tqdm(total=args.steps or None, unit="step", disable=args.quiet, file=sys.stderr)
+    previews = PreviewSaver(args.preview_dir)
     final: Result | Error | None = None
     try:
         with Client(
@@ -126,9 +155,12 @@ def _cmd_generate(args: argparse.Namespace) -> int:
                 output_format=args.output_format,
                 output_quality=args.output_quality,
                 fps=args.fps,
+                preview_every_steps=args.preview_every_steps,
                 timeout_ms=args.timeout_ms,
                 idempotency_key=args.idempotency_key,
                 priority=args.priority,
+                adapters=args.adapter or None,
+                **image_options(client, args),
             )
             for event in events:
                 match event:
@@ -138,6 +170,9 @@ def _cmd_generate(args: argparse.Namespace) -> int:
                         bar.total = total
                         bar.set_description("denoising")
                         bar.n = step
+                        if event.preview:
+                            previews.take(event)
+                            bar.set_postfix_str(f"previews: {previews.count}")
                         bar.refresh()
                     case Notice(kind=kind, message=message):
                         bar.write(f"{kind}: {message}")
@@ -160,6 +195,9 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_bytes(final.data)
     print(f"{out} ({final.mime_type}, {len(final.data)} bytes, seed {final.seed})")
+    if args.preview_every_steps:
+        where = f" (in {args.preview_dir})" if args.preview_dir and previews.count else ""
+        print(f"previews: {previews.count}{where}")
     return 0
 
 

@@ -35,8 +35,13 @@ def models_to_build(config: MeshConfig, registry: Registry, buildable: set[str])
     for spec in registry.models:
         if spec.name not in hosted or not spec.source.startswith(MODELS_DIR_PREFIX):
             continue
-        if spec.name in buildable:
-            names.append(spec.name)
+        # An entry may load another tiny model's folder under its own pipeline class
+        # (sdxl-img2img-tiny reads sdxl-tiny): that folder is what gets built.
+        folder_name = spec.source.removeprefix(MODELS_DIR_PREFIX).strip("/")
+        built = spec.name if spec.name in buildable else folder_name
+        if built in buildable:
+            if built not in names:
+                names.append(built)
             continue
         folder = Path(spec.resolved_source(config.models_dir))
         if not folder.is_dir():

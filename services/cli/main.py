@@ -86,6 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
     build.add_argument("--only", default="", help="comma-separated model names")
     build.add_argument("--force", action="store_true", help="rebuild even if present")
     build.set_defaults(handler=_cmd_models_build)
+    from mediamesh.cli.models_commands import add_models_commands
+
+    add_models_commands(models_sub)
 
     from mediamesh.cli import client_commands
     from mediamesh.cli.batch_command import add_batch_command

@@ -32,9 +32,10 @@ def render(status: Any) -> str:
             w.worker_id,
             w.pool,
             ",".join(w.devices),
-            ",".join(w.models),
+            ",".join(f"{m} (warming)" if m in w.warming else m for m in w.models),
             f"{w.load_s:.1f}",
             w.state,
+            _adapters(w),
         ]
         for w in status.workers
     ]
@@ -49,9 +50,22 @@ def render(status: Any) -> str:
             ),
             "",
             "WORKERS",
-            _table(["worker", "pool", "devices", "models", "load s", "state"], workers),
+            _table(
+                ["worker", "pool", "devices", "models", "load s", "state", "adapters"],
+                workers,
+            ),
             "",
             f"JOBS  {jobs}",
             f"COST  {cost.cost:.4f} so far; {cost.on_demand_cost:.4f} if all on-demand",
         ]
     )
+
+
+def _adapters(worker: Any) -> str:
+    """The LoRA adapters a worker has loaded, as model:name,name per model; "-" for none."""
+    loaded = [
+        f"{m.model}:{','.join(a.name for a in m.adapters)}"
+        for m in getattr(worker, "adapters", ())
+        if m.adapters
+    ]
+    return " ".join(loaded) or "-"

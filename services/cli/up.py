@@ -11,6 +11,7 @@ import ctypes
 import os
 import secrets
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -140,7 +141,29 @@ class Mesh:
     def _serving(self, child: Child) -> bool:
         # The gateway's listener is public; the others speak the internal credential's TLS.
         internal = None if child is self.gateway else self.internal_credentials
+        if child is self.gateway and not self._http_listening():
+            return False
         return is_serving(child.address, credentials=internal)
+
+    @property
+    def http_url(self) -> str | None:
+        """The gateway's HTTP face, when it has one."""
+        g = self.config.gateway
+        if g.http_port is None:
+            return None
+        scheme = "https" if g.tls.enabled else "http"
+        host = f"[{g.host}]" if ":" in g.host else g.host
+        return f"{scheme}://{host}:{g.http_port}"
+
+    def _http_listening(self) -> bool:
+        g = self.config.gateway
+        if not g.http_port:
+            return True  # off, or a free port this process cannot know
+        try:
+            with socket.create_connection((g.host, g.http_port), timeout=0.5):
+                return True
+        except OSError:
+            return False
 
     def _workers_registered(self) -> bool:
         from mediamesh.cli.api.mesh_client import registered_workers
@@ -205,7 +228,8 @@ def run_up(config: MeshConfig, run_dir: Path, ready_timeout_s: float, restart: b
                 return 0
             print(f"mediamesh: not ready after {ready_timeout_s:.0f} s; logs in {run_dir}")
             return 1
-        print(f"mediamesh ready: gateway {mesh.gateway.address}", flush=True)
+        http = f", http {mesh.http_url}" if mesh.http_url else ""
+        print(f"mediamesh ready: gateway {mesh.gateway.address}{http}", flush=True)
         mesh.supervise()
         return 0
     except RuntimeError as exc:

@@ -99,8 +99,15 @@ KSERVE_NAME = FieldLimit(64)
 KSERVE_DATATYPE = FieldLimit(16)
 KSERVE_PARAMETER_NAME = FieldLimit(64)
 KSERVE_PARAMETER_STRING = FieldLimit(256)
-KSERVE_ELEMENT = PROMPT
-KSERVE_RAW_TENSOR = FieldLimit(MAX_BATCH * (_BYTES_ELEMENT_HEADER + PROMPT.max_bytes))
+# The largest element is an input image (KServe inputs `image`, `mask_image`); the gateway
+# holds prompt elements to PROMPT itself (`gateway.core.inference_call`).
+KSERVE_ELEMENT = INPUT_IMAGE
+KSERVE_RAW_TENSOR = FieldLimit(
+    max(
+        MAX_BATCH * (_BYTES_ELEMENT_HEADER + PROMPT.max_bytes),
+        8 * (_BYTES_ELEMENT_HEADER + INPUT_IMAGE.max_bytes),
+    )
+)
 # Any string or bytes field with no entry below (a field added without one: tests catch it).
 DEFAULT_LIMIT = FieldLimit(1024)
 
@@ -142,9 +149,15 @@ REQUEST_LIMITS: Mapping[str, Mapping[str, FieldLimit]] = {
         "device_ids": DEVICE_ID,
     },
     "mediamesh.v1.WorkerHeartbeat.MemoryUsedBytesEntry": {"key": DEVICE_ID},
+    "mediamesh.v1.LoadedAdapter": {"name": ADAPTER_NAME},
+    "mediamesh.v1.ModelAdapters": {"model": MODEL_NAME},
     "mediamesh.v1.BatchesEnded": {"batch_ids": BATCH_ID},
     # mediamesh.v1.Worker
-    "mediamesh.v1.RunBatchRequest": {"batch_id": BATCH_ID, "model": MODEL_NAME},
+    "mediamesh.v1.RunBatchRequest": {
+        "batch_id": BATCH_ID,
+        "model": MODEL_NAME,
+        "pause_batch_id": BATCH_ID,
+    },
     "mediamesh.v1.JobSpec": {
         "job_id": JOB_ID,
         "prompt": PROMPT,

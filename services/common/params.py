@@ -9,8 +9,15 @@ from __future__ import annotations
 import secrets
 from dataclasses import dataclass, replace
 
+from mediamesh.common.adapters import (
+    DEFAULT_MAX_ADAPTERS_PER_REQUEST,
+    AdapterRequest,
+    check_adapters,
+    resolve_adapters,
+)
 from mediamesh.common.errors import InvalidArgument, NotFound
 from mediamesh.common.generation import GenerationParams, Priority
+from mediamesh.common.input_images import check_input_params, resolve_inputs
 from mediamesh.common.limits import MAX_TIMEOUT_MS
 from mediamesh.common.output_formats import FPS_RANGE, LOSSY_IMAGE_FORMATS, QUALITY_RANGE
 from mediamesh.common.registry import MODEL_FIELDS, ModelSpec, Registry
@@ -33,8 +40,19 @@ class RequestFields:
     output_format: str = ""
     output_quality: int | None = None
     fps: int | None = None
+    # False: run without the model's step cache; None or True: with it, if it has one.
+    cache: bool | None = None
+    preview_every_steps: int | None = None
     priority: str = "STANDARD"
     timeout_ms: int | None = None
+    # Input images: inline bytes (None: not sent) or an Upload's id ("": none).
+    image: bytes | None = None
+    mask_image: bytes | None = None
+    image_id: str = ""
+    mask_image_id: str = ""
+    strength: float | None = None
+    # LoRA adapters by registry name; a scale of None takes the entry's default_scale.
+    adapters: tuple[AdapterRequest, ...] = ()
 
 
 def find_model(registry: Registry, name: str) -> ModelSpec:
@@ -71,8 +89,14 @@ def _check_prompt(field: str, text: str, limit: int, required: bool) -> None:
         raise InvalidArgument(f"{field}: must not contain NUL characters")
 
 
-def resolve(spec: ModelSpec, fields: RequestFields) -> GenerationParams:
-    """Validated parameters with the model's defaults applied and a seed chosen."""
+def resolve(
+    spec: ModelSpec,
+    fields: RequestFields,
+    *,
+    max_adapters: int = DEFAULT_MAX_ADAPTERS_PER_REQUEST,
+) -> GenerationParams:
+    """Validated parameters with the model's defaults applied and a seed chosen;
+    `max_adapters` is the mesh's max_adapters_per_request."""
     d = spec.defaults
     check_accepted(spec, fields)
     if fields.timeout_ms is not None:
@@ -96,10 +120,24 @@ def resolve(spec: ModelSpec, fields: RequestFields) -> GenerationParams:
         num_frames=frames,
         guidance_scale=d.guidance_scale if fields.guidance_scale is None else fields.guidance_scale,
         duration_s=duration,
+        adapters=resolve_adapters(spec.name, spec.adapters, fields.adapters, max_adapters),
+        preview_every_steps=fields.preview_every_steps or 0,
+    )
+    params = resolve_inputs(
+        spec,
+        params,
+        {"image": fields.image, "mask_image": fields.mask_image},
+        {"image": fields.image_id, "mask_image": fields.mask_image_id},
+        fields.strength,
     )
     check_generation(spec, params)
     output_format, quality, fps = resolve_output(spec, fields)
-    return replace(params, output_format=output_format, output_quality=quality, fps=fps)
+    # A model without a cache runs every job in full, so asking for none is harmless; it is
+    # recorded as the default so such jobs still share batches.
+    use_cache = spec.cache is None or fields.cache is not False
+    return replace(
+        params, output_format=output_format, output_quality=quality, fps=fps, use_cache=use_cache
+    )
 
 
 def check_generation(spec: ModelSpec, params: GenerationParams) -> None:
@@ -135,6 +173,23 @@ def check_generation(spec: ModelSpec, params: GenerationParams) -> None:
     if spec.modality == "audio":
         _check_range("duration_s", params.duration_s, 0.1, lim.max_duration_s)
     _check_range("seed", params.seed, 0, 2**63 - 1)
+    check_input_params(spec, params)
+    check_adapters(spec.name, spec.adapters, params.adapters)
+    check_preview(spec, params)
+
+
+def check_preview(spec: ModelSpec, params: GenerationParams) -> None:
+    """InvalidArgument when `params` asks for previews the model does not make, or at an
+    interval its steps never reach (0 asks for none)."""
+    every = params.preview_every_steps
+    if not every:
+        return
+    if not spec.preview.enabled:
+        raise InvalidArgument(
+            f"preview_every_steps: model {spec.name!r} ({spec.pipeline}) has no latent "
+            "previews (ModelInfo.previews is false); leave it unset or 0"
+        )
+    _check_range("preview_every_steps", every, 0, params.steps)
 
 
 def resolve_output(spec: ModelSpec, fields: RequestFields) -> tuple[str, int, int]:

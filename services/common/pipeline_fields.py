@@ -24,6 +24,7 @@ FIELD_PARAMETERS: dict[str, tuple[str, ...]] = {
     "height": ("height",),
     "num_frames": ("num_frames",),
     "duration_s": ("audio_end_in_s", "audio_length_in_s"),
+    "strength": ("strength",),
 }
 
 # Pipelines whose call takes a parameter but where mediamesh does not route the request
@@ -31,6 +32,7 @@ FIELD_PARAMETERS: dict[str, tuple[str, ...]] = {
 # the cost of every step; a guidance-distilled model refuses it rather than ignore it.
 WITHHELD_FIELDS: dict[str, frozenset[str]] = {
     "FluxPipeline": frozenset({"negative_prompt"}),
+    "FluxImg2ImgPipeline": frozenset({"negative_prompt"}),
 }
 
 

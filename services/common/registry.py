@@ -13,9 +13,16 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from mediamesh.common.adapters import AdapterSpec
+from mediamesh.common.gpu_options import GpuOptions, check_load_options
+from mediamesh.common.input_spec import InputName, check_inputs, pipeline_inputs
 from mediamesh.common.limits import MAX_BATCH, MAX_PROMPT_CHARS, MODEL_NAME_PATTERN
 from mediamesh.common.output_formats import FORMATS_BY_MODALITY, FPS_RANGE, MIME_TYPES
 from mediamesh.common.pipeline_fields import signature_fields
+from mediamesh.common.preview_spec import PreviewSpec
+from mediamesh.common.step_cache import StepCacheSpec
+from mediamesh.common.true_cfg import released_fields
+from mediamesh.common.warmup import WarmupShape
 
 Modality = Literal["image", "video", "audio"]
 OutputFormat = Literal["png", "jpeg", "webp", "mp4", "webm", "gif", "wav", "flac", "ogg"]
@@ -56,6 +63,8 @@ class DefaultParams(Strict):
     num_frames: int = Field(0, ge=0)
     duration_s: float = Field(0.0, ge=0)
     guidance_scale: float = Field(3.5, ge=0)
+    # How far an image-input model moves from its input when a request leaves it unset.
+    strength: float = Field(0.8, gt=0, le=1)
 
 
 class LimitParams(Strict):
@@ -69,6 +78,9 @@ class LimitParams(Strict):
     max_duration_s: float = Field(0.0, ge=0)
     max_guidance_scale: float = Field(20.0, ge=0)
     max_prompt_chars: int = Field(2000, ge=1, le=MAX_PROMPT_CHARS)
+    # Most pixels (width * height) of an input image or mask; checked from the image's
+    # header, before it is decoded.
+    max_input_pixels: int = Field(4096 * 4096, ge=1)
 
 
 class OutputSpec(Strict):
@@ -110,22 +122,23 @@ MODEL_FIELDS = (
     "num_frames",
     "guidance_scale",
     "duration_s",
+    "strength",
 )
 _COMMON_FIELDS = frozenset({"prompt", "steps", "seed", "guidance_scale"})
 # Fields a modality can use at all; an entry's accepted fields stay within its modality's.
 _MODALITY_FIELDS: dict[str, frozenset[str]] = {
-    "image": _COMMON_FIELDS | {"negative_prompt", "width", "height"},
-    "video": _COMMON_FIELDS | {"negative_prompt", "width", "height", "num_frames"},
+    "image": _COMMON_FIELDS | {"negative_prompt", "width", "height", "strength"},
+    "video": _COMMON_FIELDS | {"negative_prompt", "width", "height", "num_frames", "strength"},
     "audio": _COMMON_FIELDS | {"negative_prompt", "duration_s"},
 }
 # What each pipeline family's call takes when diffusers is not installed where the registry
 # is read. Flux is guidance-distilled: it has no negative prompt. The built-in Echo model
 # stands in for any image pipeline in tests.
 _FAMILY_FIELDS: dict[str, frozenset[str]] = {
-    "FluxPipeline": _MODALITY_FIELDS["image"] - {"negative_prompt"},
-    "WanPipeline": _MODALITY_FIELDS["video"],
+    "FluxPipeline": _MODALITY_FIELDS["image"] - {"negative_prompt", "strength"},
+    "WanPipeline": _MODALITY_FIELDS["video"] - {"strength"},
     "StableAudioPipeline": _MODALITY_FIELDS["audio"],
-    "Echo": _MODALITY_FIELDS["image"],
+    "Echo": _MODALITY_FIELDS["image"] - {"strength"},
 }
 
 
@@ -157,18 +170,22 @@ RESERVED_CALL_ARGUMENTS = frozenset(
 )
 
 
-def family_fields(pipeline: str, modality: str) -> frozenset[str]:
+def family_fields(
+    pipeline: str, modality: str, call_kwargs: dict[str, Any] | None = None
+) -> frozenset[str]:
     """The request fields a pipeline takes: read from its class's `__call__` signature in
     the installed diffusers (no weights, no torch), else from the table above, else its
-    modality's fields without a negative prompt (an entry can list `accepted_fields`)."""
+    modality's fields without a negative prompt (an entry can list `accepted_fields`).
+    Fields the entry's `call_kwargs` switch on are added (Flux true CFG, `common.true_cfg`)."""
     possible = _MODALITY_FIELDS.get(modality, _COMMON_FIELDS)
+    released = released_fields(pipeline, call_kwargs)
     from_signature = signature_fields(pipeline)
     if from_signature is not None:
-        return from_signature & possible
+        return (from_signature | released) & possible
     known = _FAMILY_FIELDS.get(pipeline)
     if known is not None:
-        return known
-    return possible - {"negative_prompt"}
+        return known | released
+    return possible - {"negative_prompt", "strength"}
 
 
 class ModelSpec(Strict):
@@ -190,6 +207,44 @@ class ModelSpec(Strict):
     # Fixed keyword arguments added to every pipeline call (e.g. `max_sequence_length`).
     # They may not set what requests or the worker control (see RESERVED_CALL_ARGUMENTS).
     call_kwargs: dict[str, Any] = Field(default_factory=dict)
+    # Hub checkpoints: the branch, tag or commit to load (None: the default branch), and
+    # the weight file variant (e.g. "fp16"), both passed to `from_pretrained` and used by
+    # `mediamesh models pull` (see `common.hub`).
+    revision: str | None = Field(None, min_length=1, max_length=256)
+    variant: str | None = Field(None, min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")
+    # LoRA adapters requests may apply to this model, by unique name (common/adapters.py).
+    adapters: tuple[AdapterSpec, ...] = ()
+    # Latent previews on progress events (request field preview_every_steps).
+    preview: PreviewSpec = Field(default_factory=PreviewSpec)
+    # Step cache applied at load (None: every step runs in full); a request can opt out.
+    cache: StepCacheSpec | None = None
+    # Compile, attention backend, VAE tiling/slicing and offload, applied at load.
+    gpu: GpuOptions = Field(default_factory=GpuOptions)
+    # Shapes a worker runs once after loading, before it reports ready.
+    warmup: tuple[WarmupShape, ...] = ()
+    # Input images the model takes, all required (see `common.input_spec`). Unset: what the
+    # pipeline's call takes.
+    inputs: tuple[InputName, ...] = ()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _pipeline_inputs(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("inputs") is None:
+            pipeline = data.get("pipeline")
+            found = pipeline_inputs(pipeline) if isinstance(pipeline, str) else None
+            data = {**data, "inputs": found or ()}
+        return data
+
+    @model_validator(mode="after")
+    def _inputs_fit_pipeline(self) -> ModelSpec:
+        check_inputs(self.pipeline, self.inputs)
+        return self
+
+    @property
+    def default_strength(self) -> float:
+        """The strength of an image request that sets none; 0 for a model without one."""
+        takes = "image" in self.inputs and "strength" in self.accepted_fields
+        return self.defaults.strength if takes else 0.0
 
     @model_validator(mode="before")
     @classmethod
@@ -197,7 +252,11 @@ class ModelSpec(Strict):
         if isinstance(data, dict) and not data.get("accepted_fields"):
             pipeline, modality = data.get("pipeline"), data.get("modality")
             if isinstance(pipeline, str) and isinstance(modality, str):
-                data = {**data, "accepted_fields": family_fields(pipeline, modality)}
+                fixed = data.get("call_kwargs")
+                fields = family_fields(
+                    pipeline, modality, fixed if isinstance(fixed, dict) else None
+                )
+                data = {**data, "accepted_fields": fields}
         return data
 
     @model_validator(mode="before")
@@ -253,6 +312,19 @@ class ModelSpec(Strict):
             )
         if "prompt" not in self.accepted_fields:
             raise ValueError("accepted_fields: must include prompt")
+        return self
+
+    @model_validator(mode="after")
+    def _adapter_names_unique(self) -> ModelSpec:
+        names = [a.name for a in self.adapters]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"adapters: {', '.join(twice)} named more than once")
+        return self
+
+    @model_validator(mode="after")
+    def _load_options_fit(self) -> ModelSpec:
+        check_load_options(self)
         return self
 
     @model_validator(mode="after")

@@ -83,9 +83,11 @@ async def start_server(
     internal_token: str | None = None,
     credentials: grpc.ServerCredentials | None = None,
     health_port: int | None = None,
+    serving: bool = True,
 ) -> RunningServer:
     """Serves `registrations` on host:port, over TLS when `credentials` are given, demanding
-    `internal_token` when set; `health_port` adds a plaintext listener with health only."""
+    `internal_token` when set; `health_port` adds a plaintext listener with health only.
+    `serving` False starts it NOT_SERVING (a worker still warming up)."""
     server = grpc.aio.server(
         interceptors=[*server_tracing_interceptors(), ServiceInterceptor(internal_token)],
         options=[*message_options(max_message_bytes), *KEEPALIVE_OPTIONS, ("grpc.so_reuseport", 0)],
@@ -107,7 +109,7 @@ async def start_server(
         health_server, health_bound = _health_only_server(health, host, health_port)
         await health_server.start()
     await server.start()
-    await mark_serving(health, names)
+    await mark_serving(health, names, serving)
     await mark_alive(health)
     return RunningServer(server, bound, health, tuple(names), health_server, health_bound)
 

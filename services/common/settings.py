@@ -15,9 +15,15 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, m
 from pydantic_settings import NoDecode
 
 # ConfigError is re-exported: the services raise and catch it as a settings error.
+from mediamesh.common.adapters import (
+    DEFAULT_MAX_ADAPTERS_PER_REQUEST,
+    DEFAULT_MAX_LOADED_ADAPTERS,
+)
+from mediamesh.common.artifact_settings import ArtifactSettings
 from mediamesh.common.config_loader import ConfigError as ConfigError
 from mediamesh.common.config_loader import json_or_csv, load_layered
 from mediamesh.common.tenants import TENANT_PATTERN, is_tenant_name
+from mediamesh.common.webhook_settings import WebhookSettings
 
 Pool = Literal["on-demand", "spot"]
 PriorityName = Literal["REALTIME", "STANDARD", "BATCH"]
@@ -110,9 +116,21 @@ class ApiKeySettings(Section):
     scopes: list[Literal["admin"]] = Field(default_factory=list)
 
 
+class GatewayHttpSettings(Section):
+    """The gateway's HTTP/JSON face (services/gateway/http)."""
+
+    # Origins a browser page may call the HTTP face from (CORS); empty: same origin only.
+    # "*" allows any origin.
+    cors_origins: list[str] = Field(default_factory=list)
+
+
 class GatewaySettings(Section):
     host: str = "127.0.0.1"
     port: int = 50051
+    # The HTTP/JSON face on the same host, with the same API keys and TLS: None turns it off,
+    # 0 takes a free port.
+    http_port: int | None = Field(8080, ge=0, le=65535)
+    http: GatewayHttpSettings = Field(default_factory=GatewayHttpSettings)
     metrics_port: int | None = 9401
     scheduler_address: str = "127.0.0.1:50052"
     api_keys: list[ApiKeySettings] = Field(default_factory=list)
@@ -126,6 +144,8 @@ class GatewaySettings(Section):
     # Seconds without an answer from the scheduler before the gateway reports NOT_SERVING,
     # so that readiness takes it out of rotation; SERVING again once the scheduler answers.
     scheduler_lost_after_s: float = Field(10.0, gt=0)
+    # LoRA adapters one request may name (GenerateRequest.adapters, the KServe `adapters`).
+    max_adapters_per_request: int = Field(DEFAULT_MAX_ADAPTERS_PER_REQUEST, ge=0, le=64)
 
     @field_validator("tenants", mode="after")
     @classmethod
@@ -181,6 +201,9 @@ class SchedulerSettings(Section):
     metrics_port: int | None = 9402
     store_path: Path = Path(".mediamesh/state/jobs.sqlite3")
     artifact_dir: Path = Path(".mediamesh/artifacts")
+    # Results on local disk (under artifact_dir) or in an S3-compatible bucket; checkpoints
+    # always stay under artifact_dir/checkpoints, a folder the workers share.
+    artifacts: ArtifactSettings = Field(default_factory=ArtifactSettings)
     queues: dict[str, QueueSettings] = Field(default_factory=_default_queues)
     # Seconds of waiting that raise a job's effective priority by one class.
     aging_s_per_class: float = Field(30.0, gt=0)
@@ -189,10 +212,36 @@ class SchedulerSettings(Section):
     max_attempts: int = Field(3, ge=1)
     retention_s: float = Field(24 * 3600.0, gt=0)
     placement: dict[PriorityName, PlacementSettings] = Field(default_factory=_default_placement)
+    # LoRA adapters one request may name; the scheduler checks again what gateways sent.
+    max_adapters_per_request: int = Field(DEFAULT_MAX_ADAPTERS_PER_REQUEST, ge=0, le=64)
+    # A worker with a batch's adapters loaded is preferred while its load is at most this
+    # many device-seconds above the least-loaded worker's (plus the adapters' load time).
+    adapter_affinity_margin_s: float = Field(1.0, ge=0)
+    # Seconds an adapter is assumed to take to load before any worker measured it.
+    adapter_load_prior_s: float = Field(0.5, ge=0)
     # Price per device-hour of each pool, for cost accounting.
     prices_per_device_hour: dict[Pool, float] = Field(default_factory=_default_prices)
+    # Input images up to this many bytes are kept inside their job (its store row and the
+    # JobSpec); larger ones are files in the artifact store that workers read.
+    inline_input_bytes: int = Field(64 * 1024, ge=0)
+    # Uploads (the Upload rpc): how long one lives unused, the bytes of live uploads one
+    # tenant may hold (a gateway may send a tenant's own), and the largest single upload.
+    upload_ttl_s: float = Field(3600.0, gt=0)
+    upload_quota_bytes: int = Field(1024 * 1024 * 1024, ge=1)
+    max_upload_bytes: int = Field(64 * 1024 * 1024, ge=1)
     # Save a checkpoint every N steps by modality (0 = only on preemption).
     checkpoint_every_steps: dict[str, int] = Field(default_factory=dict)
+    # Pausing a lower-class batch at its next step boundary when a higher-class job would
+    # otherwise miss its queue's SLA: at most this many pauses per job (0 = never pause) ...
+    pause_max_per_job: int = Field(1, ge=0)
+    # ... and never within a job's first this many steps.
+    pause_min_steps: int = Field(2, ge=0)
+    # Give a worker its next batch once every job of its running batch is at its last step,
+    # so that its device does not idle between batches.
+    dispatch_ahead: bool = True
+    # Let a batch for an idle worker wait out its model's batch window to fill up (False:
+    # an idle device starts at once, and only a batch given ahead waits for its window).
+    batch_window_when_idle: bool = True
     max_message_bytes: int = Field(256 * 1024 * 1024, ge=1024 * 1024)
     # Allows running without an internal credential on a non-loopback address.
     insecure: bool = False
@@ -235,8 +284,13 @@ class WorkerSettings(Section):
     drain_grace_s: float = Field(25.0, gt=0)
     checkpoint_dir: Path = Path(".mediamesh/artifacts/checkpoints")
     max_message_bytes: int = Field(256 * 1024 * 1024, ge=1024 * 1024)
+    # LoRA adapters kept loaded per model; the least recently used one beyond it is evicted.
+    max_loaded_adapters: int = Field(DEFAULT_MAX_LOADED_ADAPTERS, ge=1, le=1024)
     # torch intra-op threads for this worker; 0 leaves torch's default.
     torch_threads: int = Field(0, ge=0)
+    # Lets the worker download a hub model that is not in the Hugging Face cache at start
+    # (HF_TOKEN honoured); off, such a model fails the start naming `mediamesh models pull`.
+    allow_downloads: bool = False
     # Allows running without an internal credential on a non-loopback address.
     insecure: bool = False
     # A plaintext port serving only grpc.health.v1 (see SchedulerSettings.health_port).
@@ -262,6 +316,8 @@ class MeshConfig(Section):
     internal_tls: InternalTlsSettings = Field(default_factory=InternalTlsSettings)
     gateway: GatewaySettings = Field(default_factory=GatewaySettings)
     scheduler: SchedulerSettings = Field(default_factory=SchedulerSettings)
+    # Signed HTTP callbacks about jobs (the scheduler delivers them).
+    webhooks: WebhookSettings = Field(default_factory=WebhookSettings)
     # The workers `mediamesh up` starts; `mediamesh worker --worker-id ID` runs one of them.
     workers: list[WorkerSettings] = Field(
         default_factory=lambda: [

@@ -24,6 +24,14 @@ class JobParams:
 
 
 @dataclass(frozen=True)
+class Preview:
+    """A small encoded picture of a job's current latents (at most 256 px a side)."""
+
+    data: bytes
+    mime_type: str
+
+
+@dataclass(frozen=True)
 class StepDone:
     """A job finished one denoising step."""
 
@@ -32,6 +40,8 @@ class StepDone:
     total_steps: int
     # Wall seconds of this step for the whole batch, for the scheduler's cost model.
     step_seconds: float
+    # Set on every preview_every_steps-th step of a job that asked for previews.
+    preview: Preview | None = None
 
 
 @dataclass(frozen=True)
@@ -80,6 +90,8 @@ class JobNotice:
     # "resumed" (from a checkpoint) or "restarted" (checkpoint unreadable, from step 0).
     kind: str
     message: str
+    # "oom_split": the batch ran out of memory and runs again in batches of at most this.
+    fitted_batch: int = 0
 
 
 WorkerEvent = JobFinished | JobFailed | StepDone | JobPreempted | JobCheckpointed | JobNotice

@@ -1,4 +1,5 @@
-"""Gateway process wiring: tenancy, the scheduler link, and the public gRPC server."""
+"""Gateway process wiring: tenancy, the scheduler link, the public gRPC server and its HTTP
+face."""
 
 from __future__ import annotations
 
@@ -16,8 +17,12 @@ from mediamesh.common.registry import Registry
 from mediamesh.common.server import RunningServer, public_tls, start_server
 from mediamesh.common.settings import MeshConfig
 from mediamesh.gateway.api import kserve, servicer
+from mediamesh.gateway.api.dataplane import DataPlane
+from mediamesh.gateway.api.json_plane import JsonPlane
 from mediamesh.gateway.api.upstream import Upstream
 from mediamesh.gateway.core.tenancy import Tenancy
+from mediamesh.gateway.http.app import create_app
+from mediamesh.gateway.http.server import HttpServer, start_http
 from mediamesh.gateway.scheduler_watch import SchedulerWatch
 
 log = logging.getLogger("mediamesh.gateway")
@@ -29,13 +34,22 @@ class GatewayService:
     channel: object
     watch: SchedulerWatch
     _watch_task: asyncio.Task[None]
+    # The HTTP/JSON face; None when gateway.http_port is None.
+    http: HttpServer | None = None
 
     @property
     def port(self) -> int:
         return self.server.port
 
+    @property
+    def http_port(self) -> int | None:
+        """The HTTP face's bound port, if it serves."""
+        return self.http.port if self.http is not None else None
+
     async def stop(self, grace_s: float = 2.0) -> None:
         self._watch_task.cancel()
+        if self.http is not None:
+            await self.http.stop(grace_s)
         await self.server.stop(grace_s)
         await self.channel.close()  # type: ignore[attr-defined]
 
@@ -59,6 +73,7 @@ async def start_gateway(config: MeshConfig, registry: Registry) -> GatewayServic
         tenancy,
         g.inline_result_limit_bytes,
         g.max_message_bytes,
+        g.max_adapters_per_request,
     )
     registrations = [servicer.registration(upstream), kserve.registration(upstream)]
     server = await start_server(
@@ -75,4 +90,23 @@ async def start_gateway(config: MeshConfig, registry: Registry) -> GatewayServic
     )
     watch_task = asyncio.create_task(watch.run(), name="scheduler-watch")
     log.info("gateway serving on %s:%d", g.host, server.port)
-    return GatewayService(server, channel, watch, watch_task)
+    service = GatewayService(server, channel, watch, watch_task)
+    if g.http_port is not None:
+        # Same host, keys and TLS as the gRPC listener, so the fail-closed check above
+        # covers it too.
+        try:
+            service.http = await start_http(
+                create_app(
+                    JsonPlane(DataPlane(upstream)),
+                    ready=lambda: watch.serving,
+                    max_body_bytes=g.max_message_bytes,
+                    cors_origins=g.http.cors_origins,
+                ),
+                g.host,
+                g.http_port,
+                g.tls,
+            )
+        except BaseException:
+            await service.stop(0)
+            raise
+    return service

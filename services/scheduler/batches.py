@@ -44,9 +44,15 @@ class WorkerLink(Protocol):
     """How the scheduler reaches workers (gRPC in the service, in-process in tests)."""
 
     def run_batch(
-        self, address: str, batch_id: str, model: str, jobs: list[JobParams]
+        self,
+        address: str,
+        batch_id: str,
+        model: str,
+        jobs: list[JobParams],
+        pause_batch_id: str = "",
     ) -> AsyncIterator[WorkerEvent]:
-        """The batch's events; raises BatchUndelivered if the worker never took it."""
+        """The batch's events; raises BatchUndelivered if the worker never took it.
+        `pause_batch_id`: a batch on that worker to pause at its next step for this one."""
         ...
 
     def reset(self, address: str) -> None:
@@ -102,7 +108,11 @@ class BatchRunner:
         with batch_span(dispatch):
             applied = self._open[batch_id] = asyncio.Event()
             try:
-                stream = self.link.run_batch(dispatch.address, batch_id, dispatch.model, params)
+                # Only urgent batches name one, so links without pausing keep working.
+                pausing = {"pause_batch_id": dispatch.pauses} if dispatch.pauses else {}
+                stream = self.link.run_batch(
+                    dispatch.address, batch_id, dispatch.model, params, **pausing
+                )
                 async for event in stream:
                     await self._on_worker_event(batch_id, event)
             except BatchUndelivered as exc:
@@ -145,7 +155,12 @@ class BatchRunner:
         core = self.core
         if isinstance(event, StepDone):
             core.job_progress(
-                event.job_id, batch_id, event.step, event.total_steps, event.step_seconds
+                event.job_id,
+                batch_id,
+                event.step,
+                event.total_steps,
+                event.step_seconds,
+                event.preview,
             )
             job = core.jobs.get(event.job_id)
             unit = core.units.get(job.worker_id or "") if job else None
@@ -158,13 +173,13 @@ class BatchRunner:
             job = core.jobs.get(event.job_id)
             if job is None or job.batch_id != batch_id or not job.state.in_flight:
                 return
-            artifact = await asyncio.to_thread(
-                self.artifacts.write, event.job_id, event.data, event.mime_type, event.seed
+            artifact = await self.artifacts.write(
+                event.job_id, event.data, event.mime_type, event.seed
             )
             self.results[event.job_id] = artifact
             if core.job_succeeded(event.job_id, batch_id) is None:
                 self.results.pop(event.job_id, None)
-                self.artifacts.delete(artifact.path)
+                await self.artifacts.delete(artifact.path)
         elif isinstance(event, JobFailed):
             core.job_failed(event.job_id, batch_id, event.code, event.message)
         elif isinstance(event, JobPreempted):
@@ -181,6 +196,18 @@ class BatchRunner:
                 self.store.save(job)
         elif isinstance(event, JobNotice):
             job = core.jobs.get(event.job_id)
+            if job is not None and event.fitted_batch and core.batch_fitted(
+                event.job_id, event.fitted_batch
+            ):
+                log.warning(
+                    "batches of %s at %dx%d are capped at %d after running out of memory",
+                    job.model,
+                    job.params.width,
+                    job.params.height,
+                    event.fitted_batch,
+                )
+            if job is not None and event.kind == "paused":
+                metrics.PAUSES.labels(job.priority.name).inc()
             if job is not None:
                 self.hub.publish(
                     WatchEvent(

@@ -6,6 +6,7 @@ import asyncio
 from collections import defaultdict, deque
 from dataclasses import dataclass
 
+from mediamesh.common.work import Preview
 from mediamesh.scheduler.core.jobs import JobState
 from mediamesh.scheduler.store.artifacts import StoredArtifact
 
@@ -27,6 +28,8 @@ class WatchEvent:
     notice: str = ""
     worker_id: str = ""
     attempt: int = 0
+    # A progress event's latent preview; live only (a re-attached watcher gets none).
+    preview: Preview | None = None
 
     @property
     def final(self) -> bool:

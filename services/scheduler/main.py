@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import logging
+import os
 import time
 import uuid
 from dataclasses import dataclass
 
 from mediamesh.common.credentials import NO_INTERNAL_CREDENTIAL, InternalCredentials
 from mediamesh.common.exposure import refuse_open_off_loopback
+from mediamesh.common.preemption import preemption_table
 from mediamesh.common.registry import Registry
 from mediamesh.common.server import Registration, RunningServer, start_server
 from mediamesh.common.settings import MeshConfig
@@ -18,7 +20,7 @@ from mediamesh.scheduler.batches import WorkerLink
 from mediamesh.scheduler.core.scheduler import SchedulerCore
 from mediamesh.scheduler.runtime import SchedulerRuntime
 from mediamesh.scheduler.settings_policy import core_policy
-from mediamesh.scheduler.store.artifacts import ArtifactStore
+from mediamesh.scheduler.store.artifact_backends import build_artifact_store
 from mediamesh.scheduler.store.job_store import JobStore
 
 log = logging.getLogger("mediamesh.scheduler")
@@ -64,9 +66,11 @@ async def start_scheduler(
     runtime = SchedulerRuntime(
         core,
         store or JobStore(s.store_path),
-        ArtifactStore(s.artifact_dir),
+        # The standard AWS variables, read here at start-up (never at import).
+        build_artifact_store(s, os.environ),
         link or GrpcWorkerLink(credentials, s.max_message_bytes),
         s,
+        config.webhooks,
     )
     await runtime.start()
     servicer = SchedulerServicer(
@@ -74,6 +78,7 @@ async def start_scheduler(
         registry,
         inline_limit=config.gateway.inline_result_limit_bytes,
         chunk_bytes=config.gateway.download_chunk_bytes,
+        preemption=dict(preemption_table(registry.models, config.models_dir)),
     )
     names, add = registration(servicer)
     server = await start_server(

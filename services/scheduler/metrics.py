@@ -56,6 +56,11 @@ DEVICE_LOAD = Gauge(
 )
 WORKERS = Gauge("mediamesh_workers", "Workers by pool and state.", ["pool", "state"])
 PREEMPTIONS = Counter("mediamesh_preemptions", "Jobs checkpointed off a draining worker.", ["pool"])
+PAUSES = Counter(
+    "mediamesh_pauses",
+    "Jobs whose batch paused at a step boundary for more urgent work, by the paused job's class.",
+    ["priority"],
+)
 SPOT_FALLBACKS = Counter(
     "mediamesh_spot_fallbacks", "Jobs that preferred spot but ran on-demand.", ["queue"]
 )
@@ -84,6 +89,8 @@ def declare_series(queues: list[str]) -> None:
         for state in ("ACCEPTED", *(end for end in JobState if end.terminal)):
             JOBS.labels(queue, state)
         SPOT_FALLBACKS.labels(queue)
+    for priority in ("REALTIME", "STANDARD", "BATCH"):
+        PAUSES.labels(priority)
     for pool in ("on-demand", "spot"):
         PREEMPTIONS.labels(pool)
         COST.labels(pool)

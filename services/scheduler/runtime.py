@@ -12,14 +12,14 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Coroutine
-from pathlib import Path
+from collections.abc import AsyncIterator, Coroutine, Mapping
 from typing import Any
 
 from mediamesh.common.aio import wait_event
 from mediamesh.common.errors import FailedPrecondition, NotFound
 from mediamesh.common.settings import SchedulerSettings
 from mediamesh.common.telemetry import log_job
+from mediamesh.common.webhook_settings import WebhookSettings
 from mediamesh.scheduler import metrics
 from mediamesh.scheduler.batches import BatchRunner, WorkerLink
 from mediamesh.scheduler.checkpoints import CheckpointFiles
@@ -35,11 +35,13 @@ from mediamesh.scheduler.core.interface import NewJob, SchedulingCore
 from mediamesh.scheduler.core.jobs import Job, JobState
 from mediamesh.scheduler.core.units import WorkerInfo
 from mediamesh.scheduler.events import EventHub, WatchEvent
+from mediamesh.scheduler.inputs import job_inputs
 from mediamesh.scheduler.roster import WorkerRoster
-from mediamesh.scheduler.store.artifacts import ArtifactStore, StoredArtifact
+from mediamesh.scheduler.store.artifacts import ArtifactStore, SignedUrl, StoredArtifact
 from mediamesh.scheduler.store.job_store import JobStore
 from mediamesh.scheduler.store.writer import StoreWriter
 from mediamesh.scheduler.submissions import Submissions
+from mediamesh.scheduler.webhook_delivery import WebhookDeliverer
 
 log = logging.getLogger("mediamesh.scheduler")
 
@@ -55,16 +57,21 @@ class SchedulerRuntime:
         artifacts: ArtifactStore,
         link: WorkerLink,
         settings: SchedulerSettings,
+        webhooks: WebhookSettings | None = None,
     ) -> None:
         self.core = core
         self.store = store
         self.writer = StoreWriter(store)
-        self.checkpoints = CheckpointFiles(artifacts.root / "checkpoints")
+        # Checkpoints stay on the shared local folder whatever the artifact backend.
+        self.checkpoints = CheckpointFiles(settings.artifact_dir / "checkpoints")
         self.artifacts = artifacts
         self.link = link
         self.settings = settings
         self.hub = EventHub()
         self.results: dict[str, StoredArtifact] = {}
+        self.webhooks = WebhookDeliverer(
+            webhooks or WebhookSettings(), self.writer, artifacts, self.results
+        )
         self._kick = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
         self._loop_task: asyncio.Task[None] | None = None
@@ -82,6 +89,8 @@ class SchedulerRuntime:
         )
         self.roster = WorkerRoster(link)
         self.submissions = Submissions(core, store, self.apply)
+        # Input images kept with their jobs, and uploads.
+        self.inputs = job_inputs(settings.artifact_dir, settings)
 
     # ---- lifecycle -----------------------------------------------------------------------
 
@@ -89,6 +98,7 @@ class SchedulerRuntime:
         cutoff = time.time() - self.settings.retention_s
         # Purge before loading, with the same cut-off: a row past its retention that stayed
         # in the store but not in memory would hold its idempotency key against new jobs.
+        await asyncio.to_thread(self.inputs.uploads.load)
         await self._purge(cutoff)
         restored = 0
         for job, result in await self.store.load(cutoff):
@@ -101,6 +111,7 @@ class SchedulerRuntime:
                 restored += 1
                 self.writer.save(job)
         self.writer.start()
+        self.webhooks.start(await self.store.load_deliveries())
         if restored:
             log.info("recovered %d unfinished jobs from the store", restored)
         metrics.declare_series(list(self.settings.queues))
@@ -118,8 +129,10 @@ class SchedulerRuntime:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
         await self.link.close()
+        await self.webhooks.close()
         await self.writer.close(FLUSH_ON_STOP_S)
         await self.store.close()
+        await self.artifacts.close()
 
     def kick(self) -> None:
         self._kick.set()
@@ -151,12 +164,14 @@ class SchedulerRuntime:
                 log.exception("purging jobs past their retention failed; trying again later")
             live = {j.checkpoint for j in self.core.jobs.values() if j.checkpoint}
             self.checkpoints.sweep(live, cutoff)
+            kept = [j.params for j in self.core.jobs.values()]
+            await asyncio.to_thread(self.inputs.tidy, kept, cutoff)
 
     async def _purge(self, cutoff: float) -> None:
         """Delete the jobs that ended before `cutoff`: rows, artifacts, and from memory."""
         for job in await self.store.purge(cutoff):
             artifact = self.results.pop(job.job_id, None)
-            self.artifacts.delete(artifact.path if artifact else job.artifact_path)
+            await self.artifacts.delete(artifact.path if artifact else job.artifact_path)
             self.core.forget(job.job_id)
 
     # ---- effects -------------------------------------------------------------------------
@@ -193,8 +208,10 @@ class SchedulerRuntime:
                         step=effect.step,
                         total_steps=effect.total_steps,
                         attempt=effect.job.attempts,
+                        preview=effect.preview,
                     )
                 )
+                self.webhooks.progressed(effect.job, effect.step, effect.total_steps)
         if effects:
             self.kick()
 
@@ -245,6 +262,7 @@ class SchedulerRuntime:
             if stale := self.checkpoints.files_of_ended(job):
                 self._spawn(self.checkpoints.delete(stale))
             self.hub.publish(self.final_event(job))
+            self.webhooks.job_ended(job)
 
     def queued_event(self, job: Job) -> WatchEvent:
         position = self.core.queue_position(job)
@@ -328,16 +346,29 @@ class SchedulerRuntime:
             attempt=job.attempts,
         )
 
-    def artifact_of(self, job_id: str, tenant: str, *, admin: bool = False) -> StoredArtifact:
+    async def artifact_of(self, job_id: str, tenant: str, *, admin: bool = False) -> StoredArtifact:
+        """The job's stored result; FAILED_PRECONDITION without one, NOT_FOUND once gone."""
         job = self.owned_job(job_id, tenant, admin=admin)
         artifact = self.results.get(job_id)
         if job.state is not JobState.SUCCEEDED or artifact is None:
             raise FailedPrecondition(
                 f"job_id: job {job_id!r} has no result (state {job.state.value})"
             )
-        if not Path(artifact.path).exists():
+        if not await self.artifacts.exists(artifact.path):
             raise NotFound(f"job_id: the artifact of job {job_id!r} is gone (retention)")
         return artifact
+
+    async def result_url(self, job: Job, inline_limit: int) -> SignedUrl | None:
+        """A presigned URL of the job's result, when the request set result_as_url or the
+        result exceeds `inline_limit` and the artifact store can sign one (the local
+        backend cannot: those results are fetched with Download, or over HTTP from the
+        gateway's result endpoint)."""
+        artifact = self.results.get(job.job_id)
+        if job.state is not JobState.SUCCEEDED or artifact is None:
+            return None
+        if not job.delivery.result_as_url and artifact.size_bytes <= inline_limit:
+            return None
+        return await self.artifacts.signed_url(artifact.path)
 
     # ---- workers -------------------------------------------------------------------------
 
@@ -356,8 +387,16 @@ class SchedulerRuntime:
         self.apply(self.core.take_effects())
         self.kick()
 
-    def worker_heartbeat(self, worker_id: str, draining: bool) -> None:
+    def worker_heartbeat(
+        self,
+        worker_id: str,
+        draining: bool,
+        adapters: Mapping[str, Mapping[str, float]] | None = None,
+    ) -> None:
+        """A worker is alive; `adapters`: its loaded LoRA adapters per model, when reported."""
         self.core.heartbeat(worker_id, draining)
+        if adapters is not None:
+            self.core.adapters_loaded(worker_id, adapters)
 
     def registered_as(self, info: WorkerInfo) -> bool:
         """Whether `info` is still the worker's registration (not dropped, not replaced)."""

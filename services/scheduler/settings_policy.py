@@ -8,8 +8,9 @@ metrics cannot disagree about them.
 from __future__ import annotations
 
 from mediamesh.common.settings import SchedulerSettings
+from mediamesh.scheduler.core.affinity import AffinityPolicy
 from mediamesh.scheduler.core.jobs import Priority
-from mediamesh.scheduler.core.policy import CorePolicy, QueuePolicy
+from mediamesh.scheduler.core.policy import CorePolicy, DispatchPolicy, PausePolicy, QueuePolicy
 from mediamesh.scheduler.core.units import Placement
 
 
@@ -28,4 +29,10 @@ def core_policy(settings: SchedulerSettings) -> CorePolicy:
         prices_per_device_hour={
             pool: price for pool, price in settings.prices_per_device_hour.items()
         },
+        adapter_affinity=AffinityPolicy(
+            margin_s=settings.adapter_affinity_margin_s,
+            load_prior_s=settings.adapter_load_prior_s,
+        ),
+        pausing=PausePolicy(settings.pause_max_per_job, settings.pause_min_steps),
+        dispatching=DispatchPolicy(settings.dispatch_ahead, settings.batch_window_when_idle),
     )

@@ -22,6 +22,7 @@ from mediamesh.sdk.types import (
     ModelInfo,
     ModelLimits,
     Priority,
+    UploadHandle,
 )
 
 __all__ = [
@@ -42,4 +43,5 @@ __all__ = [
     "Progress",
     "Queued",
     "Result",
+    "UploadHandle",
 ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections.abc import AsyncIterator
+from pathlib import Path
 from types import TracebackType
 from typing import Unpack
 
@@ -23,7 +24,8 @@ from mediamesh.sdk.flow import (
     overload_wait,
 )
 from mediamesh.sdk.options import GenerateOptions, GenerateParams, generate_params
-from mediamesh.sdk.types import Artifact, JobHandle, JobInfo, ModelInfo
+from mediamesh.sdk.types import Artifact, JobHandle, JobInfo, ModelInfo, UploadHandle
+from mediamesh.sdk.uploads import upload_source
 
 
 class AsyncClient(ClientBase):
@@ -101,6 +103,14 @@ class AsyncClient(ClientBase):
     async def list_models(self) -> list[ModelInfo]:
         """The registry's models with their limits and readiness."""
         return await self._transport.list_models()
+
+    async def upload(
+        self, source: bytes | str | Path, mime_type: str | None = None
+    ) -> UploadHandle:
+        """Store an input image (bytes, or a file's path) of any size, streamed in chunks;
+        pass `handle.input_id` as the image_id or mask_image_id option (see Client.upload)."""
+        prepared = await asyncio.to_thread(upload_source, source, mime_type)
+        return await self._transport.upload(prepared)
 
     async def download(self, job_id: str) -> Artifact:
         """A succeeded job's artifact, resumed from the bytes received if the stream breaks

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from types import TracebackType
 from typing import Unpack
 
@@ -23,7 +24,8 @@ from mediamesh.sdk.flow import (
     overload_wait,
 )
 from mediamesh.sdk.options import GenerateOptions, GenerateParams, generate_params
-from mediamesh.sdk.types import Artifact, JobHandle, JobInfo, ModelInfo
+from mediamesh.sdk.types import Artifact, JobHandle, JobInfo, ModelInfo, UploadHandle
+from mediamesh.sdk.uploads import upload_source
 
 
 class Client(ClientBase):
@@ -100,6 +102,12 @@ class Client(ClientBase):
     def list_models(self) -> list[ModelInfo]:
         """The registry's models with their limits and readiness."""
         return self._transport.list_models()
+
+    def upload(self, source: bytes | str | Path, mime_type: str | None = None) -> UploadHandle:
+        """Store an input image (bytes, or a file's path) of any size, streamed in chunks,
+        and return its handle: pass `handle.input_id` as the image_id or mask_image_id option.
+        The upload belongs to the caller's tenant and expires unless a job uses it."""
+        return self._transport.upload(upload_source(source, mime_type))
 
     def download(self, job_id: str) -> Artifact:
         """A succeeded job's artifact, resumed from the bytes received if the stream breaks

@@ -36,6 +36,10 @@ class Progress:
     total_steps: int
     # Which run of the job (1 = first; higher after a lost worker or a preemption).
     attempt: int
+    # The step's latent preview (an encoded picture, at most 256 px a side) when the job
+    # asked for previews with preview_every_steps and this step is one of them; else empty.
+    preview: bytes = field(default=b"", repr=False)
+    preview_mime_type: str = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

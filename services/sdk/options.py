@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypedDict
@@ -57,9 +57,23 @@ class GenerateOptions(TypedDict, total=False):
     output_format: str | None
     output_quality: int | None
     fps: int | None
+    # Attach a latent preview to every Nth Progress (Progress.preview); 0 or None: none.
+    preview_every_steps: int | None
+    # False runs without the model's step cache (reference quality).
+    cache: bool | None
     priority: Priority | str | None
     timeout_ms: int | None
     idempotency_key: str | None
+    # Input images (PNG, JPEG or WebP bytes) for models listing them in ModelInfo.inputs, or
+    # the input_id of an earlier Client.upload; and how far to move from the image (0..1].
+    image: bytes | None
+    mask_image: bytes | None
+    image_id: str | None
+    mask_image_id: str | None
+    strength: float | None
+    # LoRA adapters of the model (ModelInfo.adapters): {name: scale} or (name, scale) pairs;
+    # a scale of None takes the adapter's default_scale.
+    adapters: Mapping[str, float | None] | Sequence[tuple[str, float | None]] | None
 
 
 @dataclass(frozen=True)
@@ -84,5 +98,36 @@ def generate_params(model: str, prompt: str, options: Mapping[str, object]) -> G
     values = {name: value for name, value in options.items() if value is not None and value != ""}
     if "priority" in values:
         values["priority"] = Priority.parse(str(values["priority"]))
+    if "adapters" in values:
+        values["adapters"] = adapter_pairs(values["adapters"])
     values.setdefault("idempotency_key", f"sdk-{uuid.uuid4().hex}")
     return GenerateParams(model, prompt, values)
+
+
+def adapter_pairs(adapters: object) -> tuple[tuple[str, float | None], ...]:
+    """The `adapters` option as (name, scale) pairs, in the order given."""
+    items: list[object]
+    if isinstance(adapters, Mapping):
+        items = list(adapters.items())
+    elif isinstance(adapters, Sequence) and not isinstance(adapters, str):
+        items = list(adapters)
+    else:
+        raise TypeError("adapters: give {name: scale} or a sequence of (name, scale) pairs")
+    pairs = []
+    for item in items:
+        if not (isinstance(item, tuple | list) and len(item) == 2):
+            raise TypeError(f"adapters: {item!r} is not a (name, scale) pair")
+        name, scale = item
+        pairs.append((str(name), None if scale is None else float(scale)))
+    return tuple(pairs)
+
+
+def parse_adapter(text: str) -> tuple[str, float | None]:
+    """One adapter written as NAME or NAME:SCALE (the CLI's --adapter); ValueError if malformed."""
+    name, sep, scale = text.partition(":")
+    if not name.strip():
+        raise ValueError(f"adapter {text!r}: write NAME or NAME:SCALE")
+    try:
+        return name.strip(), float(scale) if sep else None
+    except ValueError:
+        raise ValueError(f"adapter {text!r}: the scale {scale!r} is not a number") from None

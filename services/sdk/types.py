@@ -110,6 +110,23 @@ class ModelInfo:
     accepted_fields: tuple[str, ...] = ()
     # Values `output_format` may take; the first is the model's default.
     output_formats: tuple[str, ...] = ()
+    # Whether progress can carry latent previews (the preview_every_steps option).
+    previews: bool = False
+    # Input images the model takes ("image", "mask_image"), all required.
+    inputs: tuple[str, ...] = ()
+    # Strength of an image request that sets none (0 for models without one).
+    default_strength: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class UploadHandle:
+    """A stored upload: name it as the image_id or mask_image_id option."""
+
+    input_id: str
+    size_bytes: int
+    sha256: str
+    # When it is deleted unless a job uses it, Unix milliseconds.
+    expires_unix_ms: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from mediamesh.common.credentials import NO_INTERNAL_CREDENTIAL, InternalCredentials
@@ -18,8 +20,10 @@ from mediamesh.worker.api.servicer import WorkerServicer, adder, service_names
 from mediamesh.worker.api.session import SchedulerSession
 from mediamesh.worker.hosting import load_host
 from mediamesh.worker.models.host import ModelHost
+from mediamesh.worker.models.hub_source import fetch_if_allowed
 from mediamesh.worker.models.memory import device_memory
 from mediamesh.worker.runtime import WorkerRuntime
+from mediamesh.worker.warming import needs_warmup, run_warmups
 
 log = logging.getLogger("mediamesh.worker")
 
@@ -49,11 +53,13 @@ def load_hosts(
         torch.set_num_threads(worker.torch_threads)
     hosts: dict[str, ModelHost] = {}
     for spec in specs:
+        fetch_if_allowed(spec, config.models_dir, worker.allow_downloads)
         hosts[spec.name] = load_host(
             spec,
             models_dir=config.models_dir,
             device=worker.device,
             checkpoint_dir=worker.checkpoint_dir,
+            max_loaded_adapters=worker.max_loaded_adapters,
         )
         log.info("loaded %s (%s, %s)", spec.name, spec.pipeline, spec.parallelism.mode)
     return hosts
@@ -67,6 +73,8 @@ class WorkerService:
     exit_requested: asyncio.Event
     _memory_task: asyncio.Task[None]
     _follow_task: asyncio.Task[None]
+    # Runs the warm-up shapes, then registers the models as warm (done at once without any).
+    warm_task: asyncio.Task[None]
 
     @property
     def port(self) -> int:
@@ -96,6 +104,7 @@ class WorkerService:
     async def stop(self, grace_s: float = 1.0) -> None:
         self._memory_task.cancel()
         self._follow_task.cancel()
+        self.warm_task.cancel()
         await self.session.stop()
         await self.server.stop(grace_s)
         await asyncio.to_thread(self.runtime.close)
@@ -124,7 +133,8 @@ async def _report_memory(devices: list[str]) -> None:
 async def start_worker(
     config: MeshConfig, registry: Registry, worker: WorkerSettings
 ) -> WorkerService:
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    if not worker.allow_downloads:
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
     credentials = InternalCredentials.from_config(config)
     # Before loading any model: a refusal must be quick and cost nothing.
     refuse_open_off_loopback(
@@ -137,6 +147,7 @@ async def start_worker(
     server_credentials = credentials.server_credentials()
     specs = hosted_specs(registry, worker)
     hosts = await asyncio.to_thread(load_hosts, config, worker, specs)
+    warming = needs_warmup(hosts)
     runtime = WorkerRuntime(worker.worker_id, worker.pool, hosts)
     exit_requested = asyncio.Event()
 
@@ -152,22 +163,50 @@ async def start_worker(
         internal_token=credentials.token,
         credentials=server_credentials,
         health_port=worker.health_port,
+        serving=not warming,
     )
     address = worker.advertise_address or f"{worker.host}:{server.port}"
     devices = sorted({d for h in hosts.values() for d in h.device_ids} or {worker.device})
-    registration = worker_registration(
+    registration = functools.partial(
+        worker_registration,
         worker_id=worker.worker_id,
         address=address,
         pool=worker.pool,
         devices=[_measure(d) for d in devices],
         hosts=hosts,
     )
-    session = SchedulerSession(runtime, registration, worker.scheduler_address, credentials)
+    session = SchedulerSession(
+        runtime, registration(warming=warming), worker.scheduler_address, credentials
+    )
     session.start()
+
+    def register_warm() -> None:
+        session.update_registration(registration(warming=False))
+
+    warm_task = asyncio.create_task(
+        _warm_up(runtime, server, register_warm) if warming else _noop()
+    )
     memory_task = asyncio.create_task(_report_memory(devices))
     follow_task = asyncio.create_task(_follow_runtime(runtime, server, exit_requested))
     log.info("worker %s serving on %s (pool %s)", worker.worker_id, address, worker.pool)
-    return WorkerService(runtime, server, session, exit_requested, memory_task, follow_task)
+    return WorkerService(
+        runtime, server, session, exit_requested, memory_task, follow_task, warm_task
+    )
+
+
+async def _warm_up(
+    runtime: WorkerRuntime, server: RunningServer, register_warm: Callable[[], None]
+) -> None:
+    """Runs the warm-up shapes on the device, then registers as warm and reports SERVING."""
+    took = await asyncio.to_thread(run_warmups, runtime.hosts)
+    log.info("warm-up done: %s", ", ".join(f"{m} {s:.1f} s" for m, s in took.items()))
+    register_warm()
+    if not runtime.draining:
+        await server.set_serving(True)
+
+
+async def _noop() -> None:
+    return None
 
 
 def _measure(device: str) -> DeviceMemory:

@@ -27,3 +27,14 @@ DEVICE_UTILIZATION = Gauge(
     "1 while a batch runs on the device, 0 when idle (averaged by rate() over time).",
     ["device"],
 )
+ADAPTER_LOADS = Counter(
+    "mediamesh_adapter_loads",
+    "LoRA adapters loaded into a model's pipeline (first use, or again after an eviction).",
+    ["model"],
+)
+ADAPTER_LOAD_SECONDS = Histogram(
+    "mediamesh_adapter_load_seconds",
+    "Wall time of one LoRA adapter load.",
+    ["model"],
+    buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+)

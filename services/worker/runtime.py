@@ -31,9 +31,15 @@ from mediamesh.common.work import (
 )
 from mediamesh.worker import metrics
 from mediamesh.worker.core.batch import BatchControl, DeviceGroupLost
+from mediamesh.worker.core.gate import DeviceGate, Rank
 from mediamesh.worker.models.host import ModelHost
 
 log = logging.getLogger("mediamesh.worker")
+
+# Threads for batches: one computes at a time (the gate), the others wait for the device,
+# paused at a step boundary or not yet started. Enough for a running batch, the urgent
+# batch that paused it and a next batch given ahead of time.
+BATCH_THREADS = 4
 _tracer = tracer("mediamesh.worker")
 
 # Batches a worker remembers having ended: more than can end between two session messages.
@@ -66,8 +72,10 @@ class WorkerRuntime:
         self.worker_id = worker_id
         self.pool = pool
         self.hosts = hosts
-        # One thread per worker: a device runs one batch at a time.
-        self._device = ThreadPoolExecutor(max_workers=1, thread_name_prefix="device")
+        # A device runs one batch at a time: each batch has a thread, the gate decides
+        # which one computes (urgent first, then a paused batch, then in arrival order).
+        self._device = ThreadPoolExecutor(max_workers=BATCH_THREADS, thread_name_prefix="device")
+        self.gate = DeviceGate()
         self._running: dict[str, _Running] = {}
         self._lock = threading.Lock()
         self.draining = False
@@ -95,19 +103,33 @@ class WorkerRuntime:
     def running_batches(self) -> int:
         return len(self._running)
 
+    def loaded_adapters(self) -> dict[str, list[tuple[str, float]]]:
+        """Per hosted model with any loaded: (adapter, load seconds), least recently used
+        first; a snapshot, safe to take while the device thread loads more."""
+        found: dict[str, list[tuple[str, float]]] = {}
+        for name, host in self.hosts.items():
+            cache = getattr(host, "adapters", None)
+            loaded = cache.loaded() if cache is not None else []
+            if loaded:
+                found[name] = loaded
+        return found
+
     async def run_batch(
-        self, batch_id: str, model: str, jobs: list[JobParams]
+        self, batch_id: str, model: str, jobs: list[JobParams], pause_batch_id: str = ""
     ) -> AsyncIterator[WorkerEvent]:
         """The batch's events; raises DeviceGroupLost (after marking the worker faulted)
-        when the devices it runs on are gone, leaving its unreported jobs to the scheduler."""
+        when the devices it runs on are gone, leaving its unreported jobs to the scheduler.
+
+        With `pause_batch_id` naming a batch running here, this batch is urgent: that one
+        pauses at its next step boundary, this one runs, and then that one resumes."""
         try:
-            async for event in self._run_batch(batch_id, model, jobs):
+            async for event in self._run_batch(batch_id, model, jobs, pause_batch_id):
                 yield event
         finally:
             self.ended_batches.append(batch_id)
 
     async def _run_batch(
-        self, batch_id: str, model: str, jobs: list[JobParams]
+        self, batch_id: str, model: str, jobs: list[JobParams], pause_batch_id: str
     ) -> AsyncIterator[WorkerEvent]:
         host = self.hosts.get(model)
         if self.draining:
@@ -139,7 +161,13 @@ class WorkerRuntime:
         loop = asyncio.get_running_loop()
         events: asyncio.Queue[WorkerEvent | None] = asyncio.Queue()
         control = BatchControl([j.job_id for j in jobs])
+        control.attach_gate(self.gate, batch_id)
         running = _Running(batch_id, model, control, [j.job_id for j in jobs])
+        # In line before the pause is asked for, so the paused batch finds it waiting.
+        paused = self._pausable(pause_batch_id, host)
+        self.gate.enqueue(batch_id, Rank.URGENT if paused is not None else Rank.NORMAL)
+        if paused is not None:
+            paused.control.request_pause()
         self._running[batch_id] = running
         self.state_changed.set()
 
@@ -151,7 +179,11 @@ class WorkerRuntime:
             for device in host.device_ids:
                 metrics.DEVICE_UTILIZATION.labels(device).set(1)
             try:
-                host.run_batch(jobs, control, emit)
+                self.gate.acquire(batch_id)
+                try:
+                    host.run_batch(jobs, control, emit)
+                finally:
+                    self.gate.release(batch_id)
             finally:
                 for device in host.device_ids:
                     metrics.DEVICE_UTILIZATION.labels(device).set(0)
@@ -189,12 +221,27 @@ class WorkerRuntime:
                 self.lose_devices(str(lost))
                 raise
             finally:
+                # A batch whose thread never started (shut down) must not block the line.
+                self.gate.withdraw(batch_id)
                 span.end()
                 self._running.pop(batch_id, None)
                 self.state_changed.set()
                 # Draining may have begun while the batch ran (`draining` was False above).
                 if self.drain_started.is_set() and not self._running:
                     self.drained.set()
+
+    def _pausable(self, batch_id: str, urgent: ModelHost) -> _Running | None:
+        """The running batch to pause for an urgent batch of `urgent`'s model, if it may be.
+
+        A model with a step cache keeps per-loop state in its transformer's hooks, which
+        a batch of the same model run meanwhile would reset, so such a batch is not paused
+        for its own model (the scheduler does not ask for that either)."""
+        running = self._running.get(batch_id) if batch_id else None
+        if running is None:
+            return None
+        if running.model == urgent.spec.name and urgent.spec.cache is not None:
+            return None
+        return running
 
     def cancel(self, job_ids: list[str]) -> list[str]:
         found: list[str] = []

@@ -44,6 +44,7 @@ class MeshProcess:
         ports = [self.config["gateway"]["port"], self.config["scheduler"]["port"]]
         ports += [w["port"] for w in self.config["workers"]]
         ports += [self.config["gateway"]["metrics_port"], self.config["scheduler"]["metrics_port"]]
+        ports += [self.config["gateway"]["http_port"]]
         ports += [w["metrics_port"] for w in self.config["workers"]]
         return ports
 
@@ -77,7 +78,7 @@ def mesh_config(tmp: Path, models_dir: Path, workers: list[dict], **sections: ob
     config: dict = {
         "models_dir": str(models_dir),
         "internal_auth": {"token": "e2e-internal-token"},
-        "gateway": {"port": free_port(), "metrics_port": free_port()},
+        "gateway": {"port": free_port(), "metrics_port": free_port(), "http_port": free_port()},
         "scheduler": {
             "port": free_port(),
             "metrics_port": free_port(),

@@ -59,6 +59,13 @@ def test_bench_smoke_writes_every_result(tmp_path: Path, models_dir: Path):
     assert "realtime_within_sla" in priority["summary"]
     recovery = json.loads((out / "recovery.json").read_text())
     assert {lv["phase"] for lv in recovery["levels"]} == {"worker_sigkill", "scheduler_sigkill"}
+    caching = json.loads((out / "caching.json").read_text())
+    assert caching["levels"] and (out / caching["plot"]).stat().st_size > 0
+    for row in caching["levels"]:
+        assert row["speedup"] > 0 and 0 < row["psnr_db_mean"] <= 100, row
+    previews = json.loads((out / "previews.json").read_text())
+    assert previews["summary"]["decode_ms_median"] > 0 and len(previews["levels"]) == 2
+    assert (out / previews["plot"]).stat().st_size > 0
 
     leftovers = [
         p.pid

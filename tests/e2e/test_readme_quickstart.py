@@ -58,6 +58,7 @@ def default_ports() -> list[int]:
     config = MeshConfig()
     ports = [config.gateway.port, config.scheduler.port]
     ports += [p for p in (config.gateway.metrics_port, config.scheduler.metrics_port) if p]
+    ports += [config.gateway.http_port] if config.gateway.http_port else []
     for worker in config.workers:
         ports += [worker.port, *([worker.metrics_port] if worker.metrics_port else [])]
     return ports

@@ -194,6 +194,7 @@ def mesh_config(run: Path) -> dict[str, Any]:
         "gateway": {
             "port": free_port(),
             "metrics_port": free_port(),
+            "http_port": free_port(),
             "scheduler_address": f"127.0.0.1:{scheduler_port}",
         },
         "scheduler": {

@@ -19,6 +19,7 @@ from mediamesh.common.settings import (
     SchedulerSettings,
     WorkerSettings,
 )
+from mediamesh.common.webhook_settings import WebhookSettings
 from mediamesh.gateway.main import GatewayService, start_gateway
 from mediamesh.scheduler.core.interface import SchedulingCore
 from mediamesh.scheduler.main import SchedulerService, start_scheduler
@@ -55,6 +56,7 @@ async def start_mesh(
     worker: dict | None = None,
     registry: Registry | None = None,
     store: JobStore | None = None,
+    webhooks: dict | None = None,
 ) -> InProcessMesh:
     import asyncio
 
@@ -69,8 +71,11 @@ async def start_mesh(
             artifact_dir=tmp_path / "artifacts",
             **{"heartbeat_interval_s": 0.5, **(scheduler or {})},
         ),
-        gateway=GatewaySettings(port=0, metrics_port=None, **(gateway or {})),
+        gateway=GatewaySettings(
+            port=0, metrics_port=None, **{"http_port": None, **(gateway or {})}
+        ),
         workers=[],
+        webhooks=WebhookSettings.model_validate(webhooks or {}),
     )
     registry = registry or load_registry()
     sched = await start_scheduler(config, registry, store=store)

@@ -24,6 +24,7 @@ PROBES = [
     ("common/probe.py", "import mediamesh.cli.main"),
     ("worker/models/probe.py", "import mediamesh.worker.parallel.sync"),
     ("sim/engine.py", "import mediamesh.scheduler.core.scheduler"),
+    ("gateway/http/probe.py", "import grpc"),
 ]
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from mediamesh.common.adapters import AdapterRequest
 from mediamesh.common.generated.v1 import common_pb2
 from mediamesh.common.params import RequestFields
 
@@ -28,8 +29,19 @@ def request_fields(request: common_pb2.GenerateRequest) -> RequestFields:
         output_format=request.output_format,
         output_quality=opt("output_quality"),
         fps=opt("fps"),
+        cache=opt("cache"),
+        preview_every_steps=opt("preview_every_steps"),
         priority=priority_name(request.priority),
         timeout_ms=opt("timeout_ms"),
+        image=request.image or None,
+        mask_image=request.mask_image or None,
+        image_id=request.image_id,
+        mask_image_id=request.mask_image_id,
+        strength=opt("strength"),
+        adapters=tuple(
+            AdapterRequest(a.name, a.scale if a.HasField("scale") else None)
+            for a in request.adapters
+        ),
     )
 
 

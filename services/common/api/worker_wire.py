@@ -6,8 +6,9 @@ does the reverse), so the two ends can never disagree.
 
 from __future__ import annotations
 
+from mediamesh.common.api.input_wire import input_image, input_ref
 from mediamesh.common.generated.v1 import common_pb2, worker_pb2
-from mediamesh.common.generation import GenerationParams
+from mediamesh.common.generation import AdapterScale, GenerationParams
 from mediamesh.common.work import (
     JobCheckpointed,
     JobFailed,
@@ -15,6 +16,7 @@ from mediamesh.common.work import (
     JobNotice,
     JobParams,
     JobPreempted,
+    Preview,
     StepDone,
     WorkerEvent,
 )
@@ -41,6 +43,12 @@ def job_spec(params: JobParams, deadline_ms: int) -> worker_pb2.JobSpec:
         output_format=g.output_format,
         output_quality=g.output_quality,
         fps=g.fps,
+        image=input_ref(g.image),
+        mask_image=input_ref(g.mask_image),
+        strength=g.strength,
+        adapters=[common_pb2.AdapterRef(name=a.name, scale=a.scale) for a in g.adapters],
+        use_cache=g.use_cache,
+        preview_every_steps=g.preview_every_steps,
         deadline_unix_ms=deadline_ms,
         resume_checkpoint=params.resume_checkpoint or "",
         checkpoint_every_steps=params.checkpoint_every_steps,
@@ -62,6 +70,12 @@ def job_params(s: worker_pb2.JobSpec) -> JobParams:
         output_format=s.output_format,
         output_quality=s.output_quality,
         fps=s.fps,
+        image=input_image(s.image),
+        mask_image=input_image(s.mask_image),
+        strength=round(s.strength, 6),
+        adapters=tuple(AdapterScale(a.name, round(a.scale, 6)) for a in s.adapters),
+        use_cache=s.use_cache,
+        preview_every_steps=s.preview_every_steps,
     )
     return JobParams(
         job_id=s.job_id,
@@ -77,7 +91,8 @@ def worker_event(m: worker_pb2.BatchEvent) -> WorkerEvent | None:
     job_id = m.job_id
     if kind == "progress":
         p = m.progress
-        return StepDone(job_id, p.step, p.total_steps, m.step_seconds)
+        preview = Preview(p.preview.data, p.preview.mime_type) if p.HasField("preview") else None
+        return StepDone(job_id, p.step, p.total_steps, m.step_seconds, preview)
     if kind == "output":
         o = m.output
         return JobFinished(job_id, o.data, o.mime_type, o.seed)
@@ -90,7 +105,7 @@ def worker_event(m: worker_pb2.BatchEvent) -> WorkerEvent | None:
         c = m.checkpointed
         return JobCheckpointed(job_id, c.checkpoint, c.step)
     if kind == "notice":
-        return JobNotice(job_id, m.notice.kind, m.notice.message)
+        return JobNotice(job_id, m.notice.kind, m.notice.message, m.fitted_batch)
     return None
 
 
@@ -101,6 +116,10 @@ def batch_event(event: WorkerEvent) -> worker_pb2.BatchEvent:
         message.progress.CopyFrom(
             common_pb2.Progress(step=event.step, total_steps=event.total_steps)
         )
+        if event.preview is not None:
+            message.progress.preview.CopyFrom(
+                common_pb2.Preview(data=event.preview.data, mime_type=event.preview.mime_type)
+            )
         message.step_seconds = event.step_seconds
     elif isinstance(event, JobFinished):
         message.output.CopyFrom(
@@ -118,4 +137,5 @@ def batch_event(event: WorkerEvent) -> worker_pb2.BatchEvent:
         )
     elif isinstance(event, JobNotice):
         message.notice.CopyFrom(common_pb2.Notice(kind=event.kind, message=event.message))
+        message.fitted_batch = event.fitted_batch
     return message

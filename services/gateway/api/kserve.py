@@ -31,6 +31,7 @@ from mediamesh.gateway.core.inference_call import (
     check_version,
     encode_outputs,
     parse_call,
+    preview_output,
 )
 from mediamesh.gateway.core.kserve_status import stream_error_text
 from mediamesh.gateway.core.tenancy import Caller
@@ -176,7 +177,8 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
                 "job_id": p.job_id,
                 messages.FINAL_FLAG: False,
             }
-            emit(messages.stream_response(request, parameters=parameters))
+            outputs = [preview_output(p.preview, p.preview_mime_type)] if p.preview else []
+            emit(messages.stream_response(request, outputs, parameters))
 
         try:
             final = await self._infer(request, caller, context, progress)
@@ -205,6 +207,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             messages.input_tensors(request),
             messages.parameter_values(request.parameters),
             messages.requested_outputs(request),
+            max_adapters=self.up.max_adapters_per_request,
         )
         results = await run_call(self.up, call, caller, context, on_progress)
         return messages.infer_response(request, encode_outputs(results, call.outputs))

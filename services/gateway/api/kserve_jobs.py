@@ -36,7 +36,12 @@ _OPTIONAL_FIELDS = (
     "duration_s",
     "output_quality",
     "fps",
+    "preview_every_steps",
     "timeout_ms",
+    "strength",
+    # Input images (KServe inputs `image` and `mask_image`), one per element.
+    "image",
+    "mask_image",
 )
 
 
@@ -48,6 +53,9 @@ class ElementProgress:
     step: int
     total_steps: int
     job_id: str
+    # The step's latent preview, when the request asked for previews ("" / b"": none).
+    preview: bytes = b""
+    preview_mime_type: str = ""
 
 
 ProgressSink = Callable[[ElementProgress], None]
@@ -66,6 +74,10 @@ def generate_request(fields: RequestFields) -> common_pb2.GenerateRequest:
         value = getattr(fields, name)
         if value is not None:
             setattr(request, name, value)
+    for adapter in fields.adapters:
+        ref = request.adapters.add(name=adapter.name)
+        if adapter.scale is not None:
+            ref.scale = adapter.scale
     return request
 
 
@@ -131,7 +143,16 @@ async def _follow(
                     kind = event.WhichOneof("event")
                     if kind == "progress" and on_progress is not None:
                         p = event.progress
-                        on_progress(ElementProgress(index, p.step, p.total_steps, job_id))
+                        on_progress(
+                            ElementProgress(
+                                index,
+                                p.step,
+                                p.total_steps,
+                                job_id,
+                                p.preview.data,
+                                p.preview.mime_type,
+                            )
+                        )
                     elif kind == "result":
                         return await _result(up, tenant, job_id, event.result)
                     elif kind == "error":

@@ -8,13 +8,13 @@ from mediamesh.common.errors import InvalidArgument
 from mediamesh.common.generated.inference import grpc_service_pb2 as pb
 from mediamesh.common.registry import ModelSpec
 from mediamesh.gateway.core.inference_call import (
-    INPUTS,
     MODEL_VERSION,
     OUTPUTS,
     InputTensor,
     OutputTensor,
     ParamValue,
     TensorSpec,
+    model_inputs,
 )
 
 FINAL_FLAG = "triton_final_response"
@@ -129,6 +129,6 @@ def model_metadata(spec: ModelSpec) -> pb.ModelMetadataResponse:
         name=spec.name,
         versions=[MODEL_VERSION],
         platform=f"mediamesh_{spec.pipeline}",
-        inputs=[tensor(t) for t in INPUTS],
+        inputs=[tensor(t) for t in model_inputs(spec)],
         outputs=[tensor(t) for t in OUTPUTS],
     )

@@ -8,13 +8,11 @@ from typing import Any
 import grpc
 
 from mediamesh.common.api.lenient import add_servicer
-from mediamesh.common.api.requests import request_fields
 from mediamesh.common.generated.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
-from mediamesh.common.params import find_model, parse_priority, resolve
 from mediamesh.common.server import Registration
+from mediamesh.gateway.api.dataplane import DataPlane
 from mediamesh.gateway.api.upstream import (
     Upstream,
-    call_deadline_ms,
     caller_of,
     reader_of,
     relay_errors,
@@ -28,6 +26,8 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
 
     def __init__(self, upstream: Upstream) -> None:
         self.up = upstream
+        # The same validation, admission and submit path as the HTTP face.
+        self.plane = DataPlane(upstream)
 
     async def submit(
         self,
@@ -41,13 +41,8 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
         `follows_job`, the call's gRPC deadline also bounds the job.
         """
         caller = caller_of(self.up.tenancy, context)
-        fields = request_fields(request)
-        spec = find_model(self.up.registry, fields.model)
-        priority = parse_priority(fields.priority)
-        resolve(spec, fields)  # reject bad input here, before it costs the scheduler anything
-        self.up.tenancy.admit(caller, spec.name, priority)
-        deadline_ms = call_deadline_ms(fields.timeout_ms, context, follows_job)
-        handle = await self.up.submit(request, caller, deadline_ms)
+        remaining = context.time_remaining() if follows_job else None
+        handle = await self.plane.submit(request, caller, remaining)
         return handle, caller
 
     async def Generate(
@@ -111,6 +106,17 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
         reader_of(self.up.tenancy, context)
         async with relay_errors(context):
             return await self.up.scheduler.ListModels(request, timeout=10)
+
+    async def Upload(
+        self,
+        request_iterator: AsyncIterator[gateway_pb2.UploadChunk],
+        context: grpc.aio.ServicerContext[gateway_pb2.UploadChunk, gateway_pb2.UploadHandle],
+    ) -> gateway_pb2.UploadHandle:
+        """Streams a large input to the scheduler under the caller's tenant; the handle's
+        input_id goes in a later request's image_id or mask_image_id."""
+        caller = reader_of(self.up.tenancy, context)
+        async with relay_errors(context):
+            return await self.up.upload(request_iterator, caller)
 
     async def Download(
         self,

@@ -10,6 +10,7 @@ from typing import Any
 
 import grpc
 
+from mediamesh.common.adapters import DEFAULT_MAX_ADAPTERS_PER_REQUEST
 from mediamesh.common.api.status import from_grpc
 from mediamesh.common.errors import PUSHBACK_KEY, RETRY_AFTER_KEY, MeshError
 from mediamesh.common.generated.v1 import common_pb2, gateway_pb2, scheduler_pb2, scheduler_pb2_grpc
@@ -17,6 +18,8 @@ from mediamesh.common.registry import Registry
 from mediamesh.gateway.core.tenancy import Caller, Tenancy
 
 SUBMIT_TIMEOUT_S = 30
+# Longest one upload may stream (30 MB over a slow link).
+UPLOAD_TIMEOUT_S = 600
 
 
 @dataclass
@@ -33,6 +36,8 @@ class Upstream:
     inline_limit: int
     # The gateway's own message limit: what one answer to a caller may hold.
     max_message_bytes: int = 64 * 1024 * 1024
+    # LoRA adapters one request may name (GatewaySettings.max_adapters_per_request).
+    max_adapters_per_request: int = DEFAULT_MAX_ADAPTERS_PER_REQUEST
 
     @classmethod
     def over(
@@ -42,10 +47,13 @@ class Upstream:
         tenancy: Tenancy,
         inline_limit: int,
         max_message_bytes: int,
+        max_adapters_per_request: int = DEFAULT_MAX_ADAPTERS_PER_REQUEST,
     ) -> Upstream:
         """An upstream that calls the scheduler over `channel`."""
         scheduler = scheduler_pb2_grpc.SchedulerStub(channel)
-        return cls(scheduler, registry, tenancy, inline_limit, max_message_bytes)
+        return cls(
+            scheduler, registry, tenancy, inline_limit, max_message_bytes, max_adapters_per_request
+        )
 
     async def submit(
         self, request: common_pb2.GenerateRequest, caller: Caller, deadline_ms: int
@@ -70,12 +78,28 @@ class Upstream:
         request = scoped(job_id, caller)
         async with relay_errors(context):
             async for event in self.scheduler.Watch(request):
-                if event.HasField("result") and len(event.result.data) > self.inline_limit:
-                    # Too large for one message to this caller: send a reference instead.
-                    size = len(event.result.data)
-                    event.result.ClearField("data")
-                    event.result.artifact.size_bytes = size
-                yield event
+                yield self.outbound(event)
+
+    def outbound(self, event: common_pb2.GenerateEvent) -> common_pb2.GenerateEvent:
+        """`event` as a caller gets it: a result above `inline_limit` becomes a reference."""
+        if event.HasField("result") and len(event.result.data) > self.inline_limit:
+            # Too large for one message to this caller: send a reference instead.
+            size = len(event.result.data)
+            event.result.ClearField("data")
+            event.result.artifact.size_bytes = size
+        return event
+
+    async def upload(
+        self, chunks: AsyncIterator[gateway_pb2.UploadChunk], caller: Caller
+    ) -> gateway_pb2.UploadHandle:
+        """Forwards an upload's chunks to the scheduler, each scoped to the caller's tenant;
+        scheduler errors raise grpc.aio.AioRpcError."""
+
+        async def scoped_chunks() -> AsyncIterator[scheduler_pb2.ScopedUploadChunk]:
+            async for chunk in chunks:
+                yield scheduler_pb2.ScopedUploadChunk(chunk=chunk, tenant=caller.tenant)
+
+        return await self.scheduler.Upload(scoped_chunks(), timeout=UPLOAD_TIMEOUT_S)
 
     async def download(
         self, job_id: str, caller: Caller, offset: int, context: grpc.aio.ServicerContext[Any, Any]

@@ -12,8 +12,14 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
+from mediamesh.common.adapters import (
+    DEFAULT_MAX_ADAPTERS_PER_REQUEST,
+    parse_adapter_list,
+    resolve_adapters,
+)
 from mediamesh.common.errors import InvalidArgument, MeshError, NotFound, StatusCode
-from mediamesh.common.limits import MAX_TIMEOUT_MS
+from mediamesh.common.limits import INPUT_IMAGE, MAX_TIMEOUT_MS
+from mediamesh.common.limits import PROMPT as PROMPT_LIMIT
 from mediamesh.common.params import RequestFields, resolve
 from mediamesh.common.registry import ModelSpec
 from mediamesh.gateway.core.kserve_status import TIMEOUT_MESSAGE, kserve_code
@@ -23,13 +29,34 @@ ParamValue = bool | int | float | str
 
 PROMPT, NEGATIVE_PROMPT = "prompt", "negative_prompt"
 OUTPUT, SEED = "output", "seed"
+# Output of ModelStreamInfer's per-step responses: the step's latent preview (BYTES, one
+# element, parameter mime_type), when the request set parameter preview_every_steps.
+PREVIEW = "preview"
 MODEL_VERSION = "1"
 # Parameters the client libraries add for their own protocol handling, never for the model.
 CLIENT_PARAMETER_PREFIX = "triton_"
-_INT_PARAMETERS = ("steps", "seed", "width", "height", "num_frames", "output_quality", "fps")
-_FLOAT_PARAMETERS = ("guidance_scale", "duration_s")
+_INT_PARAMETERS = (
+    "steps",
+    "seed",
+    "width",
+    "height",
+    "num_frames",
+    "output_quality",
+    "fps",
+    "preview_every_steps",
+)
+_FLOAT_PARAMETERS = ("guidance_scale", "duration_s", "strength")
 OUTPUT_FORMAT = "output_format"
-KNOWN_PARAMETERS = (*_INT_PARAMETERS, *_FLOAT_PARAMETERS, OUTPUT_FORMAT, "priority", "timeout")
+# LoRA adapters as "name:scale,name:scale" (a name alone takes its default scale).
+ADAPTERS = "adapters"
+KNOWN_PARAMETERS = (
+    *_INT_PARAMETERS,
+    *_FLOAT_PARAMETERS,
+    OUTPUT_FORMAT,
+    "priority",
+    "timeout",
+    ADAPTERS,
+)
 # A job's timeout is whole milliseconds in a uint32; Triton's `timeout` is microseconds.
 MAX_TIMEOUT_US = MAX_TIMEOUT_MS * 1000
 # The schedule-policy extension numbers priority levels from 1, the highest.
@@ -47,6 +74,15 @@ class TensorSpec:
 
 INPUTS = (TensorSpec(PROMPT, "BYTES", (-1,)), TensorSpec(NEGATIVE_PROMPT, "BYTES", (-1,)))
 OUTPUTS = (TensorSpec(OUTPUT, "BYTES", (-1,)), TensorSpec(SEED, "INT64", (-1,)))
+# Input images (PNG, JPEG or WebP bytes), one element per prompt element, for the models
+# whose registry entry lists them (`inputs`).
+IMAGE_INPUTS = ("image", "mask_image")
+
+
+def model_inputs(spec: ModelSpec) -> tuple[TensorSpec, ...]:
+    """The inputs `spec` takes: the prompts, and the input images it lists."""
+    images = tuple(TensorSpec(name, "BYTES", (-1,)) for name in IMAGE_INPUTS if name in spec.inputs)
+    return INPUTS + images
 
 
 @dataclass(frozen=True)
@@ -105,6 +141,7 @@ def parse_call(
     inputs: Sequence[InputTensor],
     parameters: Mapping[str, ParamValue],
     requested_outputs: Sequence[str],
+    max_adapters: int = DEFAULT_MAX_ADAPTERS_PER_REQUEST,
 ) -> InferCall:
     """Validates an inference request for `spec` and turns it into one job per prompt element.
 
@@ -123,6 +160,7 @@ def parse_call(
             f"{PROMPT}: {len(prompts)} elements; the limit for model '{spec.name}' is {limit} "
             "(its max batch)"
         )
+    images = {name: _images(by_name.get(name), len(prompts)) for name in IMAGE_INPUTS}
     negatives = [""] * len(prompts)
     if NEGATIVE_PROMPT in by_name:
         sent = _texts(by_name[NEGATIVE_PROMPT])
@@ -133,12 +171,22 @@ def parse_call(
             )
         negatives = sent * len(prompts) if len(sent) == 1 else sent
     base = _fields_from_parameters(spec.name, parameters)
+    # Before the per-element checks, which report everything as INVALID_ARGUMENT: an
+    # adapter the model does not offer is NOT_FOUND, as on every other face.
+    resolve_adapters(spec.name, spec.adapters, base.adapters, max_adapters)
     elements = []
     for index, (prompt, negative) in enumerate(zip(prompts, negatives, strict=True)):
         seed = None if base.seed is None else base.seed + index
-        fields = replace(base, prompt=prompt, negative_prompt=negative, seed=seed)
+        fields = replace(
+            base,
+            prompt=prompt,
+            negative_prompt=negative,
+            seed=seed,
+            image=images["image"][index],
+            mask_image=images["mask_image"][index],
+        )
         try:
-            resolve(spec, fields)
+            resolve(spec, fields, max_adapters=max_adapters)
         except MeshError as exc:
             where = f" (element {index})" if len(prompts) > 1 else ""
             raise InvalidArgument(exc.message + where) from None
@@ -147,13 +195,13 @@ def parse_call(
 
 
 def _inputs_by_name(spec: ModelSpec, inputs: Sequence[InputTensor]) -> dict[str, InputTensor]:
-    known = {t.name for t in INPUTS}
+    known = [t.name for t in model_inputs(spec)]
     by_name: dict[str, InputTensor] = {}
     for tensor in inputs:
         if tensor.name not in known:
             raise InvalidArgument(
                 f"unexpected inference input '{tensor.name}' for model '{spec.name}'; "
-                f"inputs are {PROMPT} and {NEGATIVE_PROMPT}"
+                f"inputs are {', '.join(known)}"
             )
         if tensor.name in by_name:
             raise InvalidArgument(f"{tensor.name}: sent more than once")
@@ -184,9 +232,34 @@ def _elements(tensor: InputTensor) -> list[bytes]:
     return list(elements)
 
 
+def _images(tensor: InputTensor | None, count: int) -> list[bytes | None]:
+    """One input image per prompt element (None for each when the input was not sent)."""
+    if tensor is None:
+        return [None] * count
+    elements = _elements(tensor)
+    if len(elements) != count:
+        raise InvalidArgument(
+            f"{tensor.name}: {len(elements)} elements; send one per {PROMPT} element ({count})"
+        )
+    for index, element in enumerate(elements):
+        if len(element) > INPUT_IMAGE.max_bytes:
+            raise InvalidArgument(
+                f"{tensor.name}[{index}]: {len(element)} bytes; the limit is "
+                f"{INPUT_IMAGE.max_bytes} bytes (upload larger images with Gateway.Upload)"
+            )
+    return list(elements)
+
+
 def _texts(tensor: InputTensor) -> list[str]:
     texts = []
     for index, element in enumerate(_elements(tensor)):
+        # Elements may be as large as an input image (the shared per-element limit); a
+        # text element is held to the prompt's own limit here.
+        if len(element) > PROMPT_LIMIT.max_bytes:
+            raise InvalidArgument(
+                f"{tensor.name}[{index}]: {len(element)} bytes; the limit is "
+                f"{PROMPT_LIMIT.max_bytes} bytes"
+            )
         try:
             texts.append(element.decode("utf-8"))
         except UnicodeDecodeError as exc:
@@ -213,6 +286,12 @@ def _fields_from_parameters(model: str, parameters: Mapping[str, ParamValue]) ->
             values[name] = value.strip().lower()
         elif name == "priority":
             values[name] = parse_priority_parameter(value)
+        elif name == ADAPTERS:
+            if not isinstance(value, str):
+                raise InvalidArgument(
+                    f'{name}: expected a string "name:scale,name:scale", got {_kind(value)}'
+                )
+            values[name] = parse_adapter_list(value, name)
         elif name == "timeout":
             micros = _integer(name, value)
             if micros < 0:
@@ -295,6 +374,11 @@ def encode_outputs(results: Sequence[ElementResult], wanted: Sequence[str]) -> l
                 OutputTensor(SEED, "INT64", shape, {}, pack_int64([r.seed for r in results]))
             )
     return tensors
+
+
+def preview_output(data: bytes, mime_type: str) -> OutputTensor:
+    """The `preview` output of a per-step stream response: one encoded picture."""
+    return OutputTensor(PREVIEW, "BYTES", (1,), {"mime_type": mime_type}, join_bytes_tensor([data]))
 
 
 def job_failure(job_id: str, code: str, message: str) -> MeshError:

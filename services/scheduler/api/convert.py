@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from mediamesh.common.generated.v1 import common_pb2, gateway_pb2
+from collections.abc import Iterable, Mapping
+
+from mediamesh.common.generated.v1 import common_pb2, gateway_pb2, scheduler_pb2
 from mediamesh.common.registry import MODEL_FIELDS, ModelSpec
+from mediamesh.common.warmup import warmup_label
 from mediamesh.scheduler.core.jobs import Job, JobState, Priority
 from mediamesh.scheduler.events import WatchEvent
-from mediamesh.scheduler.store.artifacts import StoredArtifact
+from mediamesh.scheduler.store.artifacts import SignedUrl, StoredArtifact
 
 
 def state(value: JobState) -> str:
@@ -16,22 +19,31 @@ def state(value: JobState) -> str:
 
 
 def result_message(
-    artifact: StoredArtifact | None, inline_limit: int, data: bytes | None
+    artifact: StoredArtifact | None,
+    inline_limit: int,
+    data: bytes | None,
+    url: SignedUrl | None = None,
 ) -> common_pb2.Result:
     """A job's Result: the bytes inline when `data` is given and fits `inline_limit`, else an
-    artifact reference to Download. Empty when there is no artifact."""
+    artifact reference to Download, with its presigned `url` when there is one. Empty when
+    there is no artifact."""
     if artifact is None:
         return common_pb2.Result()
     ref = common_pb2.ArtifactRef(size_bytes=artifact.size_bytes, sha256=artifact.sha256)
     if data is not None and artifact.size_bytes <= inline_limit:
         return common_pb2.Result(data=data, mime_type=artifact.mime_type, seed=artifact.seed)
-    return common_pb2.Result(mime_type=artifact.mime_type, seed=artifact.seed, artifact=ref)
+    result = common_pb2.Result(mime_type=artifact.mime_type, seed=artifact.seed, artifact=ref)
+    if url is not None:
+        result.url = url.url
+        result.url_expires_unix_ms = url.expires_unix_ms
+    return result
 
 
 def generate_event(
-    event: WatchEvent, data: bytes | None, inline_limit: int
+    event: WatchEvent, data: bytes | None, inline_limit: int, url: SignedUrl | None = None
 ) -> common_pb2.GenerateEvent:
-    """The GenerateEvent for a watch event; `data` is the artifact's bytes if read to inline."""
+    """The GenerateEvent for a watch event; `data` is the artifact's bytes if read to inline,
+    `url` its presigned URL if one was made."""
     message = common_pb2.GenerateEvent(job_id=event.job_id, state=state(event.state))
     if event.kind == "queued":
         message.queued.CopyFrom(
@@ -43,8 +55,12 @@ def generate_event(
                 step=event.step, total_steps=event.total_steps, attempt=event.attempt
             )
         )
+        if event.preview is not None:
+            message.progress.preview.CopyFrom(
+                common_pb2.Preview(data=event.preview.data, mime_type=event.preview.mime_type)
+            )
     elif event.kind == "result":
-        message.result.CopyFrom(result_message(event.artifact, inline_limit, data))
+        message.result.CopyFrom(result_message(event.artifact, inline_limit, data, url))
     elif event.kind == "error":
         message.error.CopyFrom(common_pb2.Error(code=event.code, message=event.message))
     else:
@@ -59,8 +75,11 @@ def generate_event(
     return message
 
 
-def job_info(job: Job, artifact: StoredArtifact | None) -> common_pb2.JobInfo:
-    """The JobInfo of `job`; a succeeded job's result is always a reference, never inline bytes."""
+def job_info(
+    job: Job, artifact: StoredArtifact | None, url: SignedUrl | None = None
+) -> common_pb2.JobInfo:
+    """The JobInfo of `job`; a succeeded job's result is always a reference, never inline
+    bytes, with its presigned `url` when there is one."""
     info = common_pb2.JobInfo(
         job_id=job.job_id,
         model=job.model,
@@ -76,14 +95,18 @@ def job_info(job: Job, artifact: StoredArtifact | None) -> common_pb2.JobInfo:
         worker_id=job.worker_id or job.last_worker_id,
     )
     if artifact is not None and job.state is JobState.SUCCEEDED:
-        info.result.CopyFrom(result_message(artifact, 0, None))
+        info.result.CopyFrom(result_message(artifact, 0, None, url))
     if job.error_code:
         info.error.CopyFrom(common_pb2.Error(code=job.error_code, message=job.error_message))
     return info
 
 
-def model_info(spec: ModelSpec, devices: list[str]) -> common_pb2.ModelInfo:
-    """The ModelInfo of `spec`, ready when any `devices` (worker/device labels) serve it."""
+def model_info(
+    spec: ModelSpec, devices: list[str], warming: bool = False, preemption: str = ""
+) -> common_pb2.ModelInfo:
+    """The ModelInfo of `spec`, ready when any `devices` (worker/device labels) serve it;
+    `warming` when a worker hosting it is still running its warm-up; `preemption` is
+    "resume", "restart" or "" (unknown), see `common.preemption`."""
     d, lim = spec.defaults, spec.limits
     return common_pb2.ModelInfo(
         name=spec.name,
@@ -91,10 +114,19 @@ def model_info(spec: ModelSpec, devices: list[str]) -> common_pb2.ModelInfo:
         pipeline=spec.pipeline,
         parallelism=spec.parallelism.mode,
         ready=bool(devices),
+        warmup=warmup_label(spec, bool(devices), warming),
         mime_type=spec.output.mime_type,
         devices=devices,
         accepted_fields=[f for f in MODEL_FIELDS if f in spec.accepted_fields],
         output_formats=list(spec.output_formats),
+        preemption=preemption,
+        previews=spec.preview.enabled,
+        inputs=list(spec.inputs),
+        default_strength=spec.default_strength,
+        adapters=[
+            common_pb2.AdapterInfo(name=a.name, default_scale=a.default_scale)
+            for a in spec.adapters
+        ],
         limits=common_pb2.ModelLimits(
             default_steps=d.steps,
             max_steps=lim.max_steps,
@@ -115,14 +147,48 @@ def model_info(spec: ModelSpec, devices: list[str]) -> common_pb2.ModelInfo:
 
 
 def list_models(
-    specs: list[ModelSpec], devices: dict[str, list[str]]
+    specs: list[ModelSpec],
+    devices: dict[str, list[str]],
+    warming: frozenset[str] = frozenset(),
+    preemption: dict[str, str] | None = None,
 ) -> gateway_pb2.ListModelsResponse:
-    """The ListModelsResponse for `specs`; `devices` maps a model name to its serving devices."""
+    """The ListModelsResponse for `specs`; `devices` maps a model name to its serving devices,
+    `warming` names models a worker is warming up, `preemption` maps a name to "resume" or
+    "restart"."""
+    modes = preemption or {}
     return gateway_pb2.ListModelsResponse(
-        models=[model_info(s, devices.get(s.name, [])) for s in specs]
+        models=[
+            model_info(s, devices.get(s.name, []), s.name in warming, modes.get(s.name, ""))
+            for s in specs
+        ]
     )
 
 
 def priority_of(value: str) -> Priority:
     """The Priority named `value`; KeyError for an unknown name."""
     return Priority[value]
+
+
+def hosted_adapters(
+    models: Iterable[scheduler_pb2.HostedModel],
+) -> dict[str, dict[str, float]]:
+    """Per registered model, its loaded LoRA adapters and their load seconds."""
+    return {m.name: {a.name: a.load_seconds for a in m.adapters} for m in models}
+
+
+def reported_adapters(
+    reported: Iterable[scheduler_pb2.ModelAdapters],
+) -> dict[str, dict[str, float]]:
+    """A heartbeat's loaded LoRA adapters per model, with their load seconds."""
+    return {m.model: {a.name: a.load_seconds for a in m.adapters} for m in reported}
+
+
+def unit_adapters(adapters: Mapping[str, frozenset[str]]) -> list[scheduler_pb2.ModelAdapters]:
+    """WorkerSummary.adapters: a unit's loaded adapters per model, sorted by name."""
+    return [
+        scheduler_pb2.ModelAdapters(
+            model=model, adapters=[scheduler_pb2.LoadedAdapter(name=n) for n in sorted(names)]
+        )
+        for model, names in sorted(adapters.items())
+        if names
+    ]

@@ -17,11 +17,17 @@ from mediamesh.common.params import find_model, parse_priority, resolve
 from mediamesh.common.registry import Registry
 from mediamesh.common.telemetry import request_trace_carrier
 from mediamesh.common.tenants import checked_tenant
+from mediamesh.common.warmup import WARMUP_WARMING
 from mediamesh.scheduler.api import convert
+from mediamesh.scheduler.core.delivery import ResultDelivery
 from mediamesh.scheduler.core.interface import NewJob
 from mediamesh.scheduler.core.jobs import Priority, TenantQuota
 from mediamesh.scheduler.core.units import WorkerInfo
+from mediamesh.scheduler.events import WatchEvent
 from mediamesh.scheduler.runtime import SchedulerRuntime
+from mediamesh.scheduler.store.artifacts import SignedUrl
+from mediamesh.scheduler.uploads import UploadWriter
+from mediamesh.scheduler.webhook_policy import webhook_target
 
 log = logging.getLogger(__name__)
 
@@ -38,12 +44,19 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
     """
 
     def __init__(
-        self, runtime: SchedulerRuntime, registry: Registry, inline_limit: int, chunk_bytes: int
+        self,
+        runtime: SchedulerRuntime,
+        registry: Registry,
+        inline_limit: int,
+        chunk_bytes: int,
+        preemption: dict[str, str] | None = None,
     ) -> None:
         self.runtime = runtime
         self.registry = registry
         self.inline_limit = inline_limit
         self.chunk_bytes = chunk_bytes
+        # Model name -> "resume"/"restart", read from the model files once at start.
+        self.preemption = preemption or {}
 
     async def Submit(
         self,
@@ -55,10 +68,15 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         # Again here: a gateway's checks are not the scheduler's only defence.
         fields = request_fields(request.request)
         spec = find_model(self.registry, fields.model)
-        params = resolve(spec, fields)
+        tenant = checked_tenant(request.tenant)
+        delivery = self._delivery(request.request, tenant)
+        inputs = self.runtime.inputs
+        fields = await inputs.with_uploads(fields, tenant)
+        params = resolve(spec, fields, max_adapters=self.runtime.settings.max_adapters_per_request)
+        params = await inputs.store(spec, params, fields)
         priority = parse_priority(fields.priority)
         new = NewJob(
-            tenant=checked_tenant(request.tenant),
+            tenant=tenant,
             model=spec.name,
             priority=priority,
             params=params,
@@ -70,11 +88,41 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
                 max_running=request.max_running_jobs,
             ),
             trace_carrier=request_trace_carrier(dict(context.invocation_metadata() or ())),
+            delivery=delivery,
         )
-        job, deduplicated = await self.runtime.submit(new)
+        try:
+            job, deduplicated = await self.runtime.submit(new)
+        except BaseException:
+            inputs.discard(params)
+            raise
+        if deduplicated:
+            inputs.discard(params)  # the earlier job keeps its own copies
         return gateway_pb2.JobHandle(
             job_id=job.job_id, state=convert.state(job.state), deduplicated=deduplicated
         )
+
+    def _delivery(self, request: common_pb2.GenerateRequest, tenant: str) -> ResultDelivery:
+        """The request's result URL and webhook options, the webhook checked against the
+        allowlist and the tenant's secret."""
+        webhook = None
+        if request.HasField("webhook"):
+            hook = request.webhook
+            settings = self.runtime.webhooks.settings
+            webhook = webhook_target(hook.url, list(hook.events), tenant, settings)
+        return ResultDelivery(result_as_url=request.result_as_url, webhook=webhook)
+
+    async def _result_parts(self, event: WatchEvent) -> tuple[bytes | None, SignedUrl | None]:
+        """A result event's inline bytes (when they fit and no URL was asked for), or its
+        presigned URL (when the store can sign one)."""
+        artifact = event.artifact
+        if artifact is None:
+            return None, None
+        job = self.runtime.core.jobs.get(event.job_id)
+        as_url = job is not None and job.delivery.result_as_url
+        if not as_url and artifact.size_bytes <= self.inline_limit:
+            return await self.runtime.artifacts.read(artifact.path), None
+        url = await self.runtime.result_url(job, self.inline_limit) if job is not None else None
+        return None, url
 
     async def Watch(
         self,
@@ -85,10 +133,8 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         the artifact fits `inline_limit`. NOT_FOUND for another tenant's job unless admin."""
         tenant = checked_tenant(request.tenant)
         async for event in self.runtime.watch(request.job_id, tenant, admin=request.admin):
-            data = None
-            if event.artifact is not None and event.artifact.size_bytes <= self.inline_limit:
-                data = await asyncio.to_thread(self.runtime.artifacts.read, event.artifact.path)
-            yield convert.generate_event(event, data, self.inline_limit)
+            data, url = await self._result_parts(event)
+            yield convert.generate_event(event, data, self.inline_limit, url)
 
     async def Cancel(
         self,
@@ -98,7 +144,8 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         """Cancels the tenant's job (any job for admin) and answers with its state afterwards."""
         tenant = checked_tenant(request.tenant)
         job = self.runtime.cancel(request.job_id, tenant, admin=request.admin)
-        return convert.job_info(job, self.runtime.results.get(job.job_id))
+        url = await self.runtime.result_url(job, self.inline_limit)
+        return convert.job_info(job, self.runtime.results.get(job.job_id), url)
 
     async def GetJob(
         self,
@@ -108,7 +155,8 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         """The tenant's job (any job for admin); NOT_FOUND otherwise."""
         tenant = checked_tenant(request.tenant)
         job = self.runtime.owned_job(request.job_id, tenant, admin=request.admin)
-        return convert.job_info(job, self.runtime.results.get(job.job_id))
+        url = await self.runtime.result_url(job, self.inline_limit)
+        return convert.job_info(job, self.runtime.results.get(job.job_id), url)
 
     async def ListModels(
         self,
@@ -128,7 +176,13 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
                     [f"{d}#{i}" for i, d in enumerate(ids)] if len(set(ids)) < len(ids) else ids
                 )
                 devices.setdefault(model, []).extend(f"{unit.worker_id}/{d}" for d in labels)
-        return convert.list_models(self.registry.models, devices)
+        warming = frozenset(
+            m
+            for unit in self.runtime.core.units.values()
+            if not unit.draining
+            for m in unit.info.warming
+        )
+        return convert.list_models(self.registry.models, devices, warming, self.preemption)
 
     async def Download(
         self,
@@ -143,17 +197,13 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         end.
         """
         tenant = checked_tenant(request.tenant)
-        artifact = self.runtime.artifact_of(request.job_id, tenant, admin=request.admin)
+        artifact = await self.runtime.artifact_of(request.job_id, tenant, admin=request.admin)
         if request.offset > artifact.size_bytes:
             raise InvalidArgument(
                 f"offset: {request.offset} is past the end of the artifact ({artifact.size_bytes})"
             )
         chunks = self.runtime.artifacts.chunks(artifact.path, request.offset, self.chunk_bytes)
-        while True:
-            item = await asyncio.to_thread(next, chunks, None)
-            if item is None:
-                return
-            offset, data = item
+        async for offset, data in chunks:
             yield gateway_pb2.DownloadChunk(
                 data=data,
                 offset=offset,
@@ -161,6 +211,42 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
                 mime_type=artifact.mime_type,
                 sha256=artifact.sha256,
             )
+
+    async def Upload(
+        self,
+        request_iterator: AsyncIterator[scheduler_pb2.ScopedUploadChunk],
+        context: grpc.aio.ServicerContext[
+            scheduler_pb2.ScopedUploadChunk, gateway_pb2.UploadHandle
+        ],
+    ) -> gateway_pb2.UploadHandle:
+        """Stores an upload for the first chunk's tenant. DATA_LOSS when the bytes do not
+        match the declared SHA-256, RESOURCE_EXHAUSTED past the tenant's upload quota."""
+        uploads = self.runtime.inputs.uploads
+        writer: UploadWriter | None = None
+        try:
+            async for message in request_iterator:
+                if writer is None:
+                    chunk = message.chunk
+                    writer = uploads.begin(
+                        checked_tenant(message.tenant),
+                        chunk.sha256,
+                        chunk.mime_type,
+                        message.quota_bytes,
+                    )
+                await asyncio.to_thread(writer.write, message.chunk.data)
+            if writer is None:
+                raise InvalidArgument("data: an upload needs at least one chunk")
+            stored = await asyncio.to_thread(writer.finish)
+        except BaseException:
+            if writer is not None:
+                writer.abort()
+            raise
+        return gateway_pb2.UploadHandle(
+            input_id=stored.input_id,
+            size_bytes=stored.size_bytes,
+            sha256=stored.sha256,
+            expires_unix_ms=int(stored.expires_at * 1000),
+        )
 
     async def Attach(
         self,
@@ -183,16 +269,22 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
                     reg = message.register
                     if not reg.worker_id or not reg.address:
                         raise InvalidArgument("register: worker_id and address are required")
+                    # A model still warming up on the worker takes no work there yet.
+                    routed = [m for m in reg.models if m.warmup != WARMUP_WARMING]
                     info = WorkerInfo(
                         worker_id=reg.worker_id,
                         address=reg.address,
                         pool=reg.pool or "on-demand",
                         devices=tuple(d.id for d in reg.devices) or ("cpu",),
-                        models=frozenset(m.name for m in reg.models),
+                        models=frozenset(m.name for m in routed),
                         capacity=max(reg.capacity, 1),
-                        model_devices=tuple((m.name, tuple(m.device_ids)) for m in reg.models),
+                        model_devices=tuple((m.name, tuple(m.device_ids)) for m in routed),
+                        warming=frozenset(m.name for m in reg.models if m.warmup == WARMUP_WARMING),
                     )
                     self.runtime.register_worker(info)
+                    self.runtime.worker_heartbeat(
+                        info.worker_id, False, convert.hosted_adapters(reg.models)
+                    )
                     yield scheduler_pb2.SchedulerMessage(
                         registered=True,
                         heartbeat_interval_s=settings.heartbeat_interval_s,
@@ -205,7 +297,10 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
                         raise Unavailable(
                             f"worker {info.worker_id} is no longer registered; register again"
                         )
-                    self.runtime.worker_heartbeat(info.worker_id, message.heartbeat.draining)
+                    beat = message.heartbeat
+                    self.runtime.worker_heartbeat(
+                        info.worker_id, beat.draining, convert.reported_adapters(beat.adapters)
+                    )
                 elif kind == "batches_ended" and info is not None:
                     settled = await self.runtime.settle_batches(
                         info, list(message.batches_ended.batch_ids), SETTLE_TIMEOUT_S
@@ -245,10 +340,12 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
                     worker_id=unit.worker_id,
                     pool=unit.pool,
                     devices=list(unit.info.devices),
-                    models=sorted(unit.info.models),
+                    models=sorted(unit.info.models | unit.info.warming),
+                    warming=sorted(unit.info.warming),
                     load_s=unit.load_s,
                     state=unit.state,
                     address=unit.info.address,
+                    adapters=convert.unit_adapters(unit.adapters),
                 )
             )
         ledger = core.ledger

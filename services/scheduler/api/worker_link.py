@@ -35,15 +35,24 @@ class GrpcWorkerLink:
         return worker_pb2_grpc.WorkerStub(channel)
 
     async def run_batch(
-        self, address: str, batch_id: str, model: str, jobs: list[JobParams]
+        self,
+        address: str,
+        batch_id: str,
+        model: str,
+        jobs: list[JobParams],
+        pause_batch_id: str = "",
     ) -> AsyncIterator[WorkerEvent]:
-        """Runs a batch on the worker at `address`, yielding its events until the batch ends.
+        """Runs a batch on the worker at `address`, yielding its events until the batch ends;
+        `pause_batch_id` names a batch there to pause for it (urgent work).
 
         Raises BatchUndelivered when the worker never took the batch; other RPC errors propagate.
         Closing the iterator cancels the call.
         """
         request = worker_pb2.RunBatchRequest(
-            batch_id=batch_id, model=model, jobs=[worker_wire.job_spec(j, 0) for j in jobs]
+            batch_id=batch_id,
+            model=model,
+            jobs=[worker_wire.job_spec(j, 0) for j in jobs],
+            pause_batch_id=pause_batch_id,
         )
         call = self._stub(address).RunBatch(request)
         try:

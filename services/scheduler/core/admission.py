@@ -116,6 +116,7 @@ class Admission:
             enqueued_at=now,
             total_steps=new.params.steps,
             trace_carrier=dict(new.trace_carrier),
+            delivery=new.delivery,
         )
         return Accepted(job)
 

@@ -8,6 +8,8 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping
 
 from mediamesh.common.registry import ModelSpec
+from mediamesh.scheduler.core.batch_caps import BatchCaps
+from mediamesh.scheduler.core.affinity import AdapterAffinity
 from mediamesh.scheduler.core.backlog import Backlog
 from mediamesh.scheduler.core.effects import (
     Dispatch,
@@ -21,6 +23,7 @@ from mediamesh.scheduler.core.jobs import (
     Priority,
 )
 from mediamesh.scheduler.core.outbox import Outbox
+from mediamesh.scheduler.core.pausing import Pauser
 from mediamesh.scheduler.core.queues import ModelQueue
 from mediamesh.scheduler.core.stalls import Stall
 from mediamesh.scheduler.core.units import (
@@ -52,8 +55,10 @@ class Dispatcher:
         backlog: Backlog,
         inflight: InFlight,
         outbox: Outbox,
+        affinity: AdapterAffinity,
     ) -> None:
         self._specs = specs
+        self._affinity = affinity
         self._placements = placements
         # Per pool, the priority classes it may run: what its units' decisions depend on.
         self._pool_views = pool_views
@@ -71,6 +76,12 @@ class Dispatcher:
         self._joinable: dict[tuple[str, Priority], tuple[Priority, ...]] = {}
         # Read-only outside this class.
         self.spot_fallbacks: dict[str, int] = defaultdict(int)
+        # Pauses lower-class batches for urgent work once no unit has room (pausing.py).
+        self.pauser: Pauser | None = None
+        # Batch ceilings learned from out-of-memory splits.
+        self.batch_caps = BatchCaps()
+        # Whether a batch for an idle unit waits out its batch window (DispatchPolicy).
+        self.window_when_idle = True
 
     def schedule(self) -> list[Dispatch]:
         """Form batches for every unit with room, least-loaded unit first.
@@ -124,7 +135,30 @@ class Dispatcher:
                 dispatched.append(batch)
         finally:
             free.end_pass()
+        if self.pauser is not None:
+            dispatched.extend(self.pauser.plan(now, self.form_urgent))
         return dispatched
+
+    def form_urgent(
+        self, unit: Unit, queue: ModelQueue, above: Priority, pauses: str, now: float
+    ) -> Dispatch | None:
+        """A batch of `queue`'s jobs of classes above `above` for the busy `unit`, pausing its
+        batch `pauses`; None when none can go now. Formed as `_form_batch` forms one, its
+        batch window included, from the job the queue would run next."""
+        eligible = self._eligibility(unit, now, {})
+        best = queue.best(now, eligible)
+        if best is None or best[1].priority >= above:
+            return None
+        lead = best[1]
+        batching = self._specs[lead.model].batching
+        limit = self._batch_limit(lead)
+        classes = tuple(p for p in self._joinable_classes(unit, lead) if p < above)
+        joins = self._companion_eligibility(classes, lead)
+        companions = queue.companions(lead, limit - 1, joins, classes) if limit > 1 else []
+        jobs = [lead, *companions]
+        if len(jobs) < limit and not self._window_closed(jobs, batching, now):
+            return None
+        return self._dispatch(unit, lead.model, jobs, now, pauses)
 
     def next_wakeup(self) -> float | None:
         """Earliest time at which a timer (batch window, fallback, deadline) may change things."""
@@ -261,18 +295,38 @@ class Dispatcher:
             options.sort(key=lambda o: o[0])
         for _, lead, wakeups, queue in options:
             batching = self._specs[lead.model].batching
-            limit = 1 if batching.mode == "none" else batching.max_batch
+            limit = self._batch_limit(lead)
             classes = self._joinable_classes(unit, lead)
             joins = self._companion_eligibility(classes, lead)
             companions = queue.companions(lead, limit - 1, joins, classes) if limit > 1 else []
             jobs = [lead, *companions]
             first_wakeup = len(self._wakeups)
-            if len(jobs) < limit and not self._window_closed(jobs, batching, now):
+            # Without `window_when_idle` an idle device starts at once; only a batch given
+            # ahead to a busy unit waits for its window. That decision then depends on the
+            # unit, not only its class, so such a failure is not remembered as the class's.
+            idle = not unit.batches
+            if (
+                len(jobs) < limit
+                and (self.window_when_idle or not idle)
+                and not self._window_closed(jobs, batching, now)
+            ):
                 wakeups += self._wakeups[first_wakeup:]
-                self._remember_stall(cls, queue, now, rooms, wakeups)
+                if self.window_when_idle:
+                    self._remember_stall(cls, queue, now, rooms, wakeups)
                 continue
+            adapters = lead.params.adapters
+            if adapters:
+                alternatives = self._inflight.free.units_with_room(cls, self._inflight.units)
+                unit = self._affinity.choose(unit, lead.model, adapters, alternatives)
             return self._dispatch(unit, lead.model, jobs, now)
         return None
+
+    def _batch_limit(self, lead: Job) -> int:
+        """Most jobs a batch led by `lead` may hold: the registry's max_batch, lowered to
+        what out-of-memory splits taught for the lead's shape (batch_caps.py)."""
+        batching = self._specs[lead.model].batching
+        configured = 1 if batching.mode == "none" else batching.max_batch
+        return self.batch_caps.limit(lead.model, lead.params, configured)
 
     def _joinable_classes(self, unit: Unit, lead: Job) -> tuple[Priority, ...]:
         """Companions share the lead's pool decision: jobs requeued together (a preempted
@@ -321,7 +375,9 @@ class Dispatcher:
         self._wakeups.append(closes_at)
         return False
 
-    def _dispatch(self, unit: Unit, model: str, jobs: list[Job], now: float) -> Dispatch:
+    def _dispatch(
+        self, unit: Unit, model: str, jobs: list[Job], now: float, pauses: str = ""
+    ) -> Dispatch:
         batch_id = f"{unit.worker_id}-b{next(self._batch_ids)}"
         backlog, inflight, outbox, placements = (
             self._backlog,
@@ -348,7 +404,7 @@ class Dispatcher:
             outbox.transition(job, JobState.DISPATCHED)
         inflight.open_batch(unit, batch_id, model, {j.job_id for j in jobs})
         dispatch = Dispatch(
-            batch_id, unit.worker_id, unit.info.address, model, tuple(jobs), tuple(waits)
+            batch_id, unit.worker_id, unit.info.address, model, tuple(jobs), tuple(waits), pauses
         )
         outbox.emit(dispatch)
         return dispatch

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from mediamesh.common.work import Preview
 from mediamesh.scheduler.core.jobs import Job, JobState
 
 
@@ -29,6 +30,8 @@ class Dispatch(NamedTuple):
     jobs: tuple[Job, ...]
     # Seconds each job waited in its queue before this dispatch, in `jobs` order.
     waits: tuple[float, ...]
+    # A batch running on the worker to pause at its next step boundary for this one.
+    pauses: str = ""
 
 
 class CancelOnWorker(NamedTuple):
@@ -53,6 +56,8 @@ class Progressed(NamedTuple):
     job: Job
     step: int
     total_steps: int
+    # The step's latent preview, passed through to watchers and never stored.
+    preview: Preview | None = None
 
 
 Effect = Transition | Dispatch | CancelOnWorker | Notice | Progressed

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from mediamesh.scheduler.core.jobs import Job
 from mediamesh.scheduler.core.units import FreeUnits, Unit, WorkerInfo
@@ -23,12 +23,15 @@ class OpenBatch:
     model: str
     job_ids: set[str]
     size: int
+    # Jobs that reported their last step; once that is all of them the batch is finishing.
+    at_last_step: set[str] = field(default_factory=set)
+    finishing: bool = False
 
 
 class InFlight:
     """Units, their open batches, and the running work charged to them."""
 
-    def __init__(self, max_batch: int) -> None:
+    def __init__(self, max_batch: int, dispatch_ahead: bool = False) -> None:
         # Read-only outside this class: units by worker id, and the units with room
         # (a scheduling pass walks `free`; only this class offers units to it).
         self.units: dict[str, Unit] = {}
@@ -49,6 +52,7 @@ class InFlight:
         self._limited_tenants: dict[str, int] = {}
         self.limited_version = 0
         self._max_batch = max_batch
+        self._dispatch_ahead = dispatch_ahead
 
     # ---- units ---------------------------------------------------------------------------
 
@@ -153,6 +157,23 @@ class InFlight:
         """An open batch, or None once it closed."""
         return self._batches.get(batch_id)
 
+    def at_last_step(self, batch_id: str, job_id: str) -> None:
+        """A job of the batch reported its last denoising step. Once all of its jobs have,
+        only decoding and encoding are left: with dispatching ahead, its unit gets room for
+        the next batch now, so that batch reaches the worker before this one ends."""
+        batch = self._batches.get(batch_id)
+        if batch is None or batch.finishing or not self._dispatch_ahead:
+            return
+        batch.at_last_step.add(job_id)
+        if not batch.job_ids <= batch.at_last_step:
+            return
+        batch.finishing = True
+        unit = self.units.get(batch.worker_id)
+        if unit is not None:
+            unit.finishing += 1
+            unit.version += 1
+            self.free.offer(unit)
+
     def pop_batch(self, batch_id: str) -> OpenBatch | None:
         """Stop tracking a batch; its unit keeps it until `close_batch`."""
         return self._batches.pop(batch_id, None)
@@ -162,6 +183,8 @@ class InFlight:
         self._batches.pop(batch.batch_id, None)
         unit = self.units.get(batch.worker_id)
         if unit is not None:
+            if batch.finishing and batch.batch_id in unit.batches:
+                unit.finishing -= 1
             unit.batches.discard(batch.batch_id)
             unit.version += 1
             self.free.offer(unit)

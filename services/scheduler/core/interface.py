@@ -14,7 +14,9 @@ from typing import Protocol
 
 from mediamesh.common.errors import StatusCode
 from mediamesh.common.registry import ModelSpec
+from mediamesh.common.work import Preview
 from mediamesh.scheduler.core.cost import CostModel
+from mediamesh.scheduler.core.delivery import ResultDelivery
 from mediamesh.scheduler.core.effects import Dispatch, Effect
 from mediamesh.scheduler.core.jobs import GenerationParams, Job, JobState, Priority, TenantQuota
 from mediamesh.scheduler.core.ledger import CostLedger
@@ -34,6 +36,7 @@ class NewJob:
     idempotency_key: str = ""
     quota: TenantQuota = field(default_factory=TenantQuota)
     trace_carrier: dict[str, str] = field(default_factory=dict)
+    delivery: ResultDelivery = field(default_factory=ResultDelivery)
 
 
 @dataclass(frozen=True)
@@ -130,6 +133,11 @@ class SchedulingCore(Protocol):
         """Spot-preferring jobs that ran on on-demand after waiting, per queue."""
         ...
 
+    @property
+    def pauses(self) -> Mapping[Priority, int]:
+        """Running batches asked to pause at a step boundary, per class of the urgent job."""
+        ...
+
     def take_effects(self) -> list[Effect]:
         """Everything the owner must carry out since the last call, in order."""
         ...
@@ -195,6 +203,10 @@ class SchedulingCore(Protocol):
         """A worker is alive; `draining` when it takes no new batches."""
         ...
 
+    def adapters_loaded(self, worker_id: str, loaded: Mapping[str, Mapping[str, float]]) -> None:
+        """A worker's LoRA adapters loaded now, per model, with the seconds each load took."""
+        ...
+
     def check_liveness(self) -> list[str]:
         """Give up on workers whose heartbeats stopped; returns their ids."""
         ...
@@ -205,8 +217,19 @@ class SchedulingCore(Protocol):
 
     # ---- reports from workers ------------------------------------------------------------
 
+    def batch_fitted(self, job_id: str, fitted: int) -> bool:
+        """The job's batch ran out of memory and runs again in batches of at most `fitted`;
+        True when that lowered the batch ceiling of its model and shape."""
+        ...
+
     def job_progress(
-        self, job_id: str, batch_id: str, step: int, total_steps: int, step_seconds: float = 0.0
+        self,
+        job_id: str,
+        batch_id: str,
+        step: int,
+        total_steps: int,
+        step_seconds: float = 0.0,
+        preview: Preview | None = None,
     ) -> None:
         """A job of a batch finished a step."""
         ...

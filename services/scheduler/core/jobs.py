@@ -7,6 +7,7 @@ from enum import StrEnum
 from functools import cached_property
 
 from mediamesh.common.generation import GenerationParams, Priority
+from mediamesh.scheduler.core.delivery import ResultDelivery
 
 __all__ = ["GenerationParams", "Job", "JobState", "Priority", "TenantQuota"]
 
@@ -102,8 +103,12 @@ class Job:
     error_code: str = ""
     error_message: str = ""
     spot_fallback: bool = False
+    # Times its batch was paused at a step boundary for more urgent work.
+    pauses: int = 0
     # W3C trace headers of the request that created the job, for the queue-wait span.
     trace_carrier: dict[str, str] = field(default_factory=dict)
+    # Result URL and webhook options of the request.
+    delivery: ResultDelivery = field(default_factory=ResultDelivery)
 
     @cached_property
     def compat_key(self) -> CompatKey:

@@ -10,6 +10,7 @@ from collections import defaultdict
 from collections.abc import Callable
 
 from mediamesh.common.errors import StatusCode
+from mediamesh.common.work import Preview
 from mediamesh.scheduler.core.backlog import Backlog
 from mediamesh.scheduler.core.cost import CostModel
 from mediamesh.scheduler.core.effects import (
@@ -68,7 +69,13 @@ class JobLifecycle:
         return job
 
     def job_progress(
-        self, job_id: str, batch_id: str, step: int, total_steps: int, step_seconds: float = 0.0
+        self,
+        job_id: str,
+        batch_id: str,
+        step: int,
+        total_steps: int,
+        step_seconds: float = 0.0,
+        preview: Preview | None = None,
     ) -> None:
         """A job of a batch finished a step; its time calibrates the cost model."""
         job = self._in_batch(job_id, batch_id)
@@ -77,6 +84,8 @@ class JobLifecycle:
         if job.state is JobState.DISPATCHED:
             self._outbox.transition(job, JobState.RUNNING)
         job.step, job.total_steps = step, total_steps
+        if step >= total_steps:
+            self._inflight.at_last_step(batch_id, job_id)
         batch = self._inflight.batch(batch_id)
         if step_seconds > 0 and batch is not None:
             self._cost.observe_step(job.model, job.params, batch.size, step_seconds)
@@ -84,7 +93,7 @@ class JobLifecycle:
             if pool is None:
                 pool = "unknown"
             self.ledger.record(pool, job.model, job.tenant, step_seconds / batch.size)
-        self._outbox.emit(Progressed(job, step, total_steps))
+        self._outbox.emit(Progressed(job, step, total_steps, preview))
 
     def job_succeeded(self, job_id: str, batch_id: str) -> Job | None:
         """A job of a batch produced its result; None when the report is stale."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from mediamesh.scheduler.core.affinity import AffinityPolicy
 from mediamesh.scheduler.core.jobs import Priority
 from mediamesh.scheduler.core.units import Placement
 
@@ -14,6 +15,35 @@ class QueuePolicy:
 
     sla_s: float
     max_depth: int
+
+
+@dataclass(frozen=True)
+class DispatchPolicy:
+    """When a unit gets its next batch.
+
+    `ahead`: a unit whose running batch has every job at its last step (only decoding and
+    encoding left) takes one more batch, which waits on the worker, so the device never
+    idles for the round trip between two batches, and the batch still forms as late as it
+    can. `window_when_idle`: a batch for an idle unit waits out its model's batch window to
+    fill up; without it an idle device starts at once and the window applies only to the
+    batch given ahead.
+    """
+
+    ahead: bool
+    window_when_idle: bool
+
+
+@dataclass(frozen=True)
+class PausePolicy:
+    """When a running batch may be paused at a step boundary for more urgent work.
+
+    A batch is paused only for a job of a higher class that would otherwise miss its
+    queue's SLA (per the cost model), and only if each of its jobs has run at least
+    `min_steps` steps and been paused fewer than `max_per_job` times (0: never pause).
+    """
+
+    max_per_job: int
+    min_steps: int
 
 
 @dataclass(frozen=True)
@@ -30,3 +60,6 @@ class CorePolicy:
     heartbeat_timeout_s: float
     placements: dict[Priority, Placement]
     prices_per_device_hour: dict[str, float]
+    adapter_affinity: AffinityPolicy
+    pausing: PausePolicy
+    dispatching: DispatchPolicy

@@ -20,10 +20,12 @@ Owners depend on the `SchedulingCore` protocol (interface.py), which this class 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from mediamesh.common.registry import ModelSpec
+from mediamesh.common.work import Preview
 from mediamesh.scheduler.core.admission import Admission
+from mediamesh.scheduler.core.affinity import AdapterAffinity
 from mediamesh.scheduler.core.backlog import Backlog
 from mediamesh.scheduler.core.cost import CostModel
 from mediamesh.scheduler.core.dispatch import Dispatcher
@@ -35,6 +37,7 @@ from mediamesh.scheduler.core.jobs import Job, Priority
 from mediamesh.scheduler.core.ledger import CostLedger
 from mediamesh.scheduler.core.lifecycle import JobLifecycle
 from mediamesh.scheduler.core.outbox import Outbox
+from mediamesh.scheduler.core.pausing import Pauser
 from mediamesh.scheduler.core.policy import CorePolicy, QueuePolicy
 from mediamesh.scheduler.core.units import WorkerInfo, pool_views
 
@@ -73,12 +76,23 @@ class SchedulerCore:
         backlog = self._backlog = Backlog(
             specs, policy.placements, policy.aging_s_per_class, set(views.values())
         )
-        inflight = self._inflight = InFlight(max((s.batching.max_batch for s in specs), default=1))
+        inflight = self._inflight = InFlight(
+            max((s.batching.max_batch for s in specs), default=1), policy.dispatching.ahead
+        )
         self._admission = Admission(
             self.specs, policy, self.cost, clock, new_id, table, backlog, inflight, outbox
         )
+        self.affinity = AdapterAffinity(policy.adapter_affinity)
         dispatcher = self._dispatcher = Dispatcher(
-            self.specs, policy.placements, views, clock, table, backlog, inflight, outbox
+            self.specs,
+            policy.placements,
+            views,
+            clock,
+            table,
+            backlog,
+            inflight,
+            outbox,
+            self.affinity,
         )
         lifecycle = self._lifecycle = JobLifecycle(
             clock,
@@ -90,6 +104,9 @@ class SchedulerCore:
             inflight,
             outbox,
         )
+        pauser = Pauser(self.specs, policy.pausing, policy.queues, table, backlog, inflight)
+        dispatcher.pauser = pauser
+        dispatcher.window_when_idle = policy.dispatching.window_when_idle
         self.jobs = table.jobs
         self.units = inflight.units
         self.depth = backlog.depth
@@ -98,6 +115,7 @@ class SchedulerCore:
         self.running = inflight.running
         self.pool_running_s = inflight.pool_running_s
         self.spot_fallbacks = dispatcher.spot_fallbacks
+        self.pauses = pauser.pauses
         self.preemptions = lifecycle.preemptions
         self.ended = lifecycle.ended
 
@@ -163,6 +181,24 @@ class SchedulerCore:
         """A worker is alive; `draining` when it takes no new batches."""
         self._inflight.heartbeat(worker_id, self.clock(), draining)
 
+    def adapters_loaded(self, worker_id: str, loaded: Mapping[str, Mapping[str, float]]) -> None:
+        """A worker's LoRA adapters loaded now, per model, with the seconds each load took."""
+        unit = self.units.get(worker_id)
+        if unit is None:
+            return
+        # Only what the registry offers for models the worker hosts: a report is no way to
+        # make the scheduler remember arbitrary names.
+        known = {
+            model: {
+                name: seconds
+                for name, seconds in names.items()
+                if any(a.name == name for a in self.specs[model].adapters)
+            }
+            for model, names in loaded.items()
+            if model in unit.info.models and model in self.specs
+        }
+        self.affinity.report(unit, known)
+
     def check_liveness(self) -> list[str]:
         """Give up on workers whose heartbeats stopped; returns their ids."""
         return self._lifecycle.check_liveness(self.policy.heartbeat_timeout_s)
@@ -174,10 +210,16 @@ class SchedulerCore:
     # ---- reports from workers ------------------------------------------------------------
 
     def job_progress(
-        self, job_id: str, batch_id: str, step: int, total_steps: int, step_seconds: float = 0.0
+        self,
+        job_id: str,
+        batch_id: str,
+        step: int,
+        total_steps: int,
+        step_seconds: float = 0.0,
+        preview: Preview | None = None,
     ) -> None:
         """A job of a batch finished a step."""
-        self._lifecycle.job_progress(job_id, batch_id, step, total_steps, step_seconds)
+        self._lifecycle.job_progress(job_id, batch_id, step, total_steps, step_seconds, preview)
 
     def job_succeeded(self, job_id: str, batch_id: str) -> Job | None:
         """A job of a batch produced its result; None when the report is stale."""
@@ -190,6 +232,15 @@ class SchedulerCore:
     def job_preempted(self, job_id: str, batch_id: str, checkpoint: str, step: int) -> None:
         """A job stopped at `step` and saved `checkpoint`; it goes back first in line."""
         self._lifecycle.job_preempted(job_id, batch_id, checkpoint, step)
+
+    def batch_fitted(self, job_id: str, fitted: int) -> bool:
+        """The job's batch ran out of memory and is retried in batches of at most `fitted`:
+        batches of its model and shape are formed no larger from now on. True when that
+        lowered the ceiling."""
+        job = self.jobs.get(job_id)
+        return job is not None and self._dispatcher.batch_caps.learn(
+            job.model, job.params, fitted
+        )
 
     def job_checkpointed(self, job_id: str, batch_id: str, checkpoint: str, step: int) -> None:
         """A running job saved a checkpoint it can resume from."""

@@ -24,6 +24,8 @@ class WorkerInfo:
     capacity: int = 1
     # Devices each model occupies (a tensor-parallel model lists one per rank).
     model_devices: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    # Models it hosts but is still warming up: shown, never routed (not in `models`).
+    warming: frozenset[str] = frozenset()
 
 
 @dataclass
@@ -40,6 +42,10 @@ class Unit:
     dispatched: int = 0
     # Bumped on every change, so stale heap entries can be recognised.
     version: int = 0
+    # Open batches with every job at its last step (InFlight.at_last_step).
+    finishing: int = 0
+    # LoRA adapters loaded per model, as last reported (or just sent to it): affinity.py.
+    adapters: dict[str, frozenset[str]] = field(default_factory=dict)
 
     @property
     def worker_id(self) -> str:
@@ -53,8 +59,11 @@ class Unit:
 
     @property
     def free_slots(self) -> int:
-        """Batches it can take now; none while draining."""
-        return 0 if self.draining else self.info.capacity - len(self.batches)
+        """Batches it can take now; none while draining. A finishing batch leaves room for
+        one batch more, given ahead to wait on the worker (InFlight.at_last_step)."""
+        if self.draining:
+            return 0
+        return self.info.capacity - len(self.batches) + min(self.finishing, 1)
 
     @property
     def state(self) -> str:
@@ -154,6 +163,10 @@ class FreeUnits:
             else:
                 return entry
         return None
+
+    def units_with_room(self, cls: UnitClass, units: dict[str, Unit]) -> list[Unit]:
+        """Every unit of `cls` with room now, least loaded first (stale entries skipped)."""
+        return [units[e[2]] for e in self._lists.get(cls, ()) if self._live(e, units)]
 
     def classes_with_room(self) -> list[UnitClass]:
         """Unit classes with at least one unit that has room."""

@@ -1,18 +1,28 @@
-"""Artifacts (results and checkpoints) on a filesystem path every service can reach."""
+"""Artifacts (job results): the store's interface, and its backend on a local filesystem.
+
+Every backend is async and keeps the event loop free: local disk goes through a thread,
+object storage (s3_artifacts.py) through obstore's own async client. A `StoredArtifact`'s
+`path` is the backend's name for the object: a file path here, a key in the bucket there.
+Checkpoints are not artifacts: workers write them to a shared folder (`checkpoints.py`).
+"""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import os
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Generator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from mediamesh.common.output_formats import extension_for
 
 
 @dataclass(frozen=True)
 class StoredArtifact:
+    """A job's result as the store holds it, with what a reader needs to check it."""
+
     path: str
     mime_type: str
     size_bytes: int
@@ -20,13 +30,59 @@ class StoredArtifact:
     seed: int
 
 
-class ArtifactStore:
+@dataclass(frozen=True)
+class SignedUrl:
+    """A URL that fetches an artifact without credentials until `expires_unix_ms`."""
+
+    url: str
+    expires_unix_ms: int
+
+
+class ArtifactStore(Protocol):
+    """Where results are written, read, streamed, signed and deleted."""
+
+    async def write(self, job_id: str, data: bytes, mime_type: str, seed: int) -> StoredArtifact:
+        """Store the job's result; a crash never leaves a truncated object under its name."""
+        ...
+
+    async def read(self, path: str) -> bytes:
+        """The whole artifact."""
+        ...
+
+    def chunks(self, path: str, offset: int, chunk_bytes: int) -> AsyncIterator[tuple[int, bytes]]:
+        """The artifact from byte `offset` on, as (offset, data) pieces of `chunk_bytes` at
+        most; nothing when `offset` is at its end."""
+        ...
+
+    async def exists(self, path: str) -> bool:
+        """Whether the artifact is still there (not deleted after its retention)."""
+        ...
+
+    async def signed_url(self, path: str) -> SignedUrl | None:
+        """A presigned GET URL for the artifact, or None when the backend cannot sign."""
+        ...
+
+    async def delete(self, path: str | None) -> None:
+        """Delete the artifact; a missing one (or None) is fine."""
+        ...
+
+    async def close(self) -> None:
+        """Release connections."""
+        ...
+
+
+class LocalArtifactStore:
+    """Results as files under `root`, a folder every reader of results can reach.
+
+    It cannot sign URLs: a result asked for as a URL is served by Download (and by the
+    gateway's HTTP result endpoint) instead.
+    """
+
     def __init__(self, root: Path) -> None:
         self.root = root
         root.mkdir(parents=True, exist_ok=True)
 
-    def write(self, job_id: str, data: bytes, mime_type: str, seed: int) -> StoredArtifact:
-        """Write atomically, so a crash never leaves a truncated artifact under its name."""
+    def _write(self, job_id: str, data: bytes, mime_type: str, seed: int) -> StoredArtifact:
         path = self.root / f"{job_id}.{extension_for(mime_type)}"
         partial = path.with_suffix(path.suffix + ".partial")
         partial.write_bytes(data)
@@ -34,16 +90,47 @@ class ArtifactStore:
         digest = hashlib.sha256(data).hexdigest()
         return StoredArtifact(str(path), mime_type, len(data), digest, seed)
 
-    def read(self, path: str) -> bytes:
-        return Path(path).read_bytes()
+    async def write(self, job_id: str, data: bytes, mime_type: str, seed: int) -> StoredArtifact:
+        """Write atomically (a partial file renamed into place)."""
+        return await asyncio.to_thread(self._write, job_id, data, mime_type, seed)
 
-    def chunks(self, path: str, offset: int, chunk_bytes: int) -> Iterator[tuple[int, bytes]]:
-        with open(path, "rb") as source:
-            source.seek(offset)
-            while chunk := source.read(chunk_bytes):
-                yield offset, chunk
-                offset += len(chunk)
+    async def read(self, path: str) -> bytes:
+        """The whole file."""
+        return await asyncio.to_thread(Path(path).read_bytes)
 
-    def delete(self, path: str | None) -> None:
+    async def chunks(
+        self, path: str, offset: int, chunk_bytes: int
+    ) -> AsyncIterator[tuple[int, bytes]]:
+        """The file from `offset`, read in a thread one chunk at a time."""
+        pieces = _file_chunks(path, offset, chunk_bytes)
+        try:
+            while (item := await asyncio.to_thread(next, pieces, None)) is not None:
+                yield item
+        finally:
+            pieces.close()
+
+    async def exists(self, path: str) -> bool:
+        """Whether the file is there."""
+        return await asyncio.to_thread(Path(path).exists)
+
+    async def signed_url(self, path: str) -> SignedUrl | None:
+        """Local files have no URL of their own."""
+        return None
+
+    async def delete(self, path: str | None) -> None:
+        """Delete the file, if any."""
         if path:
-            Path(path).unlink(missing_ok=True)
+            await asyncio.to_thread(Path(path).unlink, missing_ok=True)
+
+    async def close(self) -> None:
+        """Nothing to release."""
+
+
+def _file_chunks(
+    path: str, offset: int, chunk_bytes: int
+) -> Generator[tuple[int, bytes], None, None]:
+    with open(path, "rb") as source:
+        source.seek(offset)
+        while chunk := source.read(chunk_bytes):
+            yield offset, chunk
+            offset += len(chunk)

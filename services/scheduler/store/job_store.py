@@ -16,7 +16,10 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
 
+from mediamesh.scheduler.core.delivery import ResultDelivery
 from mediamesh.scheduler.core.jobs import GenerationParams, Job, JobState, Priority, TenantQuota
+from mediamesh.scheduler.store import deliveries
+from mediamesh.scheduler.store.deliveries import WebhookDelivery
 
 _Result = TypeVar("_Result")
 
@@ -44,6 +47,7 @@ CREATE TABLE IF NOT EXISTS jobs (
     error_message TEXT NOT NULL,
     spot_fallback INTEGER NOT NULL,
     result TEXT,
+    delivery TEXT NOT NULL DEFAULT '{}',
     trace_carrier TEXT NOT NULL DEFAULT '{}'
 );
 CREATE INDEX IF NOT EXISTS jobs_unfinished ON jobs (state) WHERE finished_at IS NULL;
@@ -75,11 +79,15 @@ _COLUMNS = [
     "error_message",
     "spot_fallback",
     "result",
+    "delivery",
     "trace_carrier",
 ]
 
 # Columns added after the first release, with their definitions, for databases made before.
-_ADDED_COLUMNS = {"trace_carrier": "TEXT NOT NULL DEFAULT '{}'"}
+_ADDED_COLUMNS = {
+    "trace_carrier": "TEXT NOT NULL DEFAULT '{}'",
+    "delivery": "TEXT NOT NULL DEFAULT '{}'",
+}
 
 
 class PurgedJob(NamedTuple):
@@ -114,6 +122,7 @@ def job_row(job: Job, result: dict[str, Any] | None = None) -> tuple[Any, ...]:
         job.error_message,
         int(job.spot_fallback),
         json.dumps(result) if result is not None else None,
+        json.dumps(job.delivery.to_record()),
         json.dumps(job.trace_carrier),
     )
 
@@ -142,6 +151,7 @@ def job_from_row(row: sqlite3.Row) -> tuple[Job, dict[str, Any] | None]:
         error_message=row["error_message"],
         spot_fallback=bool(row["spot_fallback"]),
         trace_carrier=json.loads(row["trace_carrier"]),
+        delivery=ResultDelivery.from_record(json.loads(row["delivery"])),
     )
     result = json.loads(row["result"]) if row["result"] else None
     return job, result
@@ -162,6 +172,7 @@ class JobStore:
         # NORMAL with WAL survives a process crash (SIGKILL); only power loss can drop the tail.
         db.execute("PRAGMA synchronous=NORMAL")
         db.executescript(_SCHEMA)
+        db.executescript(deliveries.DELIVERIES_SCHEMA)
         present = {row["name"] for row in db.execute("PRAGMA table_info(jobs)")}
         for column, definition in _ADDED_COLUMNS.items():
             if column not in present:
@@ -180,7 +191,7 @@ class JobStore:
         """Write a new job; returns once it is committed, raises if it could not be."""
         await self._run(self._insert, job_row(job))
 
-    def _save_many(self, rows: list[tuple[Any, ...]]) -> None:
+    def _save_many(self, rows: list[tuple[Any, ...]], delivery_rows: list[tuple[Any, ...]]) -> None:
         assert self._db is not None
         placeholders = ",".join("?" * len(_COLUMNS))
         updates = ",".join(f"{c}=excluded.{c}" for c in _COLUMNS[1:] if c != "result")
@@ -193,15 +204,32 @@ class JobStore:
                 "result=COALESCE(excluded.result, jobs.result)",
                 rows,
             )
+            deliveries.save_deliveries(self._db, delivery_rows)
         except BaseException:
             self._db.execute("ROLLBACK")
             raise
         self._db.execute("COMMIT")
 
-    async def save_many(self, rows: list[tuple[Any, ...]]) -> None:
-        """Write jobs as snapshotted by `job_row`, all or none; a row without a result keeps
-        the stored one."""
-        await self._run(self._save_many, rows)
+    async def save_many(
+        self, rows: list[tuple[Any, ...]], delivery_rows: list[tuple[Any, ...]] | None = None
+    ) -> None:
+        """Write jobs as snapshotted by `job_row`, and webhook deliveries as snapshotted by
+        `delivery_row`, all or none; a row without a result keeps the stored one."""
+        await self._run(self._save_many, rows, delivery_rows or [])
+
+    async def load_deliveries(self) -> list[WebhookDelivery]:
+        """Webhook deliveries still pending, to resume after a restart."""
+        return await self._run(self._read_deliveries, deliveries.load_pending)
+
+    async def deliveries_of(self, job_id: str) -> list[WebhookDelivery]:
+        """Every webhook delivery of one job, whatever its status."""
+        return await self._run(self._read_deliveries, deliveries.load_of_job, job_id)
+
+    def _read_deliveries(
+        self, read: Callable[..., list[WebhookDelivery]], *args: Any
+    ) -> list[WebhookDelivery]:
+        assert self._db is not None
+        return read(self._db, *args)
 
     def _load(self, since_finished: float) -> list[tuple[Job, dict[str, Any] | None]]:
         assert self._db is not None
@@ -234,6 +262,7 @@ class JobStore:
             for r in rows
         ]
         self._db.executemany("DELETE FROM jobs WHERE job_id = ?", [(p.job_id,) for p in purged])
+        deliveries.delete_of_jobs(self._db, [p.job_id for p in purged])
         return purged
 
     async def purge(self, finished_before: float) -> list[PurgedJob]:

@@ -12,7 +12,8 @@ from mediamesh.sdk.api import convert
 from mediamesh.sdk.api.channel import aio_channel, call_metadata
 from mediamesh.sdk.events import Event
 from mediamesh.sdk.options import ClientSettings, GenerateParams
-from mediamesh.sdk.types import Chunk, JobHandle, JobInfo, ModelInfo
+from mediamesh.sdk.types import Chunk, JobHandle, JobInfo, ModelInfo, UploadHandle
+from mediamesh.sdk.uploads import UploadSource
 
 
 class AsyncTransport:
@@ -77,6 +78,11 @@ class AsyncTransport:
         """ListModels."""
         reply = await self._unary(self._stub.ListModels, gateway_pb2.ListModelsRequest())
         return [convert.model_info(m) for m in reply.models]
+
+    async def upload(self, source: UploadSource) -> UploadHandle:
+        """Upload: the input in chunks, answered with its handle."""
+        reply = await self._unary(self._stub.Upload, convert.upload_chunks(source))
+        return convert.upload_handle(reply)
 
     async def download(self, job_id: str, offset: int) -> AsyncIterator[Chunk]:
         """Download from a byte offset."""

@@ -12,7 +12,8 @@ from mediamesh.sdk.api import convert
 from mediamesh.sdk.api.channel import blocking_channel, call_metadata
 from mediamesh.sdk.events import Event
 from mediamesh.sdk.options import ClientSettings, GenerateParams
-from mediamesh.sdk.types import Chunk, JobHandle, JobInfo, ModelInfo
+from mediamesh.sdk.types import Chunk, JobHandle, JobInfo, ModelInfo, UploadHandle
+from mediamesh.sdk.uploads import UploadSource
 
 
 class BlockingTransport:
@@ -75,6 +76,11 @@ class BlockingTransport:
         """ListModels."""
         reply = self._unary(self._stub.ListModels, gateway_pb2.ListModelsRequest())
         return [convert.model_info(m) for m in reply.models]
+
+    def upload(self, source: UploadSource) -> UploadHandle:
+        """Upload: the input in chunks, answered with its handle."""
+        chunks = convert.upload_chunks(source)
+        return convert.upload_handle(self._unary(self._stub.Upload, chunks))
 
     def download(self, job_id: str, offset: int) -> Iterator[Chunk]:
         """Download from a byte offset."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import fields
 from typing import Any
 
@@ -21,12 +22,21 @@ from mediamesh.sdk.types import (
     ModelInfo,
     ModelLimits,
     Priority,
+    UploadHandle,
 )
+from mediamesh.sdk.uploads import UploadSource
 
 
 def generate_request(params: GenerateParams) -> common_pb2.GenerateRequest:
     """The request message; fields the caller left unset stay unset."""
     values: dict[str, Any] = dict(params.options)
+    adapters = values.pop("adapters", ())
+    values["adapters"] = [
+        common_pb2.AdapterRef(name=name)
+        if scale is None
+        else common_pb2.AdapterRef(name=name, scale=scale)
+        for name, scale in adapters
+    ]
     priority = values.pop("priority", None)
     if priority is not None:
         # Message constructors take an enum by name, and reject a name the proto lacks.
@@ -56,6 +66,8 @@ def event(message: common_pb2.GenerateEvent) -> Event | None:
             step=p.step,
             total_steps=p.total_steps,
             attempt=p.attempt,
+            preview=p.preview.data,
+            preview_mime_type=p.preview.mime_type,
         )
     if kind == "notice":
         n = message.notice
@@ -129,6 +141,30 @@ def model_info(message: common_pb2.ModelInfo) -> ModelInfo:
         devices=tuple(message.devices),
         accepted_fields=tuple(message.accepted_fields),
         output_formats=tuple(message.output_formats),
+        previews=message.previews,
+        inputs=tuple(message.inputs),
+        default_strength=round(message.default_strength, 6),
+    )
+
+
+def upload_chunks(source: UploadSource) -> Iterator[gateway_pb2.UploadChunk]:
+    """The chunks of an upload; the first also carries its SHA-256 and MIME type."""
+    for index, data in enumerate(source.chunks()):
+        if index == 0:
+            yield gateway_pb2.UploadChunk(
+                data=data, sha256=source.sha256, mime_type=source.mime_type
+            )
+        else:
+            yield gateway_pb2.UploadChunk(data=data)
+
+
+def upload_handle(message: gateway_pb2.UploadHandle) -> UploadHandle:
+    """A stored upload."""
+    return UploadHandle(
+        input_id=message.input_id,
+        size_bytes=message.size_bytes,
+        sha256=message.sha256,
+        expires_unix_ms=message.expires_unix_ms,
     )
 
 

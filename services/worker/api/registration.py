@@ -6,6 +6,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from mediamesh.common.generated.v1 import scheduler_pb2
+from mediamesh.common.warmup import WARMUP_NONE, WARMUP_WARM, WARMUP_WARMING
+from mediamesh.worker.models.adapters import AdapterCache
 from mediamesh.worker.models.host import ModelHost
 
 
@@ -25,8 +27,10 @@ def worker_registration(
     pool: str,
     devices: Sequence[DeviceMemory],
     hosts: Mapping[str, ModelHost],
+    warming: bool = False,
 ) -> scheduler_pb2.WorkerRegistration:
-    """The registration message for a worker serving `hosts` at `address`."""
+    """The registration message for a worker serving `hosts` at `address`; while `warming`,
+    every model is marked so and the scheduler routes none of them here."""
     return scheduler_pb2.WorkerRegistration(
         worker_id=worker_id,
         address=address,
@@ -38,8 +42,39 @@ def worker_registration(
         ],
         models=[
             scheduler_pb2.HostedModel(
-                name=name, parallelism=host.spec.parallelism.mode, device_ids=host.device_ids
+                name=name,
+                parallelism=host.spec.parallelism.mode,
+                device_ids=host.device_ids,
+                adapters=loaded_adapters(getattr(host, "adapters", None)),
+                warmup=warmup_state(host, warming),
             )
             for name, host in hosts.items()
         ],
     )
+
+
+def loaded_adapters(cache: AdapterCache | None) -> list[scheduler_pb2.LoadedAdapter]:
+    """The adapters a host has loaded now, least recently used first."""
+    if cache is None:
+        return []
+    return [scheduler_pb2.LoadedAdapter(name=n, load_seconds=s) for n, s in cache.loaded()]
+
+
+def model_adapters(
+    loaded: Mapping[str, Sequence[tuple[str, float]]],
+) -> list[scheduler_pb2.ModelAdapters]:
+    """WorkerHeartbeat.adapters for `WorkerRuntime.loaded_adapters()`."""
+    return [
+        scheduler_pb2.ModelAdapters(
+            model=model,
+            adapters=[scheduler_pb2.LoadedAdapter(name=n, load_seconds=s) for n, s in adapters],
+        )
+        for model, adapters in loaded.items()
+    ]
+
+
+def warmup_state(host: ModelHost, warming: bool) -> str:
+    """HostedModel.warmup of one model."""
+    if warming:
+        return WARMUP_WARMING
+    return WARMUP_WARM if host.spec.warmup else WARMUP_NONE

@@ -11,6 +11,7 @@ from mediamesh.common.aio import wait_event
 from mediamesh.common.channels import internal_channel
 from mediamesh.common.credentials import InternalCredentials
 from mediamesh.common.generated.v1 import scheduler_pb2, scheduler_pb2_grpc
+from mediamesh.worker.api.registration import model_adapters
 from mediamesh.worker.runtime import WorkerRuntime
 
 log = logging.getLogger("mediamesh.worker")
@@ -39,6 +40,14 @@ class SchedulerSession:
         self._stopping = False
         # A pending `settle` question: the batch ids, and where its answer goes.
         self._settling: tuple[list[str], asyncio.Future[list[str]]] | None = None
+        # The registration changed (warm-up ended) and the scheduler has not seen it yet.
+        self._reregister = False
+
+    def update_registration(self, registration: scheduler_pb2.WorkerRegistration) -> None:
+        """Registers again with `registration` on the open stream (or the next one)."""
+        self.registration = registration
+        self._reregister = True
+        self.runtime.state_changed.set()  # wakes the session loop, which sends it
 
     def start(self) -> None:
         """Starts the session in a background task on the running loop."""
@@ -101,6 +110,7 @@ class SchedulerSession:
         # the session never has to close a generator that is still suspended in a wait.
         call = stub.Attach()
         try:
+            self._reregister = False
             await call.write(scheduler_pb2.WorkerMessage(register=self.registration))
             reply = await call.read()
             if reply is grpc.aio.EOF or not reply.registered:
@@ -110,6 +120,12 @@ class SchedulerSession:
             every = reply.heartbeat_interval_s or 1.0
             while True:
                 self.runtime.state_changed.clear()
+                if self._reregister:
+                    self._reregister = False
+                    await call.write(scheduler_pb2.WorkerMessage(register=self.registration))
+                    reply = await call.read()
+                    if reply is grpc.aio.EOF or not reply.registered:
+                        return
                 if self._settling is not None and not await self._ask_settled(
                     call, *self._settling
                 ):
@@ -119,6 +135,7 @@ class SchedulerSession:
                         heartbeat=scheduler_pb2.WorkerHeartbeat(
                             draining=self.runtime.draining,
                             running_batches=self.runtime.running_batches,
+                            adapters=model_adapters(self.runtime.loaded_adapters()),
                         )
                     )
                 )

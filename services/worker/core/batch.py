@@ -13,6 +13,7 @@ from typing import Protocol
 
 from mediamesh.common.errors import Unavailable
 from mediamesh.common.work import WorkerEvent
+from mediamesh.worker.core.gate import DeviceGate, Rank
 
 Emit = Callable[[WorkerEvent], None]
 
@@ -46,6 +47,57 @@ class BatchControl:
         self._job_ids = list(job_ids)
         self._cancelled: set[str] = set()
         self._preempt = False
+        self._pause = False
+        # The worker's device gate and this batch's place in it, for pausing (see gate.py).
+        self._gate: DeviceGate | None = None
+        self._batch_id = ""
+        self._off_device = False
+
+    def attach_gate(self, gate: DeviceGate, batch_id: str) -> None:
+        """The gate this batch holds while it runs; without one it cannot pause."""
+        self._gate, self._batch_id = gate, batch_id
+
+    def leave_device(self) -> None:
+        """The batch needs the device no more for now (it encodes its results): the next
+        batch in line may start. `enter_device` takes it back."""
+        gate = self._gate
+        if gate is not None and not self._off_device:
+            self._off_device = True
+            gate.release(self._batch_id)
+
+    def enter_device(self) -> None:
+        """Take the device back after `leave_device`, ahead of batches that have not started."""
+        gate = self._gate
+        if gate is not None and self._off_device:
+            gate.enqueue(self._batch_id, Rank.RESUMING)
+            gate.acquire(self._batch_id)
+            self._off_device = False
+
+    def request_pause(self) -> None:
+        """Asks the batch to give the device to a waiting urgent batch at its next step
+        boundary and to resume once that one ends."""
+        with self._lock:
+            self._pause = True
+
+    @property
+    def pause_requested(self) -> bool:
+        """Whether `request_pause` has been called and the batch has not paused since."""
+        with self._lock:
+            return self._pause
+
+    def pause_here(self, on_pause: Callable[[], None], on_resume: Callable[[], None]) -> bool:
+        """At a step boundary: if a pause was asked for and an urgent batch waits, call
+        `on_pause`, let the urgent work run, take the device back, call `on_resume`, and
+        return True. Otherwise (or with nothing waiting any more) return False at once."""
+        with self._lock:
+            asked, self._pause = self._pause, False
+        gate = self._gate
+        if not asked or gate is None or not gate.urgent_waiting():
+            return False
+        on_pause()
+        gate.step_aside(self._batch_id)
+        on_resume()
+        return True
 
     def cancel(self, job_ids: list[str]) -> list[str]:
         """Marks those of `job_ids` that are in this batch cancelled; returns them."""

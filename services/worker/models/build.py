@@ -15,6 +15,8 @@ from pathlib import Path
 import torch
 from diffusers import DiffusionPipeline
 
+from mediamesh.worker.models.tiny_adapters import build_tiny_adapters, ensure_tiny_adapters
+from mediamesh.worker.models.tiny_audio_families import build_audioldm2
 from mediamesh.worker.models.tiny_families import (
     build_flux,
     build_stable_audio,
@@ -26,6 +28,7 @@ from mediamesh.worker.models.tiny_image_families import (
     build_sd3,
     build_sdxl,
 )
+from mediamesh.worker.models.tiny_input_families import build_cogvideox_i2v
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +46,8 @@ BUILDERS: dict[str, Callable[[], DiffusionPipeline]] = {
     "sd3-tiny": build_sd3,
     "pixart-tiny": build_pixart_sigma,
     "cogvideox-tiny": build_cogvideox,
+    "cogvideox-i2v-tiny": build_cogvideox_i2v,
+    "audioldm2-tiny": build_audioldm2,
 }
 
 
@@ -64,6 +69,7 @@ def build_models(out_dir: Path, names: list[str] | None = None, force: bool = Fa
     for name in wanted:
         target = out_dir / name
         if is_complete(target) and not force:
+            ensure_tiny_adapters(out_dir, name)
             written.append(target)
             continue
         if target.exists():
@@ -73,6 +79,8 @@ def build_models(out_dir: Path, names: list[str] | None = None, force: bool = Fa
         torch.manual_seed(BUILD_SEED)
         pipeline = BUILDERS[name]()
         pipeline.save_pretrained(target, safe_serialization=True)
+        # Its LoRA adapters (tiny_adapters.py) go next to it, before the model counts as built.
+        build_tiny_adapters(pipeline, out_dir, name, force=True)
         (target / COMPLETE_MARKER).write_text(f"{count_parameters(pipeline)}\n")
         log.info("built %s (%d parameters) at %s", name, count_parameters(pipeline), target)
         written.append(target)

@@ -23,15 +23,13 @@ import torch
 
 from mediamesh.common.checkpoint_files import PARTIAL_SUFFIX, checkpoint_file
 from mediamesh.common.generation import GenerationParams
+from mediamesh.common.preemption import TIMESTEP_DRIVEN_SCHEDULERS
 from mediamesh.common.work import JobParams
 
 # 2: the job's generation parameters are nested under "generation".
 FORMAT_VERSION = 2
 # Scheduler attributes that are configuration or objects rebuilt by `set_timesteps`.
 _SKIPPED_ATTRIBUTES = {"config", "_internal_dict", "noise_sampler"}
-# Schedulers whose `step` reads only the timestep it is given, the schedule and the
-# generator: trimming the schedule to the remaining timesteps resumes them exactly.
-TIMESTEP_DRIVEN_SCHEDULERS = frozenset({"DDIMScheduler", "CogVideoXDDIMScheduler", "DDPMScheduler"})
 _ROW = "__row__"
 _NUMPY = "__numpy__"
 

@@ -21,9 +21,12 @@ import torch
 from diffusers import DiffusionPipeline
 
 from mediamesh.common.errors import StatusCode
+from mediamesh.common.generation import AdapterScale
 from mediamesh.common.registry import ModelSpec
 from mediamesh.common.work import JobFailed, JobFinished, JobNotice, JobParams, JobPreempted
+from mediamesh.worker.core import call_hooks
 from mediamesh.worker.core.batch import BatchCancelled, ControlView, Emit
+from mediamesh.worker.models.adapters import AdapterCache, AdapterLoadError
 from mediamesh.worker.models.checkpoint import (
     Checkpoint,
     CheckpointError,
@@ -31,6 +34,8 @@ from mediamesh.worker.models.checkpoint import (
     read_checkpoint,
     resume_schedule,
 )
+from mediamesh.worker.models.out_of_memory import is_out_of_memory, retry_in_halves
+from mediamesh.worker.models.previews import latent_previewer
 from mediamesh.worker.models.progress import StepTracker, Terminals
 
 log = logging.getLogger(__name__)
@@ -58,6 +63,10 @@ class DiffusionHost:
         self.checkpoint_dir = checkpoint_dir
         # False on tensor-parallel helper ranks: rank 0 alone writes checkpoint files.
         self.persist_checkpoints = True
+        # LoRA adapters of the entry, when the host can apply them (`worker.hosting` sets it).
+        self.adapters: AdapterCache | None = None
+        # Latent previews (None when the registry entry turns them off).
+        self.previewer = latent_previewer(spec, pipeline)
         pipeline.set_progress_bar_config(disable=True)
 
     # Family hooks -------------------------------------------------------------------
@@ -140,9 +149,11 @@ class DiffusionHost:
                     terminals.emit(
                         JobNotice(job.job_id, "resumed", f"resuming at step {checkpoint.step + 1}")
                     )
-                    resumed[(checkpoint.step, *self.group_key(job))].append((job, checkpoint))
+                    key = (checkpoint.step, job.generation.adapters, *self.group_key(job))
+                    resumed[key].append((job, checkpoint))
                     continue
-            fresh[self.group_key(job)].append(job)
+            # The scheduler never mixes adapter sets in a batch; a group is one set anyway.
+            fresh[(job.generation.adapters, *self.group_key(job))].append(job)
         plan: list[tuple[list[JobParams], list[Checkpoint] | None]] = []
         for pairs in resumed.values():
             plan.append(([job for job, _ in pairs], [c for _, c in pairs]))
@@ -191,21 +202,39 @@ class DiffusionHost:
             start_step=checkpoints[0].step if checkpoints else 0,
             persist=self.persist_checkpoints,
             on_boundary=sync,
+            previewer=self.previewer,
+            pipeline=self.pipeline,
         )
+        use_device(control, True)
         hook = self.denoiser.register_forward_pre_hook(tracker.mark_step_start)
+        out_of_memory: BaseException | None = None
         try:
             output = self._generate(jobs, generators, checkpoints, tracker)
         except BatchCancelled:
             return
         except Exception as exc:
-            log.exception("group of %d jobs on %s failed", len(jobs), self.spec.name)
-            for job in jobs:
-                terminals.send(
-                    job.job_id, JobFailed(job.job_id, StatusCode.INTERNAL, _describe(exc))
-                )
-            return
+            if not is_out_of_memory(exc):
+                self._fail_group(jobs, terminals, exc)
+                return
+            # Without its traceback: the frames it holds keep the attempt's tensors alive.
+            out_of_memory = exc.with_traceback(None)
         finally:
             hook.remove()
+        if out_of_memory is not None:
+            # After the attempt: its step hook is gone and its tensors can be freed.
+            del tracker
+            retry_in_halves(
+                self.spec.name,
+                self.device,
+                jobs,
+                checkpoints,
+                terminals,
+                out_of_memory,
+                lambda half, saved: self._run_group(half, saved, control, terminals),
+            )
+            return
+        # Encoding needs no device: the next batch waiting on this worker starts meanwhile.
+        use_device(control, False)
         for index, job in enumerate(jobs):
             if not tracker.live[index]:
                 continue
@@ -219,6 +248,11 @@ class DiffusionHost:
             tracker.discard_periodic(job.job_id)
             terminals.send(job.job_id, JobFinished(job.job_id, data, mime, job.generation.seed))
 
+    def _fail_group(self, jobs: list[JobParams], terminals: Terminals, exc: Exception) -> None:
+        log.exception("group of %d jobs on %s failed", len(jobs), self.spec.name)
+        for job in jobs:
+            terminals.send(job.job_id, JobFailed(job.job_id, StatusCode.INTERNAL, _describe(exc)))
+
     def _generate(
         self,
         jobs: list[JobParams],
@@ -226,12 +260,31 @@ class DiffusionHost:
         checkpoints: list[Checkpoint] | None,
         tracker: StepTracker,
     ) -> Any:
+        self._apply_adapters(jobs[0].generation.adapters)
+        call_hooks.before_call(self.spec.name, jobs)
         if not checkpoints:
             return self.generate(jobs, generators, None, tracker)
         state = merge_scheduler_states([c.scheduler_state for c in checkpoints])
         latents = torch.cat([c.latents for c in checkpoints]).to(self.device)
         with resume_schedule(self.pipeline.scheduler, state, self.device):
             return self.generate(jobs, generators, latents, tracker)
+
+    def _apply_adapters(self, adapters: tuple[AdapterScale, ...]) -> None:
+        if self.adapters is not None:
+            self.adapters.activate(adapters)
+        elif adapters:
+            raise AdapterLoadError(
+                f"model {self.spec.name!r} cannot apply LoRA adapters in "
+                f"{self.spec.parallelism.mode} mode"
+            )
+
+
+def use_device(control: ControlView, needed: bool) -> None:
+    """Take the device back (`needed`) or let other batches have it (BatchControl's
+    enter_device and leave_device); a control without a device gate has neither."""
+    switch = getattr(control, "enter_device" if needed else "leave_device", None)
+    if switch is not None:
+        switch()
 
 
 def _shape_mismatch(jobs: list[JobParams]) -> str | None:

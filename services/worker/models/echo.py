@@ -9,9 +9,11 @@ import numpy as np
 
 from mediamesh.common.errors import StatusCode
 from mediamesh.common.registry import ModelSpec
-from mediamesh.common.work import JobFailed, JobFinished, JobParams, StepDone
+from mediamesh.common.work import JobFailed, JobFinished, JobParams, Preview, StepDone
+from mediamesh.worker.core import call_hooks
 from mediamesh.worker.core.batch import ControlView, Emit
 from mediamesh.worker.models.encode import encode_result
+from mediamesh.worker.models.preview_image import encode_rgb, preview_size
 from mediamesh.worker.models.progress import Terminals
 
 
@@ -36,6 +38,7 @@ class EchoHost:
                 terminals.send(job.job_id, JobFailed(job.job_id, StatusCode.INTERNAL, str(exc)))
 
     def _run(self, jobs: list[JobParams], control: ControlView, terminals: Terminals) -> None:
+        call_hooks.before_call(self.spec.name, jobs)
         live = list(jobs)
         steps = max((job.generation.steps for job in jobs), default=0)
         for step in range(1, steps + 1):
@@ -48,7 +51,9 @@ class EchoHost:
             elapsed = time.perf_counter() - started
             for job in live:
                 if step <= job.generation.steps:
-                    terminals.emit(StepDone(job.job_id, step, job.generation.steps, elapsed))
+                    preview = self._preview(job, step)
+                    total = job.generation.steps
+                    terminals.emit(StepDone(job.job_id, step, total, elapsed, preview))
         for job in live:
             asked = job.generation
             width = asked.width or self.spec.defaults.width or 16
@@ -57,6 +62,16 @@ class EchoHost:
             pixels[:] = seed_colour(asked.seed)
             data, mime_type = encode_result(self.spec, pixels, asked)
             terminals.send(job.job_id, JobFinished(job.job_id, data, mime_type, asked.seed))
+
+    def _preview(self, job: JobParams, step: int) -> Preview | None:
+        # The result's own colour: Echo has no latents, but its callers test the stream.
+        every = job.generation.preview_every_steps
+        if not self.spec.preview.enabled or every <= 0 or step % every:
+            return None
+        width, height = preview_size(job.generation.width or 16, job.generation.height or 16)
+        pixels = np.empty((height, width, 3), dtype=np.uint8)
+        pixels[:] = seed_colour(job.generation.seed)
+        return encode_rgb(pixels, (width, height))
 
     def close(self) -> None:
         return None

@@ -15,10 +15,12 @@ from typing import Protocol
 import torch
 from diffusers import DiffusionPipeline
 
+from mediamesh.common.hub import cached_snapshot, is_hub_source, missing_message
 from mediamesh.common.registry import ModelSpec
 from mediamesh.common.work import JobParams
 from mediamesh.worker.core.batch import ControlView, Emit
 from mediamesh.worker.models.diffusion import DiffusionHost
+from mediamesh.worker.models.gpu_setup import apply_gpu_options, place, refuse_on_device
 from mediamesh.worker.models.memory import (
     DTYPE_BYTES,
     ModelLoadError,
@@ -62,7 +64,10 @@ def load_single_device_host(
     """Data mode: the whole pipeline on the worker's one device; raises ModelLoadError."""
     family = host_class(spec)
     pipeline = load_pipeline(spec, models_dir=models_dir, device=device)
-    return family(spec, pipeline, device=device, checkpoint_dir=checkpoint_dir)
+    host = family(spec, pipeline, device=device, checkpoint_dir=checkpoint_dir)
+    if host.previewer is not None and spec.preview.vae:
+        host.previewer.load_tiny_vae(models_dir, device)
+    return host
 
 
 def load_pipeline(
@@ -73,12 +78,20 @@ def load_pipeline(
     import diffusers
 
     source = spec.resolved_source(models_dir)
-    local_dir = Path(source) if Path(source).is_dir() else _cached_snapshot(source)
+    # Hub entries load from their cached snapshot folder, never the network (`common.hub`).
+    local_dir = Path(source) if Path(source).is_dir() else cached_snapshot(spec)
     if spec.source.startswith("{models_dir}") and local_dir is None:
         raise ModelLoadError(
             f"model {spec.name!r}: {source} does not exist; build it with `mediamesh models build`"
         )
-    if device is not None and local_dir is not None:
+    if local_dir is None:
+        if not is_hub_source(spec, models_dir):
+            raise ModelLoadError(f"model {spec.name!r}: {source} does not exist")
+        raise ModelLoadError(missing_message(spec))
+    if device is not None:
+        refuse_on_device(spec, device)
+    # Offloaded weights stay in host memory; the device holds one component at a time.
+    if device is not None and local_dir is not None and spec.gpu.offload == "none":
         needed = weight_parameters(local_dir) * DTYPE_BYTES[spec.dtype]
         check_fits(spec.name, needed, device)
     if spec.quantization == "int8-dynamic" and device is not None and device != "cpu":
@@ -87,17 +100,19 @@ def load_pipeline(
         )
     pipeline_class = getattr(diffusers, spec.pipeline, diffusers.DiffusionPipeline)
     kwargs: dict[str, object] = {dtype_keyword(): TORCH_DTYPES[spec.dtype]}
+    if spec.variant:
+        kwargs["variant"] = spec.variant
     kwargs.update(options)
-    if Path(source).is_dir():
-        kwargs["local_files_only"] = True
+    kwargs["local_files_only"] = True
     try:
-        pipeline = pipeline_class.from_pretrained(source, **kwargs)
+        pipeline = pipeline_class.from_pretrained(str(local_dir), **kwargs)
     except (OSError, ValueError) as exc:
         raise ModelLoadError(f"model {spec.name!r}: cannot load {source}: {exc}") from exc
     if device is not None:
-        pipeline.to(device)
+        place(spec, pipeline, device)
     if spec.quantization == "int8-dynamic":
         quantize_int8_dynamic(pipeline.transformer)
+    apply_gpu_options(spec, pipeline)
     return pipeline
 
 
@@ -116,13 +131,3 @@ def quantize_int8_dynamic(module: torch.nn.Module) -> None:
     from torch.ao.quantization import quantize_dynamic
 
     quantize_dynamic(module, {torch.nn.Linear}, dtype=torch.qint8, inplace=True)
-
-
-def _cached_snapshot(repo_id: str) -> Path | None:
-    """The local copy of a hub repository, when one is already in the cache."""
-    try:
-        from huggingface_hub import snapshot_download
-
-        return Path(snapshot_download(repo_id, local_files_only=True))
-    except Exception:
-        return None

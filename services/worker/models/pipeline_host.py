@@ -24,9 +24,12 @@ from mediamesh.common.registry import ModelSpec
 from mediamesh.common.work import JobParams
 from mediamesh.worker.models.diffusion import DiffusionHost
 from mediamesh.worker.models.encode import encode_result
+from mediamesh.worker.models.inputs import image_arguments
 from mediamesh.worker.models.memory import ModelLoadError
 from mediamesh.worker.models.progress import StepTracker
 from mediamesh.worker.models.quirks import quirks_for
+from mediamesh.worker.models.step_boundaries import StepBoundaries
+from mediamesh.worker.models.step_cache import StepCache, cache_for_call
 
 # The output attribute of each modality's pipeline result.
 _OUTPUT_ATTRIBUTE = {"image": "images", "video": "frames", "audio": "audios"}
@@ -55,6 +58,7 @@ class PipelineHost(DiffusionHost):
                 f"model {spec.name!r}: {type(pipeline).__name__}.__call__ has neither "
                 "callback_on_step_end nor callback, so steps cannot be observed or stopped"
             )
+        self.step_cache = StepCache(spec, pipeline, self.denoiser) if spec.cache else None
 
     # Family hooks -------------------------------------------------------------------
 
@@ -72,9 +76,11 @@ class PipelineHost(DiffusionHost):
     def group_key(self, job: JobParams) -> tuple[Any, ...]:
         # Duration conditions audio models, and an empty negative prompt is passed as none
         # (some pipelines then use zero embeddings): either would differ between neighbours.
-        key: tuple[Any, ...] = (bool(job.generation.negative_prompt),)
+        key: tuple[Any, ...] = (bool(job.generation.negative_prompt), job.generation.use_cache)
         if self.spec.modality == "audio":
             key += (job.generation.duration_s,)
+        # One strength per pipeline call, and a mask for all of a call's images or none.
+        key += (job.generation.strength, job.generation.mask_image is not None)
         return key
 
     @property
@@ -94,7 +100,11 @@ class PipelineHost(DiffusionHost):
     ) -> Any:
         arguments = self.call_arguments(jobs, generators)
         arguments.update(self._step_hook(tracker))
-        with self._resumed_latents(latents, generators):
+        first = jobs[0].generation
+        with (
+            self._resumed_latents(latents, generators),
+            cache_for_call(self.step_cache, first.use_cache, first.steps),
+        ):
             result = self.pipeline(**arguments)
         return getattr(result, _OUTPUT_ATTRIBUTE[self.spec.modality])
 
@@ -133,6 +143,7 @@ class PipelineHost(DiffusionHost):
             if name in takes and first.duration_s:
                 arguments[name] = first.duration_s
                 break
+        arguments.update(image_arguments(self.spec, takes, jobs))
         if "max_sequence_length" in takes and "max_sequence_length" not in arguments:
             budget = self._sequence_budget()
             if budget is not None:
@@ -154,12 +165,17 @@ class PipelineHost(DiffusionHost):
 
     def _step_hook(self, tracker: StepTracker) -> dict[str, Any]:
         key = self.quirks.latents_key
+        boundaries = StepBoundaries(
+            self.pipeline.scheduler, tracker.total_steps - tracker.start_step
+        )
         if "callback_on_step_end" in self.parameters:
 
             def on_step_end(
-                _pipe: Any, index: int, _t: Any, tensors: dict[str, torch.Tensor]
+                pipe: Any, index: int, _t: Any, tensors: dict[str, torch.Tensor]
             ) -> dict[str, torch.Tensor]:
-                tracker.on_step(index, tensors[key])
+                step = boundaries.completed(index, pipe)
+                if step is not None:
+                    tracker.on_step(step, tensors[key])
                 return {}
 
             return {
@@ -168,7 +184,9 @@ class PipelineHost(DiffusionHost):
             }
 
         def on_step(index: int, _t: Any, latents: torch.Tensor) -> None:
-            tracker.on_step(index, latents)
+            step = boundaries.completed(index)
+            if step is not None:
+                tracker.on_step(step, latents)
 
         return {"callback": on_step, "callback_steps": 1}
 

@@ -17,7 +17,15 @@ from typing import Any
 import torch
 
 from mediamesh.common.errors import StatusCode
-from mediamesh.common.work import JobCheckpointed, JobFailed, JobParams, JobPreempted, StepDone
+from mediamesh.common.work import (
+    JobCheckpointed,
+    JobFailed,
+    JobNotice,
+    JobParams,
+    JobPreempted,
+    Preview,
+    StepDone,
+)
 from mediamesh.worker.core.batch import BatchCancelled, ControlView, Emit
 from mediamesh.worker.models.checkpoint import (
     Checkpoint,
@@ -25,8 +33,12 @@ from mediamesh.worker.models.checkpoint import (
     snapshot_scheduler,
     write_checkpoint,
 )
+from mediamesh.worker.models.pausing import PipelineAside
 
 log = logging.getLogger(__name__)
+
+# Makes the preview of job `index` of a batch from the batch's latents after a step.
+PreviewHook = Callable[[torch.Tensor, int, JobParams], Preview]
 
 
 @dataclass
@@ -70,12 +82,21 @@ class StepTracker:
     _step_started: float | None = None
     # Called after every step; tests and parallel hosts use it to observe boundaries.
     on_boundary: Callable[[int], None] | None = None
+    # Latent previews for jobs with preview_every_steps; None: the model makes none.
+    previewer: PreviewHook | None = None
+    # The pipeline the loop runs in: what a pause sets aside for the batch that runs meanwhile.
+    pipeline: Any = None
 
     def __post_init__(self) -> None:
         self.live = [not self.terminals.has(job.job_id) for job in self.jobs]
 
     @property
     def total_steps(self) -> int:
+        # A job with an input image and a strength runs only the tail of the schedule; the
+        # pipeline has counted those steps (`_num_timesteps`) before its loop starts.
+        counted = getattr(self.pipeline, "_num_timesteps", None)
+        if self.jobs[0].generation.strength and isinstance(counted, int) and counted > 0:
+            return counted
         return self.jobs[0].generation.steps
 
     def mark_step_start(self, *_: Any) -> None:
@@ -102,12 +123,58 @@ class StepTracker:
             raise BatchCancelled(f"every job cancelled by step {step}")
         for index, job in enumerate(self.jobs):
             if self.live[index]:
-                self.terminals.emit(StepDone(job.job_id, step, self.total_steps, step_seconds))
+                preview = self._preview(index, step, latents)
+                self.terminals.emit(
+                    StepDone(job.job_id, step, self.total_steps, step_seconds, preview)
+                )
         if step >= self.total_steps:
             return  # finishing costs less than a checkpoint and a resume
         if self.control.preempt_requested:
             self._preempt(step, latents)
         self._periodic(step, latents)
+        self._maybe_pause(step, latents)
+
+    def _maybe_pause(self, step: int, latents: torch.Tensor) -> None:
+        """Give the device to urgent work if asked to (BatchControl.pause_here). A tensor
+        parallel rank's control has no pause: its group would have to pause in step."""
+        pause_here = getattr(self.control, "pause_here", None)
+        if pause_here is None:
+            return
+        aside = PipelineAside(self.pipeline)
+
+        def on_pause() -> None:
+            # On disk too, so that the jobs resume elsewhere should this worker be lost.
+            for index, job in enumerate(self.jobs):
+                if not self.live[index]:
+                    continue
+                self._keep_checkpoint(index, step, latents)
+                message = f"paused at step {step} for more urgent work"
+                self.terminals.emit(JobNotice(job.job_id, "paused", message))
+            aside.pause()
+
+        def on_resume() -> None:
+            aside.resume()
+            # The paused tracker's pre-hook fired during the other batch's steps.
+            self._step_started = None
+            for index, job in enumerate(self.jobs):
+                if self.live[index]:
+                    message = f"resumed at step {step + 1} on the same worker"
+                    self.terminals.emit(JobNotice(job.job_id, "resumed", message))
+
+        pause_here(on_pause, on_resume)
+
+    def _preview(self, index: int, step: int, latents: torch.Tensor) -> Preview | None:
+        job = self.jobs[index]
+        every = job.generation.preview_every_steps
+        # Helper ranks of a tensor group send nothing, so they skip the work too.
+        if self.previewer is None or not self.persist or every <= 0 or step % every:
+            return None
+        try:
+            return self.previewer(latents, index, job)
+        except Exception:
+            # A preview is a courtesy: the job goes on without it.
+            log.warning("no preview for job %s at step %d", job.job_id, step, exc_info=True)
+            return None
 
     def _preempt(self, step: int, latents: torch.Tensor) -> None:
         for index, job in enumerate(self.jobs):
@@ -124,12 +191,17 @@ class StepTracker:
             every = job.checkpoint_every_steps
             if not self.live[index] or every <= 0 or step % every != 0:
                 continue
-            path = self._write(index, step, latents)
-            previous = self.periodic.get(job.job_id)
-            self.periodic[job.job_id] = path
-            if previous is not None and previous != path and self.persist:
-                previous.unlink(missing_ok=True)
-            self.terminals.emit(JobCheckpointed(job.job_id, str(path), step))
+            self._keep_checkpoint(index, step, latents)
+
+    def _keep_checkpoint(self, index: int, step: int, latents: torch.Tensor) -> None:
+        """Write a checkpoint the job can resume from, replacing its previous one."""
+        job = self.jobs[index]
+        path = self._write(index, step, latents)
+        previous = self.periodic.get(job.job_id)
+        self.periodic[job.job_id] = path
+        if previous is not None and previous != path and self.persist:
+            previous.unlink(missing_ok=True)
+        self.terminals.emit(JobCheckpointed(job.job_id, str(path), step))
 
     def discard_periodic(self, job_id: str) -> None:
         """A finished or cancelled job will never resume: its periodic checkpoint is garbage."""

@@ -29,6 +29,9 @@ DEFAULT_QUIRKS = FamilyQuirks()
 FAMILY_QUIRKS: dict[str, FamilyQuirks] = {
     "WanPipeline": FamilyQuirks(frame_multiple_attribute="vae_scale_factor_temporal"),
     "CogVideoXPipeline": FamilyQuirks(frame_multiple_attribute="vae_scale_factor_temporal"),
+    "CogVideoXImageToVideoPipeline": FamilyQuirks(
+        frame_multiple_attribute="vae_scale_factor_temporal"
+    ),
     "LTXPipeline": FamilyQuirks(frame_multiple_attribute="vae_temporal_compression_ratio"),
 }
 

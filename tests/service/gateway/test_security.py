@@ -41,13 +41,16 @@ MIB = 1024 * 1024
     ],
 )
 async def test_no_keys_off_loopback_refuses_to_start_unless_insecure(settings, starts):
-    config = MeshConfig(gateway=GatewaySettings(port=0, metrics_port=None, **settings), workers=[])
+    gateway_settings = GatewaySettings(port=0, metrics_port=None, http_port=0, **settings)
+    config = MeshConfig(gateway=gateway_settings, workers=[])
     if not starts:
+        # The HTTP face shares the gRPC listener's host and keys: it refuses with it.
         with pytest.raises(InsecureBindError, match="--insecure"):
             await start_gateway(config, load_registry())
         return
     gateway = await start_gateway(config, load_registry())
     assert gateway.port > 0
+    assert gateway.http_port and gateway.http_port > 0
     await gateway.stop(0)
 
 

@@ -70,6 +70,7 @@ async def test_a_gateway_that_lost_its_scheduler_reports_not_serving_until_it_is
         gateway=GatewaySettings(
             port=0,
             metrics_port=None,
+            http_port=None,
             scheduler_address=f"127.0.0.1:{scheduler_port}",
             scheduler_lost_after_s=LOST_AFTER_S,
         ),

@@ -32,6 +32,7 @@ def models_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
             "sd3-tiny",
             "pixart-tiny",
             "cogvideox-tiny",
+            "audioldm2-tiny",
         ],
     )
     return target

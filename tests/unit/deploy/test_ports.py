@@ -54,6 +54,7 @@ def test_config_files_use_the_default_ports(path):
     every_worker = [*config.workers, *([config.worker] if config.worker else [])]
     assert config.gateway.port == GATEWAY.port
     assert config.gateway.metrics_port == GATEWAY.metrics_port
+    assert config.gateway.http_port == GATEWAY.http_port
     assert config.scheduler.port == SCHEDULER.port
     assert config.scheduler.metrics_port == SCHEDULER.metrics_port
     assert port_of(config.gateway.scheduler_address) == SCHEDULER.port
@@ -110,7 +111,10 @@ def test_dockerfiles_expose_the_default_ports():
 
 def test_compose_ports():
     services = load_compose()["services"]
-    assert services["gateway"]["ports"] == [f"{GATEWAY.port}:{GATEWAY.port}"]
+    assert services["gateway"]["ports"] == [
+        f"{GATEWAY.port}:{GATEWAY.port}",
+        f"{GATEWAY.http_port}:{GATEWAY.http_port}",
+    ]
     prometheus = load_yaml(DEPLOY / "prometheus" / "prometheus.yml")
     targets = {
         target
@@ -134,6 +138,8 @@ def test_k8s_ports(overlay):
         expected = {"grpc": GRPC[role], "metrics": METRICS[role]}
         if health_port(overlay, workload) is not None:
             expected["health"] = health_port(overlay, workload)
+        if role == "gateway":
+            expected["http"] = GATEWAY.http_port
         assert ports == expected, workload["metadata"]["name"]
         annotations = workload["spec"]["template"]["metadata"]["annotations"]
         assert annotations["prometheus.io/scrape"] == "true"
@@ -152,7 +158,10 @@ def test_k8s_ports(overlay):
         if role not in GRPC:
             continue
         ports = {p["name"]: (p["port"], p["targetPort"]) for p in service["spec"]["ports"]}
-        assert ports == {"grpc": (GRPC[role], "grpc"), "metrics": (METRICS[role], "metrics")}
+        expected_service = {"grpc": (GRPC[role], "grpc"), "metrics": (METRICS[role], "metrics")}
+        if role == "gateway":
+            expected_service["http"] = (GATEWAY.http_port, "http")
+        assert ports == expected_service
 
 
 def test_k8s_prometheus_scrapes_the_metrics_port_by_name():

@@ -234,7 +234,7 @@ class ModelLimits(_message.Message):
     def __init__(self, default_steps: _Optional[int] = ..., max_steps: _Optional[int] = ..., default_width: _Optional[int] = ..., default_height: _Optional[int] = ..., max_width: _Optional[int] = ..., max_height: _Optional[int] = ..., size_multiple: _Optional[int] = ..., default_num_frames: _Optional[int] = ..., max_num_frames: _Optional[int] = ..., default_duration_s: _Optional[float] = ..., max_duration_s: _Optional[float] = ..., default_guidance_scale: _Optional[float] = ..., max_guidance_scale: _Optional[float] = ..., max_batch: _Optional[int] = ...) -> None: ...
 
 class ModelInfo(_message.Message):
-    __slots__ = ("name", "modality", "pipeline", "parallelism", "limits", "ready", "mime_type", "devices", "accepted_fields", "output_formats", "preemption", "previews", "inputs", "adapters", "default_strength")
+    __slots__ = ("name", "modality", "pipeline", "parallelism", "limits", "ready", "mime_type", "devices", "accepted_fields", "output_formats", "preemption", "previews", "inputs", "adapters", "default_strength", "warmup")
     NAME_FIELD_NUMBER: _ClassVar[int]
     MODALITY_FIELD_NUMBER: _ClassVar[int]
     PIPELINE_FIELD_NUMBER: _ClassVar[int]
@@ -250,6 +250,7 @@ class ModelInfo(_message.Message):
     INPUTS_FIELD_NUMBER: _ClassVar[int]
     ADAPTERS_FIELD_NUMBER: _ClassVar[int]
     DEFAULT_STRENGTH_FIELD_NUMBER: _ClassVar[int]
+    WARMUP_FIELD_NUMBER: _ClassVar[int]
     name: str
     modality: str
     pipeline: str
@@ -265,7 +266,8 @@ class ModelInfo(_message.Message):
     inputs: _containers.RepeatedScalarFieldContainer[str]
     adapters: _containers.RepeatedCompositeFieldContainer[AdapterInfo]
     default_strength: float
-    def __init__(self, name: _Optional[str] = ..., modality: _Optional[str] = ..., pipeline: _Optional[str] = ..., parallelism: _Optional[str] = ..., limits: _Optional[_Union[ModelLimits, _Mapping]] = ..., ready: _Optional[bool] = ..., mime_type: _Optional[str] = ..., devices: _Optional[_Iterable[str]] = ..., accepted_fields: _Optional[_Iterable[str]] = ..., output_formats: _Optional[_Iterable[str]] = ..., preemption: _Optional[str] = ..., previews: _Optional[bool] = ..., inputs: _Optional[_Iterable[str]] = ..., adapters: _Optional[_Iterable[_Union[AdapterInfo, _Mapping]]] = ..., default_strength: _Optional[float] = ...) -> None: ...
+    warmup: str
+    def __init__(self, name: _Optional[str] = ..., modality: _Optional[str] = ..., pipeline: _Optional[str] = ..., parallelism: _Optional[str] = ..., limits: _Optional[_Union[ModelLimits, _Mapping]] = ..., ready: _Optional[bool] = ..., mime_type: _Optional[str] = ..., devices: _Optional[_Iterable[str]] = ..., accepted_fields: _Optional[_Iterable[str]] = ..., output_formats: _Optional[_Iterable[str]] = ..., preemption: _Optional[str] = ..., previews: _Optional[bool] = ..., inputs: _Optional[_Iterable[str]] = ..., adapters: _Optional[_Iterable[_Union[AdapterInfo, _Mapping]]] = ..., default_strength: _Optional[float] = ..., warmup: _Optional[str] = ...) -> None: ...
 
 class AdapterInfo(_message.Message):
     __slots__ = ("name", "default_scale")

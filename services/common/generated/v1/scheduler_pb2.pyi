@@ -57,14 +57,34 @@ class Device(_message.Message):
     def __init__(self, id: _Optional[str] = ..., memory_bytes: _Optional[int] = ..., free_bytes: _Optional[int] = ...) -> None: ...
 
 class HostedModel(_message.Message):
-    __slots__ = ("name", "parallelism", "device_ids")
+    __slots__ = ("name", "parallelism", "device_ids", "adapters", "warmup")
     NAME_FIELD_NUMBER: _ClassVar[int]
     PARALLELISM_FIELD_NUMBER: _ClassVar[int]
     DEVICE_IDS_FIELD_NUMBER: _ClassVar[int]
+    ADAPTERS_FIELD_NUMBER: _ClassVar[int]
+    WARMUP_FIELD_NUMBER: _ClassVar[int]
     name: str
     parallelism: str
     device_ids: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, name: _Optional[str] = ..., parallelism: _Optional[str] = ..., device_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+    adapters: _containers.RepeatedCompositeFieldContainer[LoadedAdapter]
+    warmup: str
+    def __init__(self, name: _Optional[str] = ..., parallelism: _Optional[str] = ..., device_ids: _Optional[_Iterable[str]] = ..., adapters: _Optional[_Iterable[_Union[LoadedAdapter, _Mapping]]] = ..., warmup: _Optional[str] = ...) -> None: ...
+
+class LoadedAdapter(_message.Message):
+    __slots__ = ("name", "load_seconds")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    LOAD_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    load_seconds: float
+    def __init__(self, name: _Optional[str] = ..., load_seconds: _Optional[float] = ...) -> None: ...
+
+class ModelAdapters(_message.Message):
+    __slots__ = ("model", "adapters")
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    ADAPTERS_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    adapters: _containers.RepeatedCompositeFieldContainer[LoadedAdapter]
+    def __init__(self, model: _Optional[str] = ..., adapters: _Optional[_Iterable[_Union[LoadedAdapter, _Mapping]]] = ...) -> None: ...
 
 class WorkerRegistration(_message.Message):
     __slots__ = ("worker_id", "address", "pool", "devices", "models", "capacity")
@@ -83,7 +103,7 @@ class WorkerRegistration(_message.Message):
     def __init__(self, worker_id: _Optional[str] = ..., address: _Optional[str] = ..., pool: _Optional[str] = ..., devices: _Optional[_Iterable[_Union[Device, _Mapping]]] = ..., models: _Optional[_Iterable[_Union[HostedModel, _Mapping]]] = ..., capacity: _Optional[int] = ...) -> None: ...
 
 class WorkerHeartbeat(_message.Message):
-    __slots__ = ("draining", "running_batches", "memory_used_bytes")
+    __slots__ = ("draining", "running_batches", "memory_used_bytes", "adapters")
     class MemoryUsedBytesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -94,10 +114,12 @@ class WorkerHeartbeat(_message.Message):
     DRAINING_FIELD_NUMBER: _ClassVar[int]
     RUNNING_BATCHES_FIELD_NUMBER: _ClassVar[int]
     MEMORY_USED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    ADAPTERS_FIELD_NUMBER: _ClassVar[int]
     draining: bool
     running_batches: int
     memory_used_bytes: _containers.ScalarMap[str, int]
-    def __init__(self, draining: _Optional[bool] = ..., running_batches: _Optional[int] = ..., memory_used_bytes: _Optional[_Mapping[str, int]] = ...) -> None: ...
+    adapters: _containers.RepeatedCompositeFieldContainer[ModelAdapters]
+    def __init__(self, draining: _Optional[bool] = ..., running_batches: _Optional[int] = ..., memory_used_bytes: _Optional[_Mapping[str, int]] = ..., adapters: _Optional[_Iterable[_Union[ModelAdapters, _Mapping]]] = ...) -> None: ...
 
 class WorkerMessage(_message.Message):
     __slots__ = ("register", "heartbeat", "batches_ended")
@@ -163,7 +185,7 @@ class QueueStatus(_message.Message):
     def __init__(self, name: _Optional[str] = ..., depth: _Optional[int] = ..., depth_by_priority: _Optional[_Mapping[str, int]] = ..., work_s: _Optional[float] = ..., oldest_wait_s: _Optional[float] = ..., sla_s: _Optional[float] = ..., running: _Optional[int] = ...) -> None: ...
 
 class WorkerSummary(_message.Message):
-    __slots__ = ("worker_id", "pool", "devices", "models", "load_s", "state", "address")
+    __slots__ = ("worker_id", "pool", "devices", "models", "load_s", "state", "address", "adapters", "warming")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     POOL_FIELD_NUMBER: _ClassVar[int]
     DEVICES_FIELD_NUMBER: _ClassVar[int]
@@ -171,6 +193,8 @@ class WorkerSummary(_message.Message):
     LOAD_S_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    ADAPTERS_FIELD_NUMBER: _ClassVar[int]
+    WARMING_FIELD_NUMBER: _ClassVar[int]
     worker_id: str
     pool: str
     devices: _containers.RepeatedScalarFieldContainer[str]
@@ -178,7 +202,9 @@ class WorkerSummary(_message.Message):
     load_s: float
     state: str
     address: str
-    def __init__(self, worker_id: _Optional[str] = ..., pool: _Optional[str] = ..., devices: _Optional[_Iterable[str]] = ..., models: _Optional[_Iterable[str]] = ..., load_s: _Optional[float] = ..., state: _Optional[str] = ..., address: _Optional[str] = ...) -> None: ...
+    adapters: _containers.RepeatedCompositeFieldContainer[ModelAdapters]
+    warming: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, worker_id: _Optional[str] = ..., pool: _Optional[str] = ..., devices: _Optional[_Iterable[str]] = ..., models: _Optional[_Iterable[str]] = ..., load_s: _Optional[float] = ..., state: _Optional[str] = ..., address: _Optional[str] = ..., adapters: _Optional[_Iterable[_Union[ModelAdapters, _Mapping]]] = ..., warming: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class CostSummary(_message.Message):
     __slots__ = ("cost", "on_demand_cost", "device_seconds_by_pool", "device_seconds_by_model", "device_seconds_by_tenant")

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from mediamesh.common.generated.v1 import common_pb2 as mediamesh_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19mediamesh/v1/worker.proto\x12\x0cmediamesh.v1\x1a\x19mediamesh/v1/common.proto\"\x90\x04\n\x07JobSpec\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0e\n\x06prompt\x18\x02 \x01(\t\x12\x17\n\x0fnegative_prompt\x18\x03 \x01(\t\x12\r\n\x05steps\x18\x04 \x01(\r\x12\x0c\n\x04seed\x18\x05 \x01(\x04\x12\r\n\x05width\x18\x06 \x01(\r\x12\x0e\n\x06height\x18\x07 \x01(\r\x12\x12\n\nnum_frames\x18\x08 \x01(\r\x12\x16\n\x0eguidance_scale\x18\t \x01(\x02\x12\x12\n\nduration_s\x18\n \x01(\x02\x12\x18\n\x10\x64\x65\x61\x64line_unix_ms\x18\x0b \x01(\x03\x12\x19\n\x11resume_checkpoint\x18\x0c \x01(\t\x12\x1e\n\x16\x63heckpoint_every_steps\x18\r \x01(\r\x12\x15\n\routput_format\x18\x0e \x01(\t\x12\x16\n\x0eoutput_quality\x18\x0f \x01(\r\x12\x0b\n\x03\x66ps\x18\x10 \x01(\r\x12\x1b\n\x13preview_every_steps\x18\x11 \x01(\r\x12%\n\x05image\x18\x12 \x01(\x0b\x32\x16.mediamesh.v1.InputRef\x12*\n\nmask_image\x18\x13 \x01(\x0b\x32\x16.mediamesh.v1.InputRef\x12\x10\n\x08strength\x18\x14 \x01(\x02\x12*\n\x08\x61\x64\x61pters\x18\x15 \x03(\x0b\x32\x18.mediamesh.v1.AdapterRef\x12\x11\n\tuse_cache\x18\x16 \x01(\x08\":\n\x08InputRef\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\x12\x10\n\x08\x61rtifact\x18\x02 \x01(\t\x12\x0e\n\x06sha256\x18\x03 \x01(\t\"W\n\x0fRunBatchRequest\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12#\n\x04jobs\x18\x03 \x03(\x0b\x32\x15.mediamesh.v1.JobSpec\":\n\tJobOutput\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\x12\x11\n\tmime_type\x18\x02 \x01(\t\x12\x0c\n\x04seed\x18\x03 \x01(\x04\"-\n\tPreempted\x12\x12\n\ncheckpoint\x18\x01 \x01(\t\x12\x0c\n\x04step\x18\x02 \x01(\r\"0\n\x0c\x43heckpointed\x12\x12\n\ncheckpoint\x18\x01 \x01(\t\x12\x0c\n\x04step\x18\x02 \x01(\r\"\xc2\x02\n\nBatchEvent\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12*\n\x08progress\x18\x02 \x01(\x0b\x32\x16.mediamesh.v1.ProgressH\x00\x12)\n\x06output\x18\x03 \x01(\x0b\x32\x17.mediamesh.v1.JobOutputH\x00\x12$\n\x05\x65rror\x18\x04 \x01(\x0b\x32\x13.mediamesh.v1.ErrorH\x00\x12,\n\tpreempted\x18\x05 \x01(\x0b\x32\x17.mediamesh.v1.PreemptedH\x00\x12\x32\n\x0c\x63heckpointed\x18\x06 \x01(\x0b\x32\x1a.mediamesh.v1.CheckpointedH\x00\x12&\n\x06notice\x18\x07 \x01(\x0b\x32\x14.mediamesh.v1.NoticeH\x00\x12\x14\n\x0cstep_seconds\x18\x08 \x01(\x01\x42\x07\n\x05\x65vent\"$\n\x11\x43\x61ncelJobsRequest\x12\x0f\n\x07job_ids\x18\x01 \x03(\t\"\'\n\x12\x43\x61ncelJobsResponse\x12\x11\n\tcancelled\x18\x01 \x03(\t\"-\n\x0c\x44rainRequest\x12\x0f\n\x07grace_s\x18\x01 \x01(\x01\x12\x0c\n\x04\x65xit\x18\x02 \x01(\x08\"\"\n\rDrainResponse\x12\x11\n\tpreempted\x18\x01 \x03(\t\"\x15\n\x13WorkerStatusRequest\"o\n\x14WorkerStatusResponse\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x0c\n\x04pool\x18\x02 \x01(\t\x12\x0e\n\x06models\x18\x03 \x03(\t\x12\x14\n\x0crunning_jobs\x18\x04 \x03(\t\x12\x10\n\x08\x64raining\x18\x05 \x01(\x08\x32\xaf\x02\n\x06Worker\x12\x45\n\x08RunBatch\x12\x1d.mediamesh.v1.RunBatchRequest\x1a\x18.mediamesh.v1.BatchEvent0\x01\x12K\n\x06\x43\x61ncel\x12\x1f.mediamesh.v1.CancelJobsRequest\x1a .mediamesh.v1.CancelJobsResponse\x12@\n\x05\x44rain\x12\x1a.mediamesh.v1.DrainRequest\x1a\x1b.mediamesh.v1.DrainResponse\x12O\n\x06Status\x12!.mediamesh.v1.WorkerStatusRequest\x1a\".mediamesh.v1.WorkerStatusResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19mediamesh/v1/worker.proto\x12\x0cmediamesh.v1\x1a\x19mediamesh/v1/common.proto\"\x90\x04\n\x07JobSpec\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0e\n\x06prompt\x18\x02 \x01(\t\x12\x17\n\x0fnegative_prompt\x18\x03 \x01(\t\x12\r\n\x05steps\x18\x04 \x01(\r\x12\x0c\n\x04seed\x18\x05 \x01(\x04\x12\r\n\x05width\x18\x06 \x01(\r\x12\x0e\n\x06height\x18\x07 \x01(\r\x12\x12\n\nnum_frames\x18\x08 \x01(\r\x12\x16\n\x0eguidance_scale\x18\t \x01(\x02\x12\x12\n\nduration_s\x18\n \x01(\x02\x12\x18\n\x10\x64\x65\x61\x64line_unix_ms\x18\x0b \x01(\x03\x12\x19\n\x11resume_checkpoint\x18\x0c \x01(\t\x12\x1e\n\x16\x63heckpoint_every_steps\x18\r \x01(\r\x12\x15\n\routput_format\x18\x0e \x01(\t\x12\x16\n\x0eoutput_quality\x18\x0f \x01(\r\x12\x0b\n\x03\x66ps\x18\x10 \x01(\r\x12\x1b\n\x13preview_every_steps\x18\x11 \x01(\r\x12%\n\x05image\x18\x12 \x01(\x0b\x32\x16.mediamesh.v1.InputRef\x12*\n\nmask_image\x18\x13 \x01(\x0b\x32\x16.mediamesh.v1.InputRef\x12\x10\n\x08strength\x18\x14 \x01(\x02\x12*\n\x08\x61\x64\x61pters\x18\x15 \x03(\x0b\x32\x18.mediamesh.v1.AdapterRef\x12\x11\n\tuse_cache\x18\x16 \x01(\x08\":\n\x08InputRef\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\x12\x10\n\x08\x61rtifact\x18\x02 \x01(\t\x12\x0e\n\x06sha256\x18\x03 \x01(\t\"o\n\x0fRunBatchRequest\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12#\n\x04jobs\x18\x03 \x03(\x0b\x32\x15.mediamesh.v1.JobSpec\x12\x16\n\x0epause_batch_id\x18\x04 \x01(\t\":\n\tJobOutput\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\x12\x11\n\tmime_type\x18\x02 \x01(\t\x12\x0c\n\x04seed\x18\x03 \x01(\x04\"-\n\tPreempted\x12\x12\n\ncheckpoint\x18\x01 \x01(\t\x12\x0c\n\x04step\x18\x02 \x01(\r\"0\n\x0c\x43heckpointed\x12\x12\n\ncheckpoint\x18\x01 \x01(\t\x12\x0c\n\x04step\x18\x02 \x01(\r\"\xd8\x02\n\nBatchEvent\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12*\n\x08progress\x18\x02 \x01(\x0b\x32\x16.mediamesh.v1.ProgressH\x00\x12)\n\x06output\x18\x03 \x01(\x0b\x32\x17.mediamesh.v1.JobOutputH\x00\x12$\n\x05\x65rror\x18\x04 \x01(\x0b\x32\x13.mediamesh.v1.ErrorH\x00\x12,\n\tpreempted\x18\x05 \x01(\x0b\x32\x17.mediamesh.v1.PreemptedH\x00\x12\x32\n\x0c\x63heckpointed\x18\x06 \x01(\x0b\x32\x1a.mediamesh.v1.CheckpointedH\x00\x12&\n\x06notice\x18\x07 \x01(\x0b\x32\x14.mediamesh.v1.NoticeH\x00\x12\x14\n\x0cstep_seconds\x18\x08 \x01(\x01\x12\x14\n\x0c\x66itted_batch\x18\t \x01(\rB\x07\n\x05\x65vent\"$\n\x11\x43\x61ncelJobsRequest\x12\x0f\n\x07job_ids\x18\x01 \x03(\t\"\'\n\x12\x43\x61ncelJobsResponse\x12\x11\n\tcancelled\x18\x01 \x03(\t\"-\n\x0c\x44rainRequest\x12\x0f\n\x07grace_s\x18\x01 \x01(\x01\x12\x0c\n\x04\x65xit\x18\x02 \x01(\x08\"\"\n\rDrainResponse\x12\x11\n\tpreempted\x18\x01 \x03(\t\"\x15\n\x13WorkerStatusRequest\"o\n\x14WorkerStatusResponse\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x0c\n\x04pool\x18\x02 \x01(\t\x12\x0e\n\x06models\x18\x03 \x03(\t\x12\x14\n\x0crunning_jobs\x18\x04 \x03(\t\x12\x10\n\x08\x64raining\x18\x05 \x01(\x08\x32\xaf\x02\n\x06Worker\x12\x45\n\x08RunBatch\x12\x1d.mediamesh.v1.RunBatchRequest\x1a\x18.mediamesh.v1.BatchEvent0\x01\x12K\n\x06\x43\x61ncel\x12\x1f.mediamesh.v1.CancelJobsRequest\x1a .mediamesh.v1.CancelJobsResponse\x12@\n\x05\x44rain\x12\x1a.mediamesh.v1.DrainRequest\x1a\x1b.mediamesh.v1.DrainResponse\x12O\n\x06Status\x12!.mediamesh.v1.WorkerStatusRequest\x1a\".mediamesh.v1.WorkerStatusResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -37,27 +37,27 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_INPUTREF']._serialized_start=601
   _globals['_INPUTREF']._serialized_end=659
   _globals['_RUNBATCHREQUEST']._serialized_start=661
-  _globals['_RUNBATCHREQUEST']._serialized_end=748
-  _globals['_JOBOUTPUT']._serialized_start=750
-  _globals['_JOBOUTPUT']._serialized_end=808
-  _globals['_PREEMPTED']._serialized_start=810
-  _globals['_PREEMPTED']._serialized_end=855
-  _globals['_CHECKPOINTED']._serialized_start=857
-  _globals['_CHECKPOINTED']._serialized_end=905
-  _globals['_BATCHEVENT']._serialized_start=908
-  _globals['_BATCHEVENT']._serialized_end=1230
-  _globals['_CANCELJOBSREQUEST']._serialized_start=1232
-  _globals['_CANCELJOBSREQUEST']._serialized_end=1268
-  _globals['_CANCELJOBSRESPONSE']._serialized_start=1270
-  _globals['_CANCELJOBSRESPONSE']._serialized_end=1309
-  _globals['_DRAINREQUEST']._serialized_start=1311
-  _globals['_DRAINREQUEST']._serialized_end=1356
-  _globals['_DRAINRESPONSE']._serialized_start=1358
-  _globals['_DRAINRESPONSE']._serialized_end=1392
-  _globals['_WORKERSTATUSREQUEST']._serialized_start=1394
-  _globals['_WORKERSTATUSREQUEST']._serialized_end=1415
-  _globals['_WORKERSTATUSRESPONSE']._serialized_start=1417
-  _globals['_WORKERSTATUSRESPONSE']._serialized_end=1528
-  _globals['_WORKER']._serialized_start=1531
-  _globals['_WORKER']._serialized_end=1834
+  _globals['_RUNBATCHREQUEST']._serialized_end=772
+  _globals['_JOBOUTPUT']._serialized_start=774
+  _globals['_JOBOUTPUT']._serialized_end=832
+  _globals['_PREEMPTED']._serialized_start=834
+  _globals['_PREEMPTED']._serialized_end=879
+  _globals['_CHECKPOINTED']._serialized_start=881
+  _globals['_CHECKPOINTED']._serialized_end=929
+  _globals['_BATCHEVENT']._serialized_start=932
+  _globals['_BATCHEVENT']._serialized_end=1276
+  _globals['_CANCELJOBSREQUEST']._serialized_start=1278
+  _globals['_CANCELJOBSREQUEST']._serialized_end=1314
+  _globals['_CANCELJOBSRESPONSE']._serialized_start=1316
+  _globals['_CANCELJOBSRESPONSE']._serialized_end=1355
+  _globals['_DRAINREQUEST']._serialized_start=1357
+  _globals['_DRAINREQUEST']._serialized_end=1402
+  _globals['_DRAINRESPONSE']._serialized_start=1404
+  _globals['_DRAINRESPONSE']._serialized_end=1438
+  _globals['_WORKERSTATUSREQUEST']._serialized_start=1440
+  _globals['_WORKERSTATUSREQUEST']._serialized_end=1461
+  _globals['_WORKERSTATUSRESPONSE']._serialized_start=1463
+  _globals['_WORKERSTATUSRESPONSE']._serialized_end=1574
+  _globals['_WORKER']._serialized_start=1577
+  _globals['_WORKER']._serialized_end=1880
 # @@protoc_insertion_point(module_scope)

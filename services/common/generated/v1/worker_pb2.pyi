@@ -66,14 +66,16 @@ class InputRef(_message.Message):
     def __init__(self, data: _Optional[bytes] = ..., artifact: _Optional[str] = ..., sha256: _Optional[str] = ...) -> None: ...
 
 class RunBatchRequest(_message.Message):
-    __slots__ = ("batch_id", "model", "jobs")
+    __slots__ = ("batch_id", "model", "jobs", "pause_batch_id")
     BATCH_ID_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     JOBS_FIELD_NUMBER: _ClassVar[int]
+    PAUSE_BATCH_ID_FIELD_NUMBER: _ClassVar[int]
     batch_id: str
     model: str
     jobs: _containers.RepeatedCompositeFieldContainer[JobSpec]
-    def __init__(self, batch_id: _Optional[str] = ..., model: _Optional[str] = ..., jobs: _Optional[_Iterable[_Union[JobSpec, _Mapping]]] = ...) -> None: ...
+    pause_batch_id: str
+    def __init__(self, batch_id: _Optional[str] = ..., model: _Optional[str] = ..., jobs: _Optional[_Iterable[_Union[JobSpec, _Mapping]]] = ..., pause_batch_id: _Optional[str] = ...) -> None: ...
 
 class JobOutput(_message.Message):
     __slots__ = ("data", "mime_type", "seed")
@@ -102,7 +104,7 @@ class Checkpointed(_message.Message):
     def __init__(self, checkpoint: _Optional[str] = ..., step: _Optional[int] = ...) -> None: ...
 
 class BatchEvent(_message.Message):
-    __slots__ = ("job_id", "progress", "output", "error", "preempted", "checkpointed", "notice", "step_seconds")
+    __slots__ = ("job_id", "progress", "output", "error", "preempted", "checkpointed", "notice", "step_seconds", "fitted_batch")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     PROGRESS_FIELD_NUMBER: _ClassVar[int]
     OUTPUT_FIELD_NUMBER: _ClassVar[int]
@@ -111,6 +113,7 @@ class BatchEvent(_message.Message):
     CHECKPOINTED_FIELD_NUMBER: _ClassVar[int]
     NOTICE_FIELD_NUMBER: _ClassVar[int]
     STEP_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    FITTED_BATCH_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     progress: _common_pb2.Progress
     output: JobOutput
@@ -119,7 +122,8 @@ class BatchEvent(_message.Message):
     checkpointed: Checkpointed
     notice: _common_pb2.Notice
     step_seconds: float
-    def __init__(self, job_id: _Optional[str] = ..., progress: _Optional[_Union[_common_pb2.Progress, _Mapping]] = ..., output: _Optional[_Union[JobOutput, _Mapping]] = ..., error: _Optional[_Union[_common_pb2.Error, _Mapping]] = ..., preempted: _Optional[_Union[Preempted, _Mapping]] = ..., checkpointed: _Optional[_Union[Checkpointed, _Mapping]] = ..., notice: _Optional[_Union[_common_pb2.Notice, _Mapping]] = ..., step_seconds: _Optional[float] = ...) -> None: ...
+    fitted_batch: int
+    def __init__(self, job_id: _Optional[str] = ..., progress: _Optional[_Union[_common_pb2.Progress, _Mapping]] = ..., output: _Optional[_Union[JobOutput, _Mapping]] = ..., error: _Optional[_Union[_common_pb2.Error, _Mapping]] = ..., preempted: _Optional[_Union[Preempted, _Mapping]] = ..., checkpointed: _Optional[_Union[Checkpointed, _Mapping]] = ..., notice: _Optional[_Union[_common_pb2.Notice, _Mapping]] = ..., step_seconds: _Optional[float] = ..., fitted_batch: _Optional[int] = ...) -> None: ...
 
 class CancelJobsRequest(_message.Message):
     __slots__ = ("job_ids",)

@@ -1,0 +1,106 @@
+"""`mediamesh models pull` and `mediamesh models list`: registry entries on this machine."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from mediamesh.common.adapter_hub import hub_adapters, pull_adapter
+from mediamesh.common.hub import Downloader, is_hub_source, pull
+from mediamesh.common.preemption import preemption_of
+from mediamesh.common.registry import MODEL_FIELDS, ModelSpec, Registry
+
+
+def add_models_commands(models_sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Adds `pull` and `list` under `mediamesh models`."""
+    pull_cmd = models_sub.add_parser(
+        "pull", help="download hub models into the Hugging Face cache (HF_TOKEN honoured)"
+    )
+    pull_cmd.add_argument("names", nargs="+", help="registry model names")
+    _config_argument(pull_cmd)
+    pull_cmd.set_defaults(handler=_cmd_pull)
+    list_cmd = models_sub.add_parser("list", help="the registry's models and what they take")
+    _config_argument(list_cmd)
+    list_cmd.set_defaults(handler=_cmd_list)
+
+
+def _config_argument(cmd: argparse.ArgumentParser) -> None:
+    cmd.add_argument("--config", type=Path, default=None, help="mesh config file")
+
+
+def pull_models(
+    registry: Registry,
+    names: list[str],
+    models_dir: Path,
+    *,
+    token: str | None,
+    download: Downloader | None = None,
+) -> list[str]:
+    """Pulls each named hub entry; returns one line per name. Raises ValueError naming
+    unknown models or entries that are not hub ids (local folders, tiny built models)."""
+    specs: list[ModelSpec] = []
+    for name in names:
+        spec = registry.get(name)
+        if spec is None:
+            raise ValueError(f"{name}: not in the registry")
+        if not is_hub_source(spec, models_dir) and not hub_adapters(spec, models_dir):
+            raise ValueError(f"{name}: source {spec.source} is not a hub id; nothing to pull")
+        specs.append(spec)
+    lines = []
+    for spec in specs:
+        if is_hub_source(spec, models_dir):
+            snapshot = pull(spec, token=token, download=download)
+            lines.append(f"{spec.name}: {spec.source} -> {snapshot}")
+        # Its LoRA adapters from the hub come along, so the worker finds them offline.
+        for adapter in hub_adapters(spec, models_dir):
+            folder = pull_adapter(adapter, token=token, download=download)
+            lines.append(f"{spec.name} adapter {adapter.name}: {adapter.source} -> {folder}")
+    return lines
+
+
+def model_rows(registry: Registry, models_dir: Path) -> list[list[str]]:
+    """One row per model: name, pipeline, accepted fields, formats, preemption, previews."""
+    return [
+        [
+            spec.name,
+            spec.pipeline,
+            ",".join(f for f in MODEL_FIELDS if f in spec.accepted_fields),
+            ",".join(spec.output_formats),
+            preemption_of(spec, models_dir) or "-",
+            "yes" if spec.preview.enabled else "no",
+        ]
+        for spec in registry.models
+    ]
+
+
+def _cmd_pull(args: argparse.Namespace) -> int:
+    from mediamesh.cli.services import load
+
+    config, registry = load(args.config)
+    try:
+        # Read here, in the command, never at import: the token is the caller's.
+        lines = pull_models(
+            registry, args.names, config.models_dir, token=os.environ.get("HF_TOKEN") or None
+        )
+    except ValueError as exc:
+        print(f"mediamesh: {exc}", file=sys.stderr)
+        return 2
+    print("\n".join(lines))
+    return 0
+
+
+def _cmd_list(args: argparse.Namespace) -> int:
+    from mediamesh.cli.services import load
+
+    config, registry = load(args.config)
+    headers = ["model", "pipeline", "accepted fields", "output formats", "preemption", "previews"]
+    print(_table(headers, model_rows(registry, config.models_dir)))
+    return 0
+
+
+def _table(headers: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
+    lines = [headers, *rows]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in lines)

@@ -1,0 +1,186 @@
+"""Checking a request's input images before they cost memory, and resolving its strength.
+
+Pure: the gateway and the scheduler call it on the bytes a caller sent. An image is judged
+from its header (Pillow's `Image.open` reads only that): its format, its size, and so its
+pixel count, which is held to the model's `limits.max_input_pixels` before a single pixel
+is decoded. A decompression bomb (a small file declaring a huge canvas) is therefore
+refused by what it declares. `decode_image` then decodes one that passed, bounded by that
+limit, to find bytes that are broken past their header.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+from dataclasses import replace
+
+from PIL import Image, UnidentifiedImageError
+
+from mediamesh.common.errors import InvalidArgument
+from mediamesh.common.generation import GenerationParams, InputImage
+from mediamesh.common.registry import ModelSpec
+
+# Pillow format name -> MIME type: the formats an input may have.
+INPUT_FORMATS = {"PNG": "image/png", "JPEG": "image/jpeg", "WEBP": "image/webp"}
+# Request field holding each input's upload id instead of bytes.
+ID_FIELDS = {"image": "image_id", "mask_image": "mask_image_id"}
+
+
+def probe_image(field: str, data: bytes, max_pixels: int) -> InputImage:
+    """The image's identity and size from its header; InvalidArgument naming `field` and the
+    limit for bytes that are no image, a format other than PNG, JPEG or WebP, or more pixels
+    than `max_pixels`. Nothing is decoded."""
+    if not data:
+        raise InvalidArgument(f"{field}: empty; send PNG, JPEG or WebP bytes")
+    try:
+        with Image.open(io.BytesIO(data)) as image:
+            width, height = image.size
+            kind = image.format or "unknown"
+            _check_pixels(field, width, height, max_pixels)
+            if kind not in INPUT_FORMATS:
+                raise InvalidArgument(
+                    f"{field}: {kind} images are not supported; send PNG, JPEG or WebP"
+                )
+            # Reads the rest of the file without decoding pixels (PNG: every chunk's CRC).
+            image.verify()
+    except Image.DecompressionBombError:
+        # Pillow refuses canvases far beyond its own limit while still reading the header.
+        raise InvalidArgument(
+            f"{field}: declares more pixels than the limit of {max_pixels} pixels"
+        ) from None
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:
+        raise InvalidArgument(
+            f"{field}: cannot be decoded as PNG, JPEG or WebP ({type(exc).__name__}: {exc})"
+        ) from None
+    return InputImage(
+        sha256=hashlib.sha256(data).hexdigest(),
+        width=width,
+        height=height,
+        mime_type=INPUT_FORMATS[kind],
+    )
+
+
+def decode_image(field: str, data: bytes, max_pixels: int) -> Image.Image:
+    """The decoded image, after `probe_image`'s checks; InvalidArgument naming `field` for
+    bytes whose pixel data is broken (a truncated or corrupt file with a good header)."""
+    probe_image(field, data, max_pixels)
+    try:
+        image = Image.open(io.BytesIO(data))
+        image.load()
+    except Exception as exc:
+        raise InvalidArgument(f"{field}: cannot be decoded ({type(exc).__name__}: {exc})") from None
+    return image
+
+
+def _check_pixels(field: str, width: int, height: int, max_pixels: int) -> None:
+    if width < 1 or height < 1:
+        raise InvalidArgument(f"{field}: {width}x{height} px has no pixels")
+    if width * height > max_pixels:
+        raise InvalidArgument(
+            f"{field}: {width}x{height} px is {width * height} pixels; "
+            f"the limit is {max_pixels} pixels (limits.max_input_pixels)"
+        )
+
+
+def resolve_inputs(
+    spec: ModelSpec,
+    params: GenerationParams,
+    images: dict[str, bytes | None],
+    ids: dict[str, str],
+    strength: float | None,
+) -> GenerationParams:
+    """`params` with the request's input images and strength checked and set.
+
+    `images` holds each input's bytes (None: not sent inline) and `ids` its upload id ("":
+    none). An input named only by id cannot be looked at here (the gateway's case); the
+    scheduler replaces ids by their bytes before it calls this.
+    """
+    for name in ("image", "mask_image"):
+        sent = bool(images.get(name)) or bool(ids.get(name))
+        if sent and name not in spec.inputs:
+            raise InvalidArgument(
+                f"{name}: model {spec.name!r} ({spec.pipeline}) takes no {name}; "
+                f"leave it unset (its inputs: {', '.join(spec.inputs) or 'none'})"
+            )
+        if images.get(name) and ids.get(name):
+            raise InvalidArgument(f"{name}: set {name} or {ID_FIELDS[name]}, not both")
+        if name in spec.inputs and not sent:
+            raise InvalidArgument(
+                f"{name}: required by model {spec.name!r} ({spec.pipeline}); send the bytes "
+                f"or an Upload's input_id in {ID_FIELDS[name]}"
+            )
+    if "image" not in spec.inputs:
+        return params
+    value = spec.default_strength if strength is None else strength
+    if "strength" in spec.accepted_fields:
+        check_strength(value, params.steps)
+    found = {
+        name: probe_image(name, data, spec.limits.max_input_pixels)
+        for name, data in images.items()
+        if data and name in spec.inputs
+    }
+    image, mask = found.get("image"), found.get("mask_image")
+    if (
+        image is not None
+        and mask is not None
+        and (mask.width, mask.height)
+        != (
+            image.width,
+            image.height,
+        )
+    ):
+        raise InvalidArgument(
+            f"mask_image: {mask.width}x{mask.height} px; it must be the size of image "
+            f"({image.width}x{image.height} px)"
+        )
+    params = replace(params, image=image, mask_image=mask, strength=value)
+    if image is not None and "width" not in spec.accepted_fields:
+        params = _size_from_image(spec, params, image)
+    return params
+
+
+def check_strength(strength: float, steps: int) -> None:
+    """InvalidArgument unless 0 < strength <= 1 leaves at least one denoising step."""
+    if not 0 < strength <= 1:
+        raise InvalidArgument(f"strength: {strength} is out of range; allowed 0 < strength <= 1")
+    if int(steps * strength) < 1:
+        raise InvalidArgument(
+            f"strength: {strength} with {steps} steps leaves no denoising step; "
+            "steps * strength must be at least 1"
+        )
+
+
+def _size_from_image(
+    spec: ModelSpec, params: GenerationParams, image: InputImage
+) -> GenerationParams:
+    # The pipeline makes its output at the input's size (it takes no width or height), so
+    # the input is held to the output's limits, and the job's size is the input's.
+    lim = spec.limits
+    width, height = image.width, image.height
+    fits = (
+        width <= lim.max_width
+        and height <= lim.max_height
+        and width % lim.size_multiple == 0
+        and height % lim.size_multiple == 0
+    )
+    if not fits:
+        raise InvalidArgument(
+            f"image: {width}x{height} px; {spec.name} makes its result at the input's size, "
+            f"which must be a multiple of {lim.size_multiple} px up to "
+            f"{lim.max_width}x{lim.max_height} px"
+        )
+    return replace(params, width=width, height=height)
+
+
+def check_input_params(spec: ModelSpec, params: GenerationParams) -> None:
+    """InvalidArgument when a resolved job's inputs do not fit its model (a worker checks
+    each job it is sent with this, as with `params.check_generation`)."""
+    for name in ("image", "mask_image"):
+        value: InputImage | None = getattr(params, name)
+        if value is not None and name not in spec.inputs:
+            raise InvalidArgument(f"{name}: model {spec.name!r} takes no {name}")
+        # A worker learns the size only from the header when it reads the input (0 here).
+        if value is not None and value.width:
+            _check_pixels(name, value.width, value.height, spec.limits.max_input_pixels)
+    if params.image is not None and "strength" in spec.accepted_fields:
+        check_strength(params.strength, params.steps)

@@ -1,0 +1,71 @@
+"""A registry entry's warm-up: shapes a worker runs once before it reports ready.
+
+Compilation and kernel autotuning happen on the first call of each shape; running the
+listed shapes at start means no user request pays for them. Pure.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class WarmupShape(BaseModel):
+    """One warm-up call: a batch of `batch` jobs of this size, `steps` steps long."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # 0 takes the model's default for that field.
+    width: int = Field(0, ge=0)
+    height: int = Field(0, ge=0)
+    num_frames: int = Field(0, ge=0)
+    duration_s: float = Field(0.0, ge=0)
+    steps: int = Field(1, ge=1)
+    batch: int = Field(1, ge=1)
+
+
+# What ListModels and `mediamesh status` say about a model's warm-up.
+WARMUP_NONE = "none"  # the entry lists no warm-up shapes
+WARMUP_WARMING = "warming"  # a worker hosting it is running them; it takes no work yet
+WARMUP_WARM = "warm"  # a worker that ran them serves it
+WARMUP_PENDING = "pending"  # shapes are listed but no worker hosts the model now
+
+
+def check_warmup(spec: Any) -> None:
+    """ValueError naming `warmup[i].field` when a shape is outside the entry's limits."""
+    limits = spec.limits
+    for index, shape in enumerate(spec.warmup):
+        checks = [
+            ("steps", shape.steps, limits.max_steps),
+            ("batch", shape.batch, spec.batching.max_batch),
+            ("width", shape.width, limits.max_width),
+            ("height", shape.height, limits.max_height),
+            ("num_frames", shape.num_frames, limits.max_num_frames),
+            ("duration_s", shape.duration_s, limits.max_duration_s),
+        ]
+        for field, value, limit in checks:
+            if value > limit:
+                raise ValueError(f"warmup[{index}].{field}: {value} exceeds its limit {limit}")
+        for field in ("width", "height"):
+            value = getattr(shape, field)
+            if value % limits.size_multiple:
+                raise ValueError(
+                    f"warmup[{index}].{field}: {value} is not a multiple of "
+                    f"limits.size_multiple ({limits.size_multiple})"
+                )
+        if shape.num_frames and (shape.num_frames - 1) % limits.frame_multiple:
+            raise ValueError(
+                f"warmup[{index}].num_frames: (num_frames - 1) must be a multiple of "
+                f"limits.frame_multiple ({limits.frame_multiple})"
+            )
+
+
+def warmup_label(spec: Any, served: bool, warming: bool) -> str:
+    """ModelInfo.warmup: `served` when a worker routes the model now, `warming` when one
+    is still running its shapes."""
+    if not spec.warmup:
+        return WARMUP_NONE
+    if served:
+        return WARMUP_WARM
+    return WARMUP_WARMING if warming else WARMUP_PENDING

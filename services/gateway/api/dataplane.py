@@ -1,0 +1,108 @@
+"""The gateway's transport-neutral operations, shared by its gRPC servicers and its HTTP face.
+
+Each operation authenticates through the tenancy, charges the caller's quota, validates the
+request against the registry and calls the scheduler; failures raise `MeshError` with a
+transport-neutral code that each transport maps once (gRPC in `common.api.status`, HTTP in
+`common.http_status`). Like KServe's DataPlane, it knows no transport: the gRPC servicers
+pass it the `authorization` metadata, the HTTP face the `Authorization` header.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+
+from mediamesh.common.api.requests import request_fields
+from mediamesh.common.generated.v1 import common_pb2, gateway_pb2
+from mediamesh.common.params import find_model, parse_priority, resolve
+from mediamesh.gateway.api.upstream import Upstream, mesh_errors, scoped
+from mediamesh.gateway.core.tenancy import Caller
+
+# Seconds a unary scheduler call (GetJob, Cancel, ListModels) may take.
+UNARY_TIMEOUT_S = 10
+
+
+class DataPlane:
+    """Tenancy, quotas, validation and the scheduler calls behind every public transport."""
+
+    def __init__(self, upstream: Upstream) -> None:
+        self.up = upstream
+
+    @property
+    def inline_limit(self) -> int:
+        """The largest result a Watch event carries inline."""
+        return self.up.inline_limit
+
+    def caller(self, authorization: str | None) -> Caller:
+        """The caller an `authorization` value (`Bearer <key>`) names; UNAUTHENTICATED if none."""
+        return self.up.tenancy.authenticate(authorization)
+
+    def reader(self, authorization: str | None) -> Caller:
+        """The caller of a call that makes no job, charged one token of its read budget."""
+        caller = self.caller(authorization)
+        self.up.tenancy.check_read(caller)
+        return caller
+
+    async def submit(
+        self,
+        request: common_pb2.GenerateRequest,
+        caller: Caller,
+        call_deadline_s: float | None = None,
+    ) -> gateway_pb2.JobHandle:
+        """Validates and admits `request` for `caller`, then submits it to the scheduler.
+
+        `call_deadline_s` is the remaining time of a call that follows the job to its end
+        (None: the job is bounded only by its own `timeout_ms`).
+        """
+        fields = request_fields(request)
+        spec = find_model(self.up.registry, fields.model)
+        priority = parse_priority(fields.priority)
+        # Reject bad input here, before it costs the scheduler anything.
+        resolve(spec, fields, max_adapters=self.up.max_adapters_per_request)
+        self.up.tenancy.admit(caller, spec.name, priority)
+        return await self.up.submit(
+            request, caller, deadline_ms(fields.timeout_ms, call_deadline_s)
+        )
+
+    async def job(self, job_id: str, caller: Caller) -> common_pb2.JobInfo:
+        """The state of one of the caller's jobs; NOT_FOUND for another tenant's."""
+        async with mesh_errors():
+            return await self.up.scheduler.GetJob(scoped(job_id, caller), timeout=UNARY_TIMEOUT_S)
+
+    async def cancel(self, job_id: str, caller: Caller) -> common_pb2.JobInfo:
+        """Cancels one of the caller's jobs; answers with its state after cancelling."""
+        async with mesh_errors():
+            return await self.up.scheduler.Cancel(scoped(job_id, caller), timeout=UNARY_TIMEOUT_S)
+
+    async def models(self) -> gateway_pb2.ListModelsResponse:
+        """The models the mesh serves and whether each is ready."""
+        async with mesh_errors():
+            return await self.up.scheduler.ListModels(
+                gateway_pb2.ListModelsRequest(), timeout=UNARY_TIMEOUT_S
+            )
+
+    async def watch(self, job_id: str, caller: Caller) -> AsyncIterator[common_pb2.GenerateEvent]:
+        """The job's events from its current state to its end; a result above the inline
+        limit comes as an artifact reference (fetch it with `download`)."""
+        async with mesh_errors():
+            async for event in self.up.scheduler.Watch(scoped(job_id, caller)):
+                yield self.up.outbound(event)
+
+    async def download(
+        self, job_id: str, caller: Caller, offset: int = 0
+    ) -> AsyncIterator[gateway_pb2.DownloadChunk]:
+        """The chunks of the job's artifact from byte `offset`."""
+        async with mesh_errors():
+            async for chunk in self.up.scheduler.Download(scoped(job_id, caller, offset)):
+                yield chunk
+
+
+def deadline_ms(timeout_ms: int | None, call_deadline_s: float | None) -> int:
+    """The earlier of a request's own timeout and a call's remaining time, as Unix ms (0: none)."""
+    now = time.time()
+    candidates = []
+    if timeout_ms:
+        candidates.append(now + timeout_ms / 1000)
+    if call_deadline_s is not None:
+        candidates.append(now + call_deadline_s)
+    return int(min(candidates) * 1000) if candidates else 0

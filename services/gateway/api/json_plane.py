@@ -1,0 +1,247 @@
+"""The DataPlane in plain data, for the HTTP face: JSON-ready dicts in and out, no protobuf.
+
+This is the only place the HTTP face's values meet protobuf: requests are parsed here (the
+proto3 JSON mapping, so bytes fields take base64 and every field keeps its proto name), and
+jobs, events and models come back as dicts whose shapes the OpenAPI document of
+`mediamesh.gateway.http` describes.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from google.protobuf import json_format
+from google.protobuf.descriptor import FieldDescriptor
+
+from mediamesh.common.api.bounds import check_bounds
+from mediamesh.common.errors import InvalidArgument
+from mediamesh.common.generated.v1 import common_pb2
+from mediamesh.gateway.api.dataplane import DataPlane
+from mediamesh.gateway.core.tenancy import Caller
+
+JsonObject = dict[str, Any]
+_REQUEST = common_pb2.GenerateRequest.DESCRIPTOR
+# Form values of these field types are text as they stand; any other is read as JSON.
+_TEXT_TYPES = (FieldDescriptor.TYPE_STRING, FieldDescriptor.TYPE_ENUM)
+_UNKNOWN_FIELD = re.compile(r'has no field named "([^"]{1,64})"')
+_BAD_VALUE = re.compile(r"Failed to parse (\w+) field: (.*)")
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """A piece of a job's artifact: `data` starts at byte `offset` of `total_size`."""
+
+    data: bytes
+    offset: int
+    total_size: int
+    mime_type: str
+    sha256: str
+
+
+def request_from_json(body: object) -> common_pb2.GenerateRequest:
+    """A GenerateRequest from a JSON object of its fields (bytes as base64); InvalidArgument
+    naming the field at fault otherwise."""
+    if not isinstance(body, dict):
+        raise InvalidArgument("request: expected a JSON object of GenerateRequest fields")
+    request = common_pb2.GenerateRequest()
+    try:
+        json_format.ParseDict(body, request)
+    except json_format.ParseError as exc:
+        raise InvalidArgument(_parse_error(str(exc))) from None
+    check_bounds(request)
+    return request
+
+
+def _parse_error(text: str) -> str:
+    """The JSON parser's complaint as the mesh words errors: `field: what is wrong`."""
+    first = text.split("\n")[0]  # the rest lists every field name
+    unknown = _UNKNOWN_FIELD.search(first)
+    if unknown:
+        return f"{unknown[1]}: GenerateRequest has no such field"
+    bad = _BAD_VALUE.match(first)
+    if bad:
+        return f"{bad[1]}: {bad[2]}"
+    return f"request: {first}"
+
+
+def request_from_form(
+    fields: Mapping[str, str], files: Mapping[str, bytes]
+) -> common_pb2.GenerateRequest:
+    """A GenerateRequest from multipart form fields (text) and file parts (bytes fields)."""
+    body: JsonObject = {}
+    for name, text in fields.items():
+        field = _field(name)
+        if field.type in _TEXT_TYPES and not field.is_repeated:
+            body[name] = text
+            continue
+        try:
+            body[name] = json.loads(text)
+        except json.JSONDecodeError:
+            raise InvalidArgument(f"{name}: {text[:64]!r} is not a valid value") from None
+    for name in files:
+        if _field(name).type != FieldDescriptor.TYPE_BYTES:
+            raise InvalidArgument(f"{name}: not a file field; send it as a form value")
+    request = request_from_json(body)
+    for name, data in files.items():
+        setattr(request, name, data)
+    check_bounds(request)
+    return request
+
+
+_SCALAR_SCHEMAS: dict[int, JsonObject] = {
+    FieldDescriptor.TYPE_STRING: {"type": "string"},
+    FieldDescriptor.TYPE_BYTES: {"type": "string", "format": "byte"},
+    FieldDescriptor.TYPE_BOOL: {"type": "boolean"},
+    FieldDescriptor.TYPE_FLOAT: {"type": "number"},
+    FieldDescriptor.TYPE_DOUBLE: {"type": "number"},
+}
+
+
+def generate_request_schema() -> JsonObject:
+    """The JSON schema of a GenerateRequest in the proto3 JSON mapping, for OpenAPI."""
+    return _message_schema(_REQUEST)
+
+
+def _message_schema(descriptor: Any) -> JsonObject:
+    properties = {}
+    for field in descriptor.fields:
+        if field.type == FieldDescriptor.TYPE_MESSAGE:
+            schema = _message_schema(field.message_type)
+        elif field.type == FieldDescriptor.TYPE_ENUM:
+            schema = {"type": "string", "enum": [v.name for v in field.enum_type.values]}
+        else:
+            schema = _SCALAR_SCHEMAS.get(field.type, {"type": "integer", "minimum": 0})
+        properties[field.name] = {"type": "array", "items": schema} if field.is_repeated else schema
+    return {"type": "object", "title": descriptor.name, "properties": properties}
+
+
+def _field(name: str) -> FieldDescriptor:
+    field = _REQUEST.fields_by_name.get(name)
+    if field is None:
+        raise InvalidArgument(f"{name}: GenerateRequest has no such field")
+    return field
+
+
+class JsonPlane:
+    """The DataPlane's operations with JSON-ready answers."""
+
+    def __init__(self, plane: DataPlane) -> None:
+        self.plane = plane
+
+    def caller(self, authorization: str | None) -> Caller:
+        """The caller an `Authorization: Bearer <key>` header names."""
+        return self.plane.caller(authorization)
+
+    def reader(self, authorization: str | None) -> Caller:
+        """The caller of a read, charged to its tenant's read budget."""
+        return self.plane.reader(authorization)
+
+    async def submit(self, request: common_pb2.GenerateRequest, caller: Caller) -> JsonObject:
+        """Submits a parsed request; answers with the job as `job` shows it, plus
+        `deduplicated` (an earlier job with the same idempotency key)."""
+        handle = await self.plane.submit(request, caller)
+        info = await self.plane.job(handle.job_id, caller)
+        return {**job_view(info), "deduplicated": handle.deduplicated}
+
+    async def job(self, job_id: str, caller: Caller) -> JsonObject:
+        """One of the caller's jobs."""
+        return job_view(await self.plane.job(job_id, caller))
+
+    async def cancel(self, job_id: str, caller: Caller) -> JsonObject:
+        """Cancels one of the caller's jobs; the job afterwards."""
+        return job_view(await self.plane.cancel(job_id, caller))
+
+    async def models(self) -> list[JsonObject]:
+        """Every model the mesh serves, with its limits and readiness."""
+        response = await self.plane.models()
+        return [
+            json_format.MessageToDict(
+                model, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
+            )
+            for model in response.models
+        ]
+
+    async def events(self, job_id: str, caller: Caller) -> AsyncIterator[JsonObject]:
+        """The job's events as `event_view` shows them, from its current state to its end."""
+        async for event in self.plane.watch(job_id, caller):
+            yield event_view(event)
+
+    async def download(
+        self, job_id: str, caller: Caller, offset: int = 0
+    ) -> AsyncGenerator[Chunk, None]:
+        """The job's artifact in chunks from byte `offset`."""
+        async for chunk in self.plane.download(job_id, caller, offset):
+            yield Chunk(chunk.data, chunk.offset, chunk.total_size, chunk.mime_type, chunk.sha256)
+
+
+def job_view(info: common_pb2.JobInfo) -> JsonObject:
+    """A JobInfo as JSON: enum names, plain integers, null where a part is absent."""
+    return {
+        "job_id": info.job_id,
+        "model": info.model,
+        "state": common_pb2.JobState.Name(info.state),
+        "priority": common_pb2.Priority.Name(info.priority),
+        "tenant": info.tenant,
+        "created_unix_ms": info.created_unix_ms,
+        "finished_unix_ms": info.finished_unix_ms or None,
+        "attempts": info.attempts,
+        "step": info.step,
+        "total_steps": info.total_steps,
+        "seed": info.seed,
+        "worker_id": info.worker_id,
+        "result": _result_view(info.result) if info.HasField("result") else None,
+        "error": _error_view(info.error) if info.HasField("error") else None,
+    }
+
+
+def event_view(event: common_pb2.GenerateEvent) -> JsonObject:
+    """A GenerateEvent as JSON: `kind` names its part (queued, progress, notice, result,
+    error), whose fields sit beside `job_id` and `state`."""
+    kind = event.WhichOneof("event") or "notice"
+    view: JsonObject = {
+        "kind": kind,
+        "job_id": event.job_id,
+        "state": common_pb2.JobState.Name(event.state),
+    }
+    if kind == "queued":
+        q = event.queued
+        view.update(position=q.position, eta_s=q.eta_s, queue=q.queue)
+    elif kind == "progress":
+        p = event.progress
+        preview = None
+        if p.HasField("preview") and p.preview.data:
+            preview = {
+                "data": json_format.MessageToDict(p.preview)["data"],
+                "mime_type": p.preview.mime_type,
+            }
+        view.update(step=p.step, total_steps=p.total_steps, attempt=p.attempt, preview=preview)
+    elif kind == "notice":
+        n = event.notice
+        view.update(notice=n.kind, message=n.message, worker_id=n.worker_id, attempt=n.attempt)
+    elif kind == "result":
+        view.update(_result_view(event.result))
+    else:
+        view.update(_error_view(event.error))
+    return view
+
+
+def _result_view(result: common_pb2.Result) -> JsonObject:
+    size = len(result.data) or result.artifact.size_bytes
+    return {
+        "mime_type": result.mime_type,
+        "seed": result.seed,
+        "size_bytes": size,
+        "sha256": result.artifact.sha256,
+        # A presigned URL when the mesh stores results in object storage; the HTTP face fills
+        # in its own result endpoint otherwise.
+        "url": result.url or None,
+        "url_expires_unix_ms": result.url_expires_unix_ms or None,
+    }
+
+
+def _error_view(error: common_pb2.Error) -> JsonObject:
+    return {"code": error.code, "message": error.message}

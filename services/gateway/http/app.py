@@ -1,0 +1,76 @@
+"""The FastAPI app of the gateway's HTTP face: routers, errors, CORS, health, docs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from fastapi import FastAPI, Request
+from fastapi.middleware.cors import CORSMiddleware
+from fastapi.responses import HTMLResponse, JSONResponse
+
+from mediamesh.gateway.api.json_plane import JsonPlane
+from mediamesh.gateway.http import errors, jobs, openai_images, openai_videos
+from mediamesh.gateway.http.context import HttpContext, context_of
+from mediamesh.gateway.http.docs_page import DOCS_HTML
+from mediamesh.gateway.http.schemas import Health
+from mediamesh.gateway.web import page as web_page
+
+# Headers a browser page on another origin may send and read (CORS).
+ALLOWED_HEADERS = ["Authorization", "Content-Type", "Last-Event-ID", "Range"]
+EXPOSED_HEADERS = ["Retry-After", "Content-Range", "Accept-Ranges", "Content-Length", "ETag"]
+
+
+def create_app(
+    plane: JsonPlane,
+    *,
+    ready: Callable[[], bool],
+    max_body_bytes: int,
+    cors_origins: Sequence[str] = (),
+) -> FastAPI:
+    """The HTTP face over `plane`; `ready` says whether the scheduler is reachable."""
+    app = FastAPI(
+        title="mediamesh gateway",
+        summary="Submit and follow diffusion jobs over HTTP/JSON; an OpenAI-compatible API",
+        version="1",
+        docs_url=None,
+        redoc_url=None,
+        openapi_url="/openapi.json",
+    )
+    app.state.context = HttpContext(plane, ready, max_body_bytes)
+    errors.install(app)
+    if cors_origins:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=list(cors_origins),
+            allow_methods=["GET", "POST", "DELETE"],
+            allow_headers=ALLOWED_HEADERS,
+            expose_headers=EXPOSED_HEADERS,
+        )
+    app.include_router(jobs.router)
+    app.include_router(openai_images.router)
+    app.include_router(openai_videos.router)
+    web_page.install(app)
+
+    @app.get("/healthz", response_model=Health, tags=["health"], summary="Liveness")
+    async def healthz() -> Health:
+        """200 while the process serves."""
+        return Health(status="ok")
+
+    @app.get(
+        "/readyz",
+        response_model=Health,
+        responses={503: {"model": Health}},
+        tags=["health"],
+        summary="Readiness",
+    )
+    async def readyz(request: Request) -> JSONResponse:
+        """200 while the gateway reaches its scheduler, else 503 (take it out of rotation)."""
+        if context_of(request).ready():
+            return JSONResponse({"status": "ready"})
+        return JSONResponse({"status": "scheduler unreachable"}, status_code=503)
+
+    @app.get("/docs", response_class=HTMLResponse, include_in_schema=False)
+    async def docs() -> HTMLResponse:
+        return HTMLResponse(DOCS_HTML)
+
+    return app

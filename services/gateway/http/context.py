@@ -1,0 +1,51 @@
+"""What every route reaches through the app: the plane, the body limit, readiness."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+from fastapi import Header, Request
+
+from mediamesh.gateway.api.json_plane import JsonPlane
+
+# The API key, exactly as on gRPC: `Authorization: Bearer <key>`.
+Authorization = Annotated[
+    str | None, Header(description="`Bearer <API key>`; not needed on a mesh without keys")
+]
+
+
+@dataclass(frozen=True)
+class HttpContext:
+    """The HTTP face's collaborators."""
+
+    plane: JsonPlane
+    # Whether the gateway can reach its scheduler (the gRPC health answer, too).
+    ready: Callable[[], bool]
+    max_body_bytes: int
+
+
+def context_of(request: Request) -> HttpContext:
+    """The context the app was built with."""
+    context: Any = request.app.state.context
+    assert isinstance(context, HttpContext)
+    return context
+
+
+def result_url(base_url: str, job_id: str, presigned: str | None = None) -> str:
+    """Where a job's result bytes can be fetched: the store's presigned URL when it gave one,
+    else this gateway's own result endpoint under `base_url`. The one place result URLs are
+    made, for the native and the OpenAI-compatible answers alike."""
+    return presigned or f"{base_url.rstrip('/')}/v1/jobs/{job_id}/result"
+
+
+def with_links(job: dict[str, Any], base_url: str) -> dict[str, Any]:
+    """`job` with its resource paths and, when it has a result, the result's URL."""
+    job_id = job["job_id"]
+    path = f"/v1/jobs/{job_id}"
+    links = {"self": path, "events": f"{path}/events", "result": f"{path}/result"}
+    result = job.get("result")
+    if result is not None:
+        result = {**result, "url": result_url(base_url, job_id, result.get("url"))}
+    return {**job, "result": result, "links": links}

@@ -1,0 +1,193 @@
+"""The native job API: submit, read, cancel, follow (server-sent events), fetch the result."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import APIRouter, Header, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+from mediamesh.common.errors import InvalidArgument, MeshError
+from mediamesh.gateway.api.json_plane import (
+    JsonObject,
+    generate_request_schema,
+    request_from_form,
+    request_from_json,
+)
+from mediamesh.gateway.http.bodies import is_form, read_form, read_json
+from mediamesh.gateway.http.context import Authorization, context_of, with_links
+from mediamesh.gateway.http.event_ids import EventIds, parse_event_id
+from mediamesh.gateway.http.results import result_response
+from mediamesh.gateway.http.schemas import EVENTS_DESCRIPTION, ErrorBody, JobView, ModelList
+
+router = APIRouter(tags=["jobs"])
+ERRORS: dict[int | str, dict[str, Any]] = {
+    status: {"model": ErrorBody} for status in (400, 401, 403, 404, 429, 503)
+}
+# Milliseconds an EventSource waits before reconnecting after the stream drops.
+SSE_RETRY_MS = 1000
+# Seconds of silence (a long queue) after which the stream sends a comment to stay open.
+KEEPALIVE_S = 15.0
+
+
+def _submit_body() -> dict[str, Any]:
+    schema = generate_request_schema()
+    multipart = {
+        "type": "object",
+        "description": "The same fields as form values (numbers and objects as JSON text), "
+        "with `image` and `mask_image` as file parts.",
+        "properties": {
+            name: {"type": "string", "format": "binary"}
+            if prop.get("format") == "byte"
+            else {"type": "string"}
+            for name, prop in schema["properties"].items()
+        },
+    }
+    return {
+        "required": True,
+        "content": {
+            "application/json": {"schema": schema},
+            "multipart/form-data": {"schema": multipart},
+        },
+    }
+
+
+@router.post(
+    "/v1/jobs",
+    status_code=202,
+    response_model=JobView,
+    responses={**ERRORS, 413: {"model": ErrorBody}},
+    openapi_extra={"requestBody": _submit_body()},
+    summary="Submit a job",
+)
+async def submit_job(request: Request, authorization: Authorization = None) -> JSONResponse:
+    """Submits a GenerateRequest (JSON with bytes as base64, or multipart with file parts) and
+    answers 202 with the job at once; follow it with `/events`."""
+    context = context_of(request)
+    caller = context.plane.caller(authorization)
+    if is_form(request):
+        fields, files = await read_form(request, context.max_body_bytes)
+        generate = request_from_form(fields, files)
+    else:
+        generate = request_from_json(await read_json(request, context.max_body_bytes))
+    job = await context.plane.submit(generate, caller)
+    return JSONResponse(with_links(job, str(request.base_url)), status_code=202)
+
+
+@router.get("/v1/jobs/{job_id}", response_model=JobView, responses=ERRORS, summary="A job")
+async def get_job(job_id: str, request: Request, authorization: Authorization = None) -> JsonObject:
+    """The job's state; 404 for a job that is not the caller's."""
+    plane = context_of(request).plane
+    job = await plane.job(job_id, plane.reader(authorization))
+    return with_links(job, str(request.base_url))
+
+
+@router.delete("/v1/jobs/{job_id}", response_model=JobView, responses=ERRORS, summary="Cancel")
+async def cancel_job(
+    job_id: str, request: Request, authorization: Authorization = None
+) -> JsonObject:
+    """Cancels the job; answers with its state afterwards (a finished job stays as it was)."""
+    plane = context_of(request).plane
+    job = await plane.cancel(job_id, plane.reader(authorization))
+    return with_links(job, str(request.base_url))
+
+
+@router.get(
+    "/v1/jobs/{job_id}/events",
+    response_class=StreamingResponse,
+    responses={**ERRORS, 200: {"content": {"text/event-stream": {}}}},
+    summary="Follow a job (server-sent events)",
+    description=EVENTS_DESCRIPTION,
+)
+async def job_events(
+    job_id: str,
+    request: Request,
+    authorization: Authorization = None,
+    last_event_id: str | None = Header(None, description="Resume after this event id"),
+) -> StreamingResponse:
+    """The job's events as server-sent events."""
+    plane = context_of(request).plane
+    caller = plane.reader(authorization)
+    try:
+        resume = parse_event_id(last_event_id) if last_event_id else None
+    except ValueError as exc:
+        raise InvalidArgument(f"Last-Event-ID: {exc}") from None
+    events = plane.events(job_id, caller)
+    # The first event before answering, so that a job that is not the caller's is a 404, not
+    # a stream that ends at once.
+    first = await anext(events, None)
+    frames = _frames(first, events, EventIds(resume), str(request.base_url))
+    return StreamingResponse(
+        frames,
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
+
+
+async def _frames(
+    first: JsonObject | None, rest: AsyncIterator[JsonObject], ids: EventIds, base_url: str
+) -> AsyncIterator[bytes]:
+    yield f"retry: {SSE_RETRY_MS}\n\n".encode()
+    event = first
+    try:
+        while event is not None:
+            event_id = ids.assign(event)
+            if event_id is not None:
+                if event["kind"] == "result":
+                    linked = with_links({"job_id": event["job_id"], "result": event}, base_url)
+                    event = linked["result"]
+                yield _frame(event["kind"], event, event_id)
+            following = asyncio.ensure_future(anext(rest, None))
+            try:
+                while not (await asyncio.wait({following}, timeout=KEEPALIVE_S))[0]:
+                    # A comment line: proxies and browsers keep an idle stream open.
+                    yield b": keepalive\n\n"
+            finally:
+                following.cancel()  # the client left: stop following the job upstream
+            event = following.result()
+    except MeshError as exc:
+        yield _frame("stream-error", {"code": str(exc.code), "message": exc.message})
+
+
+def _frame(name: str, data: JsonObject, event_id: str | None = None) -> bytes:
+    head = f"id: {event_id}\n" if event_id is not None else ""
+    return f"{head}event: {name}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
+
+
+@router.get(
+    "/v1/jobs/{job_id}/result",
+    response_class=Response,
+    responses={
+        **ERRORS,
+        200: {"content": {"application/octet-stream": {}}, "description": "The bytes"},
+        206: {"description": "One byte range (Range: bytes=...)"},
+        416: {"description": "The range lies outside the result"},
+    },
+    summary="A job's result bytes",
+)
+async def job_result(
+    job_id: str,
+    request: Request,
+    authorization: Authorization = None,
+    range: str | None = Header(None, description="One byte range, e.g. `bytes=0-1023`"),
+) -> Response:
+    """The result with its content type; `Range` asks for one byte range (206)."""
+    plane = context_of(request).plane
+    return await result_response(plane, job_id, plane.reader(authorization), range)
+
+
+@router.get("/v1/models", response_model=ModelList, responses=ERRORS, summary="Models")
+async def list_models(request: Request, authorization: Authorization = None) -> JsonObject:
+    """Every model with its limits and readiness, in OpenAI's list shape (`data[].id`) with
+    the mesh's ModelInfo fields beside it."""
+    plane = context_of(request).plane
+    plane.reader(authorization)
+    models = await plane.models()
+    data = [
+        {"id": m["name"], "object": "model", "created": 0, "owned_by": "mediamesh", **m}
+        for m in models
+    ]
+    return {"object": "list", "data": data}

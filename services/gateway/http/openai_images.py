@@ -1,0 +1,195 @@
+"""OpenAI-compatible images: POST /v1/images/generations and /v1/images/edits.
+
+Synchronous, as OpenAI's are: the answer comes when every one of the `n` jobs has ended.
+`response_format` `b64_json` inlines the bytes; `url` points at where to fetch them
+(`context.result_url`: a presigned URL, or this gateway's result endpoint, which needs the
+same API key). Fields of the mesh's own (steps, seed, negative_prompt, guidance_scale,
+priority) may ride along, as the openai client's `extra_body`.
+"""
+
+from __future__ import annotations
+
+import base64
+import time
+from typing import Any, Literal
+
+from fastapi import APIRouter, Request
+from pydantic import BaseModel, ConfigDict, Field
+
+from mediamesh.common.errors import InvalidArgument
+from mediamesh.gateway.api.json_plane import (
+    JsonObject,
+    JsonPlane,
+    request_from_form,
+    request_from_json,
+)
+from mediamesh.gateway.core.tenancy import Caller
+from mediamesh.gateway.http.bodies import read_form
+from mediamesh.gateway.http.context import Authorization, context_of, result_url
+from mediamesh.gateway.http.openai_common import (
+    final_event,
+    mesh_fields,
+    parse_size,
+    pick_model,
+    require_image_input,
+    result_bytes,
+)
+from mediamesh.gateway.http.schemas import ErrorBody
+
+router = APIRouter(tags=["openai"])
+ResponseFormat = Literal["b64_json", "url"]
+ERRORS: dict[int | str, dict[str, Any]] = {
+    status: {"model": ErrorBody} for status in (400, 401, 403, 404, 429, 503)
+}
+
+
+class ImageGeneration(BaseModel):
+    """OpenAI's image generation request, plus the mesh's optional fields."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    prompt: str
+    model: str | None = Field(None, description="A mesh model; default: the first image model")
+    n: int = Field(1, ge=1, le=10)
+    size: str | None = Field(None, description="WIDTHxHEIGHT, or auto (the model's default)")
+    response_format: ResponseFormat = "b64_json"
+    output_format: Literal["png", "jpeg", "webp"] | None = None
+    output_compression: int | None = Field(None, ge=0, le=100)
+    user: str | None = Field(None, description="Accepted and not used")
+    steps: int | None = None
+    seed: int | None = None
+    negative_prompt: str | None = None
+    guidance_scale: float | None = None
+    priority: str | None = None
+
+
+class ImageData(BaseModel):
+    """One generated image."""
+
+    b64_json: str | None = None
+    url: str | None = None
+
+
+class ImagesResponse(BaseModel):
+    """OpenAI's images answer."""
+
+    created: int
+    data: list[ImageData]
+    output_format: str | None = None
+    size: str | None = None
+
+
+@router.post(
+    "/v1/images/generations",
+    response_model=ImagesResponse,
+    response_model_exclude_none=True,
+    responses=ERRORS,
+    summary="Generate images (OpenAI-compatible)",
+)
+async def generate_images(
+    body: ImageGeneration, request: Request, authorization: Authorization = None
+) -> JsonObject:
+    """Runs `n` jobs of the prompt and answers with their images."""
+    plane = context_of(request).plane
+    caller = plane.caller(authorization)
+    model = await pick_model(plane, body.model, "image")
+    fields = {
+        "model": model["name"],
+        "prompt": body.prompt,
+        **parse_size(body.size),
+        "output_format": body.output_format,
+        "output_quality": body.output_compression,
+        **mesh_fields(
+            {
+                "steps": body.steps,
+                "negative_prompt": body.negative_prompt,
+                "guidance_scale": body.guidance_scale,
+                "priority": body.priority,
+            }
+        ),
+    }
+    requests = [
+        request_from_json(
+            mesh_fields({**fields, "seed": None if body.seed is None else body.seed + index})
+        )
+        for index in range(body.n)
+    ]
+    jobs = [(await plane.submit(r, caller))["job_id"] for r in requests]
+    data = [await _image(plane, job, caller, body.response_format, request) for job in jobs]
+    return {"created": int(time.time()), "data": data, "size": body.size}
+
+
+@router.post(
+    "/v1/images/edits",
+    response_model=ImagesResponse,
+    response_model_exclude_none=True,
+    responses={**ERRORS, 413: {"model": ErrorBody}},
+    summary="Edit an image (OpenAI-compatible)",
+    openapi_extra={
+        "requestBody": {
+            "content": {
+                "multipart/form-data": {
+                    "schema": {
+                        "type": "object",
+                        "required": ["image", "prompt"],
+                        "properties": {
+                            "image": {"type": "string", "format": "binary"},
+                            "mask": {"type": "string", "format": "binary"},
+                            "prompt": {"type": "string"},
+                            "model": {"type": "string"},
+                            "n": {"type": "integer"},
+                            "size": {"type": "string"},
+                            "response_format": {"type": "string", "enum": ["b64_json", "url"]},
+                        },
+                    }
+                }
+            }
+        }
+    },
+)
+async def edit_images(request: Request, authorization: Authorization = None) -> JsonObject:
+    """Runs `n` jobs of the prompt on the uploaded image (and mask) with a model that takes
+    an image input; 400 for a model that takes none."""
+    context = context_of(request)
+    plane = context.plane
+    caller = plane.caller(authorization)
+    form, files = await read_form(request, context.max_body_bytes)
+    image = files.get("image") or files.get("image[]")
+    prompt = form.pop("prompt", None)
+    if image is None:
+        raise InvalidArgument("image: required, as a file part")
+    if not prompt:
+        raise InvalidArgument("prompt: required")
+    model = await pick_model(plane, form.pop("model", None), "image")
+    require_image_input(model)
+    requested_format = form.pop("response_format", "b64_json")
+    if requested_format not in ("b64_json", "url"):
+        raise InvalidArgument(f"response_format: {requested_format[:32]!r}; use b64_json or url")
+    response_format: ResponseFormat = "url" if requested_format == "url" else "b64_json"
+    n = _count(form.pop("n", "1"))
+    size = parse_size(form.pop("size", None))
+    form.pop("user", None)
+    fields = {"model": model["name"], "prompt": prompt, **{k: str(v) for k, v in size.items()}}
+    parts = {"image": image}
+    if "mask" in files:
+        parts["mask_image"] = files["mask"]
+    generate = request_from_form({**form, **fields}, parts)
+    jobs = [(await plane.submit(generate, caller))["job_id"] for _ in range(n)]
+    data = [await _image(plane, job, caller, response_format, request) for job in jobs]
+    return {"created": int(time.time()), "data": data}
+
+
+def _count(text: str) -> int:
+    if not text.isdigit() or not 1 <= int(text) <= 10:
+        raise InvalidArgument(f"n: {text[:16]!r}; allowed 1..10")
+    return int(text)
+
+
+async def _image(
+    plane: JsonPlane, job_id: str, caller: Caller, response_format: ResponseFormat, request: Request
+) -> JsonObject:
+    event = await final_event(plane, job_id, caller)
+    if response_format == "url":
+        return {"url": result_url(str(request.base_url), job_id, event.get("url"))}
+    data = await result_bytes(plane, job_id, caller)
+    return {"b64_json": base64.b64encode(data).decode()}

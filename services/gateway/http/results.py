@@ -1,0 +1,83 @@
+"""A job's result bytes over HTTP, streamed from the scheduler's Download, with `Range`."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, AsyncIterator
+
+from fastapi.responses import Response, StreamingResponse
+
+from mediamesh.common.errors import MeshError, StatusCode
+from mediamesh.gateway.api.json_plane import Chunk, JsonPlane
+from mediamesh.gateway.core.tenancy import Caller
+from mediamesh.gateway.http.ranges import parse_range
+
+RANGE_NOT_SATISFIABLE = 416
+
+
+async def result_response(
+    plane: JsonPlane, job_id: str, caller: Caller, range_header: str | None
+) -> Response:
+    """The artifact (200), one range of it (206), or 416 for a range outside it.
+
+    Errors before the first byte (no such job, no result yet) raise MeshError, answered as
+    JSON by the app's handler.
+    """
+    wanted = parse_range(range_header)
+    start = wanted.first if wanted is not None and wanted.suffix is None else 0
+    chunks = plane.download(job_id, caller, start)
+    try:
+        first = await anext(chunks, None)
+    except MeshError as exc:
+        if wanted is not None and exc.code is StatusCode.INVALID_ARGUMENT:
+            return _unsatisfiable(None)  # the offset is past the end
+        raise
+    if first is None:
+        # Nothing from `start` on: an empty artifact, or a range starting at its end.
+        if wanted is None:
+            return Response(b"", headers={"Accept-Ranges": "bytes"})
+        return _unsatisfiable(start)
+    total = first.total_size
+    headers = {"Accept-Ranges": "bytes", "ETag": f'"{first.sha256}"'}
+    if wanted is None:
+        low, high = 0, total - 1
+    else:
+        bounds = wanted.bounds(total)
+        if bounds is None:
+            await chunks.aclose()
+            return _unsatisfiable(total)
+        low, high = bounds
+        if low >= first.offset + len(first.data):
+            # A suffix range beyond the first chunk: start again where it begins.
+            await chunks.aclose()
+            chunks = plane.download(job_id, caller, low)
+            first = await anext(chunks)
+        headers["Content-Range"] = f"bytes {low}-{high}/{total}"
+    headers["Content-Length"] = str(high - low + 1)
+    return StreamingResponse(
+        _between(first, chunks, low, high),
+        status_code=200 if wanted is None else 206,
+        media_type=first.mime_type or "application/octet-stream",
+        headers=headers,
+    )
+
+
+def _unsatisfiable(total: int | None) -> Response:
+    size = "*" if total is None else str(total)
+    return Response(
+        b"", status_code=RANGE_NOT_SATISFIABLE, headers={"Content-Range": f"bytes */{size}"}
+    )
+
+
+async def _between(
+    first: Chunk, rest: AsyncGenerator[Chunk, None], low: int, high: int
+) -> AsyncIterator[bytes]:
+    """The bytes low..high (inclusive) of the chunks, `first` then `rest`."""
+    chunk: Chunk | None = first
+    while chunk is not None:
+        begin, end = chunk.offset, chunk.offset + len(chunk.data)
+        if end > low and begin <= high:
+            yield chunk.data[max(low - begin, 0) : min(high + 1, end) - begin]
+        if end > high:
+            break
+        chunk = await anext(rest, None)
+    await rest.aclose()

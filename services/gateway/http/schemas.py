@@ -1,0 +1,99 @@
+"""The JSON shapes of the HTTP face, for its OpenAPI document (answers are built as plain
+dicts by `mediamesh.gateway.api.json_plane`; these models describe them)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+
+class ErrorBody(BaseModel):
+    """Every error: a transport-neutral status code name and a message naming the field."""
+
+    code: str = Field(examples=["INVALID_ARGUMENT"])
+    message: str = Field(examples=["steps: 500 is out of range; allowed 1..50"])
+
+
+class ResultView(BaseModel):
+    """A finished job's artifact."""
+
+    mime_type: str
+    seed: int
+    size_bytes: int
+    sha256: str
+    # Where to GET the bytes: a presigned object-storage URL, or this gateway's
+    # /v1/jobs/{id}/result.
+    url: str | None
+    url_expires_unix_ms: int | None
+
+
+class JobError(BaseModel):
+    """Why a job failed."""
+
+    code: str
+    message: str
+
+
+class JobLinks(BaseModel):
+    """Paths of the job's other resources on this gateway."""
+
+    self: str
+    events: str
+    result: str
+
+
+class JobView(BaseModel):
+    """A job: its state, progress, and its result or error once it ended."""
+
+    job_id: str
+    model: str
+    state: str = Field(description="QUEUED, DISPATCHED, RUNNING, SUCCEEDED, FAILED, ...")
+    priority: str
+    tenant: str
+    created_unix_ms: int
+    finished_unix_ms: int | None
+    attempts: int
+    step: int
+    total_steps: int
+    seed: int
+    worker_id: str
+    result: ResultView | None
+    error: JobError | None
+    links: JobLinks
+    deduplicated: bool | None = Field(
+        None, description="On submit: an earlier job with the same idempotency_key."
+    )
+
+
+class ModelList(BaseModel):
+    """The models, in OpenAI's list shape; each entry also has every ModelInfo field (name,
+    modality, limits, ready, inputs, previews, output_formats, ...)."""
+
+    object: str = "list"
+    data: list[dict[str, Any]]
+
+
+class Health(BaseModel):
+    """Liveness or readiness."""
+
+    status: str
+
+
+EVENTS_DESCRIPTION = """\
+A `text/event-stream` of the job's events, from its current state to its end (the same
+events as gRPC Watch). Each frame has an `id:`, an `event:` name and one JSON `data:` line
+with `kind`, `job_id`, `state` and the fields of its kind:
+
+- `queued`: `position`, `eta_s`, `queue`
+- `progress`: `step`, `total_steps`, `attempt`, `preview` (null, or `{data: base64,
+  mime_type}`)
+- `notice`: `notice` (dispatched, preempted, retry, ...), `message`, `worker_id`, `attempt`
+- `result`: `mime_type`, `seed`, `size_bytes`, `sha256`, `url` (GET it for the bytes)
+- `error`: `code`, `message`
+
+The stream ends after `result` or `error` (id `end`). Ids are positions in the job's life
+(`attempt.step.rank`), the same on every gateway replica: reconnect with `Last-Event-ID`
+and the stream resumes after that event without repeating it. A connection lost to the
+scheduler ends the stream with a `stream-error` event (no id; reconnect to resume).
+"""

@@ -1,0 +1,626 @@
+// The mediamesh web page: submit a job to this gateway's /v1 API and follow it.
+// Plain browser JavaScript, no build step. Events are read with fetch() and a stream reader
+// rather than EventSource, because EventSource cannot send the Authorization header that a
+// mesh with API keys needs.
+"use strict";
+
+const KEY_STORE = "mediamesh.apiKey";
+const JOBS_STORE = "mediamesh.jobs";
+const MODEL_STORE = "mediamesh.model";
+const FINAL_STATES = new Set(["SUCCEEDED", "FAILED", "CANCELLED", "EXPIRED"]);
+// Reconnects to a dropped event stream before the page gives up on it.
+const MAX_RECONNECTS = 5;
+const EXTENSIONS = {
+  "image/png": "png", "image/jpeg": "jpg", "image/webp": "webp", "image/gif": "gif",
+  "video/mp4": "mp4", "video/webm": "webm", "audio/wav": "wav", "audio/x-wav": "wav",
+  "audio/flac": "flac", "audio/ogg": "ogg", "audio/mpeg": "mp3",
+};
+
+const $ = (id) => document.getElementById(id);
+let models = [];
+// The job on screen: {id, abort: AbortController, blobUrl}.
+let current = null;
+
+// ---------- the API ----------
+
+class ApiError extends Error {
+  constructor(status, code, message) {
+    super(message);
+    this.status = status;
+    this.code = code;
+  }
+  toString() {
+    return this.code ? `${this.code}: ${this.message}` : this.message;
+  }
+}
+
+function authHeaders(extra = {}) {
+  const key = sessionStorage.getItem(KEY_STORE);
+  return key ? { ...extra, Authorization: `Bearer ${key}` } : extra;
+}
+
+async function errorOf(response) {
+  let body = null;
+  try {
+    body = await response.json();
+  } catch (_) {
+    // Not JSON: a proxy's page, say; the status says enough.
+  }
+  const code = (body && body.code) || `HTTP ${response.status}`;
+  let message = (body && body.message) || response.statusText || "request failed";
+  const wait = response.headers.get("Retry-After");
+  if (wait) message += ` (retry after ${wait} s)`;
+  return new ApiError(response.status, code, message);
+}
+
+async function api(path, options = {}) {
+  let response;
+  try {
+    response = await fetch(path, { ...options, headers: authHeaders(options.headers || {}) });
+  } catch (error) {
+    if (error.name === "AbortError") throw error;
+    throw new ApiError(0, "UNAVAILABLE", `the gateway cannot be reached (${error.message})`);
+  }
+  if (!response.ok) throw await errorOf(response);
+  return response.json();
+}
+
+// ---------- the API key ----------
+
+function setupKey() {
+  const input = $("api-key");
+  input.value = sessionStorage.getItem(KEY_STORE) || "";
+  $("key-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    const key = input.value.trim();
+    if (key) sessionStorage.setItem(KEY_STORE, key);
+    else sessionStorage.removeItem(KEY_STORE);
+    $("key-status").textContent = key ? "Key in use for this session." : "No key.";
+    loadModels();
+  });
+  $("forget-key").addEventListener("click", () => {
+    input.value = "";
+    sessionStorage.removeItem(KEY_STORE);
+    $("key-status").textContent = "Key forgotten.";
+  });
+}
+
+function showAuthProblem(error) {
+  if (error.status === 401 || error.status === 403) {
+    $("key-status").textContent = error.status === 401
+      ? "This mesh needs an API key." : "This key may not do that.";
+    $("api-key").focus();
+  }
+}
+
+// ---------- models and their fields ----------
+
+const accepts = (name) => (m) => (m.accepted_fields || []).includes(name);
+const takes = (input) => (m) => (m.inputs || []).includes(input);
+const limit = (m, name) => (m.limits || {})[name] || 0;
+
+// The request fields the form can set; `when` says whether a model uses one, and the limits
+// fill its bounds and hint. Empty fields are left out: the model's defaults apply.
+const FIELDS = [
+  { name: "prompt", label: "Prompt", type: "textarea", when: accepts("prompt"), wide: true },
+  { name: "negative_prompt", label: "Negative prompt", type: "textarea", when: accepts("negative_prompt"), wide: true },
+  { name: "image", label: "Input image", type: "file", when: takes("image") },
+  { name: "mask_image", label: "Mask image", type: "file", when: takes("mask_image") },
+  { name: "strength", label: "Strength", type: "float", when: (m) => accepts("strength")(m) && takes("image")(m),
+    min: () => 0, max: () => 1, step: () => 0.05, default: (m) => m.default_strength },
+  { name: "steps", label: "Steps", type: "int", when: accepts("steps"),
+    min: () => 1, max: (m) => limit(m, "max_steps"), default: (m) => limit(m, "default_steps") },
+  { name: "width", label: "Width", type: "int", when: accepts("width"),
+    min: (m) => limit(m, "size_multiple") || 1, max: (m) => limit(m, "max_width"),
+    step: (m) => limit(m, "size_multiple") || 1, default: (m) => limit(m, "default_width") },
+  { name: "height", label: "Height", type: "int", when: accepts("height"),
+    min: (m) => limit(m, "size_multiple") || 1, max: (m) => limit(m, "max_height"),
+    step: (m) => limit(m, "size_multiple") || 1, default: (m) => limit(m, "default_height") },
+  { name: "num_frames", label: "Frames", type: "int", when: accepts("num_frames"),
+    min: () => 1, max: (m) => limit(m, "max_num_frames"), default: (m) => limit(m, "default_num_frames") },
+  { name: "duration_s", label: "Duration (s)", type: "float", when: accepts("duration_s"),
+    min: () => 0.1, max: (m) => limit(m, "max_duration_s"), step: () => 0.1,
+    default: (m) => limit(m, "default_duration_s") },
+  { name: "guidance_scale", label: "Guidance scale", type: "float", when: accepts("guidance_scale"),
+    min: () => 0, max: (m) => limit(m, "max_guidance_scale"), step: () => 0.1,
+    default: (m) => limit(m, "default_guidance_scale") },
+  { name: "seed", label: "Seed", type: "int", when: accepts("seed"), min: () => 0, hint: "random when empty" },
+  { name: "output_format", label: "Output format", type: "select", when: (m) => (m.output_formats || []).length > 1,
+    options: (m) => m.output_formats },
+  { name: "output_quality", label: "Quality", type: "int",
+    when: (m) => (m.output_formats || []).some((f) => ["jpeg", "jpg", "webp"].includes(f)),
+    min: () => 1, max: () => 100, hint: "lossy formats only" },
+  { name: "fps", label: "Frames per second", type: "int", when: (m) => m.modality === "video", min: () => 1 },
+  { name: "preview_every_steps", label: "Preview every N steps", type: "int", when: (m) => m.previews,
+    min: () => 0, value: () => 1, hint: "0: no previews" },
+  { name: "adapters", label: "Adapter (LoRA)", type: "select", when: (m) => (m.adapters || []).length > 0,
+    options: (m) => ["", ...m.adapters.map((a) => a.name)], hint: "at its default scale" },
+  { name: "priority", label: "Priority", type: "select", when: () => true,
+    options: () => ["STANDARD", "REALTIME", "BATCH"] },
+];
+
+function selectedModel() {
+  return models.find((m) => m.name === $("model").value);
+}
+
+function fieldElement(field, model) {
+  const wrap = document.createElement("div");
+  wrap.className = field.wide ? "field wide" : "field";
+  const id = `f-${field.name}`;
+  const label = document.createElement("label");
+  label.htmlFor = id;
+  label.textContent = field.label;
+  let input;
+  if (field.type === "textarea") {
+    input = document.createElement("textarea");
+    input.rows = 2;
+  } else if (field.type === "select") {
+    input = document.createElement("select");
+    for (const option of field.options(model)) input.add(new Option(option || "none", option));
+  } else {
+    input = document.createElement("input");
+    if (field.type === "file") {
+      input.type = "file";
+      input.accept = "image/*";
+    } else {
+      input.type = "number";
+      input.step = field.step ? String(field.step(model)) : "1";
+      if (field.min) input.min = String(field.min(model));
+      const max = field.max ? field.max(model) : 0;
+      if (max) input.max = String(max);
+      const fallback = field.default ? field.default(model) : 0;
+      if (fallback) input.placeholder = String(fallback);
+      if (field.value) input.value = String(field.value(model));
+    }
+  }
+  input.id = id;
+  input.name = field.name;
+  wrap.append(label, input);
+  const hint = hintOf(field, model);
+  if (hint) {
+    const text = document.createElement("small");
+    text.id = `${id}-hint`;
+    text.className = "hint";
+    text.textContent = hint;
+    input.setAttribute("aria-describedby", text.id);
+    wrap.append(text);
+  }
+  return wrap;
+}
+
+function hintOf(field, model) {
+  const parts = [];
+  const fallback = field.default ? field.default(model) : 0;
+  if (fallback) parts.push(`default ${fallback}`);
+  const max = field.max ? field.max(model) : 0;
+  if (max) parts.push(`up to ${max}`);
+  if (field.step && field.type === "int" && field.step(model) > 1) parts.push(`multiple of ${field.step(model)}`);
+  if (field.hint) parts.push(field.hint);
+  return parts.join(", ");
+}
+
+function renderFields() {
+  const model = selectedModel();
+  const box = $("fields");
+  box.replaceChildren();
+  if (!model) return;
+  sessionStorage.setItem(MODEL_STORE, model.name);
+  for (const field of FIELDS) {
+    if (field.when(model)) box.append(fieldElement(field, model));
+  }
+  const facts = [model.modality, model.pipeline, model.ready ? "ready" : "no worker serves it now"];
+  if (model.previews) facts.push("previews");
+  $("model-info").textContent = facts.filter(Boolean).join(" · ");
+}
+
+async function loadModels() {
+  const select = $("model");
+  try {
+    const listed = await api("/v1/models");
+    models = listed.data || [];
+  } catch (error) {
+    showFormError(error);
+    showAuthProblem(error);
+    return;
+  }
+  const wanted = select.value || sessionStorage.getItem(MODEL_STORE);
+  select.replaceChildren();
+  for (const model of models) {
+    const text = model.ready ? model.name : `${model.name} (not ready)`;
+    select.add(new Option(text, model.name));
+  }
+  if (models.some((m) => m.name === wanted)) select.value = wanted;
+  renderFields();
+}
+
+// ---------- submitting ----------
+
+function showFormError(error) {
+  const box = $("form-error");
+  box.textContent = String(error);
+  box.hidden = false;
+  // Messages name the field first ("steps: ..."): point at it.
+  const field = error.message && error.message.split(":")[0];
+  const input = field && $(`f-${field}`);
+  if (input) {
+    input.setAttribute("aria-invalid", "true");
+    input.focus();
+  }
+}
+
+function clearFormError() {
+  $("form-error").hidden = true;
+  $("form-error").textContent = "";
+  for (const input of $("fields").querySelectorAll("[aria-invalid]")) input.removeAttribute("aria-invalid");
+}
+
+function requestBody(model) {
+  const values = { model: model.name };
+  const files = {};
+  for (const input of $("fields").querySelectorAll("[name]")) {
+    if (input.type === "file") {
+      if (input.files.length) files[input.name] = input.files[0];
+      continue;
+    }
+    const text = input.value.trim();
+    if (text === "") continue;
+    const field = FIELDS.find((f) => f.name === input.name);
+    if (input.name === "adapters") {
+      values.adapters = [{ name: text }];
+    } else if (field.type === "int" || field.type === "float") {
+      // uint64 seeds travel as text, which the proto JSON mapping accepts, so none is rounded.
+      values[input.name] = input.name === "seed" ? text : Number(text);
+    } else {
+      values[input.name] = text;
+    }
+  }
+  if (Object.keys(files).length === 0) {
+    return { body: JSON.stringify(values), headers: { "Content-Type": "application/json" } };
+  }
+  const form = new FormData();
+  for (const [name, value] of Object.entries(values)) {
+    // Form values that are not text are read as JSON by the gateway.
+    form.append(name, typeof value === "object" ? JSON.stringify(value) : String(value));
+  }
+  for (const [name, file] of Object.entries(files)) form.append(name, file, file.name);
+  return { body: form, headers: {} };
+}
+
+async function submit(event) {
+  event.preventDefault();
+  clearFormError();
+  const model = selectedModel();
+  if (!model) {
+    showFormError(new ApiError(0, "", "model: pick a model"));
+    return;
+  }
+  const button = $("submit");
+  button.disabled = true;
+  try {
+    const { body, headers } = requestBody(model);
+    const job = await api("/v1/jobs", { method: "POST", body, headers });
+    const prompt = ($("f-prompt") || {}).value || "";
+    remember({ job_id: job.job_id, model: job.model, prompt: prompt.slice(0, 80), state: job.state });
+    showJob(job.job_id, job);
+    $("job-title").focus();
+  } catch (error) {
+    showFormError(error);
+    showAuthProblem(error);
+  } finally {
+    button.disabled = false;
+  }
+}
+
+// ---------- the session's jobs ----------
+
+function storedJobs() {
+  try {
+    return JSON.parse(sessionStorage.getItem(JOBS_STORE) || "[]");
+  } catch (_) {
+    return [];
+  }
+}
+
+function remember(entry) {
+  const jobs = storedJobs().filter((j) => j.job_id !== entry.job_id);
+  jobs.unshift(entry);
+  sessionStorage.setItem(JOBS_STORE, JSON.stringify(jobs));
+  renderJobs();
+}
+
+function updateStored(jobId, state) {
+  const jobs = storedJobs();
+  const entry = jobs.find((j) => j.job_id === jobId);
+  if (!entry || entry.state === state) return;
+  entry.state = state;
+  sessionStorage.setItem(JOBS_STORE, JSON.stringify(jobs));
+  renderJobs();
+}
+
+function renderJobs() {
+  const list = $("jobs");
+  const jobs = storedJobs();
+  $("jobs-empty").hidden = jobs.length > 0;
+  list.replaceChildren();
+  for (const job of jobs) {
+    const item = document.createElement("li");
+    const button = document.createElement("button");
+    button.type = "button";
+    button.className = "link";
+    button.dataset.jobId = job.job_id;
+    button.textContent = `${job.model}: ${job.prompt || job.job_id}`;
+    if (current && current.id === job.job_id) button.setAttribute("aria-current", "true");
+    button.addEventListener("click", () => showJob(job.job_id));
+    const state = document.createElement("span");
+    state.className = "state";
+    state.dataset.state = job.state;
+    state.textContent = job.state;
+    item.append(button, " ", state);
+    list.append(item);
+  }
+}
+
+// States of listed jobs that were still running when the page (re)loaded.
+async function refreshJobs() {
+  for (const job of storedJobs()) {
+    if (FINAL_STATES.has(job.state)) continue;
+    try {
+      const info = await api(`/v1/jobs/${encodeURIComponent(job.job_id)}`);
+      updateStored(job.job_id, info.state);
+    } catch (_) {
+      // Gone (expired from the store) or not ours under the current key: leave it as it was.
+    }
+  }
+}
+
+// ---------- one job on screen ----------
+
+function setState(state) {
+  const text = $("job-state");
+  text.textContent = state;
+  text.dataset.state = state;
+  $("cancel").disabled = FINAL_STATES.has(state);
+  if (current) updateStored(current.id, state);
+}
+
+function note(text) {
+  const item = document.createElement("li");
+  item.textContent = `${new Date().toLocaleTimeString()} ${text}`;
+  $("notices").append(item);
+}
+
+function showJobError(code, message) {
+  const box = $("job-error");
+  box.textContent = code === "CANCELLED" ? "Cancelled." : `${code}: ${message}`;
+  box.hidden = false;
+}
+
+function resetJobView(jobId) {
+  if (current) {
+    current.abort.abort();
+    if (current.blobUrl) URL.revokeObjectURL(current.blobUrl);
+  }
+  current = { id: jobId, abort: new AbortController(), blobUrl: null, progressStart: null };
+  $("job").hidden = false;
+  $("job-id").textContent = jobId;
+  $("job-error").hidden = true;
+  $("progress").value = 0;
+  $("progress").max = 1;
+  $("progress-text").textContent = "";
+  $("notices").replaceChildren();
+  $("preview-figure").hidden = true;
+  $("preview-figure").dataset.count = "0";
+  $("preview").removeAttribute("src");
+  $("result").hidden = true;
+  $("result-media").replaceChildren();
+  renderJobs();
+}
+
+async function showJob(jobId, known = null) {
+  resetJobView(jobId);
+  const mine = current;
+  let job = known;
+  try {
+    if (!job) job = await api(`/v1/jobs/${encodeURIComponent(jobId)}`);
+  } catch (error) {
+    showJobError(error.code, error.message);
+    return;
+  }
+  if (mine !== current) return;
+  setState(job.state);
+  showProgress(job.step, job.total_steps);
+  if (job.state === "SUCCEEDED" && job.result) {
+    showResult(job.result, mine);
+  } else if (FINAL_STATES.has(job.state)) {
+    if (job.error) showJobError(job.error.code, job.error.message);
+  } else {
+    follow(mine);
+  }
+}
+
+function showProgress(step, total, etaS = null) {
+  if (!total) return;
+  const bar = $("progress");
+  bar.max = total;
+  bar.value = step;
+  let text = `Step ${step} of ${total}`;
+  if (etaS !== null && Number.isFinite(etaS)) text += ` · about ${Math.max(0, Math.round(etaS))} s left`;
+  $("progress-text").textContent = text;
+}
+
+// Seconds left at the rate measured since the first progress event this page saw.
+function estimate(job, step, total) {
+  const now = performance.now();
+  if (!job.progressStart || step < job.progressStart.step) {
+    job.progressStart = { step, at: now };
+    return null;
+  }
+  const done = step - job.progressStart.step;
+  if (done <= 0) return null;
+  return ((now - job.progressStart.at) / 1000 / done) * (total - step);
+}
+
+function onEvent(job, name, data) {
+  if (data.state) setState(data.state);
+  if (name === "queued") {
+    const eta = data.eta_s ? `, about ${Math.round(data.eta_s)} s until it starts` : "";
+    $("progress-text").textContent = `Queued at position ${data.position}${eta}`;
+  } else if (name === "progress") {
+    showProgress(data.step, data.total_steps, estimate(job, data.step, data.total_steps));
+    if (data.preview) {
+      const figure = $("preview-figure");
+      $("preview").src = `data:${data.preview.mime_type};base64,${data.preview.data}`;
+      figure.dataset.count = String(Number(figure.dataset.count) + 1);
+      figure.hidden = false;
+    }
+  } else if (name === "notice") {
+    note(data.message || data.notice);
+  } else if (name === "result") {
+    $("progress").value = $("progress").max;
+    $("progress-text").textContent = "Done.";
+    showResult(data, job);
+  } else if (name === "error") {
+    showJobError(data.code, data.message);
+  }
+}
+
+// One frame of text/event-stream: its fields, per the EventSource processing rules.
+function parseFrame(frame) {
+  const event = { id: null, name: "message", data: [], retry: null };
+  for (const line of frame.split("\n")) {
+    if (line === "" || line.startsWith(":")) continue;
+    const colon = line.indexOf(":");
+    const field = colon < 0 ? line : line.slice(0, colon);
+    let value = colon < 0 ? "" : line.slice(colon + 1);
+    if (value.startsWith(" ")) value = value.slice(1);
+    if (field === "id") event.id = value;
+    else if (field === "event") event.name = value;
+    else if (field === "data") event.data.push(value);
+    else if (field === "retry" && /^\d+$/.test(value)) event.retry = Number(value);
+  }
+  return event;
+}
+
+async function follow(job) {
+  const url = `/v1/jobs/${encodeURIComponent(job.id)}/events`;
+  let lastId = null;
+  let retryMs = 1000;
+  let failures = 0;
+  while (job === current) {
+    let ended = false;
+    try {
+      const headers = authHeaders({ Accept: "text/event-stream" });
+      if (lastId) headers["Last-Event-ID"] = lastId;
+      const response = await fetch(url, { headers, signal: job.abort.signal, cache: "no-store" });
+      if (!response.ok) {
+        const error = await errorOf(response);
+        showJobError(error.code, error.message);
+        showAuthProblem(error);
+        return;
+      }
+      const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+      let buffer = "";
+      reading: for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        buffer = (buffer + value).replace(/\r\n?/g, "\n");
+        let cut;
+        while ((cut = buffer.indexOf("\n\n")) >= 0) {
+          const frame = parseFrame(buffer.slice(0, cut));
+          buffer = buffer.slice(cut + 2);
+          if (frame.retry !== null) retryMs = frame.retry;
+          if (frame.id !== null) lastId = frame.id;
+          if (frame.data.length === 0) continue;
+          failures = 0;
+          if (frame.name === "stream-error") {
+            // The gateway lost the scheduler: reconnect and resume after the last id.
+            await reader.cancel();
+            break reading;
+          }
+          onEvent(job, frame.name, JSON.parse(frame.data.join("\n")));
+          if (frame.name === "result" || frame.name === "error") ended = true;
+        }
+      }
+    } catch (error) {
+      if (error.name === "AbortError") return;
+    }
+    if (ended || job !== current) return;
+    failures += 1;
+    if (failures > MAX_RECONNECTS) {
+      showJobError("UNAVAILABLE", "lost the job's event stream; pick the job in the list to look again");
+      return;
+    }
+    note("event stream dropped; reconnecting");
+    await new Promise((resolve) => setTimeout(resolve, retryMs));
+  }
+}
+
+async function showResult(result, job) {
+  const url = new URL(result.url, location.href);
+  let source = url.href;
+  if (url.origin === location.origin) {
+    // Our own result endpoint wants the API key, which <img src> cannot send: fetch the bytes.
+    try {
+      const response = await fetch(url, { headers: authHeaders(), signal: job.abort.signal });
+      if (!response.ok) throw await errorOf(response);
+      source = URL.createObjectURL(await response.blob());
+      if (job !== current) {
+        URL.revokeObjectURL(source);
+        return;
+      }
+      job.blobUrl = source;
+    } catch (error) {
+      if (error.name !== "AbortError") showJobError(error.code || "UNAVAILABLE", error.message);
+      return;
+    }
+  }
+  if (job !== current) return;
+  const kind = result.mime_type.split("/")[0];
+  let media;
+  if (kind === "video" || kind === "audio") {
+    media = document.createElement(kind);
+    media.controls = true;
+  } else {
+    media = document.createElement("img");
+    media.alt = `Result of job ${job.id}`;
+  }
+  media.id = "result-element";
+  media.src = source;
+  $("result-media").replaceChildren(media);
+  const link = $("download");
+  link.href = source;
+  link.download = `mediamesh-${job.id}.${EXTENSIONS[result.mime_type] || "bin"}`;
+  const kib = result.size_bytes ? `, ${Math.ceil(result.size_bytes / 1024)} KiB` : "";
+  $("result-info").textContent = `${result.mime_type}${kib}, seed ${result.seed}`;
+  $("result").hidden = false;
+}
+
+async function cancel() {
+  if (!current) return;
+  const job = current;
+  $("cancel").disabled = true;
+  try {
+    const info = await api(`/v1/jobs/${encodeURIComponent(job.id)}`, { method: "DELETE" });
+    if (job === current) setState(info.state);
+  } catch (error) {
+    if (job === current) {
+      showJobError(error.code, error.message);
+      $("cancel").disabled = false;
+    }
+  }
+}
+
+// ---------- start ----------
+
+document.addEventListener("DOMContentLoaded", () => {
+  setupKey();
+  $("model").addEventListener("change", () => {
+    clearFormError();
+    renderFields();
+  });
+  $("job-form").addEventListener("submit", submit);
+  $("cancel").addEventListener("click", cancel);
+  renderJobs();
+  loadModels();
+  refreshJobs();
+});

@@ -1,0 +1,105 @@
+"""Adapter affinity: send a batch with LoRA adapters to a unit that has them loaded.
+
+A unit without a batch's adapters must load them first, which costs it device time; the
+time each adapter took to load is learned from the workers' reports (starting from a
+configured prior). The dispatcher offers the least-loaded unit that formed the batch; a
+unit of the same class that has every adapter of the batch loaded takes it instead when
+its load is within `margin_s` plus that load time of the offered unit's, so a cold unit
+is chosen only when it is enough less loaded to pay for the load.
+
+Pure: no clock is needed (the decision depends on loads only), and no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from mediamesh.common.generation import AdapterScale
+from mediamesh.scheduler.core.units import Unit
+
+# Weight of a new measurement in the learned load time of an adapter.
+_SMOOTHING = 0.3
+# A reported load time beyond this is not a measurement (nor is NaN, zero or negative).
+_MAX_LOAD_S = 3600.0
+
+
+@dataclass(frozen=True)
+class AffinityPolicy:
+    """How much load a warm unit may carry beyond a cold one, and the load-time prior."""
+
+    margin_s: float
+    load_prior_s: float
+
+
+class AdapterAffinity:
+    """Learned adapter load times, the units' loaded adapters, and the routing choice."""
+
+    def __init__(self, policy: AffinityPolicy) -> None:
+        self._policy = policy
+        # (model, adapter) -> smoothed seconds of one load.
+        self._load_s: dict[tuple[str, str], float] = {}
+        # (worker, model, adapter) -> the load seconds last reported: every heartbeat repeats
+        # them, and only a changed value is a new load to learn from.
+        self._reported: dict[tuple[str, str, str], float] = {}
+        # Read-only outside this class: routing choices that moved a batch to a warm unit.
+        self.warm_choices = 0
+
+    def load_s(self, model: str, adapters: Iterable[str]) -> float:
+        """Estimated seconds to load `adapters` of `model` on a unit that has none of them."""
+        prior = self._policy.load_prior_s
+        return sum(self._load_s.get((model, name), prior) for name in adapters)
+
+    def observe(self, model: str, adapter: str, seconds: float) -> None:
+        """A worker measured one load of `adapter`."""
+        if not 0 < seconds <= _MAX_LOAD_S:
+            return
+        key = (model, adapter)
+        old = self._load_s.get(key)
+        self._load_s[key] = seconds if old is None else old + _SMOOTHING * (seconds - old)
+
+    def report(self, unit: Unit, loaded: Mapping[str, Mapping[str, float]]) -> None:
+        """A worker's whole set of loaded adapters, per model, with their load seconds."""
+        unit.adapters = {model: frozenset(names) for model, names in loaded.items() if names}
+        for model, names in loaded.items():
+            for name, seconds in names.items():
+                key = (unit.worker_id, model, name)
+                if self._reported.get(key) != seconds:
+                    self._reported[key] = seconds
+                    self.observe(model, name, seconds)
+
+    def choose(
+        self,
+        offered: Unit,
+        model: str,
+        adapters: tuple[AdapterScale, ...],
+        alternatives: Iterable[Unit],
+    ) -> Unit:
+        """The unit a batch of `model` with `adapters` goes to: `offered` (the least-loaded
+        unit that formed it) unless it lacks an adapter and an alternative has them all at
+        a load within the margin plus the adapters' load time; the least loaded such
+        alternative then. The chosen unit counts the adapters as loaded from now on."""
+        if not adapters:
+            return offered
+        names = frozenset(a.name for a in adapters)
+        chosen = offered
+        missing = names - offered.adapters.get(model, frozenset())
+        if missing:
+            limit = offered.load_s + self._policy.margin_s + self.load_s(model, missing)
+            warm = [
+                unit
+                for unit in alternatives
+                if unit is not offered
+                and unit.free_slots > 0
+                and names <= unit.adapters.get(model, frozenset())
+                and unit.load_s <= limit
+            ]
+            if warm:
+                chosen = min(warm, key=lambda u: (u.load_s, u.dispatched, u.worker_id))
+                self.warm_choices += 1
+        # Until its next report, the unit is taken to hold what it is about to load.
+        chosen.adapters = {
+            **chosen.adapters,
+            model: chosen.adapters.get(model, frozenset()) | names,
+        }
+        return chosen

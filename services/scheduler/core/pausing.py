@@ -1,0 +1,172 @@
+"""Step-boundary preemption: pausing lower-class work so that an urgent job starts now.
+
+When no device has room and the job that a model's queue would run next belongs to a
+higher class than every job of some running batch, and the cost model says that waiting for
+a device to free up would make it miss its queue's SLA, the urgent batch goes to that
+batch's worker with the order to pause it at its next step boundary (`Dispatch.pauses`).
+The worker keeps the paused batch's state in memory and resumes it as soon as the urgent
+batch ends; it also checkpoints it, so that it resumes elsewhere should the worker be lost.
+
+Guards against thrash (`PausePolicy`): a job is paused at most `max_per_job` times, never
+within its first `min_steps` steps, and a worker holds at most one paused batch. The
+urgent batch is formed like any other (its batch window included), only on a busy unit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+from mediamesh.common.registry import ModelSpec
+from mediamesh.scheduler.core.backlog import Backlog
+from mediamesh.scheduler.core.effects import Dispatch
+from mediamesh.scheduler.core.inflight import InFlight, OpenBatch
+from mediamesh.scheduler.core.job_table import JobTable
+from mediamesh.scheduler.core.jobs import Job, Priority
+from mediamesh.scheduler.core.policy import PausePolicy, QueuePolicy
+from mediamesh.scheduler.core.queues import ModelQueue
+from mediamesh.scheduler.core.units import Unit
+
+# Forms the urgent batch on `unit` from `queue`, only of classes above `above`, pausing the
+# named batch; None when no such batch can go now (e.g. its batch window is still open).
+FormUrgent = Callable[[Unit, ModelQueue, Priority, str, float], Dispatch | None]
+
+
+class Pauser:
+    """Decides which running batch to pause for which urgent job, and remembers the pairs."""
+
+    def __init__(
+        self,
+        specs: Mapping[str, ModelSpec],
+        policy: PausePolicy,
+        queues: Mapping[str, QueuePolicy],
+        table: JobTable,
+        backlog: Backlog,
+        inflight: InFlight,
+    ) -> None:
+        self._specs = specs
+        self._policy = policy
+        self._queues = queues
+        self._table = table
+        self._backlog = backlog
+        self._inflight = inflight
+        # Urgent batch id -> the batch it paused, while the urgent one is open.
+        self._paused_for: dict[str, str] = {}
+        # Read-only outside this class: batches paused, by the class of the urgent job.
+        self.pauses: dict[Priority, int] = dict.fromkeys(Priority, 0)
+
+    @property
+    def enabled(self) -> bool:
+        """Whether the policy allows any pause at all."""
+        return self._policy.max_per_job > 0
+
+    def plan(self, now: float, form: FormUrgent) -> list[Dispatch]:
+        """Urgent batches to send now, each pausing a lower-class batch; see the module."""
+        if not self.enabled or not self._backlog.has_queued():
+            return []
+        self._forget_ended()
+        dispatched: list[Dispatch] = []
+        for model in self._specs:
+            queue = self._backlog.queue(model)
+            if queue is None or not queue.depth:
+                continue
+            best = queue.best(now, _anyone)
+            if best is None or best[1].priority is Priority.BATCH:
+                continue  # nothing runs at a lower class than the lowest
+            urgent = best[1]
+            units = self._inflight.serving(model)
+            if not units or not self._would_miss(units, self._slack_s(urgent, now)):
+                continue
+            victim = self._victim(units, urgent)
+            if victim is None:
+                continue
+            unit, batch = victim
+            dispatch = form(
+                unit, queue, _most_urgent_class(self._jobs_of(batch)), batch.batch_id, now
+            )
+            if dispatch is None:
+                continue
+            self._paused_for[dispatch.batch_id] = batch.batch_id
+            for job in self._jobs_of(batch):
+                job.pauses += 1
+            self.pauses[urgent.priority] += 1
+            dispatched.append(dispatch)
+        return dispatched
+
+    def _forget_ended(self) -> None:
+        batch = self._inflight.batch
+        for urgent in [u for u, paused in self._paused_for.items() if batch(u) is None]:
+            del self._paused_for[urgent]
+
+    def _slack_s(self, job: Job, now: float) -> float:
+        """Seconds the job may still wait and meet its queue's SLA, once started."""
+        queue = self._queues.get(job.queue)
+        if queue is None:
+            return float("inf")
+        return queue.sla_s - (now - job.created_at) - job.cost_s
+
+    def _would_miss(self, units: list[Unit], slack_s: float) -> bool:
+        """Whether no unit of `units` could start a new batch within `slack_s`, per the cost
+        model. Stops at the first that could: under load that is usually the first one."""
+        for unit in units:
+            if unit.free_slots > 0:
+                return False
+            for batch_id in unit.batches:
+                batch = self._inflight.batch(batch_id)
+                if batch is not None and self._remaining_s(batch) <= slack_s:
+                    return False
+        return True
+
+    def _remaining_s(self, batch: OpenBatch) -> float:
+        return sum(j.cost_s * j.remaining_fraction for j in self._jobs_of(batch))
+
+    def _jobs_of(self, batch: OpenBatch) -> list[Job]:
+        jobs = self._table.jobs
+        return [jobs[j] for j in batch.job_ids if j in jobs]
+
+    def _victim(self, units: list[Unit], urgent: Job) -> tuple[Unit, OpenBatch] | None:
+        """The batch to pause: lower class than `urgent` in every job, within the guards,
+        on a worker that pauses nothing else yet; the one with the most work left."""
+        involved = set(self._paused_for) | set(self._paused_for.values())
+        found: tuple[float, Unit, OpenBatch] | None = None
+        for unit in units:
+            if len(unit.batches) != 1 or unit.batches & involved:
+                continue
+            (batch_id,) = unit.batches
+            batch = self._inflight.batch(batch_id)
+            if batch is None or not self._pausable(batch, urgent):
+                continue
+            remaining = self._remaining_s(batch)
+            if found is None or remaining > found[0]:
+                found = (remaining, unit, batch)
+        return None if found is None else (found[1], found[2])
+
+    def _pausable(self, batch: OpenBatch, urgent: Job) -> bool:
+        spec = self._specs.get(batch.model)
+        if spec is None or spec.pipeline == "Echo" or spec.parallelism.mode != "data":
+            return False  # no step boundaries to pause at, or a group that must pause as one
+        if batch.model == urgent.model and spec.cache is not None:
+            return False  # the step cache's hook state is per loop (worker.runtime._pausable)
+        jobs = self._jobs_of(batch)
+        if not jobs:
+            return False
+        policy = self._policy
+        for job in jobs:
+            total = job.total_steps or job.params.steps
+            if (
+                job.priority <= urgent.priority
+                or job.pauses >= policy.max_per_job
+                or job.step < policy.min_steps
+                # At its last step it ends sooner than a pause would help.
+                or job.step >= total - 1
+            ):
+                return False
+        return True
+
+
+def _anyone(job: Job) -> bool:
+    return True
+
+
+def _most_urgent_class(jobs: list[Job]) -> Priority:
+    """The most urgent class among the paused batch's jobs: the urgent batch must beat it."""
+    return min(job.priority for job in jobs)

@@ -1,0 +1,127 @@
+"""A job's input images, kept with the job for as long as the job is kept.
+
+At submit the request's images (sent inline or named by upload id) are checked once more
+by decoding them, then stored: an image up to `inline_bytes` inside the job itself (its
+`InputImage.ref` carries the bytes, so the job's row in the store holds them), a larger one
+as a file in the artifact store's `inputs` folder, which workers read. Either way a
+restarted scheduler or a preempted job finds its inputs again. The files go when their job
+is purged at retention; files no job owns (a submit that failed after writing them) are
+swept once older than the retention.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Iterable
+from dataclasses import replace
+from pathlib import Path
+
+from mediamesh.common.generation import GenerationParams, InputImage
+from mediamesh.common.input_images import ID_FIELDS, decode_image
+from mediamesh.common.input_refs import inline_ref, is_inline
+from mediamesh.common.output_formats import extension_for
+from mediamesh.common.params import RequestFields
+from mediamesh.common.registry import ModelSpec
+from mediamesh.common.settings import SchedulerSettings
+from mediamesh.scheduler.uploads import UploadLimits, UploadStore
+
+INPUT_FIELDS = ("image", "mask_image")
+
+
+class JobInputs:
+    """Stores and deletes the input images of jobs."""
+
+    def __init__(self, folder: Path, inline_bytes: int, uploads: UploadStore) -> None:
+        self.folder = folder
+        self.inline_bytes = inline_bytes
+        self.uploads = uploads
+
+    async def with_uploads(self, fields: RequestFields, tenant: str) -> RequestFields:
+        """`fields` with each upload id replaced by the upload's bytes; NOT_FOUND for an id
+        that is unknown, expired or another tenant's."""
+        for name in INPUT_FIELDS:
+            input_id = getattr(fields, ID_FIELDS[name])
+            if not input_id or getattr(fields, name):
+                continue  # no id, or both set: `resolve` refuses the pair, naming it
+            upload = self.uploads.get(input_id, tenant)
+            data = await asyncio.to_thread(self.uploads.read, upload)
+            if name == "image":
+                fields = replace(fields, image=data, image_id="")
+            else:
+                fields = replace(fields, mask_image=data, mask_image_id="")
+        return fields
+
+    async def store(
+        self, spec: ModelSpec, params: GenerationParams, fields: RequestFields
+    ) -> GenerationParams:
+        """`params` with each input decoded once (INVALID_ARGUMENT naming the field for bytes
+        broken past their header) and stored; its refs name where."""
+        for name in INPUT_FIELDS:
+            image: InputImage | None = getattr(params, name)
+            data: bytes | None = getattr(fields, name)
+            if image is None or not data:
+                continue
+            await asyncio.to_thread(decode_image, name, data, spec.limits.max_input_pixels)
+            ref = await asyncio.to_thread(self._keep, name, image, data)
+            kept = replace(image, ref=ref)
+            if name == "image":
+                params = replace(params, image=kept)
+            else:
+                params = replace(params, mask_image=kept)
+        return params
+
+    def _keep(self, name: str, image: InputImage, data: bytes) -> str:
+        if len(data) <= self.inline_bytes:
+            return inline_ref(data)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        path = self.folder / f"{uuid.uuid4().hex}.{name}.{extension_for(image.mime_type)}"
+        partial = path.with_suffix(".partial")
+        partial.write_bytes(data)
+        partial.replace(path)
+        return str(path)
+
+    def files_of(self, params: GenerationParams) -> list[Path]:
+        """The files holding the inputs of a job with `params` (inline inputs have none)."""
+        refs = [getattr(params, name) for name in INPUT_FIELDS]
+        return [
+            Path(image.ref) for image in refs if image and image.ref and not is_inline(image.ref)
+        ]
+
+    def discard(self, params: GenerationParams) -> None:
+        """Delete the files just stored for a job that was not accepted (or a duplicate)."""
+        self.delete(self.files_of(params))
+
+    def delete(self, paths: Iterable[Path]) -> None:
+        """Delete input files (blocking); missing ones are fine."""
+        for path in paths:
+            path.unlink(missing_ok=True)
+
+    def sweep(self, owned: set[Path], older_than: float) -> None:
+        """Delete input files no job in `owned` refers to, older than `older_than` (Unix s)."""
+        if not self.folder.exists():
+            return
+        for path in self.folder.iterdir():
+            try:
+                if path not in owned and path.stat().st_mtime < older_than:
+                    path.unlink(missing_ok=True)
+            except FileNotFoundError:
+                continue
+
+    def tidy(self, kept: Iterable[GenerationParams], older_than: float) -> None:
+        """Housekeeping (blocking): delete expired uploads, and input files that none of the
+        `kept` jobs owns and that are older than `older_than`."""
+        self.uploads.sweep()
+        owned = {path for params in kept for path in self.files_of(params)}
+        self.sweep(owned, older_than)
+
+
+def job_inputs(artifact_root: Path, settings: SchedulerSettings) -> JobInputs:
+    """The job inputs and uploads of a scheduler, in its artifact store."""
+    limits = UploadLimits(
+        ttl_s=settings.upload_ttl_s,
+        quota_bytes=settings.upload_quota_bytes,
+        max_bytes=settings.max_upload_bytes,
+    )
+    uploads = UploadStore(artifact_root / "uploads", limits)
+    return JobInputs(artifact_root / "inputs", settings.inline_input_bytes, uploads)

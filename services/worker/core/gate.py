@@ -1,0 +1,89 @@
+"""Who may use the device now: one batch at a time, urgent batches first.
+
+A worker's batches each run in their own thread, but its device runs one batch at a time:
+every batch holds the gate while it computes. A running batch asked to pause gives the gate
+up at its next step boundary, with its state (latents, sampler, generators) kept where it
+is, on its thread's stack, and waits in line again with a rank above ordinary batches, so
+it resumes as soon as the urgent batch that paused it has ended.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import threading
+from enum import IntEnum
+
+
+class Rank(IntEnum):
+    """Order of batches waiting for the device; lower goes first."""
+
+    URGENT = 0
+    RESUMING = 1
+    NORMAL = 2
+
+
+class DeviceGate:
+    """A lock over the device whose waiters go in (rank, arrival) order."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._holder: str | None = None
+        self._waiting: list[tuple[int, int, str]] = []
+        self._arrivals = itertools.count()
+
+    @property
+    def holder(self) -> str | None:
+        """The batch on the device now, if any."""
+        with self._cond:
+            return self._holder
+
+    def enqueue(self, batch_id: str, rank: Rank) -> None:
+        """Put a batch in line. Done on the event loop when the batch arrives, so that a
+        batch asked to pause for it finds it waiting whenever it reaches its boundary."""
+        with self._cond:
+            heapq.heappush(self._waiting, (rank, next(self._arrivals), batch_id))
+            self._cond.notify_all()
+
+    def withdraw(self, batch_id: str) -> None:
+        """Take a batch out of line (it ended before it got the device)."""
+        with self._cond:
+            kept = [w for w in self._waiting if w[2] != batch_id]
+            if len(kept) != len(self._waiting):
+                heapq.heapify(kept)
+                self._waiting = kept
+                self._cond.notify_all()
+
+    def acquire(self, batch_id: str) -> None:
+        """Block until `batch_id`, already in line, is first and the device is free."""
+        with self._cond:
+            self._cond.wait_for(lambda: self._is_next(batch_id))
+            heapq.heappop(self._waiting)
+            self._holder = batch_id
+
+    def release(self, batch_id: str) -> None:
+        """The batch no longer uses the device."""
+        with self._cond:
+            if self._holder == batch_id:
+                self._holder = None
+                self._cond.notify_all()
+
+    def urgent_waiting(self) -> bool:
+        """Whether an urgent batch waits for the device."""
+        with self._cond:
+            return any(w[0] == Rank.URGENT for w in self._waiting)
+
+    def step_aside(self, batch_id: str) -> None:
+        """Called by the holder: let the waiting urgent batches run, then take the device
+        back before any ordinary batch. Returns holding the device again."""
+        with self._cond:
+            if self._holder == batch_id:
+                self._holder = None
+            heapq.heappush(self._waiting, (Rank.RESUMING, next(self._arrivals), batch_id))
+            self._cond.notify_all()
+            self._cond.wait_for(lambda: self._is_next(batch_id))
+            heapq.heappop(self._waiting)
+            self._holder = batch_id
+
+    def _is_next(self, batch_id: str) -> bool:
+        return self._holder is None and bool(self._waiting) and self._waiting[0][2] == batch_id

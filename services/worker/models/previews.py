@@ -1,0 +1,199 @@
+"""Latent previews: a cheap picture of where a job's denoising stands, taken at a step boundary.
+
+Never a full VAE decode. The latents of one job are brought to an image grid (channels x
+height x width: Flux's packed 2x2 patches unpacked, a video's middle frame taken) and then
+projected to RGB: by the family's published linear factors where it has them (Stable
+Diffusion 1.x and XL latent spaces), by the registry entry's own `preview.rgb_factors`, by
+a tiny autoencoder when the entry names one (`preview.vae`), or else by the latents' three
+principal directions, which show structure for any channel count. Audio latents become a
+heat map of channels over time. Everything runs on the device thread in the step callback.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from mediamesh.common.registry import ModelSpec
+from mediamesh.common.work import JobParams, Preview
+from mediamesh.worker.models.preview_image import encode_heatmap, encode_rgb, preview_size
+
+log = logging.getLogger(__name__)
+
+# Approximate linear maps from 4-channel latents (as the denoiser sees them) to RGB in
+# -1..1, one row per channel, as published for these latent spaces (the SD 1.x factors from
+# Keturn's 2022 analysis; the XL ones as used by common UIs, with their bias).
+Factors = tuple[tuple[float, float, float], ...]
+_SD1_FACTORS: Factors = (
+    (0.298, 0.207, 0.208),
+    (0.187, 0.286, 0.173),
+    (-0.158, 0.189, 0.264),
+    (-0.184, -0.271, -0.473),
+)
+_SDXL_FACTORS: Factors = (
+    (0.3651, 0.4232, 0.4341),
+    (-0.2533, -0.0042, 0.1068),
+    (0.1076, 0.1111, -0.0362),
+    (-0.3165, -0.2492, -0.2188),
+)
+_SDXL_BIAS = (0.1084, -0.0175, -0.0011)
+FAMILY_FACTORS: dict[str, tuple[Factors, tuple[float, float, float]]] = {
+    "StableDiffusionPipeline": (_SD1_FACTORS, (0.0, 0.0, 0.0)),
+    "StableDiffusionXLPipeline": (_SDXL_FACTORS, _SDXL_BIAS),
+    # PixArt-Sigma denoises in the SDXL autoencoder's latent space.
+    "PixArtSigmaPipeline": (_SDXL_FACTORS, _SDXL_BIAS),
+}
+# Video families whose latents are (batch, frames, channels, h, w); the rest put channels
+# before frames.
+_FRAMES_FIRST_PREFIXES = ("CogVideoX", "ConsisID")
+# The signature of the Flux-style unpacker: tokens of 2x2 patches back to an image grid.
+_UNPACK_PARAMETERS = ["latents", "height", "width", "vae_scale_factor"]
+
+
+class LatentPreviewer:
+    """Makes the previews of one loaded model; `__call__` is StepTracker's preview hook."""
+
+    def __init__(self, spec: ModelSpec, pipeline: Any) -> None:
+        self.spec = spec
+        self.pipeline = pipeline
+        # A diffusers AutoencoderTiny once `load_tiny_vae` ran.
+        self.tiny_vae: Any = None
+        own = spec.preview.rgb_factors
+        factors, bias = (
+            (own, spec.preview.rgb_bias)
+            if own
+            else FAMILY_FACTORS.get(spec.pipeline, ((), (0.0, 0.0, 0.0)))
+        )
+        self.factors = torch.tensor(factors, dtype=torch.float32) if factors else None
+        self.bias = torch.tensor(bias, dtype=torch.float32)
+        self._unpack = _flux_unpacker(pipeline)
+        self._frames_first = spec.pipeline.startswith(_FRAMES_FIRST_PREFIXES)
+
+    def load_tiny_vae(self, models_dir: Path, device: str) -> None:
+        """Loads the entry's `preview.vae` (diffusers AutoencoderTiny), local files only."""
+        from diffusers import AutoencoderTiny
+
+        source = (self.spec.preview.vae or "").replace("{models_dir}", str(models_dir))
+        # A hub id must already be in the cache, like the model itself (`models pull`).
+        vae = AutoencoderTiny.from_pretrained(source, local_files_only=True)
+        self.tiny_vae = vae.to(device).eval()
+
+    def __call__(self, latents: torch.Tensor, index: int, job: JobParams) -> Preview:
+        """The preview of job `index` of the batch whose latents these are."""
+        generation = job.generation
+        one = latents[index : index + 1].detach()
+        if self.spec.modality == "audio":
+            return encode_heatmap(_audio_grid(one[0].float().cpu()))
+        grid = self._image_grid(one, generation.width, generation.height)
+        pixels = self._decode(grid) if self.tiny_vae is not None else self._project(grid)
+        return encode_rgb(pixels, preview_size(generation.width, generation.height))
+
+    # Latents to (1, channels, h, w) ------------------------------------------------------
+
+    def _image_grid(self, one: torch.Tensor, width: int, height: int) -> torch.Tensor:
+        if one.ndim == 5:
+            middle = one.shape[1 if self._frames_first else 2] // 2
+            return one[:, middle] if self._frames_first else one[:, :, middle]
+        if one.ndim == 4:
+            return one
+        if one.ndim == 3:
+            if self._unpack is not None and width and height:
+                scale = int(getattr(self.pipeline, "vae_scale_factor", 8))
+                try:
+                    unpacked: torch.Tensor = self._unpack(one, height, width, scale)
+                    return unpacked
+                except RuntimeError:
+                    pass  # not this packing after all: fall through to the generic grid
+            return _tokens_as_grid(one, width, height)
+        raise ValueError(f"no preview for latents of shape {tuple(one.shape)}")
+
+    # (1, channels, h, w) to RGB pixels ----------------------------------------------------
+
+    def _project(self, grid: torch.Tensor) -> np.ndarray:
+        values = grid[0].float().cpu()
+        if self.factors is not None and values.shape[0] == self.factors.shape[0]:
+            rgb = torch.einsum("chw,cr->hwr", values, self.factors) + self.bias
+            return _to_bytes((rgb + 1.0) / 2.0)
+        return _to_bytes(principal_rgb(values))
+
+    @torch.no_grad()
+    def _decode(self, grid: torch.Tensor) -> np.ndarray:
+        vae = self.tiny_vae
+        assert vae is not None
+        parameter = next(vae.parameters())
+        scale = float(getattr(vae.config, "scaling_factor", 1.0) or 1.0)
+        shift = float(getattr(vae.config, "shift_factor", 0.0) or 0.0)
+        latents = grid.to(parameter.device, parameter.dtype) / scale + shift
+        image = vae.decode(latents, return_dict=False)[0][0].float().cpu()
+        return _to_bytes((image.permute(1, 2, 0) + 1.0) / 2.0)
+
+
+def principal_rgb(values: torch.Tensor) -> torch.Tensor:
+    """(h, w, 3) in 0..1: the latents' three principal directions over channels, each
+    stretched to its own range; fewer than three channels repeat the last one. The sign of
+    each direction is fixed (largest loading positive) so colours do not flip between steps."""
+    channels = values.shape[0]
+    flat = values.reshape(channels, -1)
+    centred = flat - flat.mean(dim=1, keepdim=True)
+    covariance = centred @ centred.T / max(centred.shape[1], 1)
+    _, vectors = torch.linalg.eigh(covariance)
+    top = vectors[:, -3:].flip(-1)
+    signs = torch.sign(top.gather(0, top.abs().argmax(dim=0, keepdim=True)))
+    top = top * torch.where(signs == 0, torch.ones_like(signs), signs)
+    components = top.T @ centred
+    if components.shape[0] < 3:
+        components = torch.cat([components, components[-1:].expand(3 - components.shape[0], -1)])
+    low = components.amin(dim=1, keepdim=True)
+    high = components.amax(dim=1, keepdim=True)
+    stretched = (components - low) / (high - low).clamp_min(1e-6)
+    pixels: torch.Tensor = stretched.T.reshape(*values.shape[1:], 3)
+    return pixels
+
+
+def _to_bytes(rgb: torch.Tensor) -> np.ndarray:
+    return (rgb.clamp(0.0, 1.0) * 255).round().to(torch.uint8).numpy()
+
+
+def _tokens_as_grid(one: torch.Tensor, width: int, height: int) -> torch.Tensor:
+    """Packed tokens (1, tokens, features) laid on the grid the result's aspect suggests,
+    features as channels: a shape-agnostic stand-in when the family's unpacker is unknown."""
+    tokens = one.shape[1]
+    aspect = height / width if width and height else 1.0
+    rows = max(1, round(math.sqrt(tokens * aspect)))
+    while tokens % rows:
+        rows -= 1
+    return one[0].reshape(rows, tokens // rows, -1).permute(2, 0, 1).unsqueeze(0)
+
+
+def _audio_grid(one: torch.Tensor) -> np.ndarray:
+    """Rows by time: (channels, time) latents as they are; (channels, time, frequency)
+    latents averaged over channels, frequency up."""
+    if one.ndim == 2:
+        return one.numpy()
+    if one.ndim == 3:
+        return one.mean(dim=0).T.numpy()
+    return one.reshape(1, -1).numpy()
+
+
+def _flux_unpacker(pipeline: Any) -> Any:
+    unpack = getattr(type(pipeline), "_unpack_latents", None)
+    if unpack is None:
+        return None
+    try:
+        names = list(inspect.signature(unpack).parameters)
+    except (TypeError, ValueError):
+        return None
+    return unpack if names == _UNPACK_PARAMETERS else None
+
+
+def latent_previewer(spec: ModelSpec, pipeline: Any) -> LatentPreviewer | None:
+    """The previewer of a model, or None when its registry entry turns previews off."""
+    if not spec.preview.enabled:
+        return None
+    return LatentPreviewer(spec, pipeline)

@@ -1,0 +1,75 @@
+"""Warm-up: each hosted model's listed shapes run once before the worker takes work.
+
+The worker registers its models as warming (the scheduler routes nothing to it and its
+health says NOT_SERVING), runs every shape on its device, then registers again as warm.
+No batch can arrive meanwhile, so the warm-up owns the device. A shape that fails is
+logged and skipped: the model still serves, and a request of that shape fails as it would
+have anyway.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+
+from mediamesh.common.generation import GenerationParams
+from mediamesh.common.registry import ModelSpec
+from mediamesh.common.work import JobFailed, JobParams, WorkerEvent
+from mediamesh.worker.core.batch import BatchControl
+from mediamesh.worker.models.host import ModelHost
+
+log = logging.getLogger("mediamesh.worker")
+
+WARMUP_JOB_PREFIX = "warmup-"
+
+
+def warmup_batches(spec: ModelSpec) -> list[list[JobParams]]:
+    """One batch per listed shape, at the model's defaults where the shape leaves a field 0."""
+    d = spec.defaults
+    visual = spec.modality in ("image", "video")
+    batches = []
+    for index, shape in enumerate(spec.warmup):
+        generation = GenerationParams(
+            prompt="warm-up",
+            steps=shape.steps,
+            seed=index,
+            width=(shape.width or d.width) if visual else 0,
+            height=(shape.height or d.height) if visual else 0,
+            num_frames=(shape.num_frames or d.num_frames) if spec.modality == "video" else 0,
+            duration_s=(shape.duration_s or d.duration_s) if spec.modality == "audio" else 0.0,
+            guidance_scale=d.guidance_scale,
+        )
+        batches.append(
+            [
+                JobParams(f"{WARMUP_JOB_PREFIX}{spec.name}-{index}-{n}", generation)
+                for n in range(shape.batch)
+            ]
+        )
+    return batches
+
+
+def needs_warmup(hosts: Mapping[str, ModelHost]) -> bool:
+    """Whether any hosted model lists warm-up shapes."""
+    return any(host.spec.warmup for host in hosts.values())
+
+
+def run_warmups(hosts: Mapping[str, ModelHost]) -> dict[str, float]:
+    """Runs every shape of every hosted model (blocking: call it off the event loop);
+    returns the seconds each model's warm-up took."""
+    took: dict[str, float] = {}
+    for name, host in hosts.items():
+        started = time.perf_counter()
+        for jobs in warmup_batches(host.spec):
+            events: list[WorkerEvent] = []
+            host.run_batch(jobs, BatchControl([j.job_id for j in jobs]), events.append)
+            failures = [e for e in events if isinstance(e, JobFailed)]
+            g = jobs[0].generation
+            shape = f"{g.width}x{g.height}x{g.num_frames} steps={g.steps} batch={len(jobs)}"
+            if failures:
+                log.warning("warm-up of %s at %s failed: %s", name, shape, failures[0].message)
+            else:
+                log.info("warmed %s at %s", name, shape)
+        if host.spec.warmup:
+            took[name] = time.perf_counter() - started
+    return took

@@ -1,0 +1,151 @@
+"""The web page at `/`, in a real headless Chromium against a mesh started with `mediamesh up`:
+a job with live previews and its rendered image, a long job cancelled from the page, and a
+bad input whose error the page shows.
+
+One mesh (one flux-tiny worker) and one browser for the module. Jobs are sized so the page
+sees them run: 512x512 takes a tiny model a few seconds, so previews arrive while it watches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from selenium import webdriver
+from selenium.common.exceptions import TimeoutException
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import Select, WebDriverWait
+
+from tests.e2e.browser import browser_binaries, headless_chromium
+from tests.e2e.conftest import MeshProcess, mesh_config, start, stop
+
+# Mesh start-up (up to READY_TIMEOUT_S under load) is part of the first test's time.
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(480)]
+MODEL = "flux-tiny"
+# Seconds the page may take to show a finished job; a cancelled one; an error.
+JOB_TIMEOUT_S = 180
+CANCEL_TIMEOUT_S = 120
+ERROR_TIMEOUT_S = 30
+
+
+@pytest.fixture(scope="module")
+def mesh(tmp_path_factory: pytest.TempPathFactory, models_dir: Path) -> Iterator[MeshProcess]:
+    browser_binaries()  # skip or fail before starting a mesh for nothing
+    tmp = tmp_path_factory.mktemp("web-page")
+    process = start(tmp, mesh_config(tmp, models_dir, [{"models": [MODEL]}]), ("--no-restart",))
+    yield process
+    stop(process)
+
+
+@pytest.fixture(scope="module")
+def base_url(mesh: MeshProcess) -> str:
+    return f"http://127.0.0.1:{mesh.config['gateway']['http_port']}"
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[webdriver.Chrome]:
+    tmp = tmp_path_factory.mktemp("chromium")
+    with headless_chromium(tmp / "profile", tmp / "chromedriver.log") as driver:
+        yield driver
+
+
+def wait_until(driver: webdriver.Chrome, script: str, timeout: float, what: str) -> object:
+    """Polls a JavaScript expression until it is truthy; on time-out, fails with the page's
+    state and error texts."""
+    try:
+        return WebDriverWait(driver, timeout, poll_frequency=0.1).until(
+            lambda d: d.execute_script(f"return {script}")
+        )
+    except TimeoutException:
+        seen = driver.execute_script(
+            "const t = (id) => (document.getElementById(id) || {}).textContent;"
+            "return {state: t('job-state'), progress: t('progress-text'),"
+            " job_error: t('job-error'), form_error: t('form-error')}"
+        )
+        raise AssertionError(f"{what}: not within {timeout} s; the page shows {seen}") from None
+
+
+def open_page(driver: webdriver.Chrome, base_url: str) -> None:
+    driver.get(f"{base_url}/")
+    wait_until(
+        driver, f"document.querySelector('#model option[value=\"{MODEL}\"]')", 30, "models listed"
+    )
+    Select(driver.find_element(By.ID, "model")).select_by_value(MODEL)
+
+
+def fill(driver: webdriver.Chrome, **values: str) -> None:
+    for name, value in values.items():
+        field = driver.find_element(By.ID, f"f-{name}")
+        field.clear()
+        field.send_keys(value)
+
+
+def shown_job(driver: webdriver.Chrome, base_url: str) -> dict:
+    """The job the page shows, as the HTTP API answers it."""
+    job_id = driver.find_element(By.ID, "job-id").text
+    answer = httpx.get(f"{base_url}/v1/jobs/{job_id}", timeout=30)
+    assert answer.status_code == 200, answer.text
+    return answer.json()
+
+
+def test_a_job_shows_previews_then_its_image(browser: webdriver.Chrome, base_url: str) -> None:
+    open_page(browser, base_url)
+    assert browser.find_element(By.ID, "f-preview_every_steps").get_attribute("value") == "1"
+    fill(browser, prompt="a red fox", steps="12", width="512", height="512", seed="7")
+    browser.find_element(By.ID, "submit").click()
+
+    wait_until(
+        browser,
+        "(document.getElementById('result-element') || {}).naturalWidth > 0",
+        JOB_TIMEOUT_S,
+        "the final image rendered",
+    )
+    previews = int(browser.find_element(By.ID, "preview-figure").get_attribute("data-count") or 0)
+    assert previews >= 1, "no latent preview reached the page"
+    assert browser.execute_script("return document.getElementById('preview').naturalWidth") > 0
+    assert browser.find_element(By.ID, "job-state").text == "SUCCEEDED"
+    assert browser.execute_script("return document.getElementById('progress').value") == 12
+    download = browser.find_element(By.ID, "download")
+    assert download.get_attribute("download").endswith(".png")
+    assert (download.get_attribute("href") or "").startswith("blob:")
+    job = shown_job(browser, base_url)
+    assert job["state"] == "SUCCEEDED" and job["seed"] == 7
+    listed = browser.find_element(By.CSS_SELECTOR, f"#jobs [data-job-id='{job['job_id']}']")
+    assert listed.find_element(By.XPATH, "following-sibling::span").text == "SUCCEEDED"
+
+
+def test_a_long_job_is_cancelled_from_the_page(browser: webdriver.Chrome, base_url: str) -> None:
+    open_page(browser, base_url)
+    fill(browser, prompt="a slow fox", steps="50", width="512", height="512")
+    browser.find_element(By.ID, "submit").click()
+    wait_until(browser, "document.getElementById('progress').value >= 1", 120, "first progress")
+
+    browser.find_element(By.ID, "cancel").click()
+    wait_until(
+        browser,
+        "document.getElementById('job-state').textContent === 'CANCELLED'",
+        CANCEL_TIMEOUT_S,
+        "the job cancelled",
+    )
+    assert browser.find_element(By.ID, "job-error").text == "Cancelled."
+    assert browser.execute_script("return document.getElementById('progress').value") < 50
+    assert not browser.find_element(By.ID, "cancel").is_enabled()
+    assert shown_job(browser, base_url)["state"] == "CANCELLED"
+
+
+def test_a_bad_input_shows_its_error(browser: webdriver.Chrome, base_url: str) -> None:
+    open_page(browser, base_url)
+    jobs_before = len(browser.find_elements(By.CSS_SELECTOR, "#jobs li"))
+    fill(browser, prompt="a red fox", steps="500")
+    browser.find_element(By.ID, "submit").click()
+
+    wait_until(
+        browser, "!document.getElementById('form-error').hidden", ERROR_TIMEOUT_S, "the error"
+    )
+    error = browser.find_element(By.ID, "form-error")
+    assert error.get_attribute("role") == "alert"
+    assert error.text.startswith("INVALID_ARGUMENT: steps"), error.text
+    assert browser.find_element(By.ID, "f-steps").get_attribute("aria-invalid") == "true"
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#jobs li")) == jobs_before

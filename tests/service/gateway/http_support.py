@@ -1,0 +1,89 @@
+"""An in-process mesh with its HTTP face on a free port, API keys for three tenants, and
+helpers to call it over real HTTP (uvicorn on 127.0.0.1)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpx
+import pytest
+import pytest_asyncio
+
+from mediamesh.gateway.core.tenancy import hash_key
+from tests.service.conftest import InProcessMesh, start_mesh, stop_mesh
+from tests.service.gateway.conftest import KEY_A, KEY_B, NO_SPOT_WAIT
+
+KEY_SLOW = "key-of-a-slow-tenant"
+PAGE_ORIGIN = "http://page.example"
+# The gateway's message limit in this mesh, and so the HTTP body limit.
+MAX_BODY = 1024 * 1024
+HTTP_GATEWAY = {
+    "http_port": 0,
+    "max_message_bytes": MAX_BODY,
+    "http": {"cors_origins": [PAGE_ORIGIN]},
+    "api_keys": [
+        {"sha256": hash_key(KEY_A), "tenant": "a"},
+        {"sha256": hash_key(KEY_B), "tenant": "b"},
+        {"sha256": hash_key(KEY_SLOW), "tenant": "slow"},
+    ],
+    "tenants": {
+        "b": {"allowed_models": ["echo"]},
+        "slow": {"requests_per_second": 0.01, "burst": 1},
+    },
+}
+
+
+def bearer(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def http_mesh(
+    tmp_path_factory: pytest.TempPathFactory, models_dir: Path
+) -> AsyncIterator[InProcessMesh]:
+    """flux-tiny, its image-to-image variant and echo on one worker, wan-tiny on another, the
+    HTTP face on a free port."""
+    mesh = await start_mesh(
+        tmp_path_factory.mktemp("http"),
+        models_dir,
+        [["flux-tiny", "flux-img2img-tiny", "echo"], ["wan-tiny"]],
+        gateway=HTTP_GATEWAY,
+        scheduler=NO_SPOT_WAIT,
+    )
+    yield mesh
+    await stop_mesh(mesh)
+
+
+def base_url(mesh: InProcessMesh) -> str:
+    return f"http://127.0.0.1:{mesh.gateway.http_port}"
+
+
+async def read_events(
+    client: httpx.AsyncClient, job_id: str, key: str, last_event_id: str | None = None
+) -> list[dict]:
+    """Every frame of the job's event stream until it ends: {id, event, data}."""
+    headers = bearer(key)
+    if last_event_id is not None:
+        headers["Last-Event-ID"] = last_event_id
+    async with client.stream("GET", f"/v1/jobs/{job_id}/events", headers=headers) as response:
+        assert response.status_code == 200, await response.aread()
+        assert response.headers["content-type"].startswith("text/event-stream")
+        return [frame async for frame in frames(response)]
+
+
+async def frames(response: httpx.Response) -> AsyncIterator[dict]:
+    """The SSE frames of `response` as {id, event, data} (frames without data are skipped)."""
+    frame: dict = {}
+    async for line in response.aiter_lines():
+        if not line:
+            if "data" in frame:
+                yield frame
+            frame = {}
+            continue
+        name, _, value = line.partition(": ")
+        if name == "data":
+            frame["data"] = json.loads(value)
+        elif name in ("id", "event"):
+            frame[name] = value

@@ -1,0 +1,124 @@
+"""The official `openai` client, unmodified, against the gateway's OpenAI-compatible API."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import io
+import warnings
+
+import httpx
+import openai
+import pytest
+from PIL import Image
+
+from tests.service.conftest import InProcessMesh
+from tests.service.gateway.conftest import KEY_A, KEY_B
+from tests.service.gateway.http_support import (
+    base_url,
+    bearer,
+    http_mesh,  # noqa: F401 (a fixture)
+)
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def client_for(mesh: InProcessMesh, key: str = KEY_A) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(base_url=f"{base_url(mesh)}/v1", api_key=key, max_retries=0)
+
+
+async def test_images_generate_as_b64_json_and_as_url(http_mesh: InProcessMesh):  # noqa: F811
+    client = client_for(http_mesh)
+    inline = await client.images.generate(
+        model="flux-tiny",
+        prompt="a red fox",
+        n=2,
+        size="64x64",
+        response_format="b64_json",
+        extra_body={"steps": 2, "seed": 5},
+    )
+    images = [base64.b64decode(d.b64_json or "") for d in inline.data or []]
+    assert len(images) == 2 and all(i.startswith(PNG) for i in images)
+    assert images[0] != images[1], "n images get seeds seed, seed + 1"
+    linked = await client.images.generate(
+        model="flux-tiny", prompt="a red fox", size="64x64", response_format="url",
+        extra_body={"steps": 2, "seed": 5},
+    )  # fmt: skip
+    url = (linked.data or [])[0].url or ""
+    async with httpx.AsyncClient(timeout=60) as http:
+        fetched = await http.get(url, headers=bearer(KEY_A))
+    assert fetched.content == images[0], "the same seed gives the same image"
+    await client.close()
+
+
+async def test_openai_errors_reach_the_client_with_their_status(http_mesh: InProcessMesh):  # noqa: F811
+    client = client_for(http_mesh)
+    with pytest.raises(openai.BadRequestError, match="size"):
+        await client.images.generate(model="flux-tiny", prompt="fox", size="big")
+    with pytest.raises(openai.AuthenticationError):
+        await client_for(http_mesh, "wrong").images.generate(model="flux-tiny", prompt="fox")
+    with pytest.raises(openai.PermissionDeniedError):
+        await client_for(http_mesh, KEY_B).images.generate(model="flux-tiny", prompt="fox")
+    with pytest.raises(openai.NotFoundError):
+        await client.images.generate(model="no-such-model", prompt="fox")
+    await client.close()
+
+
+async def test_image_edits_run_on_a_model_that_takes_an_image(http_mesh: InProcessMesh):  # noqa: F811
+    client = client_for(http_mesh)
+    picture = io.BytesIO()
+    Image.new("RGB", (64, 64), (200, 30, 30)).save(picture, "PNG")
+    edited = await client.images.edit(
+        model="flux-img2img-tiny",
+        prompt="make it blue",
+        image=("in.png", picture.getvalue(), "image/png"),
+        extra_body={"steps": 2},
+    )
+    assert base64.b64decode((edited.data or [])[0].b64_json or "").startswith(PNG)
+    with pytest.raises(openai.BadRequestError, match="takes no image input"):
+        await client.images.edit(
+            model="flux-tiny",
+            prompt="make it blue",
+            image=("in.png", picture.getvalue(), "image/png"),
+        )
+    await client.close()
+
+
+async def test_videos_create_retrieve_download_and_delete(http_mesh: InProcessMesh):  # noqa: F811
+    client = client_for(http_mesh)
+    warnings.simplefilter("ignore", DeprecationWarning)  # the client marks videos deprecated
+    video = await client.videos.create(
+        model="wan-tiny",
+        prompt="waves",
+        size="64x64",
+        extra_body={"steps": 2},  # type: ignore[arg-type]
+    )
+    assert video.object == "video" and video.status in ("queued", "in_progress")
+    assert video.size == "64x64"
+    for _ in range(600):
+        video = await client.videos.retrieve(video.id)
+        if video.status in ("completed", "failed"):
+            break
+        await asyncio.sleep(0.1)
+    assert video.status == "completed", video.error
+    assert video.progress == 100 and video.completed_at
+    content = await client.videos.download_content(video.id)
+    data = content.read()
+    assert len(data) > 100
+    async with httpx.AsyncClient(timeout=60) as http:
+        direct = await http.get(
+            f"{base_url(http_mesh)}/v1/jobs/{video.id}/result", headers=bearer(KEY_A)
+        )
+    assert direct.content == data and direct.headers["content-type"].startswith("video/")
+    deleted = await client.videos.delete(video.id)
+    assert deleted.deleted and deleted.id == video.id and deleted.object == "video.deleted"
+    long = await client.videos.create(model="wan-tiny", prompt="long", extra_body={"steps": 50})
+    await client.videos.delete(long.id)
+    for _ in range(300):
+        long = await client.videos.retrieve(long.id)
+        if long.status == "failed":
+            break
+        await asyncio.sleep(0.1)
+    assert long.status == "failed" and long.error and long.error.code == "CANCELLED"
+    await client.close()

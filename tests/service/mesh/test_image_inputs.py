@@ -1,0 +1,286 @@
+"""Image inputs through an in-process mesh: validation on gRPC and KServe, uploads with their
+tenant, quota, checksum and expiry, inputs stored with the job, and batching by image size."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import io
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import grpc
+import numpy as np
+import pytest
+from PIL import Image
+
+from mediamesh.common.generated.inference import grpc_service_pb2 as pb
+from mediamesh.common.generated.inference import grpc_service_pb2_grpc as pb_grpc
+from mediamesh.common.generated.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
+from mediamesh.common.registry import BatchingSpec, Registry, load_registry
+from mediamesh.gateway.core.tensors import join_bytes_tensor, split_bytes_tensor
+from tests.input_media import image_bytes, mask_bytes, png_bomb, truncated_png
+from tests.service.conftest import InProcessMesh, start_mesh, stop_mesh
+from tests.service.gateway.conftest import KEY_A, KEY_B, auth, keyed
+
+IMG2IMG = "flux-img2img-tiny"
+INPAINT = "sdxl-inpaint-tiny"
+QUOTA = 200_000
+INLINE = 4096
+
+
+def noise_png(size: tuple[int, int] = (64, 64), seed: int = 0) -> bytes:
+    """A PNG that does not compress (about 12 KB at 64x64): above the inline size here."""
+    pixels = np.random.default_rng(seed).integers(0, 256, (size[1], size[0], 3), dtype=np.uint8)
+    buffer = io.BytesIO()
+    Image.fromarray(pixels).save(buffer, "PNG")
+    return buffer.getvalue()
+
+
+def registry() -> Registry:
+    # A long batching window, so that jobs submitted together share a batch when allowed.
+    models = [
+        spec.model_copy(update={"batching": BatchingSpec(max_batch=4, max_wait_ms=400)})
+        if spec.name == IMG2IMG
+        else spec
+        for spec in load_registry().models
+    ]
+    return Registry(models=models)
+
+
+@pytest.fixture
+async def mesh(tmp_path: Path, models_dir: Path) -> AsyncIterator[InProcessMesh]:
+    mesh = await start_mesh(
+        tmp_path,
+        models_dir,
+        [[IMG2IMG, INPAINT]],
+        gateway=keyed(),
+        scheduler={"inline_input_bytes": INLINE, "upload_quota_bytes": QUOTA},
+        registry=registry(),
+    )
+    yield mesh
+    await stop_mesh(mesh)
+
+
+def stub(mesh: InProcessMesh) -> gateway_pb2_grpc.GatewayStub:
+    return mesh.gateway_stub()
+
+
+async def generate(mesh: InProcessMesh, key: str = KEY_A, **fields: object) -> list:
+    request = common_pb2.GenerateRequest(prompt="a red fox", seed=3, **fields)  # type: ignore[arg-type]
+    return [e async for e in stub(mesh).Generate(request, metadata=auth(key), timeout=120)]
+
+
+async def upload(
+    mesh: InProcessMesh, data: bytes, key: str = KEY_A, sha256: str | None = None
+) -> gateway_pb2.UploadHandle:
+    digest = sha256 or hashlib.sha256(data).hexdigest()
+    pieces = [data[i : i + 5000] for i in range(0, len(data), 5000)]
+
+    async def chunks() -> AsyncIterator[gateway_pb2.UploadChunk]:
+        for index, piece in enumerate(pieces):
+            first = {"sha256": digest, "mime_type": "image/png"} if index == 0 else {}
+            yield gateway_pb2.UploadChunk(data=piece, **first)
+
+    return await stub(mesh).Upload(chunks(), metadata=auth(key), timeout=30)
+
+
+async def refused(mesh: InProcessMesh, code: grpc.StatusCode, key: str = KEY_A, **fields) -> str:
+    request = common_pb2.GenerateRequest(prompt="a red fox", **fields)
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await stub(mesh).Submit(request, metadata=auth(key), timeout=30)
+    assert caught.value.code() == code, caught.value.details()
+    return caught.value.details() or ""
+
+
+BAD_INPUTS = [
+    ({"model": IMG2IMG, "image": b"\x89PNG not really"}, "image: cannot be decoded"),
+    ({"model": IMG2IMG, "image": image_bytes(kind="GIF", mode="P", color=1)}, "GIF images"),
+    ({"model": IMG2IMG, "image": image_bytes((1024, 512))}, "the limit is 262144 pixels"),
+    ({"model": IMG2IMG, "image": png_bomb()}, "more pixels than the limit of 262144"),
+    ({"model": IMG2IMG, "image": truncated_png()}, "image: cannot be decoded"),
+    ({"model": IMG2IMG, "image": image_bytes(), "strength": 1.5}, "strength: 1.5 is out of range"),
+    ({"model": IMG2IMG}, "image: required by model 'flux-img2img-tiny'"),
+    ({"model": "flux-tiny", "image": image_bytes()}, "image: model 'flux-tiny' (FluxPipeline)"),
+    ({"model": "flux-tiny", "strength": 0.5}, "strength: model 'flux-tiny'"),
+    (
+        {"model": INPAINT, "image": image_bytes(), "mask_image": mask_bytes((64, 32))},
+        "mask_image: 64x32 px; it must be the size of image (64x64 px)",
+    ),
+]
+
+
+@pytest.mark.parametrize(("fields", "words"), BAD_INPUTS)
+async def test_bad_inputs_are_invalid_argument_naming_field_and_limit(mesh, fields, words):
+    details = await refused(mesh, grpc.StatusCode.INVALID_ARGUMENT, **fields)
+    assert words in details
+    assert not mesh.core.jobs
+
+
+async def test_img2img_inpaint_and_list_models(mesh):
+    models = {
+        m.name: m
+        for m in (
+            await stub(mesh).ListModels(gateway_pb2.ListModelsRequest(), metadata=auth(KEY_A))
+        ).models
+    }
+    assert list(models[INPAINT].inputs) == ["image", "mask_image"]
+    assert list(models[IMG2IMG].inputs) == ["image"] and models["flux-tiny"].inputs == []
+    assert models[IMG2IMG].default_strength == pytest.approx(0.6)
+    assert "strength" in models[IMG2IMG].accepted_fields
+
+    red = await generate(mesh, model=IMG2IMG, image=image_bytes(color=(220, 20, 20)), steps=4)
+    assert red[-1].state == common_pb2.SUCCEEDED, red[-1]
+    # 4 steps at strength 0.6 run the last 3 of Flux's schedule.
+    assert [e.progress.total_steps for e in red if e.HasField("progress")] == [3, 3, 3]
+    blue = await generate(mesh, model=IMG2IMG, image=image_bytes(color=(20, 20, 220)), steps=4)
+    assert blue[-1].result.data != red[-1].result.data  # the input shapes the result
+
+    painted = await generate(mesh, model=INPAINT, image=noise_png(), mask_image=mask_bytes())
+    assert painted[-1].state == common_pb2.SUCCEEDED, painted[-1]
+    assert Image.open(io.BytesIO(painted[-1].result.data)).size == (64, 64)
+
+
+async def test_large_inputs_live_in_the_artifact_store_until_retention(mesh):
+    runtime = mesh.scheduler.runtime
+    events = await generate(mesh, model=IMG2IMG, image=noise_png())
+    assert events[-1].state == common_pb2.SUCCEEDED, events[-1]
+    job, _ = await runtime.store.get(events[-1].job_id)
+    stored = Path(job.params.image.ref)
+    assert stored.parent == runtime.settings.artifact_dir / "inputs" and stored.is_file()
+    assert hashlib.sha256(stored.read_bytes()).hexdigest() == job.params.image.sha256
+    small = await generate(mesh, model=IMG2IMG, image=image_bytes())
+    kept, _ = await runtime.store.get(small[-1].job_id)
+    assert kept.params.image.ref.startswith("inline:")
+
+    later = time.time() + 1
+    await runtime._purge(later)
+    await asyncio.to_thread(
+        runtime.inputs.tidy, [j.params for j in runtime.core.jobs.values()], later
+    )
+    assert not stored.exists()
+
+
+async def test_upload_then_name_it_by_id(mesh):
+    data = noise_png(seed=4)
+    handle = await upload(mesh, data)
+    assert handle.size_bytes == len(data) and handle.sha256 == hashlib.sha256(data).hexdigest()
+    assert handle.expires_unix_ms > time.time() * 1000
+    by_id = await generate(mesh, model=IMG2IMG, image_id=handle.input_id)
+    inline = await generate(mesh, model=IMG2IMG, image=data)
+    assert by_id[-1].state == common_pb2.SUCCEEDED, by_id[-1]
+    assert by_id[-1].result.data == inline[-1].result.data
+
+    details = await refused(
+        mesh, grpc.StatusCode.NOT_FOUND, key=KEY_B, model=IMG2IMG, image_id=handle.input_id
+    )
+    assert "input_id" in details and "not yours" in details
+    details = await refused(
+        mesh, grpc.StatusCode.INVALID_ARGUMENT, model=IMG2IMG, image=data, image_id=handle.input_id
+    )
+    assert "set image or image_id, not both" in details
+
+    uploads = mesh.scheduler.runtime.inputs.uploads
+    uploads._clock = lambda: time.time() + 7200
+    await refused(mesh, grpc.StatusCode.NOT_FOUND, model=IMG2IMG, image_id=handle.input_id)
+    assert await asyncio.to_thread(uploads.sweep) == [handle.input_id]
+    assert not any(uploads.folder.iterdir())
+
+
+async def test_upload_checksum_and_quota(mesh):
+    data = noise_png(seed=5)
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await upload(mesh, data, sha256="0" * 64)
+    assert caught.value.code() == grpc.StatusCode.DATA_LOSS
+    assert "sha256" in (caught.value.details() or "")
+
+    while True:  # fill tenant a's quota; tenant b keeps its own
+        try:
+            await upload(mesh, data)
+        except grpc.aio.AioRpcError as exc:
+            assert exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            assert "upload_quota_bytes" in (exc.details() or "")
+            assert f"quota is {QUOTA} bytes" in (exc.details() or "")
+            break
+    assert (await upload(mesh, data, key=KEY_B)).input_id
+    assert mesh.scheduler.runtime.inputs.uploads.usage("a") <= QUOTA
+
+
+async def test_jobs_batch_only_with_the_same_input_size(mesh):
+    requests = [
+        common_pb2.GenerateRequest(model=IMG2IMG, prompt="a fox", seed=s, image=image_bytes(size))
+        for s, size in ((1, (64, 64)), (2, (64, 64)), (3, (48, 48)))
+    ]
+    handles = await asyncio.gather(
+        *(stub(mesh).Submit(r, metadata=auth(KEY_A), timeout=30) for r in requests)
+    )
+    for handle in handles:
+        watch = stub(mesh).Watch(
+            gateway_pb2.WatchRequest(job_id=handle.job_id), metadata=auth(KEY_A)
+        )
+        events = [e async for e in watch]
+        assert events[-1].state == common_pb2.SUCCEEDED, events[-1]
+    batches = [mesh.core.jobs[h.job_id].batch_id for h in handles]
+    assert batches[0] == batches[1] and batches[2] != batches[0]
+
+
+def infer(model: str, images: list[bytes] | None, prompts: int = 1, **params: float):
+    request = pb.ModelInferRequest(model_name=model)
+    request.inputs.add(name="prompt", datatype="BYTES", shape=[prompts])
+    request.raw_input_contents.append(join_bytes_tensor([b"a fox"] * prompts))
+    if images is not None:
+        request.inputs.add(name="image", datatype="BYTES", shape=[len(images)])
+        request.raw_input_contents.append(join_bytes_tensor(images))
+    for name, value in params.items():
+        request.parameters[name].double_param = value
+    return request
+
+
+async def test_kserve_image_inputs(mesh):
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{mesh.gateway.port}")
+    mesh.channels.append(channel)
+    kserve = pb_grpc.GRPCInferenceServiceStub(channel)
+    meta = await kserve.ModelMetadata(pb.ModelMetadataRequest(name=INPAINT), metadata=auth(KEY_A))
+    assert [t.name for t in meta.inputs] == ["prompt", "negative_prompt", "image", "mask_image"]
+
+    reply = await kserve.ModelInfer(
+        infer(IMG2IMG, [image_bytes(), image_bytes(color=(0, 0, 200))], prompts=2, strength=0.5),
+        metadata=auth(KEY_A),
+        timeout=120,
+    )
+    outputs = split_bytes_tensor(reply.raw_output_contents[0], "output")
+    assert len(outputs) == 2 and outputs[0] != outputs[1]
+
+    bad = [
+        (infer("flux-tiny", [image_bytes()]), "unexpected inference input 'image'"),
+        (infer(IMG2IMG, [image_bytes()], prompts=2), "image: 1 elements; send one per prompt"),
+        (infer(IMG2IMG, [b"garbage"]), "image: cannot be decoded"),
+        (infer(IMG2IMG, [png_bomb()]), "more pixels than the limit of 262144"),
+        (infer(IMG2IMG, [image_bytes()], strength=2.0), "strength: 2.0 is out of range"),
+        (infer(IMG2IMG, None), "image: required"),
+    ]
+    for request, words in bad:
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await kserve.ModelInfer(request, metadata=auth(KEY_A), timeout=30)
+        assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT, words
+        assert words in (caught.value.details() or ""), caught.value.details()
+
+
+async def test_sdk_upload_and_image_options(mesh, tmp_path):
+    from mediamesh.sdk import AsyncClient, Result
+
+    path = tmp_path / "in.png"
+    path.write_bytes(noise_png(seed=6))
+    async with AsyncClient(f"127.0.0.1:{mesh.gateway.port}", api_key=KEY_A) as client:
+        handle = await client.upload(path)
+        assert handle.size_bytes == path.stat().st_size
+        models = {m.name: m for m in await client.list_models()}
+        assert models[INPAINT].inputs == ("image", "mask_image")
+        events = [
+            e
+            async for e in client.generate(
+                IMG2IMG, "a fox", seed=2, image_id=handle.input_id, strength=0.5
+            )
+        ]
+    assert isinstance(events[-1], Result), events[-1]

@@ -1,0 +1,67 @@
+"""Out of memory through the mesh: every job of a split batch succeeds exactly once, and the
+scheduler sends no more batches of that model and shape above what fitted."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import torch
+
+from mediamesh.common.generated.v1 import common_pb2, gateway_pb2
+from mediamesh.common.work import JobParams
+from mediamesh.worker.core import call_hooks
+from tests.service.conftest import start_mesh, stop_mesh
+
+MODEL = "flux-tiny"
+FITS = 2
+
+
+async def run_jobs(mesh, seeds: range) -> list[list[common_pb2.GenerateEvent]]:
+    stub = mesh.gateway_stub()
+    handles = await asyncio.gather(
+        *(
+            stub.Submit(common_pb2.GenerateRequest(model=MODEL, prompt="p", steps=1, seed=s))
+            for s in seeds
+        )
+    )
+    return list(
+        await asyncio.gather(
+            *(_collect(stub.Watch(gateway_pb2.WatchRequest(job_id=h.job_id))) for h in handles)
+        )
+    )
+
+
+async def _collect(stream) -> list[common_pb2.GenerateEvent]:
+    return [event async for event in stream]
+
+
+async def test_split_batches_finish_once_and_the_scheduler_learns(
+    tmp_path: Path, models_dir: Path
+) -> None:
+    sizes: list[int] = []
+
+    def out_of_memory_above_fit(jobs: list[JobParams]) -> None:
+        sizes.append(len(jobs))
+        if len(jobs) > FITS:
+            raise torch.OutOfMemoryError("CUDA out of memory (test hook)")
+
+    call_hooks.install(MODEL, out_of_memory_above_fit)
+    # A long batch window so that the four jobs leave as one batch of four.
+    mesh = await start_mesh(tmp_path, models_dir, [[MODEL]])
+    try:
+        first = await run_jobs(mesh, range(4))
+        second = await run_jobs(mesh, range(10, 14))
+        for events in first + second:
+            results = [e for e in events if e.HasField("result")]
+            assert len(results) == 1 and events[-1].state == common_pb2.SUCCEEDED
+        split = [e.notice for events in first for e in events if e.HasField("notice")]
+        if max(sizes) > FITS:
+            assert split and all(n.kind == "oom_split" for n in split)
+            # Once a split was seen, no batch above the ceiling was sent again.
+            learned = sizes.index(max(sizes))
+            assert max(sizes[learned + 1 :], default=0) <= FITS
+        assert all(size <= FITS for size in sizes[-2:])
+    finally:
+        call_hooks.remove(MODEL)
+        await stop_mesh(mesh)

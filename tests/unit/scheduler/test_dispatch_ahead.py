@@ -1,0 +1,93 @@
+"""A worker gets its next batch while its current one decodes, and an idle device need not
+wait out a batch window."""
+
+from __future__ import annotations
+
+from mediamesh.scheduler.core.jobs import JobState
+from mediamesh.scheduler.core.policy import DispatchPolicy
+from mediamesh.scheduler.core.scheduler import Accepted
+
+from .fakes import FakeClock, make_core, new_job, worker
+
+
+def submit(core, **kwargs):
+    outcome = core.submit(new_job(**kwargs))
+    assert isinstance(outcome, Accepted), outcome
+    return outcome.job
+
+
+def report_steps(core, dispatch, step: int) -> None:
+    for job in dispatch.jobs:
+        core.job_progress(job.job_id, dispatch.batch_id, step, 4)
+
+
+def test_next_batch_goes_once_every_job_of_the_running_one_is_at_its_last_step():
+    clock = FakeClock()
+    core = make_core(clock)
+    core.register_worker(worker("w0"))
+    for seed in range(4):
+        submit(core, seed=seed)
+    [first] = core.schedule()
+    waiting = [submit(core, seed=10 + seed) for seed in range(3)]
+    clock.advance(1)
+    report_steps(core, first, 3)
+    assert core.schedule() == []
+    core.job_progress(first.jobs[0].job_id, first.batch_id, 4, 4)
+    assert core.schedule() == []  # one job of the batch is still denoising
+    report_steps(core, first, 4)
+    [ahead] = core.schedule()
+    assert ahead.worker_id == "w0"
+    assert sorted(j.job_id for j in ahead.jobs) == sorted(j.job_id for j in waiting)
+    # One batch ahead at most: the worker holds the finishing one and the next.
+    submit(core, seed=20)
+    clock.advance(1)
+    assert core.schedule() == []
+    for job in first.jobs:
+        core.job_succeeded(job.job_id, first.batch_id)
+    core.batch_ended(first.batch_id)
+    assert core.schedule() == []  # the batch given ahead is running now
+    assert core.units["w0"].batches == {ahead.batch_id}
+
+
+def test_without_dispatching_ahead_the_next_batch_waits_for_the_end():
+    clock = FakeClock()
+    core = make_core(clock, dispatching=DispatchPolicy(ahead=False, window_when_idle=True))
+    core.register_worker(worker("w0"))
+    for seed in range(4):
+        submit(core, seed=seed)
+    [first] = core.schedule()
+    submit(core, seed=9)
+    clock.advance(1)
+    report_steps(core, first, 4)
+    assert core.schedule() == []
+
+
+def test_an_idle_device_starts_at_once_without_window_when_idle():
+    clock = FakeClock()
+    core = make_core(clock, dispatching=DispatchPolicy(ahead=True, window_when_idle=False))
+    core.register_worker(worker("w0"))
+    job = submit(core)
+    [dispatch] = core.schedule()  # no 30 ms window: the device is idle
+    assert dispatch.jobs == (job,)
+    # A batch given ahead still waits for its window, to fill up while the device works.
+    report_steps(core, dispatch, 4)
+    submit(core, seed=2)
+    assert core.schedule() == []
+    clock.advance(0.031)
+    [ahead] = core.schedule()
+    assert len(ahead.jobs) == 1 and ahead.worker_id == "w0"
+
+
+def test_a_finishing_unit_that_waits_for_its_window_does_not_hold_back_an_idle_one():
+    clock = FakeClock()
+    core = make_core(clock, dispatching=DispatchPolicy(ahead=True, window_when_idle=False))
+    core.register_worker(worker("w0"))
+    submit(core)
+    [busy] = core.schedule()
+    report_steps(core, busy, 4)
+    late = submit(core, seed=3)
+    assert core.schedule() == []  # w0 is finishing; the window of `late` is open
+    core.register_worker(worker("w1"))
+    [dispatch] = core.schedule()
+    assert dispatch.worker_id == "w1" and dispatch.jobs == (late,)
+    assert late.state is JobState.DISPATCHED

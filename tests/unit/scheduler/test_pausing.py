@@ -1,0 +1,151 @@
+"""Step-boundary preemption in the core: when a lower-class batch is paused for urgent work."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from mediamesh.scheduler.core.jobs import JobState, Priority
+from mediamesh.scheduler.core.policy import PausePolicy
+from mediamesh.scheduler.core.scheduler import Accepted
+from mediamesh.scheduler.core.units import Placement
+
+from .fakes import FakeClock, new_job, worker
+from .fakes import make_core as make_any_core
+
+# 5000 steps of flux-tiny at 64x64 cost ~40 device-seconds: past the image SLA of 10 s.
+LONG_STEPS = 5000
+
+
+def make_core(clock, **overrides):
+    """Every class runs on the on-demand worker at once (BATCH would wait for spot)."""
+    everywhere = Placement("on-demand", frozenset({"on-demand"}), 0.0)
+    return make_any_core(clock, placements=dict.fromkeys(Priority, everywhere), **overrides)
+
+
+def submit(core, **kwargs):
+    outcome = core.submit(new_job(**kwargs))
+    assert isinstance(outcome, Accepted), outcome
+    return outcome.job
+
+
+def running_bulk(core, clock, steps: int = LONG_STEPS, done: int = 3):
+    """A BATCH batch of two jobs on the one worker, `done` steps in."""
+    core.register_worker(worker("w0"))
+    bulk = [submit(core, priority=Priority.BATCH, steps=steps, seed=i) for i in range(2)]
+    clock.advance(1)
+    [dispatch] = core.schedule()
+    for job in bulk:
+        core.job_progress(job.job_id, dispatch.batch_id, done, steps)
+    core.take_effects()
+    return dispatch, bulk
+
+
+def test_realtime_job_that_would_miss_its_sla_pauses_the_batch_batch():
+    clock = FakeClock()
+    core = make_core(clock)
+    paused, bulk = running_bulk(core, clock)
+    urgent = submit(core, priority=Priority.REALTIME)
+    clock.advance(0.031)  # its batch window closes
+    [dispatch] = core.schedule()
+    assert dispatch.pauses == paused.batch_id
+    assert dispatch.worker_id == "w0" and dispatch.jobs == (urgent,)
+    assert [j.pauses for j in bulk] == [1, 1]
+    assert core.pauses[Priority.REALTIME] == 1
+    # Both batches are open on the worker; it takes nothing more until the urgent one ends.
+    assert core.units["w0"].batches == {paused.batch_id, dispatch.batch_id}
+    submit(core, priority=Priority.REALTIME, seed=9)
+    clock.advance(1)
+    assert core.schedule() == []
+    core.job_succeeded(urgent.job_id, dispatch.batch_id)
+    core.batch_ended(dispatch.batch_id)
+    assert core.schedule() == []  # the paused batch resumes there, with the slot
+    assert all(j.state is JobState.RUNNING for j in bulk)
+
+
+def test_no_pause_when_the_running_batch_ends_in_time():
+    clock = FakeClock()
+    core = make_core(clock)
+    running_bulk(core, clock, steps=40)  # ~0.3 device-seconds left
+    submit(core, priority=Priority.REALTIME)
+    clock.advance(1)
+    assert core.schedule() == []
+
+
+def test_no_pause_within_a_jobs_first_steps():
+    clock = FakeClock()
+    core = make_core(clock)
+    running_bulk(core, clock, done=1)  # the default guard is 2 steps
+    submit(core, priority=Priority.REALTIME)
+    clock.advance(1)
+    assert core.schedule() == []
+
+
+def test_no_pause_for_work_of_the_same_class():
+    clock = FakeClock()
+    core = make_core(clock)
+    core.register_worker(worker("w0"))
+    standard = submit(core, priority=Priority.STANDARD, steps=LONG_STEPS)
+    clock.advance(1)
+    [running] = core.schedule()
+    core.job_progress(standard.job_id, running.batch_id, 3, LONG_STEPS)
+    submit(core, priority=Priority.STANDARD)
+    clock.advance(1)
+    assert core.schedule() == []
+
+
+def test_a_job_is_paused_at_most_max_per_job_times():
+    clock = FakeClock()
+    core = make_core(clock)
+    _, bulk = running_bulk(core, clock)
+    first = submit(core, priority=Priority.REALTIME)
+    clock.advance(1)
+    [urgent] = core.schedule()
+    core.job_succeeded(first.job_id, urgent.batch_id)
+    core.batch_ended(urgent.batch_id)
+    submit(core, priority=Priority.REALTIME, seed=5)
+    clock.advance(1)
+    assert core.schedule() == []
+    assert [j.pauses for j in bulk] == [1, 1]
+
+
+def test_pausing_off_when_max_per_job_is_zero():
+    clock = FakeClock()
+    core = make_core(clock, pausing=PausePolicy(max_per_job=0, min_steps=0))
+    running_bulk(core, clock)
+    submit(core, priority=Priority.REALTIME)
+    clock.advance(1)
+    assert core.schedule() == []
+
+
+def test_paused_jobs_resume_from_their_checkpoint_elsewhere_when_the_worker_is_lost():
+    clock = FakeClock()
+    core = make_core(clock)
+    paused, bulk = running_bulk(core, clock)
+    submit(core, priority=Priority.REALTIME)
+    clock.advance(1)
+    [urgent] = core.schedule()
+    assert urgent.pauses == paused.batch_id
+    # What the worker reports as it pauses: a checkpoint per job.
+    for job in bulk:
+        core.job_checkpointed(job.job_id, paused.batch_id, f"ckpt/{job.job_id}@3", 3)
+    core.worker_lost("w0", "gone")
+    core.register_worker(worker("w1"))
+    dispatches = []
+    for _ in range(2):  # the requeued urgent job goes first, then the paused ones
+        clock.advance(1)
+        for dispatch in core.schedule():
+            dispatches.append(dispatch)
+            if not any(j in bulk for j in dispatch.jobs):
+                for job in dispatch.jobs:
+                    core.job_succeeded(job.job_id, dispatch.batch_id)
+                core.batch_ended(dispatch.batch_id)
+    resumed = [j for d in dispatches for j in d.jobs if j in bulk]
+    assert sorted(j.job_id for j in resumed) == sorted(j.job_id for j in bulk)
+    assert all(j.checkpoint == f"ckpt/{j.job_id}@3" and j.worker_id == "w1" for j in resumed)
+    assert all(not d.pauses for d in dispatches)
+
+
+def test_policy_comes_from_the_settings():
+    clock = FakeClock()
+    core = make_core(clock)
+    assert dataclasses.asdict(core.policy.pausing) == {"max_per_job": 1, "min_steps": 2}

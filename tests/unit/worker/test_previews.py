@@ -1,0 +1,205 @@
+"""Latent previews: each family's latents become a small picture that Pillow decodes."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from diffusers import AutoencoderTiny, FluxPipeline
+from PIL import Image
+
+from mediamesh.common.generation import GenerationParams
+from mediamesh.common.registry import ModelSpec, load_registry
+from mediamesh.common.work import JobParams, Preview, StepDone
+from mediamesh.worker.core.batch import BatchControl
+from mediamesh.worker.models.echo import EchoHost, seed_colour
+from mediamesh.worker.models.previews import LatentPreviewer, latent_previewer, principal_rgb
+from mediamesh.worker.models.progress import StepTracker, Terminals
+
+REGISTRY = load_registry()
+
+
+def spec_of(name: str, **changes: Any) -> ModelSpec:
+    spec = REGISTRY.get(name)
+    assert spec is not None
+    return spec.model_copy(update=changes) if changes else spec
+
+
+def job(width: int = 64, height: int = 64, every: int = 1, steps: int = 4) -> JobParams:
+    generation = GenerationParams(
+        "x", steps=steps, width=width, height=height, preview_every_steps=every
+    )
+    return JobParams("j", generation)
+
+
+def decoded(preview: Preview) -> Image.Image:
+    image = Image.open(io.BytesIO(preview.data))
+    image.load()
+    return image
+
+
+class FluxLike:
+    """What the previewer reads of a Flux pipeline: its unpacker and VAE scale factor."""
+
+    _unpack_latents = staticmethod(FluxPipeline._unpack_latents)
+    vae_scale_factor = 8
+
+
+def test_sdxl_latents_use_the_published_factors_and_keep_the_result_shape() -> None:
+    previewer = LatentPreviewer(spec_of("sdxl-tiny"), SimpleNamespace())
+    latents = torch.zeros(2, 4, 8, 6)
+    latents[1, 0] = 1.0  # the second job: channel 0 only
+    preview = previewer(latents, 1, job(width=48, height=64))
+    image = decoded(preview)
+    assert preview.mime_type == "image/webp" and image.format == "WEBP"
+    assert image.size == (48, 64)
+    # Channel 0's row plus the bias, mapped from -1..1 to 0..255 (WebP is lossy: a margin).
+    expected = (np.array([0.3651, 0.4232, 0.4341]) + [0.1084, -0.0175, -0.0011] + 1) / 2 * 255
+    centre = np.asarray(image.convert("RGB"), dtype=float)[32, 24]
+    assert np.abs(centre - expected).max() < 12, (centre, expected)
+
+
+def test_flux_packed_latents_unpack_to_the_same_picture_as_the_unpacked_grid() -> None:
+    previewer = LatentPreviewer(spec_of("flux-tiny"), FluxLike())
+    grid = torch.randn(1, 16, 8, 8, generator=torch.Generator().manual_seed(0))
+    # Pack 2x2 patches as Flux does: (batch, tokens, channels * 4).
+    packed = grid.view(1, 16, 4, 2, 4, 2).permute(0, 2, 4, 1, 3, 5).reshape(1, 16, 64)
+    from_packed = previewer(packed, 0, job())
+    from_grid = previewer(grid, 0, job())
+    assert from_packed.data == from_grid.data
+    assert decoded(from_packed).size == (64, 64)
+
+
+def test_packed_latents_without_an_unpacker_still_make_a_picture() -> None:
+    previewer = LatentPreviewer(spec_of("flux-tiny"), SimpleNamespace())
+    preview = previewer(torch.randn(1, 32, 64), 0, job(width=128, height=64))
+    assert decoded(preview).size == (128, 64)
+
+
+def test_large_results_get_previews_at_most_256_pixels_a_side() -> None:
+    previewer = LatentPreviewer(spec_of("sd3-tiny"), SimpleNamespace())
+    preview = previewer(torch.randn(1, 16, 128, 64), 0, job(width=512, height=1024))
+    assert decoded(preview).size == (128, 256)
+
+
+@pytest.mark.parametrize(("model", "frames_axis"), [("wan-tiny", 2), ("cogvideox-tiny", 1)])
+def test_video_previews_show_the_middle_frame(model: str, frames_axis: int) -> None:
+    previewer = LatentPreviewer(spec_of(model), SimpleNamespace())
+    frames = torch.randn(5, 16, 4, 4, generator=torch.Generator().manual_seed(1))
+    latents = frames.unsqueeze(0) if frames_axis == 1 else frames.permute(1, 0, 2, 3)[None]
+    middle = previewer(frames[2:3], 0, job())
+    assert previewer(latents, 0, job()).data == middle.data
+    assert previewer(latents, 0, job()).data != previewer(frames[0:1], 0, job()).data
+
+
+@pytest.mark.parametrize("shape", [(1, 64, 40), (1, 8, 40, 16)])
+def test_audio_previews_are_small_png_heat_maps(shape: tuple[int, ...]) -> None:
+    previewer = LatentPreviewer(spec_of("stable-audio-tiny"), SimpleNamespace())
+    preview = previewer(torch.randn(*shape), 0, job(width=0, height=0))
+    image = decoded(preview)
+    assert preview.mime_type == "image/png" and image.format == "PNG"
+    assert max(image.size) <= 256
+    assert len(set(image.convert("RGB").getdata())) > 4  # not one flat colour
+
+
+@pytest.mark.parametrize("channels", [1, 2, 7, 32])
+def test_principal_projection_fills_three_channels_over_their_full_range(channels: int) -> None:
+    values = torch.randn(channels, 6, 5, generator=torch.Generator().manual_seed(channels))
+    rgb = principal_rgb(values)
+    assert rgb.shape == (6, 5, 3)
+    assert torch.allclose(rgb.amin(dim=(0, 1)), torch.zeros(3), atol=1e-5)
+    if channels > 1:
+        assert torch.allclose(rgb.amax(dim=(0, 1)), torch.ones(3), atol=1e-5)
+
+
+def test_registry_factors_replace_the_generic_projection() -> None:
+    red = ((1.0, -1.0, -1.0),) + ((0.0, 0.0, 0.0),) * 15
+    spec = spec_of(
+        "sd3-tiny", preview=spec_of("sd3-tiny").preview.model_copy(update={"rgb_factors": red})
+    )
+    previewer = LatentPreviewer(spec, SimpleNamespace())
+    latents = torch.zeros(1, 16, 4, 4)
+    latents[0, 0] = 1.0
+    pixel = np.asarray(decoded(previewer(latents, 0, job())).convert("RGB"))[10, 10]
+    assert pixel[0] > 230 and pixel[1] < 25 and pixel[2] < 25, pixel
+
+
+def test_a_tiny_vae_named_by_the_registry_decodes_the_previews(tmp_path: Path) -> None:
+    tiny = AutoencoderTiny(
+        encoder_block_out_channels=(8, 8),
+        decoder_block_out_channels=(8, 8),
+        num_encoder_blocks=(1, 1),
+        num_decoder_blocks=(1, 1),
+        latent_channels=4,
+    )
+    tiny.save_pretrained(tmp_path / "taesd-tiny")
+    base = spec_of("sdxl-tiny")
+    preview_spec = base.preview.model_copy(update={"vae": "{models_dir}/taesd-tiny"})
+    previewer = LatentPreviewer(base.model_copy(update={"preview": preview_spec}), None)
+    previewer.load_tiny_vae(tmp_path, "cpu")
+    assert previewer.tiny_vae is not None
+    preview = previewer(torch.randn(1, 4, 8, 8), 0, job())
+    assert decoded(preview).size == (64, 64)
+
+
+def test_models_with_previews_off_get_no_previewer() -> None:
+    base = spec_of("flux-tiny")
+    off = base.model_copy(update={"preview": base.preview.model_copy(update={"enabled": False})})
+    assert latent_previewer(off, None) is None
+    assert latent_previewer(base, None) is not None
+
+
+class Schedule:
+    timesteps = torch.tensor([3.0, 2.0, 1.0, 0.5])
+
+
+def test_the_step_tracker_previews_every_nth_step_and_survives_a_failing_decoder(
+    tmp_path: Path,
+) -> None:
+    jobs = [JobParams("a", job(every=2).generation), JobParams("b", job(every=0).generation)]
+    events: list = []
+    calls: list[int] = []
+
+    def previewer(latents: torch.Tensor, index: int, params: JobParams) -> Preview:
+        calls.append(index)
+        if len(calls) == 2:
+            raise RuntimeError("decoder broke")
+        return Preview(b"picture", "image/webp")
+
+    tracker = StepTracker(
+        model="m",
+        jobs=jobs,
+        generators=[torch.Generator() for _ in jobs],
+        control=BatchControl(["a", "b"]),
+        terminals=Terminals(events.append),
+        checkpoint_dir=tmp_path,
+        scheduler=Schedule(),
+        previewer=previewer,
+    )
+    for index in range(4):
+        tracker.on_step(index, torch.zeros(2, 4, 2, 2))
+    steps = {(e.job_id, e.step): e.preview for e in events if isinstance(e, StepDone)}
+    assert len(steps) == 8
+    assert steps[("a", 2)] == Preview(b"picture", "image/webp")
+    assert steps[("a", 4)] is None  # the decoder failed; the job went on
+    assert all(steps[("a", s)] is None for s in (1, 3))
+    assert all(steps[("b", s)] is None for s in range(1, 5))
+    assert calls == [0, 0]
+
+
+def test_echo_previews_show_the_seed_colour_on_the_steps_asked() -> None:
+    echo = EchoHost(spec_of("echo"), "cpu")
+    generation = GenerationParams("x", steps=4, seed=5, width=24, height=8, preview_every_steps=2)
+    events: list = []
+    echo.run_batch([JobParams("a", generation)], BatchControl(["a"]), events.append)
+    previews = {e.step: e.preview for e in events if isinstance(e, StepDone)}
+    assert [step for step, p in previews.items() if p is not None] == [2, 4]
+    image = decoded(previews[2]).convert("RGB")  # type: ignore[arg-type]
+    assert image.size == (24, 8)
+    centre = np.asarray(image, dtype=int)[4, 12]
+    assert np.abs(centre - seed_colour(5)).max() < 12
