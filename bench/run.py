@@ -17,6 +17,7 @@ from types import FrameType
 from bench.common import RESULTS_DIR, SMOKE_DIR, Options, log
 from bench.launcher import MeshSession
 from bench.priority import SCHEDULER as PRIORITY_SCHEDULER
+from bench.records import DirtyTree, compare_with_committed, require_clean_tree
 
 # Recovery kills processes, so it goes last when the smoke run shares one mesh.
 BENCHMARKS = ("overhead", "batching", "priority", "caching", "previews", "recovery")
@@ -33,6 +34,9 @@ def run_one(name: str, options: Options) -> Path:
     result = module.run(options)
     path = result.save()
     log(f"{name}: {path} ({time.monotonic() - started:.0f} s)")
+    if not options.smoke:
+        for line in compare_with_committed(name, path):
+            log(line)
     return path
 
 
@@ -47,8 +51,20 @@ def main(argv: list[str] | None = None) -> int:
         default=1,
         help="batching: torch threads of the worker and of the direct run (default 1)",
     )
+    parser.add_argument(
+        "--allow-dirty",
+        action="store_true",
+        help="run on a tree with uncommitted changes (development; results say git.dirty)",
+    )
     args = parser.parse_args(argv)
     out_dir = args.out or (SMOKE_DIR if args.smoke else RESULTS_DIR)
+    if not args.smoke:
+        # A smoke run checks code paths, not figures: it may run on any tree.
+        try:
+            require_clean_tree(args.allow_dirty, out_dir)
+        except DirtyTree as exc:
+            log(str(exc))
+            return 2
     _interrupt_on_signals()
     meshes = MeshSession(SMOKE_MESH if args.smoke else None)
     options = Options(

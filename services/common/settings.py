@@ -222,8 +222,9 @@ class SchedulerSettings(Section):
     # Price per device-hour of each pool, for cost accounting.
     prices_per_device_hour: dict[Pool, float] = Field(default_factory=_default_prices)
     # Input images up to this many bytes are kept inside their job (its store row and the
-    # JobSpec); larger ones are files in the artifact store that workers read.
-    inline_input_bytes: int = Field(64 * 1024, ge=0)
+    # JobSpec); larger ones are files in the artifact store that workers read. At most the
+    # JobSpec's InputRef.data limit (limits.INPUT_IMAGE, 8 MiB).
+    inline_input_bytes: int = Field(64 * 1024, ge=0, le=8 * 1024 * 1024)
     # Uploads (the Upload rpc): how long one lives unused, the bytes of live uploads one
     # tenant may hold (a gateway may send a tenant's own), and the largest single upload.
     upload_ttl_s: float = Field(3600.0, gt=0)

@@ -74,6 +74,12 @@ STORE_WRITE_FAILURES = Counter(
     "(a state change, retried until it lands).",
     ["op"],
 )
+WEBHOOK_ATTEMPTS = Counter(
+    "mediamesh_webhook_attempts",
+    "Webhook delivery attempts by outcome: `delivered` (a 2xx answer), `retry` (failed, to be "
+    "tried again) or `given_up` (failed for the last time).",
+    ["outcome"],
+)
 STORE_PENDING_WRITES = Gauge(
     "mediamesh_store_pending_writes", "Jobs whose latest state is not yet in the job store."
 )
@@ -96,6 +102,8 @@ def declare_series(queues: list[str]) -> None:
         COST.labels(pool)
     for op in ("insert", "transition"):
         STORE_WRITE_FAILURES.labels(op)
+    for outcome in ("delivered", "retry", "given_up"):
+        WEBHOOK_ATTEMPTS.labels(outcome)
 
 
 def forget_worker(worker_id: str, devices: Iterable[str]) -> None:

@@ -28,6 +28,7 @@ from mediamesh.common.webhook_signing import (
     SIGNATURE_HEADER,
     signature_header,
 )
+from mediamesh.scheduler import metrics
 from mediamesh.scheduler.core.jobs import Job, JobState
 from mediamesh.scheduler.store.artifacts import ArtifactStore, StoredArtifact
 from mediamesh.scheduler.store.deliveries import DeliveryStatus, WebhookDelivery
@@ -198,10 +199,12 @@ class WebhookDeliverer:
         now = self._clock()
         delivery.attempts += 1
         if error is None:
+            metrics.WEBHOOK_ATTEMPTS.labels("delivered").inc()
             delivery.status = DeliveryStatus.DELIVERED
             delivery.finished_at = now
             delivery.last_error = ""
         elif delivery.attempts >= self.settings.max_attempts:
+            metrics.WEBHOOK_ATTEMPTS.labels("given_up").inc()
             delivery.status = DeliveryStatus.FAILED
             delivery.finished_at = now
             delivery.last_error = error
@@ -214,6 +217,7 @@ class WebhookDeliverer:
                 error,
             )
         else:
+            metrics.WEBHOOK_ATTEMPTS.labels("retry").inc()
             delivery.last_error = error
             delivery.next_attempt_at = now + self.backoff_s(delivery.attempts)
             log.info(

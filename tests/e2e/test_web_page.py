@@ -2,12 +2,15 @@
 a job with live previews and its rendered image, a long job cancelled from the page, and a
 bad input whose error the page shows.
 
-One mesh (one flux-tiny worker) and one browser for the module. Jobs are sized so the page
-sees them run: 512x512 takes a tiny model a few seconds, so previews arrive while it watches.
+One mesh (one flux-tiny worker) and one browser for the module. The mesh has API keys, so the
+page's key field, and its event stream and result download with `Authorization`, are used.
+Jobs are sized so the page sees them run: 512x512 takes a tiny model a few seconds, so
+previews arrive while it watches.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,6 +27,12 @@ from tests.e2e.conftest import MeshProcess, mesh_config, start, stop
 # Mesh start-up (up to READY_TIMEOUT_S under load) is part of the first test's time.
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(480)]
 MODEL = "flux-tiny"
+KEY = "web-page-key"
+AUTH = {"Authorization": f"Bearer {KEY}"}
+GATEWAY = {
+    "api_keys": [{"sha256": hashlib.sha256(KEY.encode()).hexdigest(), "tenant": "web"}],
+    "tenants": {"web": {"requests_per_second": 50, "burst": 100}},
+}
 # Seconds the page may take to show a finished job; a cancelled one; an error.
 JOB_TIMEOUT_S = 180
 CANCEL_TIMEOUT_S = 120
@@ -34,7 +43,8 @@ ERROR_TIMEOUT_S = 30
 def mesh(tmp_path_factory: pytest.TempPathFactory, models_dir: Path) -> Iterator[MeshProcess]:
     browser_binaries()  # skip or fail before starting a mesh for nothing
     tmp = tmp_path_factory.mktemp("web-page")
-    process = start(tmp, mesh_config(tmp, models_dir, [{"models": [MODEL]}]), ("--no-restart",))
+    config = mesh_config(tmp, models_dir, [{"models": [MODEL]}], gateway=GATEWAY)
+    process = start(tmp, config, ("--no-restart",))
     yield process
     stop(process)
 
@@ -68,7 +78,17 @@ def wait_until(driver: webdriver.Chrome, script: str, timeout: float, what: str)
 
 
 def open_page(driver: webdriver.Chrome, base_url: str) -> None:
+    """The page with the model picked; the key is entered once per browser session."""
     driver.get(f"{base_url}/")
+    if not driver.find_element(By.ID, "api-key").get_attribute("value"):
+        wait_until(
+            driver,
+            "document.getElementById('key-status').textContent.includes('needs an API key')",
+            30,
+            "the page asking for a key",
+        )
+        driver.find_element(By.ID, "api-key").send_keys(KEY)
+        driver.find_element(By.CSS_SELECTOR, "#key-form button[type=submit]").click()
     wait_until(
         driver, f"document.querySelector('#model option[value=\"{MODEL}\"]')", 30, "models listed"
     )
@@ -85,7 +105,7 @@ def fill(driver: webdriver.Chrome, **values: str) -> None:
 def shown_job(driver: webdriver.Chrome, base_url: str) -> dict:
     """The job the page shows, as the HTTP API answers it."""
     job_id = driver.find_element(By.ID, "job-id").text
-    answer = httpx.get(f"{base_url}/v1/jobs/{job_id}", timeout=30)
+    answer = httpx.get(f"{base_url}/v1/jobs/{job_id}", headers=AUTH, timeout=30)
     assert answer.status_code == 200, answer.text
     return answer.json()
 

@@ -102,8 +102,9 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def expected_files(services: Path) -> set[str]:
     """What the wheel must hold, from the `services/` folder it was built from: every
-    module and stub, the default registry, the scenarios and the typing marker."""
+    module and stub, the default registry, the scenarios, the web page and the typing marker."""
     found = [*services.rglob("*.py"), *services.rglob("*.pyi"), *services.glob("sim/scenarios/*")]
+    found += services.glob("gateway/web/static/*")
     names = {f"mediamesh/{p.relative_to(services)}" for p in found if "__pycache__" not in p.parts}
     return names | {"mediamesh/common/defaults/models.yaml", "mediamesh/py.typed"}
 

@@ -16,7 +16,6 @@ from mediamesh.gateway.api.upstream import (
     caller_of,
     reader_of,
     relay_errors,
-    scoped,
 )
 from mediamesh.gateway.core.tenancy import Caller
 
@@ -52,7 +51,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
     ) -> AsyncIterator[common_pb2.GenerateEvent]:
         """Submits the request and streams the job's events until its result or error."""
         handle, caller = await self.submit(request, context, follows_job=True)
-        async for event in self.up.watch(handle.job_id, caller, context):
+        async for event in self.plane.watch(handle.job_id, caller):
             yield event
 
     async def Submit(
@@ -72,7 +71,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
     ) -> AsyncIterator[common_pb2.GenerateEvent]:
         """Streams the events of one of the caller's jobs; a finished job replays its end."""
         caller = reader_of(self.up.tenancy, context)
-        async for event in self.up.watch(request.job_id, caller, context):
+        async for event in self.plane.watch(request.job_id, caller):
             yield event
 
     async def Cancel(
@@ -81,9 +80,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
         context: grpc.aio.ServicerContext[gateway_pb2.CancelRequest, common_pb2.JobInfo],
     ) -> common_pb2.JobInfo:
         """Cancels one of the caller's jobs; answers with the job's state after cancelling."""
-        caller = reader_of(self.up.tenancy, context)
-        async with relay_errors(context):
-            return await self.up.scheduler.Cancel(scoped(request.job_id, caller), timeout=10)
+        return await self.plane.cancel(request.job_id, reader_of(self.up.tenancy, context))
 
     async def GetJob(
         self,
@@ -91,9 +88,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
         context: grpc.aio.ServicerContext[gateway_pb2.GetJobRequest, common_pb2.JobInfo],
     ) -> common_pb2.JobInfo:
         """The current state of one of the caller's jobs."""
-        caller = reader_of(self.up.tenancy, context)
-        async with relay_errors(context):
-            return await self.up.scheduler.GetJob(scoped(request.job_id, caller), timeout=10)
+        return await self.plane.job(request.job_id, reader_of(self.up.tenancy, context))
 
     async def ListModels(
         self,
@@ -104,8 +99,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
     ) -> gateway_pb2.ListModelsResponse:
         """The models the mesh serves and whether each is ready."""
         reader_of(self.up.tenancy, context)
-        async with relay_errors(context):
-            return await self.up.scheduler.ListModels(request, timeout=10)
+        return await self.plane.models()
 
     async def Upload(
         self,
@@ -125,7 +119,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
     ) -> AsyncIterator[gateway_pb2.DownloadChunk]:
         """Streams a job's artifact in chunks, starting at the request's byte offset."""
         caller = reader_of(self.up.tenancy, context)
-        async for chunk in self.up.download(request.job_id, caller, request.offset, context):
+        async for chunk in self.plane.download(request.job_id, caller, request.offset):
             yield chunk
 
 

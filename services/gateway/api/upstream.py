@@ -70,16 +70,6 @@ class Upstream:
         async with mesh_errors():
             return await self.scheduler.Submit(submit, timeout=SUBMIT_TIMEOUT_S)
 
-    async def watch(
-        self, job_id: str, caller: Caller, context: grpc.aio.ServicerContext[Any, Any]
-    ) -> AsyncIterator[common_pb2.GenerateEvent]:
-        """Relays the scheduler's events for the caller's job; a result above `inline_limit`
-        becomes an artifact reference. Scheduler errors abort the call with their status."""
-        request = scoped(job_id, caller)
-        async with relay_errors(context):
-            async for event in self.scheduler.Watch(request):
-                yield self.outbound(event)
-
     def outbound(self, event: common_pb2.GenerateEvent) -> common_pb2.GenerateEvent:
         """`event` as a caller gets it: a result above `inline_limit` becomes a reference."""
         if event.HasField("result") and len(event.result.data) > self.inline_limit:
@@ -100,16 +90,6 @@ class Upstream:
                 yield scheduler_pb2.ScopedUploadChunk(chunk=chunk, tenant=caller.tenant)
 
         return await self.scheduler.Upload(scoped_chunks(), timeout=UPLOAD_TIMEOUT_S)
-
-    async def download(
-        self, job_id: str, caller: Caller, offset: int, context: grpc.aio.ServicerContext[Any, Any]
-    ) -> AsyncIterator[gateway_pb2.DownloadChunk]:
-        """Relays the scheduler's chunks of the caller's job artifact from byte `offset`;
-        scheduler errors abort the call with their status."""
-        request = scoped(job_id, caller, offset)
-        async with relay_errors(context):
-            async for chunk in self.scheduler.Download(request):
-                yield chunk
 
 
 def scoped(job_id: str, caller: Caller, offset: int = 0) -> scheduler_pb2.ScopedJobRequest:

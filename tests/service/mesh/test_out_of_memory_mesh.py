@@ -54,7 +54,9 @@ async def test_split_batches_finish_once_and_the_scheduler_learns(
         second = await run_jobs(mesh, range(10, 14))
         for events in first + second:
             results = [e for e in events if e.HasField("result")]
-            assert len(results) == 1 and events[-1].state == common_pb2.SUCCEEDED
+            assert len(results) == 1 and events[-1].state == common_pb2.SUCCEEDED, [
+                (e.WhichOneof("event"), e.state) for e in events
+            ]
         split = [e.notice for events in first for e in events if e.HasField("notice")]
         if max(sizes) > FITS:
             assert split and all(n.kind == "oom_split" for n in split)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+from prometheus_client import REGISTRY
 
 from mediamesh.common.generated.v1 import common_pb2, gateway_pb2
 from mediamesh.common.webhook_signing import verify
@@ -121,8 +122,14 @@ async def test_a_completed_job_is_delivered_once_signed_with_the_tenant_secret(
         await stop_mesh(mesh)
 
 
+def attempts_counted(outcome: str) -> float:
+    sample = REGISTRY.get_sample_value("mediamesh_webhook_attempts_total", {"outcome": outcome})
+    return sample or 0.0
+
+
 async def test_a_delivery_answered_500_is_retried_after_a_backoff(tmp_path, models_dir, receiver):
     receiver.statuses = [500]
+    retries = attempts_counted("retry")
     mesh = await mesh_for(tmp_path, models_dir, receiver)
     try:
         job_id, _ = await run_to_end(mesh, echo(receiver))
@@ -133,6 +140,7 @@ async def test_a_delivery_answered_500_is_retried_after_a_backoff(tmp_path, mode
         assert verify(SECRET, second.headers["x-mediamesh-signature"], second.body, time.time())
         (stored,) = await stored_deliveries(mesh, job_id, DeliveryStatus.DELIVERED)
         assert stored.attempts == 2 and stored.last_error == ""
+        assert attempts_counted("retry") == retries + 1
     finally:
         await stop_mesh(mesh)
 

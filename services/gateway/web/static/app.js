@@ -218,6 +218,7 @@ async function loadModels() {
   try {
     const listed = await api("/v1/models");
     models = listed.data || [];
+    clearFormError();
   } catch (error) {
     showFormError(error);
     showAuthProblem(error);
