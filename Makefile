@@ -64,8 +64,10 @@ test: system-deps setup lint models
 test-fast: setup
 	$(BIN)/pytest -q -p no:cacheprovider tests/unit
 
+# Refuses a tree with uncommitted changes (results must name the code they measured);
+# `make bench BENCH_ARGS=--allow-dirty` for a development run.
 bench: setup models
-	$(PY) -m bench.run all
+	$(PY) -m bench.run all $(BENCH_ARGS)
 
 bench-smoke: setup models
 	$(PY) -m bench.run all --smoke

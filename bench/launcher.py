@@ -90,6 +90,9 @@ def mesh_config(
             "metrics_port": free_port(),
             "store_path": str(workdir / "state" / "jobs.sqlite3"),
             "artifact_dir": str(workdir / "artifacts"),
+            # An idle device starts at once (no batch window at c=1); the batch given ahead
+            # to a busy worker still waits for its window to fill.
+            "batch_window_when_idle": False,
             **(scheduler or {}),
         },
         "workers": [],

@@ -48,14 +48,22 @@ class Records:
 
 
 def native_call(
-    channel: grpc.aio.Channel, models: list[str], params: dict, priority: str, timeout_s: float
+    channel: grpc.aio.Channel,
+    models: list[str],
+    params: dict,
+    priority: str,
+    timeout_s: float,
+    model_params: dict[str, dict] | None = None,
 ) -> Call:
     stub = gateway_pb2_grpc.GatewayStub(channel)
     level = common_pb2.Priority.Value(priority) if priority else 0
+    # Per model, `params` with that model's own fields over them (e.g. long video jobs).
+    by_model = {m: {**params, **(model_params or {}).get(m, {})} for m in models}
 
     async def call(index: int) -> str:
+        model = models[index % len(models)]
         request = common_pb2.GenerateRequest(
-            model=models[index % len(models)], prompt=f"bench {index}", seed=index, **params
+            model=model, prompt=f"bench {index}", seed=index, **by_model[model]
         )
         request.priority = level
         try:
@@ -198,10 +206,15 @@ async def main_async(args: argparse.Namespace) -> dict:
         ("grpc.max_send_message_length", _MAX_MESSAGE),
     ]
     params = json.loads(args.params) if args.params else {}
-    make = kserve_call if args.api == "kserve" else native_call
+    model_params = json.loads(args.model_params) if args.model_params else {}
     async with grpc.aio.insecure_channel(args.target, options=options) as channel:
         await asyncio.wait_for(channel.channel_ready(), 30)
-        call = make(channel, args.model, params, args.priority, args.timeout)
+        if args.api == "kserve":
+            call = kserve_call(channel, args.model, params, args.priority, args.timeout)
+        else:
+            call = native_call(
+                channel, args.model, params, args.priority, args.timeout, model_params
+            )
         if args.mode == "open":
             report = await open_loop(call, args.model, args.rate, args.max_seconds)
         else:
@@ -223,6 +236,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--max-seconds", type=float, default=600.0, help="open mode: hard stop")
     parser.add_argument("--priority", default="", help="REALTIME, STANDARD or BATCH")
     parser.add_argument("--params", default="", help="JSON of GenerateRequest fields")
+    parser.add_argument(
+        "--model-params", default="", help="native: JSON {model: fields} over --params"
+    )
     parser.add_argument("--timeout", type=float, default=600.0, help="per-request seconds")
     return parser.parse_args(argv)
 

@@ -59,6 +59,16 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         help="apply a LoRA adapter of the model (repeatable; NAME alone: its default scale)",
     )
     add_image_arguments(gen)
+    gen.add_argument(
+        "--result-as-url",
+        action="store_true",
+        help="ask for a presigned URL of the result (S3 artifact store) and print it",
+    )
+    gen.add_argument(
+        "--webhook",
+        metavar="URL",
+        help="POST signed completed/failed callbacks to URL (host on the mesh's allowlist)",
+    )
     gen.add_argument("--priority", choices=["REALTIME", "STANDARD", "BATCH"])
     gen.add_argument("--timeout-ms", type=int)
     gen.add_argument("--idempotency-key", default="")
@@ -160,6 +170,8 @@ def _cmd_generate(args: argparse.Namespace) -> int:
                 idempotency_key=args.idempotency_key,
                 priority=args.priority,
                 adapters=args.adapter or None,
+                result_as_url=args.result_as_url or None,
+                webhook={"url": args.webhook} if args.webhook else None,
                 **image_options(client, args),
             )
             for event in events:
@@ -191,6 +203,9 @@ def _cmd_generate(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 1
+    if final.url and not final.data:
+        print(f"{final.url} ({final.mime_type}, {final.size_bytes} bytes, seed {final.seed})")
+        return 0
     out = result_path(args.out, final.mime_type)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_bytes(final.data)

@@ -66,6 +66,10 @@ class Result:
     # Set when the artifact was above the gateway's inline limit and came by Download.
     size_bytes: int = 0
     sha256: str = ""
+    # A presigned URL of the artifact (S3-compatible artifact store) and when it expires,
+    # Unix ms. A job submitted with result_as_url is not downloaded: `data` stays empty.
+    url: str = ""
+    url_expires_unix_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -35,7 +35,8 @@ def overload_wait(error: GatewayError, retries_done: int, settings: ClientSettin
 
 def needs_download(event: Event) -> TypeGuard[Result]:
     """A result too large to come inline: the gateway sent its size and hash, not its bytes."""
-    return isinstance(event, Result) and not event.data and event.size_bytes > 0
+    # A result that came as a URL was asked for as one (result_as_url): the caller fetches it.
+    return isinstance(event, Result) and not event.data and event.size_bytes > 0 and not event.url
 
 
 def is_final(event: Event) -> bool:

@@ -71,6 +71,10 @@ class GenerateOptions(TypedDict, total=False):
     image_id: str | None
     mask_image_id: str | None
     strength: float | None
+    # Answer with a presigned URL of the result (Result.url) instead of its bytes.
+    result_as_url: bool | None
+    # Signed HTTP callbacks: {"url": "https://...", "events": ["completed", "failed"]}.
+    webhook: Mapping[str, object] | None
     # LoRA adapters of the model (ModelInfo.adapters): {name: scale} or (name, scale) pairs;
     # a scale of None takes the adapter's default_scale.
     adapters: Mapping[str, float | None] | Sequence[tuple[str, float | None]] | None

@@ -58,3 +58,13 @@ def test_a_job_result_comes_back_as_a_presigned_url_that_serves_it(
         # Without result_as_url a small result still comes inline.
         plain = list(stub.Generate(common_pb2.GenerateRequest(model="echo", prompt="x")))[-1]
         assert plain.result.data and not plain.result.url
+
+        # The SDK leaves a URL result undownloaded.
+        from mediamesh import Client
+        from mediamesh.sdk import Result
+
+        with Client(mesh.gateway) as client:
+            sdk_result = list(client.generate("echo", "sdk url", result_as_url=True))[-1]
+        assert isinstance(sdk_result, Result)
+        assert not sdk_result.data and sdk_result.url.startswith(s3.endpoint + "/")
+        assert httpx.get(sdk_result.url, timeout=30).status_code == 200

@@ -140,7 +140,14 @@ def test_a_long_job_is_cancelled_from_the_page(browser: webdriver.Chrome, base_u
     open_page(browser, base_url)
     fill(browser, prompt="a slow fox", steps="50", width="512", height="512")
     browser.find_element(By.ID, "submit").click()
-    wait_until(browser, "document.getElementById('progress').value >= 1", 120, "first progress")
+    # Two progress events give the page a rate, and so an ETA.
+    wait_until(
+        browser,
+        "/^Step \\d+ of 50 · about \\d+ s left$/.test("
+        "document.getElementById('progress-text').textContent)",
+        120,
+        "progress with an ETA",
+    )
 
     browser.find_element(By.ID, "cancel").click()
     wait_until(

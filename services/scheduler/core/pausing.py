@@ -73,10 +73,9 @@ class Pauser:
             if best is None or best[1].priority is Priority.BATCH:
                 continue  # nothing runs at a lower class than the lowest
             urgent = best[1]
-            units = self._inflight.serving(model)
-            if not units or not self._would_miss(units, self._slack_s(urgent, now)):
+            if not self._would_miss(model, self._slack_s(urgent, now)):
                 continue
-            victim = self._victim(units, urgent)
+            victim = self._victim(self._inflight.serving(model), urgent)
             if victim is None:
                 continue
             unit, batch = victim
@@ -104,17 +103,22 @@ class Pauser:
             return float("inf")
         return queue.sla_s - (now - job.created_at) - job.cost_s
 
-    def _would_miss(self, units: list[Unit], slack_s: float) -> bool:
-        """Whether no unit of `units` could start a new batch within `slack_s`, per the cost
-        model. Stops at the first that could: under load that is usually the first one."""
-        for unit in units:
+    def _would_miss(self, model: str, slack_s: float) -> bool:
+        """Whether no unit serving `model` could start a new batch within `slack_s`, per the
+        cost model (False when none serves it). Stops at the first that could: under load
+        that is usually one of the first, so a pass does not walk every unit."""
+        serving = False
+        for unit in self._inflight.units.values():
+            if unit.draining or model not in unit.info.models:
+                continue
+            serving = True
             if unit.free_slots > 0:
                 return False
             for batch_id in unit.batches:
                 batch = self._inflight.batch(batch_id)
                 if batch is not None and self._remaining_s(batch) <= slack_s:
                     return False
-        return True
+        return serving
 
     def _remaining_s(self, batch: OpenBatch) -> float:
         return sum(j.cost_s * j.remaining_fraction for j in self._jobs_of(batch))

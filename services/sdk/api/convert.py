@@ -37,11 +37,24 @@ def generate_request(params: GenerateParams) -> common_pb2.GenerateRequest:
         else common_pb2.AdapterRef(name=name, scale=scale)
         for name, scale in adapters
     ]
+    webhook = values.pop("webhook", None)
+    if webhook is not None:
+        values["webhook"] = webhook_message(webhook)
     priority = values.pop("priority", None)
     if priority is not None:
         # Message constructors take an enum by name, and reject a name the proto lacks.
         values["priority"] = str(priority)
     return common_pb2.GenerateRequest(model=params.model, prompt=params.prompt, **values)
+
+
+def webhook_message(webhook: object) -> common_pb2.Webhook:
+    """The `webhook` option, {"url": ..., "events": [...]}, as its message."""
+    if not isinstance(webhook, dict) or not isinstance(webhook.get("url"), str):
+        raise TypeError('webhook: give {"url": "https://...", "events": ["completed", ...]}')
+    events = webhook.get("events") or []
+    if isinstance(events, str) or not all(isinstance(e, str) for e in events):
+        raise TypeError("webhook.events: give a list of event names")
+    return common_pb2.Webhook(url=webhook["url"], events=list(events))
 
 
 def state(value: int) -> JobState:
@@ -89,6 +102,8 @@ def event(message: common_pb2.GenerateEvent) -> Event | None:
             seed=r.seed,
             size_bytes=r.artifact.size_bytes,
             sha256=r.artifact.sha256,
+            url=r.url,
+            url_expires_unix_ms=r.url_expires_unix_ms,
         )
     if kind == "error":
         e = message.error

@@ -9,12 +9,23 @@ from pathlib import Path
 import torch
 
 from mediamesh.common.generated.v1 import common_pb2, gateway_pb2
+from mediamesh.common.registry import ModelSpec, Registry, load_registry
 from mediamesh.common.work import JobParams
 from mediamesh.worker.core import call_hooks
 from tests.service.conftest import start_mesh, stop_mesh
 
 MODEL = "flux-tiny"
 FITS = 2
+
+
+def patient_registry() -> Registry:
+    """flux-tiny waiting long enough for four concurrent submissions to share a batch."""
+    registry = load_registry()
+    spec = registry.get(MODEL)
+    assert spec is not None
+    batching = {"mode": "dynamic", "max_batch": 4, "max_wait_ms": 5000}
+    patient = ModelSpec.model_validate({**spec.model_dump(), "batching": batching})
+    return Registry(models=[patient if m.name == MODEL else m for m in registry.models])
 
 
 async def run_jobs(mesh, seeds: range) -> list[list[common_pb2.GenerateEvent]]:
@@ -47,8 +58,7 @@ async def test_split_batches_finish_once_and_the_scheduler_learns(
             raise torch.OutOfMemoryError("CUDA out of memory (test hook)")
 
     call_hooks.install(MODEL, out_of_memory_above_fit)
-    # A long batch window so that the four jobs leave as one batch of four.
-    mesh = await start_mesh(tmp_path, models_dir, [[MODEL]])
+    mesh = await start_mesh(tmp_path, models_dir, [[MODEL]], registry=patient_registry())
     try:
         first = await run_jobs(mesh, range(4))
         second = await run_jobs(mesh, range(10, 14))
@@ -57,12 +67,15 @@ async def test_split_batches_finish_once_and_the_scheduler_learns(
             assert len(results) == 1 and events[-1].state == common_pb2.SUCCEEDED, [
                 (e.WhichOneof("event"), e.state) for e in events
             ]
-        split = [e.notice for events in first for e in events if e.HasField("notice")]
-        if max(sizes) > FITS:
-            assert split and all(n.kind == "oom_split" for n in split)
-            # Once a split was seen, no batch above the ceiling was sent again.
-            learned = sizes.index(max(sizes))
-            assert max(sizes[learned + 1 :], default=0) <= FITS
+        split = [
+            e.notice
+            for events in first
+            for e in events
+            if e.HasField("notice") and e.notice.kind == "oom_split"
+        ]
+        assert sizes[0] == 4 and split
+        # After the split, no batch above the ceiling was sent again.
+        assert max(sizes[1:]) <= FITS
         assert all(size <= FITS for size in sizes[-2:])
     finally:
         call_hooks.remove(MODEL)

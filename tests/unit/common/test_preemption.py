@@ -67,3 +67,14 @@ def test_list_models_carries_the_column(tmp_path: Path) -> None:
     assert by_name["flux-tiny"].preemption == "resume"
     assert by_name["echo"].preemption == ""
     assert by_name["sdxl-tiny"].pipeline == "StableDiffusionXLPipeline"
+
+
+def test_models_list_shows_pipeline_fields_formats_and_preemption(tmp_path: Path) -> None:
+    from mediamesh.cli.models_commands import model_rows
+
+    _model_folder(tmp_path / "sdxl-tiny", "PNDMScheduler")
+    rows = {row[0]: row for row in model_rows(load_registry(), tmp_path)}
+    name, pipeline, fields, formats, preemption, _previews = rows["sdxl-tiny"]
+    assert pipeline == "StableDiffusionXLPipeline" and "negative_prompt" in fields.split(",")
+    assert formats.split(",")[0] == "png" and preemption == "restart"
+    assert rows["flux-tiny"][4] == "-"  # not built in tmp_path: unknown

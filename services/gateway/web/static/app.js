@@ -23,6 +23,12 @@ let current = null;
 
 // ---------- the API ----------
 
+// JSON with uint64 seeds kept exact: JavaScript numbers round integers past 2^53, so long
+// seeds are read as text before parsing.
+function parseJson(text) {
+  return JSON.parse(text.replace(/"seed":(\d{16,})/g, '"seed":"$1"'));
+}
+
 class ApiError extends Error {
   constructor(status, code, message) {
     super(message);
@@ -42,7 +48,7 @@ function authHeaders(extra = {}) {
 async function errorOf(response) {
   let body = null;
   try {
-    body = await response.json();
+    body = parseJson(await response.text());
   } catch (_) {
     // Not JSON: a proxy's page, say; the status says enough.
   }
@@ -62,7 +68,7 @@ async function api(path, options = {}) {
     throw new ApiError(0, "UNAVAILABLE", `the gateway cannot be reached (${error.message})`);
   }
   if (!response.ok) throw await errorOf(response);
-  return response.json();
+  return parseJson(await response.text());
 }
 
 // ---------- the API key ----------
@@ -538,7 +544,7 @@ async function follow(job) {
             await reader.cancel();
             break reading;
           }
-          onEvent(job, frame.name, JSON.parse(frame.data.join("\n")));
+          onEvent(job, frame.name, parseJson(frame.data.join("\n")));
           if (frame.name === "result" || frame.name === "error") ended = true;
         }
       }
