@@ -16,7 +16,7 @@ from typing import Any
 import grpc
 
 from mediamesh.common.api.lenient import add_servicer
-from mediamesh.common.errors import MeshError, NotFound, StatusCode
+from mediamesh.common.errors import InvalidArgument, MeshError, NotFound, StatusCode
 from mediamesh.common.generated.inference import grpc_service_pb2 as pb
 from mediamesh.common.generated.inference import grpc_service_pb2_grpc as pb_grpc
 from mediamesh.common.generated.v1 import gateway_pb2
@@ -209,6 +209,12 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             messages.requested_outputs(request),
             max_adapters=self.up.max_adapters_per_request,
         )
+        if on_progress is None and any(e.preview_every_steps for e in call.elements):
+            # Refused rather than ignored: a unary answer has nowhere to put per-step previews.
+            raise InvalidArgument(
+                "parameters.preview_every_steps: previews come on ModelStreamInfer's per-step "
+                "responses; ModelInfer answers once, so it takes none"
+            )
         results = await run_call(self.up, call, caller, context, on_progress)
         return messages.infer_response(request, encode_outputs(results, call.outputs))
 

@@ -8,9 +8,9 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping
 
 from mediamesh.common.registry import ModelSpec
-from mediamesh.scheduler.core.batch_caps import BatchCaps
 from mediamesh.scheduler.core.affinity import AdapterAffinity
 from mediamesh.scheduler.core.backlog import Backlog
+from mediamesh.scheduler.core.batch_caps import BatchCaps
 from mediamesh.scheduler.core.effects import (
     Dispatch,
     Notice,

@@ -20,6 +20,7 @@ from mediamesh.scheduler.core.delivery import ResultDelivery
 from mediamesh.scheduler.core.jobs import GenerationParams, Job, JobState, Priority, TenantQuota
 from mediamesh.scheduler.store import deliveries
 from mediamesh.scheduler.store.deliveries import WebhookDelivery
+from mediamesh.scheduler.store.group_commit import GroupCommit
 
 _Result = TypeVar("_Result")
 
@@ -164,6 +165,10 @@ class JobStore:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="job-store")
         self._db: sqlite3.Connection | None = None
         self._executor.submit(self._open).result()
+        # New jobs submitted while one is being written share the next commit.
+        self._inserts: GroupCommit[tuple[Any, ...]] = GroupCommit(
+            lambda rows: self._run(self._insert_group, rows)
+        )
 
     def _open(self) -> None:
         db = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
@@ -187,9 +192,34 @@ class JobStore:
         placeholders = ",".join("?" * len(_COLUMNS))
         self._db.execute(f"INSERT INTO jobs ({','.join(_COLUMNS)}) VALUES ({placeholders})", row)
 
+    def _insert_group(self, rows: list[tuple[Any, ...]]) -> list[BaseException | None]:
+        """One transaction for the group; should it fail, each row alone, so that a bad
+        row (a duplicate key) fails by itself and the others still go in."""
+        assert self._db is not None
+        placeholders = ",".join("?" * len(_COLUMNS))
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            self._db.executemany(
+                f"INSERT INTO jobs ({','.join(_COLUMNS)}) VALUES ({placeholders})", rows
+            )
+        except sqlite3.Error:
+            self._db.execute("ROLLBACK")
+        else:
+            self._db.execute("COMMIT")
+            return [None] * len(rows)
+        outcomes: list[BaseException | None] = []
+        for row in rows:
+            try:
+                self._insert(row)
+            except sqlite3.Error as exc:
+                outcomes.append(exc)
+            else:
+                outcomes.append(None)
+        return outcomes
+
     async def insert(self, job: Job) -> None:
         """Write a new job; returns once it is committed, raises if it could not be."""
-        await self._run(self._insert, job_row(job))
+        await self._inserts.add(job_row(job))
 
     def _save_many(self, rows: list[tuple[Any, ...]], delivery_rows: list[tuple[Any, ...]]) -> None:
         assert self._db is not None

@@ -137,6 +137,12 @@ async def test_kserve_stream_progress_responses_carry_the_preview_output(
         (data,) = split_bytes_tensor(response.raw_output_contents[0], "preview")
         assert picture(data).format == "WEBP"
 
+    # Unary ModelInfer answers once: previews asked of it are refused, never dropped.
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await stub.ModelInfer(request, timeout=60)
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "preview_every_steps" in (refused.value.details() or "")
+
 
 async def test_generate_command_counts_previews_and_saves_the_result(
     preview_mesh: InProcessMesh, tmp_path: Path
