@@ -196,8 +196,10 @@ class BatchRunner:
                 self.store.save(job)
         elif isinstance(event, JobNotice):
             job = core.jobs.get(event.job_id)
-            if job is not None and event.fitted_batch and core.batch_fitted(
-                event.job_id, event.fitted_batch
+            if (
+                job is not None
+                and event.fitted_batch
+                and core.batch_fitted(event.job_id, event.fitted_batch)
             ):
                 log.warning(
                     "batches of %s at %dx%d are capped at %d after running out of memory",

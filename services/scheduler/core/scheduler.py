@@ -238,9 +238,7 @@ class SchedulerCore:
         batches of its model and shape are formed no larger from now on. True when that
         lowered the ceiling."""
         job = self.jobs.get(job_id)
-        return job is not None and self._dispatcher.batch_caps.learn(
-            job.model, job.params, fitted
-        )
+        return job is not None and self._dispatcher.batch_caps.learn(job.model, job.params, fitted)
 
     def job_checkpointed(self, job_id: str, batch_id: str, checkpoint: str, step: int) -> None:
         """A running job saved a checkpoint it can resume from."""
