@@ -71,9 +71,13 @@ def free_port() -> int:
 
 
 def mesh_config(
-    workdir: Path, workers: list[dict[str, Any]], scheduler: dict[str, Any] | None = None
+    workdir: Path,
+    workers: list[dict[str, Any]],
+    scheduler: dict[str, Any] | None = None,
+    registry_path: str | None = None,
 ) -> dict[str, Any]:
-    """A whole-mesh config on loopback; `workers` entries override the per-worker defaults."""
+    """A whole-mesh config on loopback; `workers` entries override the per-worker defaults;
+    `registry_path` replaces the shipped registry."""
     scheduler_port = free_port()
     config: dict[str, Any] = {
         "models_dir": str(MODELS_DIR),
@@ -97,6 +101,8 @@ def mesh_config(
         },
         "workers": [],
     }
+    if registry_path is not None:
+        config["registry_path"] = registry_path
     for index, overrides in enumerate(workers):
         entry = {
             "worker_id": f"worker-{index}",
@@ -235,11 +241,13 @@ def stop(mesh: Mesh) -> None:
 
 @contextmanager
 def running_mesh(
-    workers: list[dict[str, Any]], scheduler: dict[str, Any] | None = None
+    workers: list[dict[str, Any]],
+    scheduler: dict[str, Any] | None = None,
+    registry_path: str | None = None,
 ) -> Iterator[Mesh]:
     with tempfile.TemporaryDirectory(prefix="mediamesh-bench-") as tmp:
         workdir = Path(tmp)
-        config = mesh_config(workdir, workers, scheduler)
+        config = mesh_config(workdir, workers, scheduler, registry_path)
         started = time.monotonic()
         mesh = _start(workdir, config)
         log(f"mesh ready in {time.monotonic() - started:.1f} s at {mesh.gateway}")

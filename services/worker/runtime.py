@@ -32,6 +32,7 @@ from mediamesh.common.work import (
 from mediamesh.worker import metrics
 from mediamesh.worker.core.batch import BatchControl, DeviceGroupLost
 from mediamesh.worker.core.gate import DeviceGate, Rank
+from mediamesh.worker.core.handoff import Handoff
 from mediamesh.worker.models.host import ModelHost
 
 log = logging.getLogger("mediamesh.worker")
@@ -171,8 +172,10 @@ class WorkerRuntime:
         self._running[batch_id] = running
         self.state_changed.set()
 
+        handoff = Handoff(loop, events)
+
         def emit(event: WorkerEvent) -> None:
-            loop.call_soon_threadsafe(events.put_nowait, event)
+            handoff.put(event)
 
         def run() -> None:
             started = time.perf_counter()
@@ -188,7 +191,7 @@ class WorkerRuntime:
                 for device in host.device_ids:
                     metrics.DEVICE_UTILIZATION.labels(device).set(0)
                 metrics.BATCH_SECONDS.labels(model).observe(time.perf_counter() - started)
-                loop.call_soon_threadsafe(events.put_nowait, None)
+                handoff.put(None)
 
         future = loop.run_in_executor(self._device, run)
         span = _tracer.start_span(

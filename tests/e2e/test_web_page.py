@@ -131,7 +131,7 @@ def test_a_job_shows_previews_then_its_image(browser: webdriver.Chrome, base_url
     assert download.get_attribute("download").endswith(".png")
     assert (download.get_attribute("href") or "").startswith("blob:")
     job = shown_job(browser, base_url)
-    assert job["state"] == "SUCCEEDED" and job["seed"] == 7
+    assert job["state"] == "SUCCEEDED" and job["seed"] == "7"
     listed = browser.find_element(By.CSS_SELECTOR, f"#jobs [data-job-id='{job['job_id']}']")
     assert listed.find_element(By.XPATH, "following-sibling::span").text == "SUCCEEDED"
 

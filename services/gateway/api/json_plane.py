@@ -191,7 +191,8 @@ def job_view(info: common_pb2.JobInfo) -> JsonObject:
         "attempts": info.attempts,
         "step": info.step,
         "total_steps": info.total_steps,
-        "seed": info.seed,
+        # uint64 as a decimal string, as proto3 JSON writes it: JavaScript rounds past 2^53.
+        "seed": str(info.seed),
         "worker_id": info.worker_id,
         "result": _result_view(info.result) if info.HasField("result") else None,
         "error": _error_view(info.error) if info.HasField("error") else None,
@@ -233,7 +234,7 @@ def _result_view(result: common_pb2.Result) -> JsonObject:
     size = len(result.data) or result.artifact.size_bytes
     return {
         "mime_type": result.mime_type,
-        "seed": result.seed,
+        "seed": str(result.seed),
         "size_bytes": size,
         "sha256": result.artifact.sha256,
         # A presigned URL when the mesh stores results in object storage; the HTTP face fills

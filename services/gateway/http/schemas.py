@@ -19,7 +19,8 @@ class ResultView(BaseModel):
     """A finished job's artifact."""
 
     mime_type: str
-    seed: int
+    # uint64 as a decimal string (proto3 JSON), exact in every JSON parser.
+    seed: str
     size_bytes: int
     sha256: str
     # Where to GET the bytes: a presigned object-storage URL, or this gateway's
@@ -56,7 +57,8 @@ class JobView(BaseModel):
     attempts: int
     step: int
     total_steps: int
-    seed: int
+    # uint64 as a decimal string (proto3 JSON), exact in every JSON parser.
+    seed: str
     worker_id: str
     result: ResultView | None
     error: JobError | None

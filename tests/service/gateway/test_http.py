@@ -156,7 +156,7 @@ async def test_a_submitted_form_is_a_job(client):
     for response in (multipart, urlencoded):
         assert response.status_code == 202, response.text
         job = response.json()
-        assert job["seed"] == 7
+        assert job["seed"] == "7"
         events = await read_events(client, job["job_id"], KEY_A)
         assert events[-1]["event"] == "result"
     bad = await client.post(

@@ -32,11 +32,18 @@ async def test_concurrent_inserts_are_each_committed_when_they_return(tmp_path: 
     store = JobStore(path)
     try:
         jobs = prepared_jobs(20)
-        commits = 0
+        commits, in_transaction = 0, False
 
         def count_commits(statement: str) -> None:
-            nonlocal commits
-            commits += statement == "COMMIT"
+            # An INSERT outside BEGIN ... COMMIT commits on its own.
+            nonlocal commits, in_transaction
+            if statement.startswith("BEGIN"):
+                in_transaction = True
+            elif statement in ("COMMIT", "ROLLBACK"):
+                in_transaction = False
+                commits += statement == "COMMIT"
+            elif statement.startswith("INSERT") and not in_transaction:
+                commits += 1
 
         store._db.set_trace_callback(count_commits)  # type: ignore[union-attr]
         await asyncio.gather(*(store.insert(job) for job in jobs))

@@ -1,0 +1,238 @@
+"""`make gpu-check`: what a CUDA machine does with a FLUX-architecture transformer; writes JSON.
+
+A FluxTransformer2DModel at FLUX.1's full width (24 heads of 128, hidden 3072) with few
+blocks (2 double-stream, 4 single-stream: about 1.3 B parameters, random weights) runs a
+short Euler loop at 1024x1024 (4096 image tokens, 512 text tokens), batches 1, 2 and 4, in
+bf16: eager, with regional compile (compile_repeated_blocks) and with the first-block
+cache. Per mode and batch it records the seconds per step and the peak device memory.
+Then one `mediamesh up` serves a pipeline built around a transformer of the same width and
+the load generator measures p50 and p99.
+
+`--dry` runs the same code on the CPU at a tiny width and size for one step, with the
+`eager` compile backend (it traces without generating kernels): `make test` runs it.
+
+    python -m bench.gpu_check --out bench/results/gpu_check.json [--dry]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.common import git_commit, log, machine, percentiles, run_loadgen
+
+FULL = {
+    "attention_head_dim": 128,
+    "num_attention_heads": 24,
+    "num_layers": 2,
+    "num_single_layers": 4,
+    "axes_dims_rope": (16, 56, 56),
+    "in_channels": 64,
+    "joint_attention_dim": 4096,
+    "pooled_projection_dim": 768,
+    "guidance_embeds": True,
+}
+DRY = {
+    **FULL,
+    "attention_head_dim": 16,
+    "num_attention_heads": 2,
+    "num_layers": 1,
+    "num_single_layers": 1,
+    "axes_dims_rope": (4, 6, 6),
+    "joint_attention_dim": 32,
+    "pooled_projection_dim": 32,
+}
+PLANS = {
+    "full": {"size": 1024, "text_tokens": 512, "steps": 8, "batches": (1, 2, 4), "device": "cuda"},
+    "dry": {"size": 64, "text_tokens": 8, "steps": 1, "batches": (1, 2), "device": "cpu"},
+}
+MODES = ("eager", "regional_compile", "first_block_cache")
+# Random weights change the first block's residual by ~45 % per step (see the caching
+# benchmark); a threshold above that lets the cache skip.
+FIRST_BLOCK_THRESHOLD = 0.5
+
+
+def build_transformer(config: dict[str, Any], device: str, dtype: Any) -> Any:
+    import torch
+    from diffusers import FluxTransformer2DModel
+
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = FluxTransformer2DModel(**config)
+    return model.to(dtype).eval()
+
+
+def inputs(config: dict[str, Any], plan: dict[str, Any], batch: int, device: str, dtype: Any):
+    import torch
+
+    side = plan["size"] // 16  # 8x VAE downsampling, then 2x2 packing
+    tokens, text = side * side, plan["text_tokens"]
+    generator = torch.Generator("cpu").manual_seed(batch)
+
+    def noise(*shape: int) -> Any:
+        return torch.randn(*shape, generator=generator).to(device, dtype)
+
+    image_ids = torch.zeros(side, side, 3)
+    image_ids[..., 1] = torch.arange(side)[:, None]
+    image_ids[..., 2] = torch.arange(side)[None, :]
+    return {
+        "hidden_states": noise(batch, tokens, config["in_channels"]),
+        "encoder_hidden_states": noise(batch, text, config["joint_attention_dim"]),
+        "pooled_projections": noise(batch, config["pooled_projection_dim"]),
+        "guidance": torch.full((batch,), 3.5, device=device, dtype=dtype),
+        "img_ids": image_ids.reshape(-1, 3).to(device, dtype),
+        "txt_ids": torch.zeros(text, 3, device=device, dtype=dtype),
+    }
+
+
+def denoise(model: Any, arguments: dict[str, Any], steps: int) -> None:
+    """An Euler loop over `steps` sigmas, as FluxPipeline runs its transformer."""
+    import torch
+
+    latents = arguments["hidden_states"]
+    sigmas = torch.linspace(1.0, 0.0, steps + 1)
+    with torch.inference_mode(), model.cache_context("cond"):
+        for index in range(steps):
+            timestep = torch.full((latents.shape[0],), float(sigmas[index]), device=latents.device)
+            velocity = model(
+                **{**arguments, "hidden_states": latents},
+                timestep=timestep.to(latents.dtype),
+                return_dict=False,
+            )[0]
+            latents = latents + (sigmas[index + 1] - sigmas[index]) * velocity
+
+
+def measure(config: dict[str, Any], plan: dict[str, Any], dry: bool) -> list[dict[str, Any]]:
+    import torch
+    from diffusers.hooks import FirstBlockCacheConfig
+
+    device = plan["device"]
+    dtype = torch.float32 if dry else torch.bfloat16
+    cuda = device.startswith("cuda")
+    rows = []
+    for mode in MODES:
+        model = build_transformer(config, device, dtype)
+        if mode == "regional_compile":
+            model.compile_repeated_blocks(fullgraph=True, backend="eager" if dry else "inductor")
+        if mode == "first_block_cache":
+            model.enable_cache(FirstBlockCacheConfig(threshold=FIRST_BLOCK_THRESHOLD))
+        parameters = sum(p.numel() for p in model.parameters())
+        for batch in plan["batches"]:
+            arguments = inputs(config, plan, batch, device, dtype)
+            started = time.perf_counter()
+            denoise(model, arguments, plan["steps"])  # compiles, autotunes, warms the allocator
+            first_s = time.perf_counter() - started
+            if cuda:
+                torch.cuda.synchronize()
+                torch.cuda.reset_peak_memory_stats()
+            started = time.perf_counter()
+            denoise(model, arguments, plan["steps"])
+            if cuda:
+                torch.cuda.synchronize()
+            elapsed = time.perf_counter() - started
+            row = {
+                "mode": mode,
+                "batch": batch,
+                "parameters": parameters,
+                "step_s": round(elapsed / plan["steps"], 5),
+                "first_run_s": round(first_s, 3),
+                "peak_memory_bytes": torch.cuda.max_memory_allocated() if cuda else None,
+            }
+            log(f"gpu-check {mode} batch {batch}: {row['step_s']} s/step")
+            rows.append(row)
+        del model
+        if cuda:
+            torch.cuda.empty_cache()
+    return rows
+
+
+def build_pipeline(width: dict[str, Any], models_dir: Path, out: Path) -> Path:
+    """flux-tiny's text encoders, tokenizers and VAE around a transformer of `width`'s
+    heads and blocks (its input sizes match those encoders), saved as a model folder."""
+    from diffusers import FluxPipeline
+
+    pipeline = FluxPipeline.from_pretrained(models_dir / "flux-tiny", local_files_only=True)
+    tiny = pipeline.transformer.config
+    config = {
+        **width,
+        "in_channels": tiny.in_channels,
+        "joint_attention_dim": tiny.joint_attention_dim,
+        "pooled_projection_dim": tiny.pooled_projection_dim,
+    }
+    pipeline.transformer = build_transformer(config, "cpu", pipeline.transformer.dtype)
+    pipeline.save_pretrained(out)
+    return out
+
+
+def mesh_run(plan: dict[str, Any], dry: bool, models_dir: Path) -> dict[str, Any]:
+    """One `mediamesh up` with one worker serving the wide pipeline; p50 and p99."""
+    import yaml
+
+    from bench.launcher import running_mesh
+
+    size, requests = plan["size"], 4 if dry else 16
+    with tempfile.TemporaryDirectory(prefix="mediamesh-gpu-check-") as scratch:
+        folder = build_pipeline(DRY if dry else FULL, models_dir, Path(scratch) / "gpu-flux")
+        registry = Path(scratch) / "models.yaml"
+        entry = {
+            "name": "gpu-flux",
+            "modality": "image",
+            "pipeline": "FluxPipeline",
+            "source": str(folder),
+            "dtype": "float32" if dry else "bfloat16",
+            "batching": {"mode": "dynamic", "max_batch": 4, "max_wait_ms": 20},
+            "defaults": {"steps": plan["steps"], "width": size, "height": size},
+            "limits": {"max_width": size, "max_height": size},
+            "warmup": [{"steps": 1, "batch": 1}],
+        }
+        registry.write_text(yaml.safe_dump({"models": [entry]}))
+        worker = {"models": ["gpu-flux"], "device": "cpu" if dry else "cuda:0"}
+        with running_mesh([worker], registry_path=str(registry)) as mesh:
+            report = run_loadgen(
+                mesh.gateway, ["gpu-flux"], timeout_s=1800, concurrency=2, requests=requests
+            )
+    return {
+        "requests": requests,
+        "concurrency": 2,
+        "errors": report["errors"],
+        **percentiles(report["latencies_ms"]),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.gpu_check", description=__doc__)
+    parser.add_argument("--dry", action="store_true", help="tiny CPU run of the same code")
+    parser.add_argument("--out", type=Path, default=Path("bench/results/gpu_check.json"))
+    parser.add_argument("--models-dir", type=Path, default=Path(".mediamesh/models"))
+    parser.add_argument("--no-mesh", action="store_true", help="skip the mediamesh up run")
+    args = parser.parse_args(argv)
+    import torch
+
+    plan = PLANS["dry" if args.dry else "full"]
+    if not args.dry and not torch.cuda.is_available():
+        parser.error("no CUDA device; use --dry for the CPU run")
+    config = DRY if args.dry else FULL
+    record: dict[str, Any] = {
+        "dry": args.dry,
+        "git": git_commit(),
+        "machine": machine(),
+        "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu",
+        "transformer": {k: list(v) if isinstance(v, tuple) else v for k, v in config.items()},
+        "plan": {k: list(v) if isinstance(v, tuple) else v for k, v in plan.items()},
+        "first_block_threshold": FIRST_BLOCK_THRESHOLD,
+        "steps": measure(config, plan, args.dry),
+        "mesh": None if args.no_mesh else mesh_run(plan, args.dry, args.models_dir),
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(record, indent=2) + "\n")
+    log(f"gpu-check: {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
