@@ -16,7 +16,7 @@ TYPECHECK := .mediamesh/typecheck
 TEST_HELPERS = $(shell find tests -name '*.py' ! -name 'test_*.py' | sort)
 PROTOS := $(shell find protos -name '*.proto')
 
-.PHONY: setup system-deps run test test-fast lint format protos models bench bench-smoke clean
+.PHONY: setup system-deps run test test-fast lint format protos models bench bench-smoke gpu-check clean
 
 setup: $(VENV)/.installed
 
@@ -71,6 +71,10 @@ bench: setup models
 
 bench-smoke: setup models
 	$(PY) -m bench.run all --smoke
+
+# On a CUDA machine: FLUX-width transformer timings and one mesh run, as JSON.
+gpu-check: setup models
+	$(PY) -m bench.gpu_check --out bench/results/gpu_check.json
 
 clean:
 	rm -rf $(VENV) .mediamesh build *.egg-info

@@ -67,7 +67,10 @@ def build_transformer(config: dict[str, Any], device: str, dtype: Any) -> Any:
     return model.to(dtype).eval()
 
 
-def inputs(config: dict[str, Any], plan: dict[str, Any], batch: int, device: str, dtype: Any):
+def inputs(
+    config: dict[str, Any], plan: dict[str, Any], batch: int, device: str, dtype: Any
+) -> dict[str, Any]:
+    """The transformer's keyword arguments for one batch at the plan's size."""
     import torch
 
     side = plan["size"] // 16  # 8x VAE downsampling, then 2x2 packing

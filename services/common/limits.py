@@ -78,6 +78,8 @@ PROMPT = FieldLimit(4 * MAX_PROMPT_CHARS, per_model="max_prompt_chars")
 ADDRESS = FieldLimit(512)
 POOL = FieldLimit(32, r"^[a-z][a-z0-9-]{0,31}$")
 PARALLELISM = FieldLimit(16, r"^[a-z]{1,16}$")
+# HostedModel.warmup: "", "none", "warming" or "warm".
+WARMUP_STATE = FieldLimit(16, r"^[a-z]{0,16}$")
 DEVICE_ID = FieldLimit(64)
 CHECKPOINT_REF = FieldLimit(4096)
 # A format name ("png", "webm", ...); the model's list decides which are allowed.
@@ -147,6 +149,7 @@ REQUEST_LIMITS: Mapping[str, Mapping[str, FieldLimit]] = {
         "name": MODEL_NAME,
         "parallelism": PARALLELISM,
         "device_ids": DEVICE_ID,
+        "warmup": WARMUP_STATE,
     },
     "mediamesh.v1.WorkerHeartbeat.MemoryUsedBytesEntry": {"key": DEVICE_ID},
     "mediamesh.v1.LoadedAdapter": {"name": ADAPTER_NAME},

@@ -110,6 +110,8 @@ class ModelInfo:
     accepted_fields: tuple[str, ...] = ()
     # Values `output_format` may take; the first is the model's default.
     output_formats: tuple[str, ...] = ()
+    # What a preempted job does: "resume" at its step or "restart" from step 0 ("" unknown).
+    preemption: str = ""
     # Whether progress can carry latent previews (the preview_every_steps option).
     previews: bool = False
     # Input images the model takes ("image", "mask_image"), all required.

@@ -170,7 +170,8 @@ def build(
         for name, t in workload.tenants.items()
     }
     records = JobRecords(plan, {name: spec.modality for name, spec in specs.items()})
-    policy = core_policy(scenario.scheduler)
+    # The simulated devices have no step boundaries to pause a batch at: no pausing.
+    policy = core_policy(scenario.scheduler.model_copy(update={"pause_max_per_job": 0}))
     engine = Engine(registry.models, policy, plan, params, quotas, records, SchedulerCore)
     engine.dispatch_interval_s = scenario.dispatch_interval_s
     speeds = {name: Speed(d, specs, params) for name, d in scenario.device_types.items()}

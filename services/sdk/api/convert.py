@@ -156,6 +156,7 @@ def model_info(message: common_pb2.ModelInfo) -> ModelInfo:
         devices=tuple(message.devices),
         accepted_fields=tuple(message.accepted_fields),
         output_formats=tuple(message.output_formats),
+        preemption=message.preemption,
         previews=message.previews,
         inputs=tuple(message.inputs),
         default_strength=round(message.default_strength, 6),

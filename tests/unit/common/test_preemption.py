@@ -10,6 +10,7 @@ import pytest
 from mediamesh.common.preemption import preemption_of, preemption_table, scheduler_resumes
 from mediamesh.common.registry import load_registry
 from mediamesh.scheduler.api.convert import list_models
+from mediamesh.sdk.api.convert import model_info as sdk_model_info
 
 
 @pytest.mark.parametrize(
@@ -67,6 +68,8 @@ def test_list_models_carries_the_column(tmp_path: Path) -> None:
     assert by_name["flux-tiny"].preemption == "resume"
     assert by_name["echo"].preemption == ""
     assert by_name["sdxl-tiny"].pipeline == "StableDiffusionXLPipeline"
+    # The SDK's ModelInfo carries it too.
+    assert sdk_model_info(by_name["sdxl-tiny"]).preemption == "restart"
 
 
 def test_models_list_shows_pipeline_fields_formats_and_preemption(tmp_path: Path) -> None:
