@@ -118,6 +118,8 @@ class ModelInfo:
     inputs: tuple[str, ...] = ()
     # Strength of an image request that sets none (0 for models without one).
     default_strength: float = 0.0
+    # Warm-up of its listed shapes: "none", "warming" (not ready yet), "warm" or "pending".
+    warmup: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator
@@ -83,13 +84,26 @@ class Upstream:
         self, chunks: AsyncIterator[gateway_pb2.UploadChunk], caller: Caller
     ) -> gateway_pb2.UploadHandle:
         """Forwards an upload's chunks to the scheduler, each scoped to the caller's tenant;
-        scheduler errors raise grpc.aio.AioRpcError."""
+        scheduler errors raise grpc.aio.AioRpcError.
 
-        async def scoped_chunks() -> AsyncIterator[scheduler_pb2.ScopedUploadChunk]:
-            async for chunk in chunks:
-                yield scheduler_pb2.ScopedUploadChunk(chunk=chunk, tenant=caller.tenant)
-
-        return await self.scheduler.Upload(scoped_chunks(), timeout=UPLOAD_TIMEOUT_S)
+        The caller's stream is read here, not by the outgoing call: a chunk that fails its
+        checks then ends this call with its error instead of stalling the outgoing stream.
+        """
+        call = self.scheduler.Upload(timeout=UPLOAD_TIMEOUT_S)
+        try:
+            try:
+                async for chunk in chunks:
+                    scoped_chunk = scheduler_pb2.ScopedUploadChunk(
+                        chunk=chunk, tenant=caller.tenant
+                    )
+                    await call.write(scoped_chunk)
+                await call.done_writing()
+            except asyncio.InvalidStateError:
+                pass  # the scheduler answered (an error) before the end: awaiting it raises that
+            handle: gateway_pb2.UploadHandle = await call
+            return handle
+        finally:
+            call.cancel()  # nothing once the call is done; else the scheduler drops the upload
 
 
 def scoped(job_id: str, caller: Caller, offset: int = 0) -> scheduler_pb2.ScopedJobRequest:

@@ -160,6 +160,7 @@ def model_info(message: common_pb2.ModelInfo) -> ModelInfo:
         previews=message.previews,
         inputs=tuple(message.inputs),
         default_strength=round(message.default_strength, 6),
+        warmup=message.warmup,
     )
 
 

@@ -17,6 +17,7 @@ from mediamesh.common.generated.v1 import (
 )
 from mediamesh.common.registry import ModelSpec, Registry, load_registry
 from mediamesh.common.work import JobParams
+from mediamesh.sdk.api.convert import model_info as sdk_model_info
 from mediamesh.worker.core import call_hooks
 from tests.service.conftest import start_mesh, stop_mesh
 from tests.service.mesh.test_health_follows_state import status_of
@@ -54,6 +55,7 @@ async def test_warmup_is_visible_before_ready(tmp_path: Path, models_dir: Path) 
         (worker,) = mesh.workers
         info = await echo_info(mesh)
         assert (info.ready, info.warmup) == (False, "warming")
+        assert sdk_model_info(info).warmup == "warming"
         assert await status_of(f"127.0.0.1:{worker.port}") == "NOT_SERVING"
         status = await scheduler_pb2_grpc.SchedulerStub(channel).GetStatus(
             scheduler_pb2.GetStatusRequest()
