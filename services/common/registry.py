@@ -14,6 +14,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from mediamesh.common.adapters import AdapterSpec
+from mediamesh.common.context_spec import check_context_degrees
 from mediamesh.common.gpu_options import GpuOptions, check_load_options
 from mediamesh.common.input_spec import InputName, check_inputs, pipeline_inputs
 from mediamesh.common.limits import MAX_BATCH, MAX_PROMPT_CHARS, MODEL_NAME_PATTERN
@@ -44,7 +45,7 @@ class BatchingSpec(Strict):
 class ParallelismSpec(Strict):
     """How the model is spread over devices; each group is one routing unit."""
 
-    mode: Literal["data", "pipeline", "tensor"] = "data"
+    mode: Literal["data", "pipeline", "tensor", "context"] = "data"
     # Devices the model occupies ("cpu", "cuda:0", ...). Data mode uses the worker's own device.
     devices: list[str] = Field(default_factory=list)
     # Pipeline mode: accelerate device_map strategy and per-device memory caps.
@@ -54,6 +55,21 @@ class ParallelismSpec(Strict):
     # Tensor mode: ranks in the torch.distributed group and the backend.
     size: int = Field(1, ge=1)
     backend: Literal["torch", "deepspeed"] = "torch"
+    # Context mode: the sequence is split over ulysses * ring ranks (diffusers' degrees).
+    ulysses: int = Field(1, ge=1)
+    ring: int = Field(1, ge=1)
+
+    @model_validator(mode="after")
+    def _context_degrees(self) -> ParallelismSpec:
+        check_context_degrees(self.mode, self.ulysses, self.ring, len(self.devices))
+        return self
+
+    @property
+    def ranks(self) -> int:
+        """Processes in the model's torch.distributed group (1 outside tensor/context)."""
+        if self.mode == "context":
+            return self.ulysses * self.ring
+        return self.size if self.mode == "tensor" else 1
 
 
 class DefaultParams(Strict):

@@ -219,6 +219,9 @@ class SchedulerSettings(Section):
     adapter_affinity_margin_s: float = Field(1.0, ge=0)
     # Seconds an adapter is assumed to take to load before any worker measured it.
     adapter_load_prior_s: float = Field(0.5, ge=0)
+    # Seconds a cold model is assumed to take to load on a worker before any worker
+    # measured it; a measured load replaces it (scheduler/core/residency.py).
+    model_load_prior_s: float = Field(10.0, ge=0)
     # Price per device-hour of each pool, for cost accounting.
     prices_per_device_hour: dict[Pool, float] = Field(default_factory=_default_prices)
     # Input images up to this many bytes are kept inside their job (its store row and the
@@ -287,6 +290,11 @@ class WorkerSettings(Section):
     max_message_bytes: int = Field(256 * 1024 * 1024, ge=1024 * 1024)
     # LoRA adapters kept loaded per model; the least recently used one beyond it is evicted.
     max_loaded_adapters: int = Field(DEFAULT_MAX_LOADED_ADAPTERS, ge=1, le=1024)
+    # Single-device models kept loaded at once, by count and by weight bytes (0: no limit,
+    # every hosted model loads at start); past either, the least recently used one is
+    # evicted when a batch needs a cold one, which then loads (worker/residency.py).
+    max_resident_models: int = Field(0, ge=0)
+    max_resident_bytes: int = Field(0, ge=0)
     # torch intra-op threads for this worker; 0 leaves torch's default.
     torch_threads: int = Field(0, ge=0)
     # Lets the worker download a hub model that is not in the Hugging Face cache at start

@@ -392,11 +392,15 @@ class SchedulerRuntime:
         worker_id: str,
         draining: bool,
         adapters: Mapping[str, Mapping[str, float]] | None = None,
+        residency: Mapping[str, tuple[bool, float]] | None = None,
     ) -> None:
-        """A worker is alive; `adapters`: its loaded LoRA adapters per model, when reported."""
+        """A worker is alive; `adapters`: its loaded LoRA adapters per model, `residency`:
+        per hosted model (loaded now, last load seconds), each when reported."""
         self.core.heartbeat(worker_id, draining)
         if adapters is not None:
             self.core.adapters_loaded(worker_id, adapters)
+        if residency is not None:
+            self.core.models_resident(worker_id, residency)
 
     def registered_as(self, info: WorkerInfo) -> bool:
         """Whether `info` is still the worker's registration (not dropped, not replaced)."""

@@ -11,6 +11,7 @@ from mediamesh.common.settings import SchedulerSettings
 from mediamesh.scheduler.core.affinity import AffinityPolicy
 from mediamesh.scheduler.core.jobs import Priority
 from mediamesh.scheduler.core.policy import CorePolicy, DispatchPolicy, PausePolicy, QueuePolicy
+from mediamesh.scheduler.core.residency import ResidencyPolicy
 from mediamesh.scheduler.core.units import Placement
 
 
@@ -33,6 +34,7 @@ def core_policy(settings: SchedulerSettings) -> CorePolicy:
             margin_s=settings.adapter_affinity_margin_s,
             load_prior_s=settings.adapter_load_prior_s,
         ),
+        residency=ResidencyPolicy(load_prior_s=settings.model_load_prior_s),
         pausing=PausePolicy(settings.pause_max_per_job, settings.pause_min_steps),
         dispatching=DispatchPolicy(settings.dispatch_ahead, settings.batch_window_when_idle),
     )

@@ -15,6 +15,7 @@ from mediamesh.worker.models.adapters import AdapterCache
 from mediamesh.worker.models.diffusion import DiffusionHost
 from mediamesh.worker.models.echo import EchoHost
 from mediamesh.worker.models.host import ModelHost, load_single_device_host
+from mediamesh.worker.parallel.context_host import load_context_parallel_host
 from mediamesh.worker.parallel.pipeline_mode import load_pipeline_parallel_host
 from mediamesh.worker.parallel.tensor_host import load_tensor_parallel_host
 
@@ -34,6 +35,10 @@ def load_host(
     if mode == "pipeline":
         return load_pipeline_parallel_host(
             spec, models_dir=models_dir, checkpoint_dir=checkpoint_dir
+        )
+    if mode == "context":
+        return load_context_parallel_host(
+            spec, models_dir=models_dir, device=device, checkpoint_dir=checkpoint_dir
         )
     if mode == "tensor":
         return load_tensor_parallel_host(

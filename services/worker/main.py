@@ -6,6 +6,7 @@ import asyncio
 import functools
 import logging
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -22,6 +23,12 @@ from mediamesh.worker.hosting import load_host
 from mediamesh.worker.models.host import ModelHost
 from mediamesh.worker.models.hub_source import fetch_if_allowed
 from mediamesh.worker.models.memory import device_memory
+from mediamesh.worker.residency import (
+    Residency,
+    ResidencyLimits,
+    ResidentHost,
+    estimate_weight_bytes,
+)
 from mediamesh.worker.runtime import WorkerRuntime
 from mediamesh.worker.warming import needs_warmup, run_warmups
 
@@ -45,24 +52,63 @@ def hosted_specs(registry: Registry, worker: WorkerSettings) -> list[ModelSpec]:
 
 def load_hosts(
     config: MeshConfig, worker: WorkerSettings, specs: list[ModelSpec]
-) -> dict[str, ModelHost]:
-    """Runs in a thread: loading weights is torch work and must stay off the event loop."""
+) -> tuple[dict[str, ModelHost], Residency]:
+    """Runs in a thread: loading weights is torch work and must stay off the event loop.
+    With residency limits, single-device models are hosted cold and load on demand."""
     if worker.torch_threads:
         import torch
 
         torch.set_num_threads(worker.torch_threads)
-    hosts: dict[str, ModelHost] = {}
-    for spec in specs:
-        fetch_if_allowed(spec, config.models_dir, worker.allow_downloads)
-        hosts[spec.name] = load_host(
+
+    def load(spec: ModelSpec) -> ModelHost:
+        return load_host(
             spec,
             models_dir=config.models_dir,
             device=worker.device,
             checkpoint_dir=worker.checkpoint_dir,
             max_loaded_adapters=worker.max_loaded_adapters,
         )
+
+    limits = ResidencyLimits(worker.max_resident_models, worker.max_resident_bytes)
+    residency = Residency(
+        limits,
+        load,
+        functools.partial(estimate_weight_bytes, models_dir=config.models_dir),
+        _observe_model_load,
+    )
+    hosts: dict[str, ModelHost] = {}
+    for spec in specs:
+        fetch_if_allowed(spec, config.models_dir, worker.allow_downloads)
+        if limits.limited and spec.parallelism.mode == "data":
+            hosts[spec.name] = ResidentHost(spec, worker.device, residency)
+            continue
+        started = time.perf_counter()
+        hosts[spec.name] = load(spec)
+        residency.pin(spec.name, time.perf_counter() - started)
         log.info("loaded %s (%s, %s)", spec.name, spec.pipeline, spec.parallelism.mode)
-    return hosts
+    preload(hosts, residency)
+    return hosts, residency
+
+
+def preload(hosts: dict[str, ModelHost], residency: Residency) -> None:
+    """Loads managed models at start, in registry order, while the limits leave room (so a
+    worker with room for all of them never cold-starts)."""
+    limits = residency.limits
+    loaded_bytes = 0
+    for count, host in enumerate(h for h in hosts.values() if isinstance(h, ResidentHost)):
+        size = residency.size_of(host.spec)
+        if limits.max_models and count >= limits.max_models:
+            return
+        if limits.max_bytes and loaded_bytes + size > limits.max_bytes:
+            return
+        residency.acquire(host.spec)
+        residency.release(host.spec.name)
+        loaded_bytes += size
+
+
+def _observe_model_load(model: str, seconds: float) -> None:
+    metrics.MODEL_LOADS.labels(model).inc()
+    metrics.MODEL_LOAD_SECONDS.labels(model).observe(seconds)
 
 
 @dataclass
@@ -121,12 +167,15 @@ async def _follow_runtime(
     exit_requested.set()
 
 
-async def _report_memory(devices: list[str]) -> None:
+async def _report_memory(devices: list[str], runtime: WorkerRuntime) -> None:
     while True:
         for device in devices:
             total, free = await asyncio.to_thread(device_memory, device)
             metrics.DEVICE_MEMORY.labels(device).set(total - free)
             metrics.DEVICE_MEMORY_TOTAL.labels(device).set(total)
+            metrics.DEVICE_MEMORY_FREE.labels(device).set(free)
+        resident = runtime.residency_report().values()
+        metrics.RESIDENT_MODELS.set(sum(1 for is_resident, _ in resident if is_resident))
         await asyncio.sleep(5)
 
 
@@ -146,9 +195,9 @@ async def start_worker(
     )
     server_credentials = credentials.server_credentials()
     specs = hosted_specs(registry, worker)
-    hosts = await asyncio.to_thread(load_hosts, config, worker, specs)
+    hosts, residency = await asyncio.to_thread(load_hosts, config, worker, specs)
     warming = needs_warmup(hosts)
-    runtime = WorkerRuntime(worker.worker_id, worker.pool, hosts)
+    runtime = WorkerRuntime(worker.worker_id, worker.pool, hosts, residency)
     exit_requested = asyncio.Event()
 
     def on_drain(grace_s: float, exit_after: bool) -> None:
@@ -174,6 +223,7 @@ async def start_worker(
         pool=worker.pool,
         devices=[_measure(d) for d in devices],
         hosts=hosts,
+        residency=runtime.residency_report,
     )
     session = SchedulerSession(
         runtime, registration(warming=warming), worker.scheduler_address, credentials
@@ -186,7 +236,7 @@ async def start_worker(
     warm_task = asyncio.create_task(
         _warm_up(runtime, server, register_warm) if warming else _noop()
     )
-    memory_task = asyncio.create_task(_report_memory(devices))
+    memory_task = asyncio.create_task(_report_memory(devices, runtime))
     follow_task = asyncio.create_task(_follow_runtime(runtime, server, exit_requested))
     log.info("worker %s serving on %s (pool %s)", worker.worker_id, address, worker.pool)
     return WorkerService(

@@ -34,6 +34,7 @@ from mediamesh.worker.core.batch import BatchControl, DeviceGroupLost
 from mediamesh.worker.core.gate import DeviceGate, Rank
 from mediamesh.worker.core.handoff import Handoff
 from mediamesh.worker.models.host import ModelHost
+from mediamesh.worker.residency import Residency, residency_report
 
 log = logging.getLogger("mediamesh.worker")
 
@@ -69,10 +70,18 @@ class _Running:
 
 
 class WorkerRuntime:
-    def __init__(self, worker_id: str, pool: str, hosts: dict[str, ModelHost]) -> None:
+    def __init__(
+        self,
+        worker_id: str,
+        pool: str,
+        hosts: dict[str, ModelHost],
+        residency: Residency | None = None,
+    ) -> None:
         self.worker_id = worker_id
         self.pool = pool
         self.hosts = hosts
+        # Which hosted models are loaded now (None: all of them, loaded at start).
+        self.residency = residency
         # A device runs one batch at a time: each batch has a thread, the gate decides
         # which one computes (urgent first, then a paused batch, then in arrival order).
         self._device = ThreadPoolExecutor(max_workers=BATCH_THREADS, thread_name_prefix="device")
@@ -114,6 +123,10 @@ class WorkerRuntime:
             if loaded:
                 found[name] = loaded
         return found
+
+    def residency_report(self) -> dict[str, tuple[bool, float]]:
+        """Per hosted model: (loaded now, last measured load seconds)."""
+        return residency_report(self.hosts, self.residency)
 
     async def run_batch(
         self, batch_id: str, model: str, jobs: list[JobParams], pause_batch_id: str = ""

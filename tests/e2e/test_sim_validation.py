@@ -193,6 +193,9 @@ def test_the_simulator_matches_a_real_mesh(launch, tmp_path: Path):
         [{"models": [MODEL]}] * WORKERS,
         registry_path=str(registry),
         telemetry={"traces": "file", "trace_file": str(tmp_path / "spans-{service}.jsonl")},
+        # The simulator starts a worker's next batch when its last one ends, as the mesh
+        # does without dispatching ahead: that is the mesh it is validated against.
+        scheduler={"dispatch_ahead": False},
     )
     # The first run of each batch shape is slow (allocations); keep it out of the measurement.
     for size in range(1, BATCHING["max_batch"] + 1):

@@ -183,6 +183,15 @@ def reported_adapters(
     return {m.model: {a.name: a.load_seconds for a in m.adapters} for m in reported}
 
 
+def hosted_residency(
+    models: Iterable[scheduler_pb2.HostedModel],
+) -> dict[str, tuple[bool, float]] | None:
+    """Per registered or reported model: (loaded now, last load seconds); None when the
+    worker reported none (an empty list: a heartbeat without residency)."""
+    report = {m.name: (m.resident, m.load_seconds) for m in models}
+    return report or None
+
+
 def unit_adapters(adapters: Mapping[str, frozenset[str]]) -> list[scheduler_pb2.ModelAdapters]:
     """WorkerSummary.adapters: a unit's loaded adapters per model, sorted by name."""
     return [

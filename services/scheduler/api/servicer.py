@@ -11,7 +11,7 @@ import grpc
 
 from mediamesh.common.api.lenient import add_servicer
 from mediamesh.common.api.requests import request_fields
-from mediamesh.common.errors import InvalidArgument, Unavailable
+from mediamesh.common.errors import InvalidArgument, MeshError, Unavailable
 from mediamesh.common.generated.v1 import common_pb2, gateway_pb2, scheduler_pb2, scheduler_pb2_grpc
 from mediamesh.common.params import find_model, parse_priority, resolve
 from mediamesh.common.registry import Registry
@@ -237,6 +237,16 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
             if writer is None:
                 raise InvalidArgument("data: an upload needs at least one chunk")
             stored = await asyncio.to_thread(writer.finish)
+        except MeshError:
+            if writer is not None:
+                writer.abort()
+            # Answer only once the stream has ended: a gateway's asyncio client cannot read
+            # an answer given while it is still writing, and reports INTERNAL instead of it
+            # (grpc/grpc#36066). The gateway's own deadline bounds the rest of the stream.
+            with contextlib.suppress(Exception):
+                async for _ in request_iterator:
+                    pass
+            raise
         except BaseException:
             if writer is not None:
                 writer.abort()
@@ -283,7 +293,10 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
                     )
                     self.runtime.register_worker(info)
                     self.runtime.worker_heartbeat(
-                        info.worker_id, False, convert.hosted_adapters(reg.models)
+                        info.worker_id,
+                        False,
+                        convert.hosted_adapters(reg.models),
+                        convert.hosted_residency(reg.models),
                     )
                     yield scheduler_pb2.SchedulerMessage(
                         registered=True,
@@ -299,7 +312,10 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
                         )
                     beat = message.heartbeat
                     self.runtime.worker_heartbeat(
-                        info.worker_id, beat.draining, convert.reported_adapters(beat.adapters)
+                        info.worker_id,
+                        beat.draining,
+                        convert.reported_adapters(beat.adapters),
+                        convert.hosted_residency(beat.residency),
                     )
                 elif kind == "batches_ended" and info is not None:
                     settled = await self.runtime.settle_batches(

@@ -25,6 +25,7 @@ from mediamesh.scheduler.core.jobs import (
 from mediamesh.scheduler.core.outbox import Outbox
 from mediamesh.scheduler.core.pausing import Pauser
 from mediamesh.scheduler.core.queues import ModelQueue
+from mediamesh.scheduler.core.residency import ModelResidency
 from mediamesh.scheduler.core.stalls import Stall
 from mediamesh.scheduler.core.units import (
     Placement,
@@ -80,6 +81,8 @@ class Dispatcher:
         self.pauser: Pauser | None = None
         # Batch ceilings learned from out-of-memory splits.
         self.batch_caps = BatchCaps()
+        # Routes a batch of a model cold on its unit to one that has it loaded (residency.py).
+        self.residency: ModelResidency | None = None
         # Whether a batch for an idle unit waits out its batch window (DispatchPolicy).
         self.window_when_idle = True
 
@@ -318,6 +321,13 @@ class Dispatcher:
             if adapters:
                 alternatives = self._inflight.free.units_with_room(cls, self._inflight.units)
                 unit = self._affinity.choose(unit, lead.model, adapters, alternatives)
+            if self.residency is not None and lead.model in unit.cold:
+                units = self._inflight.units
+                alternatives = self._inflight.free.units_with_room(cls, units)
+                routed = self.residency.choose(unit, lead.model, alternatives, units.values())
+                if routed is None:
+                    continue  # a busy unit with the model loaded takes it sooner
+                unit = routed
             return self._dispatch(unit, lead.model, jobs, now)
         return None
 

@@ -207,6 +207,10 @@ class SchedulingCore(Protocol):
         """A worker's LoRA adapters loaded now, per model, with the seconds each load took."""
         ...
 
+    def models_resident(self, worker_id: str, report: Mapping[str, tuple[bool, float]]) -> None:
+        """A worker's residency: per hosted model, (loaded now, seconds its last load took)."""
+        ...
+
     def check_liveness(self) -> list[str]:
         """Give up on workers whose heartbeats stopped; returns their ids."""
         ...

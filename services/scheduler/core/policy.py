@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from mediamesh.scheduler.core.affinity import AffinityPolicy
 from mediamesh.scheduler.core.jobs import Priority
+from mediamesh.scheduler.core.residency import ResidencyPolicy
 from mediamesh.scheduler.core.units import Placement
 
 
@@ -61,5 +62,6 @@ class CorePolicy:
     placements: dict[Priority, Placement]
     prices_per_device_hour: dict[str, float]
     adapter_affinity: AffinityPolicy
+    residency: ResidencyPolicy
     pausing: PausePolicy
     dispatching: DispatchPolicy

@@ -39,6 +39,7 @@ from mediamesh.scheduler.core.lifecycle import JobLifecycle
 from mediamesh.scheduler.core.outbox import Outbox
 from mediamesh.scheduler.core.pausing import Pauser
 from mediamesh.scheduler.core.policy import CorePolicy, QueuePolicy
+from mediamesh.scheduler.core.residency import ModelResidency
 from mediamesh.scheduler.core.units import WorkerInfo, pool_views
 
 __all__ = [
@@ -83,6 +84,7 @@ class SchedulerCore:
             self.specs, policy, self.cost, clock, new_id, table, backlog, inflight, outbox
         )
         self.affinity = AdapterAffinity(policy.adapter_affinity)
+        self.residency = ModelResidency(policy.residency)
         dispatcher = self._dispatcher = Dispatcher(
             self.specs,
             policy.placements,
@@ -106,6 +108,7 @@ class SchedulerCore:
         )
         pauser = Pauser(self.specs, policy.pausing, policy.queues, table, backlog, inflight)
         dispatcher.pauser = pauser
+        dispatcher.residency = self.residency
         dispatcher.window_when_idle = policy.dispatching.window_when_idle
         self.jobs = table.jobs
         self.units = inflight.units
@@ -198,6 +201,16 @@ class SchedulerCore:
             if model in unit.info.models and model in self.specs
         }
         self.affinity.report(unit, known)
+
+    def models_resident(self, worker_id: str, report: Mapping[str, tuple[bool, float]]) -> None:
+        """A worker's residency: per hosted model, (loaded now, seconds its last load took)."""
+        unit = self.units.get(worker_id)
+        if unit is None:
+            return
+        # Only models the worker hosts: a report is no way to make the scheduler remember
+        # arbitrary names.
+        hosted = {m: r for m, r in report.items() if m in unit.info.models}
+        self.residency.report(unit, hosted)
 
     def check_liveness(self) -> list[str]:
         """Give up on workers whose heartbeats stopped; returns their ids."""

@@ -46,6 +46,9 @@ class Unit:
     finishing: int = 0
     # LoRA adapters loaded per model, as last reported (or just sent to it): affinity.py.
     adapters: dict[str, frozenset[str]] = field(default_factory=dict)
+    # Hosted models whose weights are not loaded, as last reported (or before a batch of
+    # one was sent to it): residency.py. Empty for a worker that loads all at start.
+    cold: frozenset[str] = frozenset()
 
     @property
     def worker_id(self) -> str:

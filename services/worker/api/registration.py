@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from mediamesh.common.generated.v1 import scheduler_pb2
@@ -28,9 +28,12 @@ def worker_registration(
     devices: Sequence[DeviceMemory],
     hosts: Mapping[str, ModelHost],
     warming: bool = False,
+    residency: Callable[[], Mapping[str, tuple[bool, float]]] | None = None,
 ) -> scheduler_pb2.WorkerRegistration:
     """The registration message for a worker serving `hosts` at `address`; while `warming`,
-    every model is marked so and the scheduler routes none of them here."""
+    every model is marked so and the scheduler routes none of them here. `residency` says
+    which models are loaded now (without it, all of them)."""
+    resident = residency() if residency is not None else {}
     return scheduler_pb2.WorkerRegistration(
         worker_id=worker_id,
         address=address,
@@ -47,6 +50,8 @@ def worker_registration(
                 device_ids=host.device_ids,
                 adapters=loaded_adapters(getattr(host, "adapters", None)),
                 warmup=warmup_state(host, warming),
+                resident=resident.get(name, (True, 0.0))[0],
+                load_seconds=resident.get(name, (True, 0.0))[1],
             )
             for name, host in hosts.items()
         ],
@@ -70,6 +75,16 @@ def model_adapters(
             adapters=[scheduler_pb2.LoadedAdapter(name=n, load_seconds=s) for n, s in adapters],
         )
         for model, adapters in loaded.items()
+    ]
+
+
+def model_residency(
+    report: Mapping[str, tuple[bool, float]],
+) -> list[scheduler_pb2.HostedModel]:
+    """WorkerHeartbeat.residency for `WorkerRuntime.residency_report()`."""
+    return [
+        scheduler_pb2.HostedModel(name=name, resident=resident, load_seconds=seconds)
+        for name, (resident, seconds) in sorted(report.items())
     ]
 
 

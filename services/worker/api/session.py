@@ -11,7 +11,7 @@ from mediamesh.common.aio import wait_event
 from mediamesh.common.channels import internal_channel
 from mediamesh.common.credentials import InternalCredentials
 from mediamesh.common.generated.v1 import scheduler_pb2, scheduler_pb2_grpc
-from mediamesh.worker.api.registration import model_adapters
+from mediamesh.worker.api.registration import model_adapters, model_residency
 from mediamesh.worker.runtime import WorkerRuntime
 
 log = logging.getLogger("mediamesh.worker")
@@ -136,6 +136,7 @@ class SchedulerSession:
                             draining=self.runtime.draining,
                             running_batches=self.runtime.running_batches,
                             adapters=model_adapters(self.runtime.loaded_adapters()),
+                            residency=model_residency(self.runtime.residency_report()),
                         )
                     )
                 )

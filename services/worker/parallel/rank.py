@@ -1,4 +1,4 @@
-"""What every rank of a tensor-parallel group runs: sharding, and the helper-rank loop."""
+"""What every rank of a tensor- or context-parallel group runs: the split, and the helper loop."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from torch.distributed.device_mesh import init_device_mesh
 
 from mediamesh.common.registry import ModelSpec
 from mediamesh.worker.models.host import host_class, load_pipeline
+from mediamesh.worker.parallel.context_parallel import enable_context_parallel
 from mediamesh.worker.parallel.flux_tp import shard_flux_transformer
 from mediamesh.worker.parallel.sync import SyncedControl
 
@@ -25,8 +26,13 @@ log = logging.getLogger(__name__)
 PARENT_POLL_S = 1.0
 
 
-def shard_denoiser(pipeline: DiffusionPipeline, spec: ModelSpec, device: str, size: int) -> None:
+def shard_denoiser(
+    pipeline: DiffusionPipeline, spec: ModelSpec, device: str, size: int, *, rank: int
+) -> None:
     """Collective: all ranks call it once the default process group is up."""
+    if spec.parallelism.mode == "context":
+        enable_context_parallel(pipeline, spec.parallelism, torch.device(device), rank=rank)
+        return
     if spec.parallelism.backend == "deepspeed":
         from mediamesh.worker.parallel.deepspeed_backend import shard_with_deepspeed
 
@@ -76,7 +82,7 @@ def helper_main(
             world_size=size,
             timeout=timedelta(seconds=timeout_s),
         )
-        shard_denoiser(pipeline, spec, device, size)
+        shard_denoiser(pipeline, spec, device, size, rank=rank)
         replies.put(("ready", rank, None))
     except Exception as exc:
         replies.put(("error", rank, f"{type(exc).__name__}: {exc}"))

@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from diffusers import DiffusionPipeline
 
 from mediamesh.common.registry import ModelSpec
 from mediamesh.common.work import JobFailed, JobParams, WorkerEvent
@@ -103,7 +104,7 @@ class TensorParallelHost:
         if self._broken is None and not self._helpers_alive():
             self._broken = "a helper rank exited"
         if self._broken is not None:
-            group = f"tensor-parallel group of {self.spec.name}"
+            group = f"{self.spec.parallelism.mode}-parallel group of {self.spec.name}"
             raise DeviceGroupLost(f"{group} is down: {self._broken}")
 
     def _await_acks(self) -> None:
@@ -168,10 +169,26 @@ def load_tensor_parallel_host(
     if size == 1 and options.backend == "torch":
         pipeline = load_pipeline(spec, models_dir=models_dir, device=devices[0])
         return host_class(spec)(spec, pipeline, device=devices[0], checkpoint_dir=checkpoint_dir)
+    return start_rank_group(
+        spec, devices=devices, models_dir=models_dir, checkpoint_dir=checkpoint_dir
+    )
+
+
+def start_rank_group(
+    spec: ModelSpec,
+    *,
+    devices: list[str],
+    models_dir: Path,
+    checkpoint_dir: Path,
+    pipeline: DiffusionPipeline | None = None,
+) -> TensorParallelHost:
+    """Spawns ranks 1..len(devices)-1, joins them as rank 0 and splits the denoiser the
+    way the entry's mode says. `pipeline`, when given, is rank 0's, already loaded."""
+    size = len(devices)
     if dist.is_initialized():
         raise ModelLoadError(
             f"model {spec.name!r}: this worker process already has a torch.distributed group; "
-            "run one tensor-parallel model per worker process"
+            "run one tensor- or context-parallel model per worker process"
         )
     backend = "nccl" if devices[0].startswith("cuda") else "gloo"
     init_method = f"tcp://127.0.0.1:{free_port()}"
@@ -202,14 +219,15 @@ def load_tensor_parallel_host(
         helpers.append(process)
         commands.append(inbox)
     try:
-        pipeline = load_pipeline(spec, models_dir=models_dir, device=devices[0])
+        if pipeline is None:
+            pipeline = load_pipeline(spec, models_dir=models_dir, device=devices[0])
         _await(replies, helpers, "loaded")
         if devices[0].startswith("cuda"):
             torch.cuda.set_device(torch.device(devices[0]))
         dist.init_process_group(
             backend, init_method=init_method, rank=0, world_size=size, timeout=COLLECTIVE_TIMEOUT
         )
-        shard_denoiser(pipeline, spec, devices[0], size)
+        shard_denoiser(pipeline, spec, devices[0], size, rank=0)
         _await(replies, helpers, "ready")
     except BaseException:
         _reap(helpers, commands)
@@ -227,15 +245,15 @@ def _await(replies: Any, helpers: list[Any], expected: str) -> None:
     deadline = time.monotonic() + STARTUP_TIMEOUT_S
     while pending:
         if time.monotonic() > deadline:
-            raise ModelLoadError(f"tensor-parallel helpers not {expected} in {STARTUP_TIMEOUT_S}s")
+            raise ModelLoadError(f"parallel-group helpers not {expected} in {STARTUP_TIMEOUT_S}s")
         try:
             kind, rank, detail = replies.get(timeout=1.0)
         except queue.Empty:
             if not all(process.is_alive() for process in helpers):
-                raise ModelLoadError("a tensor-parallel helper rank died while starting") from None
+                raise ModelLoadError("a parallel-group helper rank died while starting") from None
             continue
         if kind == "error":
-            raise ModelLoadError(f"tensor-parallel rank {rank} failed to start: {detail}")
+            raise ModelLoadError(f"parallel-group rank {rank} failed to start: {detail}")
         if kind == expected:
             pending -= 1
 

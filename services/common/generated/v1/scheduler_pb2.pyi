@@ -57,18 +57,22 @@ class Device(_message.Message):
     def __init__(self, id: _Optional[str] = ..., memory_bytes: _Optional[int] = ..., free_bytes: _Optional[int] = ...) -> None: ...
 
 class HostedModel(_message.Message):
-    __slots__ = ("name", "parallelism", "device_ids", "adapters", "warmup")
+    __slots__ = ("name", "parallelism", "device_ids", "adapters", "warmup", "resident", "load_seconds")
     NAME_FIELD_NUMBER: _ClassVar[int]
     PARALLELISM_FIELD_NUMBER: _ClassVar[int]
     DEVICE_IDS_FIELD_NUMBER: _ClassVar[int]
     ADAPTERS_FIELD_NUMBER: _ClassVar[int]
     WARMUP_FIELD_NUMBER: _ClassVar[int]
+    RESIDENT_FIELD_NUMBER: _ClassVar[int]
+    LOAD_SECONDS_FIELD_NUMBER: _ClassVar[int]
     name: str
     parallelism: str
     device_ids: _containers.RepeatedScalarFieldContainer[str]
     adapters: _containers.RepeatedCompositeFieldContainer[LoadedAdapter]
     warmup: str
-    def __init__(self, name: _Optional[str] = ..., parallelism: _Optional[str] = ..., device_ids: _Optional[_Iterable[str]] = ..., adapters: _Optional[_Iterable[_Union[LoadedAdapter, _Mapping]]] = ..., warmup: _Optional[str] = ...) -> None: ...
+    resident: bool
+    load_seconds: float
+    def __init__(self, name: _Optional[str] = ..., parallelism: _Optional[str] = ..., device_ids: _Optional[_Iterable[str]] = ..., adapters: _Optional[_Iterable[_Union[LoadedAdapter, _Mapping]]] = ..., warmup: _Optional[str] = ..., resident: _Optional[bool] = ..., load_seconds: _Optional[float] = ...) -> None: ...
 
 class LoadedAdapter(_message.Message):
     __slots__ = ("name", "load_seconds")
@@ -103,7 +107,7 @@ class WorkerRegistration(_message.Message):
     def __init__(self, worker_id: _Optional[str] = ..., address: _Optional[str] = ..., pool: _Optional[str] = ..., devices: _Optional[_Iterable[_Union[Device, _Mapping]]] = ..., models: _Optional[_Iterable[_Union[HostedModel, _Mapping]]] = ..., capacity: _Optional[int] = ...) -> None: ...
 
 class WorkerHeartbeat(_message.Message):
-    __slots__ = ("draining", "running_batches", "memory_used_bytes", "adapters")
+    __slots__ = ("draining", "running_batches", "memory_used_bytes", "adapters", "residency")
     class MemoryUsedBytesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -115,11 +119,13 @@ class WorkerHeartbeat(_message.Message):
     RUNNING_BATCHES_FIELD_NUMBER: _ClassVar[int]
     MEMORY_USED_BYTES_FIELD_NUMBER: _ClassVar[int]
     ADAPTERS_FIELD_NUMBER: _ClassVar[int]
+    RESIDENCY_FIELD_NUMBER: _ClassVar[int]
     draining: bool
     running_batches: int
     memory_used_bytes: _containers.ScalarMap[str, int]
     adapters: _containers.RepeatedCompositeFieldContainer[ModelAdapters]
-    def __init__(self, draining: _Optional[bool] = ..., running_batches: _Optional[int] = ..., memory_used_bytes: _Optional[_Mapping[str, int]] = ..., adapters: _Optional[_Iterable[_Union[ModelAdapters, _Mapping]]] = ...) -> None: ...
+    residency: _containers.RepeatedCompositeFieldContainer[HostedModel]
+    def __init__(self, draining: _Optional[bool] = ..., running_batches: _Optional[int] = ..., memory_used_bytes: _Optional[_Mapping[str, int]] = ..., adapters: _Optional[_Iterable[_Union[ModelAdapters, _Mapping]]] = ..., residency: _Optional[_Iterable[_Union[HostedModel, _Mapping]]] = ...) -> None: ...
 
 class WorkerMessage(_message.Message):
     __slots__ = ("register", "heartbeat", "batches_ended")

@@ -1,0 +1,240 @@
+"""Model residency: a worker that hosts more models than it keeps loaded.
+
+With `max_resident_models` or `max_resident_bytes` set, every single-device (data mode)
+model is hosted through a `ResidentHost`: the worker serves all of them, keeps at most the
+limit loaded, and loads a cold one when a batch needs it, first evicting the least recently
+used models that no batch is using. Loading happens inside the batch's `run_batch`, so in
+the device thread while the batch holds the device gate, never on the event loop. Models in
+a parallel mode load at start and stay resident (they own several devices and processes).
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import threading
+import time
+from collections import Counter, OrderedDict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from mediamesh.common.errors import StatusCode
+from mediamesh.common.hub import cached_snapshot
+from mediamesh.common.registry import ModelSpec
+from mediamesh.common.work import JobFailed, JobParams
+from mediamesh.worker.core.batch import ControlView, Emit
+from mediamesh.worker.models.host import ModelHost
+from mediamesh.worker.models.memory import DTYPE_BYTES, weight_parameters
+
+log = logging.getLogger("mediamesh.worker")
+
+
+@dataclass(frozen=True)
+class ResidencyLimits:
+    """How many models, and how many weight bytes, may be loaded at once (0: no limit)."""
+
+    max_models: int = 0
+    max_bytes: int = 0
+
+    @property
+    def limited(self) -> bool:
+        """Whether any limit applies (without one every model loads at start and stays)."""
+        return self.max_models > 0 or self.max_bytes > 0
+
+
+class Residency:
+    """Which hosted models are loaded, how long each load took, and the LRU eviction.
+
+    `load` builds a model's host (blocking torch work), `size_of` estimates its weight
+    bytes, `observe` is told each measured load (model, seconds) for the metrics.
+    """
+
+    def __init__(
+        self,
+        limits: ResidencyLimits,
+        load: Callable[[ModelSpec], ModelHost],
+        size_of: Callable[[ModelSpec], int],
+        observe: Callable[[str, float], None],
+    ) -> None:
+        self.limits = limits
+        self._load = load
+        self._size_of = size_of
+        self._observe = observe
+        # Serialises loads and evictions; readers of the snapshot below never wait on it.
+        self._loading = threading.Lock()
+        # Managed models loaded now, least recently used first.
+        self._loaded: OrderedDict[str, ModelHost] = OrderedDict()
+        self._bytes: dict[str, int] = {}
+        self._in_use: Counter[str] = Counter()
+        # Every model's last measured load seconds, managed or pinned; read-only outside.
+        self.load_seconds: dict[str, float] = {}
+        # Loads per model since start (the first one included); read-only outside.
+        self.loads: Counter[str] = Counter()
+        self._pinned: set[str] = set()
+        # Models hosted through a ResidentHost, loaded or not.
+        self._managed: set[str] = set()
+        self._sizes: dict[str, int] = {}
+
+    def size_of(self, spec: ModelSpec) -> int:
+        """Estimated weight bytes of `spec`, as counted against `max_resident_bytes`."""
+        size = self._sizes.get(spec.name)
+        if size is None:
+            size = self._sizes[spec.name] = self._size_of(spec)
+        return size
+
+    def manage(self, name: str) -> None:
+        """A model hosted cold until a batch (or the start-up preload) needs it."""
+        self._managed.add(name)
+
+    def pin(self, name: str, seconds: float) -> None:
+        """A model loaded at start outside the limits (a parallel mode): always resident."""
+        self._pinned.add(name)
+        self.load_seconds[name] = seconds
+        self.loads[name] += 1
+        self._observe(name, seconds)
+
+    def is_resident(self, name: str) -> bool:
+        """Whether `name`'s weights are loaded now."""
+        return name in self._pinned or name in self._loaded
+
+    def snapshot(self) -> dict[str, tuple[bool, float]]:
+        """Per known model: (resident now, last load seconds); safe from any thread."""
+        names = self._managed | self._pinned
+        return {n: (self.is_resident(n), self.load_seconds.get(n, 0.0)) for n in names}
+
+    def loaded_host(self, name: str) -> ModelHost | None:
+        """The loaded host of a managed model, or None while it is cold."""
+        return self._loaded.get(name)
+
+    def acquire(self, spec: ModelSpec) -> ModelHost:
+        """The loaded host of `spec`, loading it (after evictions) if cold; blocking, for the
+        device thread. Pair with `release` once the batch is done with it."""
+        name = spec.name
+        with self._loading:
+            host = self._loaded.get(name)
+            if host is None:
+                size = self.size_of(spec)
+                self._make_room(name, size)
+                started = time.perf_counter()
+                host = self._load(spec)
+                seconds = time.perf_counter() - started
+                self._loaded[name] = host
+                self._bytes[name] = size
+                self.load_seconds[name] = seconds
+                self.loads[name] += 1
+                self._observe(name, seconds)
+                log.info("loaded %s in %.2f s (%d resident)", name, seconds, len(self._loaded))
+            self._loaded.move_to_end(name)
+            self._in_use[name] += 1
+            return host
+
+    def release(self, name: str) -> None:
+        """A batch is done with `name`'s host: it may be evicted again."""
+        with self._loading:
+            self._in_use[name] -= 1
+            if self._in_use[name] <= 0:
+                del self._in_use[name]
+
+    def _make_room(self, incoming: str, size: int) -> None:
+        """Evicts least recently used idle models until `incoming` fits the limits. A model a
+        batch is using (one paused at a step boundary) stays: the worker then holds one
+        model more than the limit until that batch ends, rather than fail either batch."""
+        limits = self.limits
+        for name in list(self._loaded):
+            over_count = limits.max_models and len(self._loaded) + 1 > limits.max_models
+            over_bytes = limits.max_bytes and sum(self._bytes.values()) + size > limits.max_bytes
+            if not (over_count or over_bytes):
+                return
+            if name != incoming and not self._in_use[name]:
+                self._evict(name)
+
+    def _evict(self, name: str) -> None:
+        host = self._loaded.pop(name)
+        self._bytes.pop(name, None)
+        try:
+            host.close()
+        except Exception:
+            log.exception("closing %s on eviction failed", name)
+        del host
+        _free_device_memory()
+        log.info("evicted %s (least recently used)", name)
+
+    def unload(self, name: str) -> None:
+        """Unloads a managed model if it is loaded (the worker is stopping)."""
+        with self._loading:
+            if name in self._loaded:
+                self._evict(name)
+
+
+def _free_device_memory() -> None:
+    # The pipeline's modules are only freed once nothing refers to them; the CUDA caching
+    # allocator then still holds their blocks until emptied.
+    gc.collect()
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+class ResidentHost:
+    """A hosted model that may be cold: loads through the Residency on a batch's behalf.
+
+    Its `run_batch` never raises, as the host contract requires: a failed load fails the
+    batch's jobs (UNAVAILABLE, so the scheduler may retry them elsewhere)."""
+
+    def __init__(self, spec: ModelSpec, device: str, residency: Residency) -> None:
+        self.spec = spec
+        self.device_ids = [device]
+        self._residency = residency
+        residency.manage(spec.name)
+
+    @property
+    def adapters(self) -> object | None:
+        """The loaded host's LoRA adapter cache (None while the model is cold)."""
+        host = self._residency.loaded_host(self.spec.name)
+        return getattr(host, "adapters", None) if host is not None else None
+
+    def run_batch(self, jobs: list[JobParams], control: ControlView, emit: Emit) -> None:
+        """Loads the model if it is cold, then runs the batch on it."""
+        try:
+            host = self._residency.acquire(self.spec)
+        except Exception as exc:
+            log.exception("loading %s for a batch failed", self.spec.name)
+            for job in jobs:
+                emit(
+                    JobFailed(
+                        job.job_id,
+                        StatusCode.UNAVAILABLE,
+                        f"model {self.spec.name!r} could not be loaded: {exc}",
+                    )
+                )
+            return
+        try:
+            host.run_batch(jobs, control, emit)
+        finally:
+            self._residency.release(self.spec.name)
+
+    def close(self) -> None:
+        """Unloads the model's weights if they are loaded."""
+        self._residency.unload(self.spec.name)
+
+
+def estimate_weight_bytes(spec: ModelSpec, models_dir: Path) -> int:
+    """Bytes of a model's weights in its dtype, from its checkpoint's headers (0 when it
+    has no local checkpoint, as the builtin Echo)."""
+    if spec.pipeline == "Echo":
+        return 0
+    source = Path(spec.resolved_source(models_dir))
+    local_dir = source if source.is_dir() else cached_snapshot(spec)
+    if local_dir is None:
+        return 0
+    return weight_parameters(local_dir) * DTYPE_BYTES[spec.dtype]
+
+
+def residency_report(
+    hosts: Mapping[str, ModelHost], residency: Residency | None
+) -> dict[str, tuple[bool, float]]:
+    """Per hosted model: (resident now, last measured load seconds)."""
+    known = residency.snapshot() if residency is not None else {}
+    return {name: known.get(name, (True, 0.0)) for name in hosts}
