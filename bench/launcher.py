@@ -85,6 +85,8 @@ def mesh_config(
             "host": "127.0.0.1",
             "port": free_port(),
             "metrics_port": free_port(),
+            # Benchmarks speak gRPC; the HTTP face would claim 8080 in every parallel mesh.
+            "http_port": None,
             "scheduler_address": f"127.0.0.1:{scheduler_port}",
             "tenants": {"default": UNLIMITED_TENANT},
         },
