@@ -66,9 +66,7 @@ def enable_context_parallel(
     """Collective: every rank calls it once the default process group is up."""
     transformer = pipeline.transformer
     config = ContextParallelConfig(ulysses_degree=options.ulysses, ring_degree=options.ring)
-    mesh = init_device_mesh(
-        device.type, config.mesh_shape, mesh_dim_names=config.mesh_dim_names
-    )
+    mesh = init_device_mesh(device.type, config.mesh_shape, mesh_dim_names=config.mesh_dim_names)
     resolved = ParallelConfig(context_parallel_config=config)
     resolved.setup(rank, dist.get_world_size(), device, mesh=mesh)
     transformer._parallel_config = resolved

@@ -34,6 +34,8 @@ def test_ulysses_group_matches_data_mode_and_agrees_on_cancel(
     helpers = list(host._helpers)
     try:
         assert host.device_ids == ["cpu", "cpu"]
+        applied = host.inner.pipeline.transformer._parallel_config.context_parallel_config
+        assert (applied.ulysses_degree, applied.ring_degree) == (2, 1)
         events = run(host, jobs)
         for job in jobs:
             (finished,) = of(events, job.job_id, JobFinished)
@@ -69,5 +71,5 @@ def test_context_mode_refuses_a_transformer_without_a_plan(
 
 def test_context_mode_refuses_ring_attention_on_cpu(models_dir, registry_spec, tmp_path) -> None:
     spec = _context(registry_spec("flux-tiny"), ring=2)
-    with pytest.raises(ModelLoadError, match="'flux-tiny' field parallelism.ring"):
+    with pytest.raises(ModelLoadError, match=r"'flux-tiny' field parallelism\.ring"):
         load_host(spec, models_dir=models_dir, device="cpu", checkpoint_dir=tmp_path)
