@@ -53,6 +53,12 @@ def test_ulysses_group_matches_data_mode_and_agrees_on_cancel(
         assert failed.code == "CANCELLED"
         (finished,) = of(events, "u", JobFinished)
         assert np.abs(png_pixels(finished.data) - png_pixels(expected["u"])).max() <= 1
+
+        # 80x48 packs into 15 latent tokens, which two ranks cannot split evenly: the job
+        # fails on every rank alike, and the group stays up for the next batch.
+        (odd,) = of(run(host, [job_for(spec, "odd", width=80, height=48)]), "odd", JobFailed)
+        assert "divisible" in odd.message
+        (finished,) = of(run(host, jobs[1:]), "u", JobFinished)
     finally:
         host.close()
     assert not any(process.is_alive() for process in helpers)
