@@ -243,9 +243,10 @@ class SchedulerSettings(Section):
     # Give a worker its next batch once every job of its running batch is at its last step,
     # so that its device does not idle between batches.
     dispatch_ahead: bool = True
-    # Let a batch for an idle worker wait out its model's batch window to fill up (False:
-    # an idle device starts at once, and only a batch given ahead waits for its window).
-    batch_window_when_idle: bool = True
+    # Let a batch for an idle worker wait out its model's batch window to fill up. Off by
+    # default: an idle device starts at once (no window at low load), and only the batch
+    # given ahead to a busy worker waits for its window to fill.
+    batch_window_when_idle: bool = False
     max_message_bytes: int = Field(256 * 1024 * 1024, ge=1024 * 1024)
     # Allows running without an internal credential on a non-loopback address.
     insecure: bool = False

@@ -85,6 +85,8 @@ def mesh_config(tmp: Path, models_dir: Path, workers: list[dict], **sections: ob
             "store_path": str(tmp / "state" / "jobs.sqlite3"),
             "artifact_dir": str(tmp / "artifacts"),
             "heartbeat_interval_s": 0.5,
+            # Tests that batch concurrent submissions need the window even on an idle mesh.
+            "batch_window_when_idle": True,
         },
         "workers": [],
     }

@@ -69,7 +69,8 @@ async def start_mesh(
             metrics_port=None,
             store_path=tmp_path / "jobs.sqlite3",
             artifact_dir=tmp_path / "artifacts",
-            **{"heartbeat_interval_s": 0.5, **(scheduler or {})},
+            # Tests that batch concurrent submissions need the window even on an idle mesh.
+            **{"heartbeat_interval_s": 0.5, "batch_window_when_idle": True, **(scheduler or {})},
         ),
         gateway=GatewaySettings(
             port=0, metrics_port=None, **{"http_port": None, **(gateway or {})}

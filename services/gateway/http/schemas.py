@@ -7,11 +7,13 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from mediamesh.common.errors import StatusCode
+
 
 class ErrorBody(BaseModel):
     """Every error: a transport-neutral status code name and a message naming the field."""
 
-    code: str = Field(examples=["INVALID_ARGUMENT"])
+    code: str = Field(examples=[StatusCode.INVALID_ARGUMENT.value])
     message: str = Field(examples=["steps: 500 is out of range; allowed 1..50"])
 
 

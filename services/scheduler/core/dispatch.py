@@ -307,14 +307,16 @@ class Dispatcher:
             # Without `window_when_idle` an idle device starts at once; only a batch given
             # ahead to a busy unit waits for its window. That decision then depends on the
             # unit, not only its class, so such a failure is not remembered as the class's.
+            # Static batching promises full batches, so it waits on an idle device too.
+            waits_when_idle = self.window_when_idle or batching.mode == "static"
             idle = not unit.batches
             if (
                 len(jobs) < limit
-                and (self.window_when_idle or not idle)
+                and (waits_when_idle or not idle)
                 and not self._window_closed(jobs, batching, now)
             ):
                 wakeups += self._wakeups[first_wakeup:]
-                if self.window_when_idle:
+                if waits_when_idle:
                     self._remember_stall(cls, queue, now, rooms, wakeups)
                 continue
             adapters = lead.params.adapters

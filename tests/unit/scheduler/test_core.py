@@ -6,6 +6,7 @@ import pytest
 
 from mediamesh.scheduler.core.effects import CancelOnWorker, Dispatch
 from mediamesh.scheduler.core.jobs import JobState, Priority, TenantQuota
+from mediamesh.scheduler.core.policy import DispatchPolicy
 from mediamesh.scheduler.core.scheduler import Accepted, Rejection
 from mediamesh.scheduler.core.units import Placement
 
@@ -31,9 +32,13 @@ def test_submit_queues_and_dispatches_to_a_worker_hosting_the_model():
     assert job.state is JobState.DISPATCHED
 
 
+# The window on an idle device (scheduler.batch_window_when_idle); off by default.
+WINDOW_WHEN_IDLE = DispatchPolicy(ahead=True, window_when_idle=True)
+
+
 def test_dynamic_batch_waits_for_window_then_dispatches_partial():
     clock = FakeClock()
-    core = make_core(clock)
+    core = make_core(clock, dispatching=WINDOW_WHEN_IDLE)
     core.register_worker(worker("w0"))
     submit(core)
     submit(core)
@@ -390,7 +395,7 @@ def test_progress_calibrates_the_cost_model_and_the_ledger():
 
 def test_a_wakeup_that_passed_while_the_owner_was_busy_still_counts():
     clock = FakeClock()
-    core = make_core(clock)
+    core = make_core(clock, dispatching=WINDOW_WHEN_IDLE)
     core.register_worker(worker("w0"))
     submit(core)
     assert core.schedule() == []

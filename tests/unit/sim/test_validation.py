@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from mediamesh.common.settings import SchedulerSettings
 from mediamesh.sim.validation import (
     MeasuredBatch,
     fit_device,
@@ -80,6 +81,8 @@ def test_a_replayed_burst_is_one_full_batch(tmp_path: Path) -> None:
         overhead_s={"flux-tiny": 0.05},
         batch_exponent=0.5,
         trace=trace,
+        # With the window on an idle device, the four arrivals leave as one batch.
+        scheduler=SchedulerSettings(batch_window_when_idle=True),
     )
     assert result.jobs == result.succeeded == 4
     assert result.mean_batch_size == 4
