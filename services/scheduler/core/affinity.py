@@ -16,12 +16,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from mediamesh.common.generation import AdapterScale
+from mediamesh.scheduler.core.load_times import LearnedLoadTimes
 from mediamesh.scheduler.core.units import Unit
-
-# Weight of a new measurement in the learned load time of an adapter.
-_SMOOTHING = 0.3
-# A reported load time beyond this is not a measurement (nor is NaN, zero or negative).
-_MAX_LOAD_S = 3600.0
 
 
 @dataclass(frozen=True)
@@ -37,36 +33,25 @@ class AdapterAffinity:
 
     def __init__(self, policy: AffinityPolicy) -> None:
         self._policy = policy
-        # (model, adapter) -> smoothed seconds of one load.
-        self._load_s: dict[tuple[str, str], float] = {}
-        # (worker, model, adapter) -> the load seconds last reported: every heartbeat repeats
-        # them, and only a changed value is a new load to learn from.
-        self._reported: dict[tuple[str, str, str], float] = {}
+        # Keyed by (model, adapter).
+        self._load_times: LearnedLoadTimes[tuple[str, str]] = LearnedLoadTimes(policy.load_prior_s)
         # Read-only outside this class: routing choices that moved a batch to a warm unit.
         self.warm_choices = 0
 
     def load_s(self, model: str, adapters: Iterable[str]) -> float:
         """Estimated seconds to load `adapters` of `model` on a unit that has none of them."""
-        prior = self._policy.load_prior_s
-        return sum(self._load_s.get((model, name), prior) for name in adapters)
+        return sum(self._load_times.estimate((model, name)) for name in adapters)
 
     def observe(self, model: str, adapter: str, seconds: float) -> None:
         """A worker measured one load of `adapter`."""
-        if not 0 < seconds <= _MAX_LOAD_S:
-            return
-        key = (model, adapter)
-        old = self._load_s.get(key)
-        self._load_s[key] = seconds if old is None else old + _SMOOTHING * (seconds - old)
+        self._load_times.observe((model, adapter), seconds)
 
     def report(self, unit: Unit, loaded: Mapping[str, Mapping[str, float]]) -> None:
         """A worker's whole set of loaded adapters, per model, with their load seconds."""
         unit.adapters = {model: frozenset(names) for model, names in loaded.items() if names}
         for model, names in loaded.items():
             for name, seconds in names.items():
-                key = (unit.worker_id, model, name)
-                if self._reported.get(key) != seconds:
-                    self._reported[key] = seconds
-                    self.observe(model, name, seconds)
+                self._load_times.reported(unit.worker_id, (model, name), seconds)
 
     def choose(
         self,

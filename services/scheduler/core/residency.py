@@ -17,12 +17,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from mediamesh.scheduler.core.load_times import LearnedLoadTimes
 from mediamesh.scheduler.core.units import Unit
-
-# Weight of a new measurement in the learned load time of a model.
-_SMOOTHING = 0.3
-# A reported load time beyond this is not a measurement (nor is NaN, zero or negative).
-_MAX_LOAD_S = 3600.0
 
 
 @dataclass(frozen=True)
@@ -36,36 +32,25 @@ class ModelResidency:
     """Learned model load times, the units' cold models, and the routing choice."""
 
     def __init__(self, policy: ResidencyPolicy) -> None:
-        self._policy = policy
-        # model -> smoothed seconds of one load.
-        self._load_s: dict[str, float] = {}
-        # (worker, model) -> the load seconds last reported: every heartbeat repeats them,
-        # and only a changed value is a new load to learn from.
-        self._reported: dict[tuple[str, str], float] = {}
+        self._load_times: LearnedLoadTimes[str] = LearnedLoadTimes(policy.load_prior_s)
         # Read-only outside this class: batches moved to a resident unit, and cold starts.
         self.resident_choices = 0
         self.cold_starts = 0
 
     def load_s(self, model: str) -> float:
         """Estimated seconds to load `model` on a unit that has it cold."""
-        return self._load_s.get(model, self._policy.load_prior_s)
+        return self._load_times.estimate(model)
 
     def observe(self, model: str, seconds: float) -> None:
         """A worker measured one load of `model`."""
-        if not 0 < seconds <= _MAX_LOAD_S:
-            return
-        old = self._load_s.get(model)
-        self._load_s[model] = seconds if old is None else old + _SMOOTHING * (seconds - old)
+        self._load_times.observe(model, seconds)
 
     def report(self, unit: Unit, residency: Mapping[str, tuple[bool, float]]) -> None:
         """A worker's whole residency report: per hosted model, (loaded now, the seconds
         its last load took, 0 if never measured). A model not in it counts as resident."""
         unit.cold = frozenset(m for m, (resident, _) in residency.items() if not resident)
         for model, (_, seconds) in residency.items():
-            key = (unit.worker_id, model)
-            if seconds and self._reported.get(key) != seconds:
-                self._reported[key] = seconds
-                self.observe(model, seconds)
+            self._load_times.reported(unit.worker_id, model, seconds)
 
     def choose(
         self, offered: Unit, model: str, alternatives: Iterable[Unit], everyone: Iterable[Unit]
