@@ -336,6 +336,12 @@ class ModelSpec(Strict):
         twice = sorted({n for n in names if names.count(n) > 1})
         if twice:
             raise ValueError(f"adapters: {', '.join(twice)} named more than once")
+        if self.adapters and self.parallelism.mode != "data":
+            # Refused at start: the parallel hosts cannot apply adapters per batch.
+            raise ValueError(
+                f"adapters: LoRA adapters need parallelism.mode data, not "
+                f"{self.parallelism.mode}"
+            )
         return self
 
     @model_validator(mode="after")

@@ -111,6 +111,14 @@ def test_registry_refuses_a_repeated_adapter_name() -> None:
         parse_registry({"models": [entry]})
 
 
+def test_registry_refuses_adapters_on_a_parallel_entry() -> None:
+    entry = FLUX.model_dump(mode="json")
+    entry["adapters"] = [{"name": "a", "source": "x"}]
+    entry["parallelism"] = {"mode": "tensor", "size": 2, "devices": ["cpu", "cpu"]}
+    with pytest.raises(RegistryError, match="adapters: LoRA adapters need parallelism.mode data"):
+        parse_registry({"models": [entry]})
+
+
 def test_status_table_lists_loaded_adapters_per_worker() -> None:
     status = scheduler_pb2.MeshStatus(
         workers=[
