@@ -89,19 +89,27 @@ class EventHub:
     def __init__(self, capacity: int = WATCH_QUEUE_CAPACITY) -> None:
         self._capacity = capacity
         self._subscribers: dict[str, set[WatchQueue]] = defaultdict(set)
+        # Watchers that answer once: publishing skips them until the job's final event.
+        self._final_only: dict[str, set[WatchQueue]] = defaultdict(set)
 
-    def subscribe(self, job_id: str) -> WatchQueue:
+    def subscribe(self, job_id: str, *, final_only: bool = False) -> WatchQueue:
+        """A queue of the job's events from now on; with `final_only`, of its last event."""
         queue = WatchQueue(self._capacity)
-        self._subscribers[job_id].add(queue)
+        subscribers = self._final_only if final_only else self._subscribers
+        subscribers[job_id].add(queue)
         return queue
 
     def unsubscribe(self, job_id: str, queue: WatchQueue) -> None:
-        subscribers = self._subscribers.get(job_id)
-        if subscribers is not None:
-            subscribers.discard(queue)
-            if not subscribers:
-                del self._subscribers[job_id]
+        for by_job in (self._subscribers, self._final_only):
+            subscribers = by_job.get(job_id)
+            if subscribers is not None:
+                subscribers.discard(queue)
+                if not subscribers:
+                    del by_job[job_id]
 
     def publish(self, event: WatchEvent) -> None:
         for queue in self._subscribers.get(event.job_id, ()):
             queue.put_nowait(event)
+        if event.final:
+            for queue in self._final_only.get(event.job_id, ()):
+                queue.put_nowait(event)

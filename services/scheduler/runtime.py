@@ -303,15 +303,16 @@ class SchedulerRuntime:
         return job
 
     async def watch(
-        self, job_id: str, tenant: str, *, admin: bool = False
+        self, job_id: str, tenant: str, *, admin: bool = False, final_only: bool = False
     ) -> AsyncIterator[WatchEvent]:
         job = self.owned_job(job_id, tenant, admin=admin)
-        queue = self.hub.subscribe(job_id)
+        queue = self.hub.subscribe(job_id, final_only=final_only)
         try:
             # Decide from the snapshot, not the job: it may end while the snapshot is sent,
             # and its final event must then still come through the queue.
             snapshot = self.snapshot_event(job)
-            yield snapshot
+            if snapshot.final or not final_only:
+                yield snapshot
             if snapshot.final:
                 return
             while True:

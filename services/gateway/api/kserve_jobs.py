@@ -136,7 +136,11 @@ async def _follow(
 ) -> ElementResult:
     # A stream that ends without the job's outcome is watched again: Watch replays the end.
     for _ in range(_WATCH_ATTEMPTS):
-        events = up.scheduler.Watch(scheduler_pb2.ScopedJobRequest(job_id=job_id, tenant=tenant))
+        # A unary call answers once: the scheduler then sends no per-step progress at all.
+        watch = scheduler_pb2.ScopedJobRequest(
+            job_id=job_id, tenant=tenant, final_only=on_progress is None
+        )
+        events = up.scheduler.Watch(watch)
         try:
             async with mesh_errors():
                 async for event in events:

@@ -132,7 +132,9 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         """Streams the job's events from its current state to its end; a result is inline when
         the artifact fits `inline_limit`. NOT_FOUND for another tenant's job unless admin."""
         tenant = checked_tenant(request.tenant)
-        async for event in self.runtime.watch(request.job_id, tenant, admin=request.admin):
+        async for event in self.runtime.watch(
+            request.job_id, tenant, admin=request.admin, final_only=request.final_only
+        ):
             data, url = await self._result_parts(event)
             yield convert.generate_event(event, data, self.inline_limit, url)
 

@@ -65,3 +65,19 @@ async def test_get_waits_for_the_next_event():
     assert not waiter.done()
     queue.put_nowait(progress(1))
     assert (await asyncio.wait_for(waiter, 1)).step == 1
+
+
+async def test_a_final_only_watcher_gets_nothing_but_the_end():
+    hub = EventHub(capacity=16)
+    everything, final_only = hub.subscribe("j"), hub.subscribe("j", final_only=True)
+    hub.publish(notice("dispatched"))
+    for step in range(1, 5):
+        hub.publish(progress(step, total=4))
+        assert len(final_only) == 0
+    hub.publish(WatchEvent("j", JobState.SUCCEEDED, "result"))
+    assert [e.kind for e in await drain(final_only)] == ["result"]
+    assert len(await drain(everything)) == 6
+    hub.unsubscribe("j", final_only)
+    hub.unsubscribe("j", everything)
+    hub.publish(WatchEvent("j", JobState.SUCCEEDED, "result"))
+    assert len(final_only) == len(everything) == 0

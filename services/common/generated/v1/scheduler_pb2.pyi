@@ -35,16 +35,18 @@ class ScopedUploadChunk(_message.Message):
     def __init__(self, chunk: _Optional[_Union[_gateway_pb2.UploadChunk, _Mapping]] = ..., tenant: _Optional[str] = ..., quota_bytes: _Optional[int] = ...) -> None: ...
 
 class ScopedJobRequest(_message.Message):
-    __slots__ = ("job_id", "tenant", "offset", "admin")
+    __slots__ = ("job_id", "tenant", "offset", "admin", "final_only")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
     OFFSET_FIELD_NUMBER: _ClassVar[int]
     ADMIN_FIELD_NUMBER: _ClassVar[int]
+    FINAL_ONLY_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     tenant: str
     offset: int
     admin: bool
-    def __init__(self, job_id: _Optional[str] = ..., tenant: _Optional[str] = ..., offset: _Optional[int] = ..., admin: _Optional[bool] = ...) -> None: ...
+    final_only: bool
+    def __init__(self, job_id: _Optional[str] = ..., tenant: _Optional[str] = ..., offset: _Optional[int] = ..., admin: _Optional[bool] = ..., final_only: _Optional[bool] = ...) -> None: ...
 
 class Device(_message.Message):
     __slots__ = ("id", "memory_bytes", "free_bytes")
