@@ -339,8 +339,7 @@ class ModelSpec(Strict):
         if self.adapters and self.parallelism.mode != "data":
             # Refused at start: the parallel hosts cannot apply adapters per batch.
             raise ValueError(
-                f"adapters: LoRA adapters need parallelism.mode data, not "
-                f"{self.parallelism.mode}"
+                f"adapters: LoRA adapters need parallelism.mode data, not {self.parallelism.mode}"
             )
         return self
 

@@ -115,7 +115,7 @@ def test_registry_refuses_adapters_on_a_parallel_entry() -> None:
     entry = FLUX.model_dump(mode="json")
     entry["adapters"] = [{"name": "a", "source": "x"}]
     entry["parallelism"] = {"mode": "tensor", "size": 2, "devices": ["cpu", "cpu"]}
-    with pytest.raises(RegistryError, match="adapters: LoRA adapters need parallelism.mode data"):
+    with pytest.raises(RegistryError, match=r"adapters: LoRA adapters need parallelism\.mode data"):
         parse_registry({"models": [entry]})
 
 
