@@ -27,7 +27,8 @@ MEAN_LEVELS = 0.05
 def registry_with_context(tmp_path: Path) -> Path:
     entries = yaml.safe_load(DEFAULT_REGISTRY.read_text())["models"]
     flux = next(e for e in entries if e["name"] == "flux-tiny")
-    context = copy.deepcopy(flux) | {"name": "flux-tiny-context"}
+    # Adapters need the data mode: the context copy leaves flux-tiny's out.
+    context = copy.deepcopy(flux) | {"name": "flux-tiny-context", "adapters": []}
     context["parallelism"] = {"mode": "context", "ulysses": 2, "ring": 1}
     path = tmp_path / "models.yaml"
     path.write_text(yaml.safe_dump({"models": [flux, context]}))

@@ -23,14 +23,15 @@ pytestmark = pytest.mark.e2e
 def registry_with_modes(tmp_path: Path) -> Path:
     entries = yaml.safe_load(DEFAULT_REGISTRY.read_text())["models"]
     flux = next(e for e in entries if e["name"] == "flux-tiny")
-    pipeline = copy.deepcopy(flux) | {"name": "flux-tiny-pipeline"}
+    # Adapters need the data mode: the parallel copies leave flux-tiny's out.
+    pipeline = copy.deepcopy(flux) | {"name": "flux-tiny-pipeline", "adapters": []}
     pipeline["parallelism"] = {
         "mode": "pipeline",
         "device_map": "auto",
         "max_memory": {"cpu": "600KB"},  # small enough to push layers to disk
         "offload_folder": str(tmp_path / "offload"),
     }
-    tensor = copy.deepcopy(flux) | {"name": "flux-tiny-tensor"}
+    tensor = copy.deepcopy(flux) | {"name": "flux-tiny-tensor", "adapters": []}
     tensor["parallelism"] = {"mode": "tensor", "size": 2}
     path = tmp_path / "models.yaml"
     path.write_text(yaml.safe_dump({"models": [*entries, pipeline, tensor]}))
