@@ -26,7 +26,10 @@ def registry_with_tensor_model() -> Registry:
     flux = registry.get("flux-tiny")
     assert flux is not None
     parallelism = flux.parallelism.model_copy(update={"mode": "tensor", "size": 2})
-    tensor = flux.model_copy(update={"name": TENSOR_MODEL, "parallelism": parallelism})
+    tensor = flux.model_copy(
+        # Adapters need the data mode: the tensor copy leaves flux-tiny's out.
+        update={"name": TENSOR_MODEL, "parallelism": parallelism, "adapters": ()}
+    )
     return Registry(models=[*registry.models, tensor])
 
 

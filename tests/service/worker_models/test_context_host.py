@@ -17,7 +17,8 @@ CONTEXT_TOLERANCE = 1
 
 def _context(spec, **degrees):
     options = spec.parallelism.model_copy(update={"mode": "context", **degrees})
-    return spec.model_copy(update={"parallelism": options})
+    # Adapters need the data mode: the context copy leaves the entry's out.
+    return spec.model_copy(update={"parallelism": options, "adapters": ()})
 
 
 def test_ulysses_group_matches_data_mode_and_agrees_on_cancel(

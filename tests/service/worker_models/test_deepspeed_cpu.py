@@ -16,7 +16,9 @@ from mediamesh.worker.models.memory import ModelLoadError
 
 
 def _with_parallelism(spec, **changes):
-    return spec.model_copy(update={"parallelism": spec.parallelism.model_copy(update=changes)})
+    # Adapters need the data mode: parallel copies leave the entry's out.
+    parallelism = spec.parallelism.model_copy(update=changes)
+    return spec.model_copy(update={"parallelism": parallelism, "adapters": ()})
 
 
 def _render(host, seed: int = 3) -> np.ndarray:

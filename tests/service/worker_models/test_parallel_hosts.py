@@ -18,7 +18,9 @@ TENSOR_TOLERANCE = 1
 
 
 def _with_parallelism(spec, **changes):
-    return spec.model_copy(update={"parallelism": spec.parallelism.model_copy(update=changes)})
+    # Adapters need the data mode: parallel copies leave the entry's out.
+    parallelism = spec.parallelism.model_copy(update=changes)
+    return spec.model_copy(update={"parallelism": parallelism, "adapters": ()})
 
 
 @pytest.fixture(scope="module")
