@@ -167,6 +167,29 @@ def build_pixart_sigma() -> PixArtSigmaPipeline:
     )
 
 
+def tiny_cogvideox_transformer(
+    *, in_channels: int, out_channels: int, text_dim: int
+) -> CogVideoXTransformer3DModel:
+    """The 3D expert transformer of cogvideox-tiny (and, reading twice the latent channels,
+    of its image-to-video sibling)."""
+    return CogVideoXTransformer3DModel(
+        num_attention_heads=2,
+        attention_head_dim=8,
+        in_channels=in_channels,
+        out_channels=out_channels,
+        time_embed_dim=8,
+        text_embed_dim=text_dim,
+        num_layers=1,
+        sample_width=8,
+        sample_height=8,
+        sample_frames=9,
+        patch_size=2,
+        temporal_compression_ratio=4,
+        # The pipeline pads prompts to max_sequence_length, the tokenizer's length here.
+        max_text_seq_length=T5_MAX_TOKENS,
+    ).eval()
+
+
 def build_cogvideox() -> CogVideoXPipeline:
     """A T5 into a 3D expert transformer over a causal video VAE (4x in time)."""
     text_dim = 32
@@ -181,22 +204,7 @@ def build_cogvideox() -> CogVideoXPipeline:
         norm_num_groups=2,
         temporal_compression_ratio=4,
     ).eval()
-    transformer = CogVideoXTransformer3DModel(
-        num_attention_heads=2,
-        attention_head_dim=8,
-        in_channels=4,
-        out_channels=4,
-        time_embed_dim=8,
-        text_embed_dim=text_dim,
-        num_layers=1,
-        sample_width=8,
-        sample_height=8,
-        sample_frames=9,
-        patch_size=2,
-        temporal_compression_ratio=4,
-        # The pipeline pads prompts to max_sequence_length, the tokenizer's length here.
-        max_text_seq_length=T5_MAX_TOKENS,
-    ).eval()
+    transformer = tiny_cogvideox_transformer(in_channels=4, out_channels=4, text_dim=text_dim)
     return CogVideoXPipeline(
         tokenizer=build_t5_like_tokenizer(T5_MAX_TOKENS),
         text_encoder=_t5_encoder(text_dim),

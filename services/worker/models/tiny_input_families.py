@@ -10,10 +10,9 @@ concatenated on channels, so it needs twice the latent channels in.
 
 from __future__ import annotations
 
-from diffusers import CogVideoXImageToVideoPipeline, CogVideoXTransformer3DModel
+from diffusers import CogVideoXImageToVideoPipeline
 
-from mediamesh.worker.models.tiny_families import T5_MAX_TOKENS
-from mediamesh.worker.models.tiny_image_families import build_cogvideox
+from mediamesh.worker.models.tiny_image_families import build_cogvideox, tiny_cogvideox_transformer
 
 
 def build_cogvideox_i2v() -> CogVideoXImageToVideoPipeline:
@@ -21,21 +20,11 @@ def build_cogvideox_i2v() -> CogVideoXImageToVideoPipeline:
     first frame's latents (8 channels in: 4 of noise, 4 of image)."""
     base = build_cogvideox()
     latent_channels = base.vae.config.latent_channels
-    transformer = CogVideoXTransformer3DModel(
-        num_attention_heads=2,
-        attention_head_dim=8,
+    transformer = tiny_cogvideox_transformer(
         in_channels=latent_channels * 2,
         out_channels=latent_channels,
-        time_embed_dim=8,
-        text_embed_dim=base.text_encoder.config.d_model,
-        num_layers=1,
-        sample_width=8,
-        sample_height=8,
-        sample_frames=9,
-        patch_size=2,
-        temporal_compression_ratio=4,
-        max_text_seq_length=T5_MAX_TOKENS,
-    ).eval()
+        text_dim=base.text_encoder.config.d_model,
+    )
     return CogVideoXImageToVideoPipeline(
         tokenizer=base.tokenizer,
         text_encoder=base.text_encoder,
