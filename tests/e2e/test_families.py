@@ -3,8 +3,10 @@
 One mesh per family with two workers hosting it: the first is spot capacity, which is
 SIGTERMed mid-job; the job then resumes on the second (every family here resumes; the
 restart path is covered with a scheduler that cannot, in tests/service/worker_models).
-Tolerance for a seed alone and in a batch: images and video at most 2 levels of 8 bits
-anywhere and under 0.1 on average; audio (16-bit WAV) at most 4 levels of 16 bits anywhere
+Tolerance for a seed alone and in a batch: images at most 2 levels of 8 bits anywhere and
+under 0.1 on average; video at most 8 levels and under 0.05 on average, because H.264 can
+turn a one-level difference into a few levels across a block (measured: 6 at most, 0.005 on
+average, in 114 of 110,592 samples); audio (16-bit WAV) at most 4 levels of 16 bits anywhere
 and under 0.1 on average (batched matmuls round differently; the noise is the same).
 """
 
@@ -22,7 +24,6 @@ import soundfile
 from PIL import Image
 
 from mediamesh.common.generated.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
-from tests.e2e.conftest import wait_for
 from tests.e2e.test_spot import PLACEMENT, Follower, frames_of
 
 pytestmark = pytest.mark.e2e
@@ -38,7 +39,7 @@ FAMILIES = {
 }
 # Largest and mean absolute difference allowed between a seed alone and in a batch, in
 # levels of the result's sample type (8-bit pixels, 16-bit PCM samples).
-TOLERANCE = {"image": (2, 0.1), "video": (2, 0.1), "audio": (4, 0.1)}
+TOLERANCE = {"image": (2, 0.1), "video": (8, 0.05), "audio": (4, 0.1)}
 # Enough steps that a cancel sent after the first progress event lands mid-run.
 STEPS = 40
 ALL_STEPS = list(range(1, STEPS + 1))
@@ -85,9 +86,9 @@ def test_family_steps_cancel_seeds_and_preemption(launch, tmp_path: Path, model:
             ).job_id
             for seed in (4, 5, 6)
         ]
-        followers = [Follower(stub, job_id) for job_id in ids]
-        wait_for(lambda: len(followers[0].steps()) >= 1, timeout=120)
-        stub.Cancel(gateway_pb2.CancelRequest(job_id=ids[0]))
+        cancel_first = (1, lambda: stub.Cancel(gateway_pb2.CancelRequest(job_id=ids[0])))
+        followers = [Follower(stub, ids[0], at_step=cancel_first)]
+        followers += [Follower(stub, job_id) for job_id in ids[1:]]
         for follower in followers:
             assert follower.done.wait(240)
         assert followers[0].events[-1].state == common_pb2.CANCELLED
@@ -105,12 +106,11 @@ def test_family_steps_cancel_seeds_and_preemption(launch, tmp_path: Path, model:
         long_job = common_pb2.GenerateRequest(
             model=model, prompt="a dog", seed=7, steps=50, priority=common_pb2.BATCH
         )
+        spot_worker = mesh.child_pid("--worker-id worker-0")
         job_id = stub.Submit(long_job).job_id
-        follower = Follower(stub, job_id)
-        wait_for(lambda: len(follower.steps()) >= 3, timeout=120)
-        assert stub.GetJob(gateway_pb2.GetJobRequest(job_id=job_id)).worker_id == "worker-0"
-        os.kill(mesh.child_pid("--worker-id worker-0"), signal.SIGTERM)
+        follower = Follower(stub, job_id, at_step=(3, lambda: os.kill(spot_worker, signal.SIGTERM)))
         assert follower.done.wait(240)
+        assert stub.GetJob(gateway_pb2.GetJobRequest(job_id=job_id)).worker_id == "worker-1"
         assert follower.events[-1].state == common_pb2.SUCCEEDED, follower.events[-1]
         assert "preempted" in follower.notices()
         steps = follower.steps()

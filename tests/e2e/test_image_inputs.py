@@ -19,7 +19,7 @@ import pytest
 from PIL import Image
 
 from mediamesh.common.generated.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
-from tests.e2e.conftest import MeshProcess, mesh_config, start, stop, wait_for
+from tests.e2e.conftest import MeshProcess, mesh_config, start, stop
 from tests.e2e.test_spot import PLACEMENT, Follower
 from tests.input_media import mask_bytes
 
@@ -115,14 +115,13 @@ def test_preempted_img2img_job_restarts_with_its_inputs(mesh: MeshProcess, tmp_p
         plain = list(stub.Generate(common_pb2.GenerateRequest(image=image, **request), timeout=300))
         assert plain[-1].state == common_pb2.SUCCEEDED, plain[-1]
 
+        spot_worker = mesh.child_pid("--worker-id worker-0")
         job_id = stub.Submit(
             common_pb2.GenerateRequest(image=image, priority=common_pb2.BATCH, **request)
         ).job_id
-        follower = Follower(stub, job_id)
-        wait_for(lambda: len(follower.steps()) >= 3, timeout=120)
-        assert stub.GetJob(gateway_pb2.GetJobRequest(job_id=job_id)).worker_id == "worker-0"
-        os.kill(mesh.child_pid("--worker-id worker-0"), signal.SIGTERM)
+        follower = Follower(stub, job_id, at_step=(3, lambda: os.kill(spot_worker, signal.SIGTERM)))
         assert follower.done.wait(240)
+        assert stub.GetJob(gateway_pb2.GetJobRequest(job_id=job_id)).worker_id == "worker-1"
     final = follower.events[-1]
     assert final.state == common_pb2.SUCCEEDED, final
     notices = follower.notices()

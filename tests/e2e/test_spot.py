@@ -6,6 +6,7 @@ import os
 import signal
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 import grpc
@@ -38,17 +39,28 @@ def frames_of(data: bytes, folder: Path, name: str) -> np.ndarray:
 class Follower:
     """Watches a job in the background, keeping every event."""
 
-    def __init__(self, stub: gateway_pb2_grpc.GatewayStub, job_id: str) -> None:
+    def __init__(
+        self,
+        stub: gateway_pb2_grpc.GatewayStub,
+        job_id: str,
+        at_step: tuple[int, Callable[[], object]] | None = None,
+    ) -> None:
+        """`at_step=(n, action)` runs `action` once, on the watching thread, as soon as
+        progress reaches step n: the tiny models run a step in milliseconds, so a test that
+        polled for the step would often act after the job had finished."""
         import threading
 
         self.events: list[common_pb2.GenerateEvent] = []
         self.done = threading.Event()
+        pending = [at_step] if at_step else []
 
         def run() -> None:
             while not self.done.is_set():
                 try:
                     for event in stub.Watch(gateway_pb2.WatchRequest(job_id=job_id), timeout=120):
                         self.events.append(event)
+                        if pending and event.progress.step >= pending[0][0]:
+                            pending.pop()[1]()
                         if event.WhichOneof("event") in ("result", "error"):
                             self.done.set()
                 except grpc.RpcError:
