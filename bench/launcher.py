@@ -271,10 +271,13 @@ class MeshSession:
 
     @contextmanager
     def mesh(
-        self, workers: list[dict[str, Any]], scheduler: dict[str, Any] | None = None
+        self,
+        workers: list[dict[str, Any]],
+        scheduler: dict[str, Any] | None = None,
+        registry_path: str | None = None,
     ) -> Iterator[Mesh]:
         if self.shared is None:
-            with running_mesh(workers, scheduler) as mesh:
+            with running_mesh(workers, scheduler, registry_path) as mesh:
                 yield mesh
             return
         if self._mesh is None or self._mesh.process.poll() is not None:

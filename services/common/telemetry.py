@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import sys
@@ -162,7 +163,13 @@ def trace_id_of(carrier: Mapping[str, str]) -> str:
     """The trace id (32 hex digits) in W3C headers, or "" when they carry none."""
     if not carrier:
         return ""
-    context = trace.get_current_span(propagate.extract(dict(carrier))).get_span_context()
+    return _trace_id_of_headers(tuple(sorted(carrier.items())))
+
+
+# A job's headers never change and each of its state changes is logged: parse them once.
+@functools.lru_cache(maxsize=4096)
+def _trace_id_of_headers(headers: tuple[tuple[str, str], ...]) -> str:
+    context = trace.get_current_span(propagate.extract(dict(headers))).get_span_context()
     return format(context.trace_id, "032x") if context.is_valid else ""
 
 

@@ -47,6 +47,8 @@ log = logging.getLogger("mediamesh.scheduler")
 
 # Longest a stopping scheduler waits for the store to take the last state changes.
 FLUSH_ON_STOP_S = 5.0
+# Shortest time between two settings of the queue and worker gauges.
+GAUGE_INTERVAL_S = 0.2
 
 
 class SchedulerRuntime:
@@ -73,6 +75,7 @@ class SchedulerRuntime:
             webhooks or WebhookSettings(), self.writer, artifacts, self.results
         )
         self._kick = asyncio.Event()
+        self._gauges_at = float("-inf")
         self._tasks: set[asyncio.Task[None]] = set()
         self._loop_task: asyncio.Task[None] | None = None
         self._housekeeping_task: asyncio.Task[None] | None = None
@@ -146,7 +149,12 @@ class SchedulerRuntime:
                 self.core.schedule()
                 self.apply(self.core.take_effects())
                 self.roster.release_departed(self.core.units)
-                metrics.publish_gauges(self.core, list(self.settings.queues))
+                # Under load the loop runs on every arrival and result; the gauges are
+                # scraped every few seconds, so setting them each pass only cost CPU.
+                now = time.monotonic()
+                if now - self._gauges_at >= GAUGE_INTERVAL_S:
+                    self._gauges_at = now
+                    metrics.publish_gauges(self.core, list(self.settings.queues))
             except Exception:
                 log.exception("dispatch loop iteration failed; continuing")
             wake = self.core.next_wakeup()
