@@ -34,7 +34,7 @@ DIRECT_THREADS = (1, 2)
 # The shipped flux-tiny batches at most 4; here it may take 16 with a 10 ms window, the
 # setting of the real-time, high-QPS case.
 BATCHING = {"flux-tiny": {"mode": "dynamic", "max_batch": 16, "max_wait_ms": 10}}
-LAYOUTS = {
+LAYOUTS: dict[str, list[dict[str, Any]]] = {
     "one-worker-2-threads": [{"torch_threads": 2}],
     "two-workers-1-thread": [{"torch_threads": 1}, {"torch_threads": 1}],
 }
@@ -137,12 +137,14 @@ def run(options: Options) -> Result:
             log(_describe(row))
             result.levels.append(row)
     params = request_params(options.smoke)
-    layouts = {"shared-smoke-mesh": [{}]} if options.smoke else LAYOUTS
+    layouts: dict[str, list[dict[str, Any]]] = (
+        {"shared-smoke-mesh": [{}]} if options.smoke else LAYOUTS
+    )
     with tempfile.TemporaryDirectory(prefix="mediamesh-batching-") as scratch:
         registry = str(bench_registry(Path(scratch)))
         configs: dict[str, Any] = {}
-        for layout, workers in layouts.items():
-            workers = [{"models": list(MODELS), **w} for w in workers]
+        for layout, overrides in layouts.items():
+            workers = [{"models": list(MODELS), **w} for w in overrides]
             with options.meshes.mesh(workers, registry_path=registry) as mesh:
                 configs[layout] = public_config(mesh.config)
                 metrics_port = mesh.config["scheduler"]["metrics_port"]

@@ -43,19 +43,39 @@ class Options:
     torch_threads: int = 1
 
 
-def git_commit() -> dict[str, Any]:
-    def git(*args: str) -> str:
-        done = subprocess.run(
-            # --no-optional-locks: a read must not refresh the index under the lead's feet.
-            ["git", "--no-optional-locks", *args],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        return done.stdout.strip() if done.returncode == 0 else ""
+def _git(*args: str) -> str | None:
+    """A git command's output; None when it failed (e.g. an unpacked wheel, not a checkout)."""
+    done = subprocess.run(
+        # --no-optional-locks: a read must not refresh the index under someone's feet.
+        ["git", "--no-optional-locks", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return done.stdout if done.returncode == 0 else None
 
-    return {"commit": git("rev-parse", "HEAD") or "unknown", "dirty": bool(git("status", "-s"))}
+
+def dirty_paths() -> list[str]:
+    """Uncommitted changes as `git status --porcelain` lists them (empty: a clean tree)."""
+    return [line for line in (_git("status", "--porcelain") or "").splitlines() if line.strip()]
+
+
+def changes_outside(folder: Path) -> list[str]:
+    """Uncommitted changes (porcelain lines) to files that are not under `folder`."""
+    inside = folder.resolve()
+    return [
+        line
+        for line in dirty_paths()
+        if not (ROOT / line[3:].strip('"')).resolve().is_relative_to(inside)
+    ]
+
+
+def git_commit(results_dir: Path) -> dict[str, Any]:
+    """The commit measured, and whether the code differed from it: changes to the results
+    folder itself (this run's own earlier results) do not count."""
+    commit = (_git("rev-parse", "HEAD") or "").strip() or "unknown"
+    return {"commit": commit, "dirty": bool(changes_outside(results_dir))}
 
 
 def machine() -> dict[str, Any]:
@@ -140,7 +160,7 @@ class Result:
         record = {
             "name": self.name,
             "smoke": self.options.smoke,
-            "git": git_commit(),
+            "git": git_commit(self.options.out_dir),
             "started": self.started.isoformat(timespec="seconds"),
             "wall_s": round((dt.datetime.now(dt.UTC) - self.started).total_seconds(), 1),
             "machine": machine(),

@@ -222,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     config = DRY if args.dry else FULL
     record: dict[str, Any] = {
         "dry": args.dry,
-        "git": git_commit(),
+        "git": git_commit(args.out.parent),
         "machine": machine(),
         "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu",
         "transformer": {k: list(v) if isinstance(v, tuple) else v for k, v in config.items()},

@@ -51,6 +51,9 @@ SCHEDULER: dict[str, Any] = {
         "audio": {"sla_s": 30.0},
     },
     "placement": {"BATCH": {"prefer": "on-demand", "allow": ["on-demand"]}},
+    # REALTIME requests arrive one after another all through a 40-step video batch; with
+    # the default of one pause per job the second of them waits the batch out.
+    "pause_max_per_job": 8,
 }
 # Two single-thread workers on two cores, each hosting both flood models.
 WORKERS = [{"models": FLOOD_MODELS, "torch_threads": 1} for _ in range(2)]

@@ -14,36 +14,16 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from bench.common import ROOT
+from bench.common import ROOT, changes_outside
 
 
 class DirtyTree(Exception):
     """The working tree has uncommitted changes: a result would not identify its code."""
 
 
-def dirty_paths() -> list[str]:
-    """Uncommitted changes as `git status --porcelain` lists them (empty: a clean tree)."""
-    done = subprocess.run(
-        # --no-optional-locks: a read must not refresh the index under someone's feet.
-        ["git", "--no-optional-locks", "status", "--porcelain"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        return []  # not a git checkout (an unpacked wheel): nothing to identify it by anyway
-    return [line for line in done.stdout.splitlines() if line.strip()]
-
-
 def require_clean_tree(allow_dirty: bool, out_dir: Path) -> None:
     """Raise DirtyTree when the tree has changes outside `out_dir`, unless `allow_dirty`."""
-    inside = out_dir.resolve()
-    changed = [
-        line
-        for line in dirty_paths()
-        if not (ROOT / line[3:].strip('"')).resolve().is_relative_to(inside)
-    ]
+    changed = changes_outside(out_dir)
     if changed and not allow_dirty:
         listed = ", ".join(line[3:] for line in changed[:5])
         raise DirtyTree(

@@ -146,8 +146,9 @@ class Dispatcher:
         self, unit: Unit, queue: ModelQueue, above: Priority, pauses: str, now: float
     ) -> Dispatch | None:
         """A batch of `queue`'s jobs of classes above `above` for the busy `unit`, pausing its
-        batch `pauses`; None when none can go now. Formed as `_form_batch` forms one, its
-        batch window included, from the job the queue would run next."""
+        batch `pauses`; None when none can go now. Formed from the job the queue would run
+        next and the urgent jobs already waiting, without a batch window: the paused batch
+        waits as long as the urgent one runs, so holding it open would delay both."""
         eligible = self._eligibility(unit, now, {})
         best = queue.best(now, eligible)
         if best is None or best[1].priority >= above:
@@ -159,7 +160,9 @@ class Dispatcher:
         joins = self._companion_eligibility(classes, lead)
         companions = queue.companions(lead, limit - 1, joins, classes) if limit > 1 else []
         jobs = [lead, *companions]
-        if len(jobs) < limit and not self._window_closed(jobs, batching, now):
+        # Static batching promises full batches (up to its cap), urgent or not.
+        static = batching.mode == "static"
+        if static and len(jobs) < limit and not self._window_closed(jobs, batching, now):
             return None
         return self._dispatch(unit, lead.model, jobs, now, pauses)
 

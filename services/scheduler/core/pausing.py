@@ -9,7 +9,7 @@ batch ends; it also checkpoints it, so that it resumes elsewhere should the work
 
 Guards against thrash (`PausePolicy`): a job is paused at most `max_per_job` times, never
 within its first `min_steps` steps, and a worker holds at most one paused batch. The
-urgent batch is formed like any other (its batch window included), only on a busy unit.
+urgent batch goes without waiting for its batch window (static batching excepted).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from mediamesh.scheduler.core.queues import ModelQueue
 from mediamesh.scheduler.core.units import Unit
 
 # Forms the urgent batch on `unit` from `queue`, only of classes above `above`, pausing the
-# named batch; None when no such batch can go now (e.g. its batch window is still open).
+# named batch; None when no such batch can go now (e.g. a static batch is not yet full).
 FormUrgent = Callable[[Unit, ModelQueue, Priority, str, float], Dispatch | None]
 
 

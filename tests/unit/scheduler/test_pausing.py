@@ -45,7 +45,7 @@ def test_realtime_job_that_would_miss_its_sla_pauses_the_batch_batch():
     core = make_core(clock)
     paused, bulk = running_bulk(core, clock)
     urgent = submit(core, priority=Priority.REALTIME)
-    clock.advance(0.031)  # its batch window closes
+    # At once: its batch window would keep the paused batch waiting too.
     [dispatch] = core.schedule()
     assert dispatch.pauses == paused.batch_id
     assert dispatch.worker_id == "w0" and dispatch.jobs == (urgent,)
