@@ -15,6 +15,7 @@ import contextlib
 import os
 import signal
 import time
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -56,9 +57,20 @@ class Tracker:
         self.events.append((time.monotonic(), job_id, event, self.worker_of.get(job_id, "")))
         self.changed.set()
 
-    def first(self, after: float, kind: str, notice: str = "", exclude_worker: str = "") -> float:
-        for at, _, event, worker in self.events:
+    def first(
+        self,
+        after: float,
+        kind: str,
+        notice: str = "",
+        exclude_worker: str = "",
+        jobs: Collection[str] = (),
+    ) -> float:
+        """When the first event of `kind` after `after` arrived (0.0: none yet); `jobs`
+        limits it to those jobs."""
+        for at, job_id, event, worker in self.events:
             if at < after or event.WhichOneof("event") != kind:
+                continue
+            if jobs and job_id not in jobs:
                 continue
             if notice and event.notice.kind != notice:
                 continue
@@ -163,16 +175,24 @@ async def worker_trial(mesh: Mesh, stub: gateway_pb2_grpc.GatewayStub, steps: in
         victim_jobs = [j for j in ids if tracker.worker_of.get(j) == victim]
         os.kill(mesh.child_pid("worker", victim), signal.SIGKILL)
         killed = time.monotonic()
-        await tracker.until(lambda: tracker.first(killed, "progress", exclude_worker=victim) > 0)
+        # The victim's own jobs, not the survivor's: those never stopped.
+        lost = set(victim_jobs)
+
+        def first(kind: str, notice: str = "") -> float:
+            # A requeue is announced while the job still names the victim as its worker.
+            elsewhere = "" if notice == "requeued" else victim
+            return tracker.first(killed, kind, notice, exclude_worker=elsewhere, jobs=lost)
+
+        await tracker.until(lambda: first("progress") > 0)
         return {
             "victim": victim,
             "victim_jobs": len(victim_jobs),
             # Jobs split over both workers make the survivor finish its own batch first.
             "survivor_was_busy": len(victim_jobs) < len(ids),
             "resumed_on": sorted({tracker.worker_of[j] for j in victim_jobs} - {victim}),
-            "requeued_s": _since(killed, tracker.first(killed, "notice", "requeued")),
-            "redispatched_s": _since(killed, tracker.first(killed, "notice", "dispatched")),
-            "recovered_s": _since(killed, tracker.first(killed, "progress", exclude_worker=victim)),
+            "requeued_s": _since(killed, first("notice", "requeued")),
+            "redispatched_s": _since(killed, first("notice", "dispatched")),
+            "recovered_s": _since(killed, first("progress")),
         }
     finally:
         await cancel_all(stub, ids)
