@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from mediamesh.cli.gateway_args import add_gateway_arguments, gateway_options
 from mediamesh.common.errors import StatusCode
 from mediamesh.common.output_formats import EXTENSIONS
 from mediamesh.sdk import AsyncClient, Error, GatewayError, Result
@@ -256,11 +257,7 @@ def add_batch_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
     batch.add_argument("file", type=Path, help="one JSON object per line, each with a prompt")
     batch.add_argument("--out", type=Path, required=True, help="folder for results + manifest")
     batch.add_argument("--model", help="model for lines that name none")
-    batch.add_argument(
-        "--gateway", default=os.environ.get("MEDIAMESH_GATEWAY_ADDRESS", "127.0.0.1:50051")
-    )
-    batch.add_argument("--api-key", default=os.environ.get("MEDIAMESH_API_KEY"))
-    batch.add_argument("--ca-cert", type=Path, help="use TLS, trusting this CA certificate")
+    add_gateway_arguments(batch)
     batch.add_argument("--concurrency", type=int, default=16, help="jobs in flight at once")
     batch.add_argument("--quiet", action="store_true", help="no progress bar")
     batch.set_defaults(handler=_cmd_batch)
@@ -283,7 +280,8 @@ def _cmd_batch(args: argparse.Namespace) -> int:
     )  # fmt: skip
 
     async def main() -> Counts:
-        async with AsyncClient(args.gateway, api_key=args.api_key, ca_file=args.ca_cert) as client:
+        options = gateway_options(args)
+        async with AsyncClient(args.gateway, **options) as client:
             with (args.out / MANIFEST).open("a") as manifest:
                 return await BatchRun(client, args.out, manifest, bar).run(todo, args.concurrency)
 

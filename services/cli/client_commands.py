@@ -10,20 +10,14 @@ from pathlib import Path
 
 import grpc
 
+from mediamesh.cli.gateway_args import add_gateway_arguments, gateway_options
 from mediamesh.cli.image_inputs import add_image_arguments, image_options
 from mediamesh.cli.run_dir import DEFAULT_RUN_DIR, local_config
 
 
 def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     gen = sub.add_parser("generate", help="generate one artifact with a progress bar")
-    gen.add_argument(
-        "--gateway", default=os.environ.get("MEDIAMESH_GATEWAY_ADDRESS", "127.0.0.1:50051")
-    )
-    gen.add_argument("--api-key", default=os.environ.get("MEDIAMESH_API_KEY"))
-    gen.add_argument("--tls", action="store_true", help="TLS with the system's root certificates")
-    gen.add_argument("--ca-file", type=Path, help="TLS, trusting this CA certificate (PEM)")
-    gen.add_argument("--cert-file", type=Path, help="client certificate for mTLS (PEM)")
-    gen.add_argument("--key-file", type=Path, help="key of the client certificate (PEM)")
+    add_gateway_arguments(gen)
     gen.add_argument("--model", required=True)
     gen.add_argument("--prompt", required=True)
     gen.add_argument("--negative-prompt", default="")
@@ -143,14 +137,7 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     previews = PreviewSaver(args.preview_dir)
     final: Result | Error | None = None
     try:
-        with Client(
-            args.gateway,
-            api_key=args.api_key,
-            tls=args.tls,
-            ca_file=args.ca_file,
-            cert_file=args.cert_file,
-            key_file=args.key_file,
-        ) as client:
+        with Client(args.gateway, **gateway_options(args)) as client:
             events = client.generate(
                 args.model,
                 args.prompt,

@@ -9,12 +9,12 @@ from mediamesh.common.generated.inference import grpc_service_pb2 as pb
 from mediamesh.common.registry import ModelSpec
 from mediamesh.gateway.core.inference_call import (
     MODEL_VERSION,
-    OUTPUTS,
     InputTensor,
     OutputTensor,
     ParamValue,
     TensorSpec,
     model_inputs,
+    model_outputs,
 )
 
 FINAL_FLAG = "triton_final_response"
@@ -130,5 +130,5 @@ def model_metadata(spec: ModelSpec) -> pb.ModelMetadataResponse:
         versions=[MODEL_VERSION],
         platform=f"mediamesh_{spec.pipeline}",
         inputs=[tensor(t) for t in model_inputs(spec)],
-        outputs=[tensor(t) for t in OUTPUTS],
+        outputs=[tensor(t) for t in model_outputs(spec)],
     )

@@ -79,6 +79,14 @@ OUTPUTS = (TensorSpec(OUTPUT, "BYTES", (-1,)), TensorSpec(SEED, "INT64", (-1,)))
 IMAGE_INPUTS = ("image", "mask_image")
 
 
+def model_outputs(spec: ModelSpec) -> tuple[TensorSpec, ...]:
+    """The outputs `spec` can answer with: the results and seeds, and on ModelStreamInfer's
+    progress responses a `preview` image when the model offers previews."""
+    if not spec.preview.enabled:
+        return OUTPUTS
+    return (*OUTPUTS, TensorSpec(PREVIEW, "BYTES", (1,)))
+
+
 def model_inputs(spec: ModelSpec) -> tuple[TensorSpec, ...]:
     """The inputs `spec` takes: the prompts, and the input images it lists."""
     images = tuple(TensorSpec(name, "BYTES", (-1,)) for name in IMAGE_INPUTS if name in spec.inputs)
@@ -343,6 +351,11 @@ def parse_priority_parameter(value: ParamValue) -> str:
 def _outputs(model: str, requested: Sequence[str]) -> tuple[str, ...]:
     known = tuple(t.name for t in OUTPUTS)
     for name in requested:
+        if name == PREVIEW:
+            raise InvalidArgument(
+                f"outputs: '{PREVIEW}' comes on ModelStreamInfer's progress responses when "
+                "parameters.preview_every_steps is set; it cannot be requested as an output"
+            )
         if name not in known:
             raise InvalidArgument(
                 f"unexpected inference output '{name}' for model '{model}'; "
