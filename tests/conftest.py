@@ -12,6 +12,8 @@ MODELS_DIR = ROOT / ".mediamesh" / "models"
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# As `mediamesh` does (cli/main.py): ffmpeg spawned, never forked from a process with gRPC.
+os.environ.setdefault("IMAGEIO_FFMPEG_NO_PREVENT_SIGINT", "1")
 
 
 @pytest.fixture(scope="session")

@@ -198,6 +198,10 @@ def _cmd_models_build(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # imageio-ffmpeg otherwise starts ffmpeg with a preexec_fn, which makes Python fork()
+    # rather than spawn: in a process with gRPC's threads, the child then runs gRPC's fork
+    # handlers before exec and can stall (seen as ffmpeg never answering). Spawned, it cannot.
+    os.environ.setdefault("IMAGEIO_FFMPEG_NO_PREVENT_SIGINT", "1")
     args = build_parser().parse_args(argv)
     handler: Handler = args.handler
     try:

@@ -8,6 +8,7 @@ import io
 import warnings
 
 import httpx
+import numpy as np
 import openai
 import pytest
 from PIL import Image
@@ -48,7 +49,13 @@ async def test_images_generate_as_b64_json_and_as_url(http_mesh: InProcessMesh):
     url = (linked.data or [])[0].url or ""
     async with httpx.AsyncClient(timeout=60) as http:
         fetched = await http.get(url, headers=bearer(KEY_A))
-    assert fetched.content == images[0], "the same seed gives the same image"
+    # The n=2 pair ran as one batch and this one alone: batched matmuls round differently,
+    # so the same seed gives the same picture within 2 of 255 levels, not the same bytes.
+    alone, batched = (
+        np.asarray(Image.open(io.BytesIO(data)).convert("RGB"), dtype=np.int16)
+        for data in (fetched.content, images[0])
+    )
+    assert np.abs(alone - batched).max() <= 2, "the same seed gives the same image"
     await client.close()
 
 

@@ -55,7 +55,12 @@ async def test_tritonclient_health_metadata_infer_stream_and_errors(keyed_mesh):
     assert health["server"]["name"] == "mediamesh"
     assert "schedule_policy" in health["server"]["extensions"]
     assert health["inputs"] == [["prompt", "BYTES", [-1]], ["negative_prompt", "BYTES", [-1]]]
-    assert health["outputs"] == [["output", "BYTES", [-1]], ["seed", "INT64", [-1]]]
+    # The preview output comes on ModelStreamInfer's progress responses (echo has previews).
+    assert health["outputs"] == [
+        ["output", "BYTES", [-1]],
+        ["seed", "INT64", [-1]],
+        ["preview", "BYTES", [1]],
+    ]
 
     infer = report["infer"]
     assert infer["sizes"] == [[48, 32]] * 3 and infer["seeds"] == [7, 8, 9]

@@ -29,22 +29,36 @@ def patient_registry() -> Registry:
 
 
 async def run_jobs(mesh, seeds: range) -> list[list[common_pb2.GenerateEvent]]:
+    """Submit a job per seed and collect each one's events. The batch forms only once the
+    last job is queued, so every other job is watched before then and sees its notices."""
     stub = mesh.gateway_stub()
-    handles = await asyncio.gather(
-        *(
-            stub.Submit(common_pb2.GenerateRequest(model=MODEL, prompt="p", steps=1, seed=s))
-            for s in seeds
-        )
+    *first, last = seeds
+
+    def submit(seed: int):
+        request = common_pb2.GenerateRequest(model=MODEL, prompt="p", steps=1, seed=seed)
+        return stub.Submit(request)
+
+    handles = await asyncio.gather(*(submit(s) for s in first))
+    attached = [asyncio.Event() for _ in handles]
+    watches = [
+        asyncio.ensure_future(_collect(stub.Watch(gateway_pb2.WatchRequest(job_id=h.job_id)), a))
+        for h, a in zip(handles, attached, strict=True)
+    ]
+    await asyncio.wait_for(asyncio.gather(*(a.wait() for a in attached)), 30)
+    final = await submit(last)
+    watches.append(
+        asyncio.ensure_future(_collect(stub.Watch(gateway_pb2.WatchRequest(job_id=final.job_id))))
     )
-    return list(
-        await asyncio.gather(
-            *(_collect(stub.Watch(gateway_pb2.WatchRequest(job_id=h.job_id))) for h in handles)
-        )
-    )
+    return list(await asyncio.gather(*watches))
 
 
-async def _collect(stream) -> list[common_pb2.GenerateEvent]:
-    return [event async for event in stream]
+async def _collect(stream, attached: asyncio.Event | None = None) -> list[common_pb2.GenerateEvent]:
+    events = []
+    async for event in stream:
+        events.append(event)
+        if attached is not None:
+            attached.set()
+    return events
 
 
 async def test_split_batches_finish_once_and_the_scheduler_learns(
