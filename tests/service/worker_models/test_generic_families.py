@@ -3,6 +3,8 @@
 Tolerance for "same seed alone and in a batch": 8-bit outputs differ by at most 2 levels
 and by under 0.1 level on average. The noise is identical (one generator per job); batched
 matmuls round differently, which a UNet or DiT amplifies a little more than Flux does.
+Video is held to 35 dB PSNR after decoding instead, because the bundled x264 does not
+always encode identical frames to one bitstream (`tests.media.VIDEO_PSNR_DB`).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from PIL import Image
 from wm_helpers import job_for, of, run
 
 from mediamesh.common.work import JobFailed, JobFinished, JobNotice, JobPreempted, StepDone
+from tests.media import VIDEO_PSNR_DB, psnr_db
 
 FAMILIES = ["sdxl-tiny", "sd3-tiny", "pixart-tiny", "cogvideox-tiny", "audioldm2-tiny"]
 # Every family's scheduler keeps its state in a form a checkpoint can carry (CogVideoX's
@@ -53,7 +56,10 @@ def test_progress_every_step_and_seed_alone_equals_batched(host_for, name, tmp_p
     (single,) = of(alone, "a", JobFinished)
     (batched,) = of(batch, "b0", JobFinished)
     difference = np.abs(_pixels(single, tmp_path, "a") - _pixels(batched, tmp_path, "b"))
-    assert difference.max() <= 2 and difference.mean() < 0.1, name
+    if single.mime_type.startswith("video/"):
+        assert psnr_db(difference) >= VIDEO_PSNR_DB, name
+    else:
+        assert difference.max() <= 2 and difference.mean() < 0.1, name
 
 
 @pytest.mark.parametrize("name", FAMILIES)
