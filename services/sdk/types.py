@@ -66,6 +66,8 @@ class JobInfo:
     total_steps: int
     seed: int
     worker_id: str
+    # Batch it ran in last; jobs that shared a pipeline call share it ("" when unknown).
+    batch_id: str = ""
     # Result metadata once SUCCEEDED (the bytes come from watch or download).
     mime_type: str = ""
     size_bytes: int = 0

@@ -20,9 +20,11 @@ import grpc
 import numpy as np
 import pytest
 import soundfile
+import yaml
 from PIL import Image
 
 from mediamesh.common.generated.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
+from mediamesh.common.registry import DEFAULT_REGISTRY
 from tests.e2e.test_spot import PLACEMENT, Follower, frames_of
 from tests.media import VIDEO_PSNR_DB, psnr_db
 
@@ -55,12 +57,24 @@ def samples(result: common_pb2.GenerateEvent, folder: Path, name: str) -> np.nda
     return np.asarray(Image.open(io.BytesIO(result.data)).convert("RGB"), dtype=np.int16)
 
 
+def registry_batching_three(tmp_path: Path, model: str) -> Path:
+    """The shipped registry with `model` batching three jobs over a window long enough that
+    three submissions in a row always meet, however loaded the machine."""
+    entries = yaml.safe_load(DEFAULT_REGISTRY.read_text())["models"]
+    entry = next(e for e in entries if e["name"] == model)
+    entry["batching"] = {"mode": "dynamic", "max_batch": 3, "max_wait_ms": 3000}
+    path = tmp_path / "models.yaml"
+    path.write_text(yaml.safe_dump({"models": [entry]}))
+    return path
+
+
 @pytest.mark.parametrize("model", list(FAMILIES))
 def test_family_steps_cancel_seeds_and_preemption(launch, tmp_path: Path, model: str) -> None:
     mesh = launch(
         [{"models": [model], "pool": "spot"}, {"models": [model], "pool": "on-demand"}],
         extra_args=("--no-restart",),
         scheduler=PLACEMENT,
+        registry_path=str(registry_batching_three(tmp_path, model)),
     )
     options = [("grpc.max_receive_message_length", 1 << 26)]
     with grpc.insecure_channel(mesh.gateway, options=options) as channel:
@@ -91,6 +105,9 @@ def test_family_steps_cancel_seeds_and_preemption(launch, tmp_path: Path, model:
         followers += [Follower(stub, job_id) for job_id in ids[1:]]
         for follower in followers:
             assert follower.done.wait(240)
+        # One pipeline call: the cancel hit a running batch, and seed 5 ran among others.
+        batches = {stub.GetJob(gateway_pb2.GetJobRequest(job_id=i)).batch_id for i in ids}
+        assert len(batches) == 1 and "" not in batches, batches
         assert followers[0].events[-1].state == common_pb2.CANCELLED
         for follower in followers[1:]:
             assert follower.events[-1].state == common_pb2.SUCCEEDED

@@ -194,6 +194,7 @@ def job_view(info: common_pb2.JobInfo) -> JsonObject:
         # uint64 as a decimal string, as proto3 JSON writes it: JavaScript rounds past 2^53.
         "seed": str(info.seed),
         "worker_id": info.worker_id,
+        "batch_id": info.batch_id,
         "result": _result_view(info.result) if info.HasField("result") else None,
         "error": _error_view(info.error) if info.HasField("error") else None,
     }

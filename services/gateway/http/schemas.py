@@ -62,6 +62,9 @@ class JobView(BaseModel):
     # uint64 as a decimal string (proto3 JSON), exact in every JSON parser.
     seed: str
     worker_id: str
+    batch_id: str = Field(
+        "", description="Batch it runs or ran in last; jobs of one pipeline call share it."
+    )
     result: ResultView | None
     error: JobError | None
     links: JobLinks

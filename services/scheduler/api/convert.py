@@ -93,6 +93,7 @@ def job_info(
         total_steps=job.total_steps or job.params.steps,
         seed=job.params.seed,
         worker_id=job.worker_id or job.last_worker_id,
+        batch_id=job.batch_id or "",
     )
     if artifact is not None and job.state is JobState.SUCCEEDED:
         info.result.CopyFrom(result_message(artifact, 0, None, url))

@@ -134,6 +134,7 @@ def job_info(message: common_pb2.JobInfo) -> JobInfo:
         total_steps=message.total_steps,
         seed=message.seed,
         worker_id=message.worker_id,
+        batch_id=message.batch_id,
         mime_type=message.result.mime_type,
         size_bytes=message.result.artifact.size_bytes,
         sha256=message.result.artifact.sha256,
