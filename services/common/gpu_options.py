@@ -81,6 +81,17 @@ def check_load_options(spec: Any) -> None:
         if gpu != GpuOptions():
             raise ValueError("gpu: the builtin Echo model runs no torch; leave gpu unset")
         return
+    if spec.cache is not None and mode == "context":
+        # Each rank's blocks see only its slice of the sequence, so a data-dependent skip
+        # (first-block compares its own slice's residual) can differ between ranks: one
+        # skips the remaining blocks while another waits in their all-to-all for ever. The
+        # step- and timestep-driven kinds agree across ranks in principle, but are refused
+        # too until a test runs them over the split.
+        raise ValueError(
+            f"cache: a {spec.cache.kind} step cache cannot combine with parallelism.mode "
+            "context: each rank would decide to skip from its own slice of the sequence and "
+            "the ranks could diverge; use data or tensor mode, or no cache"
+        )
     if gpu.offload != "none" and mode != "data":
         raise ValueError(
             f"gpu.offload: {gpu.offload} offload moves weights on and off one device; it cannot "

@@ -30,7 +30,7 @@ from mediamesh.worker.residency import (
     estimate_weight_bytes,
 )
 from mediamesh.worker.runtime import WorkerRuntime
-from mediamesh.worker.warming import needs_warmup, run_warmups
+from mediamesh.worker.warming import needs_warmup, run_warmups, warm_host
 
 log = logging.getLogger("mediamesh.worker")
 
@@ -75,6 +75,7 @@ def load_hosts(
         load,
         functools.partial(estimate_weight_bytes, models_dir=config.models_dir),
         _observe_model_load,
+        warm_host,
     )
     hosts: dict[str, ModelHost] = {}
     for spec in specs:
@@ -92,7 +93,8 @@ def load_hosts(
 
 def preload(hosts: dict[str, ModelHost], residency: Residency) -> None:
     """Loads managed models at start, in registry order, while the limits leave room (so a
-    worker with room for all of them never cold-starts)."""
+    worker with room for all of them never cold-starts). Their warm-up is left to the
+    start-up warm-up, which runs once the worker is registered as warming."""
     limits = residency.limits
     loaded_bytes = 0
     for count, host in enumerate(h for h in hosts.values() if isinstance(h, ResidentHost)):
@@ -101,7 +103,7 @@ def preload(hosts: dict[str, ModelHost], residency: Residency) -> None:
             return
         if limits.max_bytes and loaded_bytes + size > limits.max_bytes:
             return
-        residency.acquire(host.spec)
+        residency.acquire(host.spec, warm=False)
         residency.release(host.spec.name)
         loaded_bytes += size
 

@@ -6,6 +6,11 @@ limit loaded, and loads a cold one when a batch needs it, first evicting the lea
 used models that no batch is using. Loading happens inside the batch's `run_batch`, so in
 the device thread while the batch holds the device gate, never on the event loop. Models in
 a parallel mode load at start and stay resident (they own several devices and processes).
+
+A model's warm-up shapes run once per load, before the first batch on it: compiled graphs
+and autotuned kernels go with the evicted weights, so a reload would otherwise make its
+first user batch pay for them again. The models loaded at start are warmed by the
+worker's start-up warm-up instead, while it still reports itself warming.
 """
 
 from __future__ import annotations
@@ -47,7 +52,8 @@ class Residency:
     """Which hosted models are loaded, how long each load took, and the LRU eviction.
 
     `load` builds a model's host (blocking torch work), `size_of` estimates its weight
-    bytes, `observe` is told each measured load (model, seconds) for the metrics.
+    bytes, `observe` is told each measured load (model, seconds) for the metrics, and
+    `warm` runs a loaded host's warm-up shapes (blocking; None: no warm-up).
     """
 
     def __init__(
@@ -56,18 +62,23 @@ class Residency:
         load: Callable[[ModelSpec], ModelHost],
         size_of: Callable[[ModelSpec], int],
         observe: Callable[[str, float], None],
+        warm: Callable[[ModelHost], None] | None = None,
     ) -> None:
         self.limits = limits
         self._load = load
         self._size_of = size_of
         self._observe = observe
+        self._warm = warm
         # Serialises loads and evictions; readers of the snapshot below never wait on it.
         self._loading = threading.Lock()
         # Managed models loaded now, least recently used first.
         self._loaded: OrderedDict[str, ModelHost] = OrderedDict()
         self._bytes: dict[str, int] = {}
         self._in_use: Counter[str] = Counter()
-        # Every model's last measured load seconds, managed or pinned; read-only outside.
+        # Loaded managed models whose warm-up has run since their load.
+        self._warmed: set[str] = set()
+        # Every model's last measured load seconds, managed or pinned, with the warm-up run
+        # for that load: a batch sent to a cold model waits for both. Read-only outside.
         self.load_seconds: dict[str, float] = {}
         # Loads per model since start (the first one included); read-only outside.
         self.loads: Counter[str] = Counter()
@@ -107,9 +118,11 @@ class Residency:
         """The loaded host of a managed model, or None while it is cold."""
         return self._loaded.get(name)
 
-    def acquire(self, spec: ModelSpec) -> ModelHost:
-        """The loaded host of `spec`, loading it (after evictions) if cold; blocking, for the
-        device thread. Pair with `release` once the batch is done with it."""
+    def acquire(self, spec: ModelSpec, *, warm: bool = True) -> ModelHost:
+        """The loaded host of `spec`, loading it (after evictions) if cold and running its
+        warm-up if it has not run since that load; blocking, for the device thread. Pair
+        with `release` once the batch is done with it. `warm=False` (the start-up preload)
+        leaves the warm-up to `warm_loaded`."""
         name = spec.name
         with self._loading:
             host = self._loaded.get(name)
@@ -125,9 +138,37 @@ class Residency:
                 self.loads[name] += 1
                 self._observe(name, seconds)
                 log.info("loaded %s in %.2f s (%d resident)", name, seconds, len(self._loaded))
+            if warm:
+                self._warm_up(spec, host)
             self._loaded.move_to_end(name)
             self._in_use[name] += 1
             return host
+
+    def warm_loaded(self, spec: ModelSpec) -> bool:
+        """Runs `spec`'s warm-up on its loaded host if it has not run since the load
+        (blocking, for the device thread); False while the model is cold, since it warms
+        when a batch loads it."""
+        with self._loading:
+            host = self._loaded.get(spec.name)
+            if host is None:
+                return False
+            self._warm_up(spec, host)
+            return True
+
+    def _warm_up(self, spec: ModelSpec, host: ModelHost) -> None:
+        name = spec.name
+        if self._warm is None or not spec.warmup or name in self._warmed:
+            return
+        # Marked first: a warm-up that raised is not retried before every batch.
+        self._warmed.add(name)
+        started = time.perf_counter()
+        try:
+            self._warm(host)
+        except Exception:
+            log.exception("warm-up of %s failed; it serves unwarmed", name)
+        took = time.perf_counter() - started
+        self.load_seconds[name] = self.load_seconds.get(name, 0.0) + took
+        log.info("warmed %s in %.2f s", name, took)
 
     def release(self, name: str) -> None:
         """A batch is done with `name`'s host: it may be evicted again."""
@@ -152,6 +193,7 @@ class Residency:
     def _evict(self, name: str) -> None:
         host = self._loaded.pop(name)
         self._bytes.pop(name, None)
+        self._warmed.discard(name)
         try:
             host.close()
         except Exception:
@@ -214,6 +256,11 @@ class ResidentHost:
             host.run_batch(jobs, control, emit)
         finally:
             self._residency.release(self.spec.name)
+
+    def warm_if_loaded(self) -> bool:
+        """Runs the model's warm-up now if it is loaded and not yet warmed since; False while
+        it is cold (the batch that loads it warms it first)."""
+        return self._residency.warm_loaded(self.spec)
 
     def close(self) -> None:
         """Unloads the model's weights if they are loaded."""

@@ -1,10 +1,12 @@
-"""Warm-up: each hosted model's listed shapes run once before the worker takes work.
+"""Warm-up: each hosted model's listed shapes run once before it takes work.
 
-The worker registers its models as warming (the scheduler routes nothing to it and its
-health says NOT_SERVING), runs every shape on its device, then registers again as warm.
-No batch can arrive meanwhile, so the warm-up owns the device. A shape that fails is
-logged and skipped: the model still serves, and a request of that shape fails as it would
-have anyway.
+At start the worker registers its models as warming (the scheduler routes nothing to it
+and its health says NOT_SERVING), runs every shape of each loaded model on its device,
+then registers again as warm. No batch can arrive meanwhile, so the warm-up owns the
+device. A model hosted cold under residency limits is skipped then: the residency warms
+it each time a batch loads it, inside that batch's turn on the device and before its
+jobs run. A shape that fails is logged and skipped: the model still serves, and a request
+of that shape fails as it would have anyway.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from mediamesh.common.registry import ModelSpec
 from mediamesh.common.work import JobFailed, JobParams, WorkerEvent
 from mediamesh.worker.core.batch import BatchControl
 from mediamesh.worker.models.host import ModelHost
+from mediamesh.worker.residency import ResidentHost
 
 log = logging.getLogger("mediamesh.worker")
 
@@ -54,22 +57,36 @@ def needs_warmup(hosts: Mapping[str, ModelHost]) -> bool:
     return any(host.spec.warmup for host in hosts.values())
 
 
+def warm_host(host: ModelHost) -> None:
+    """Runs each of `host`'s warm-up shapes once on its loaded model (blocking: call it
+    off the event loop)."""
+    name = host.spec.name
+    for jobs in warmup_batches(host.spec):
+        events: list[WorkerEvent] = []
+        host.run_batch(jobs, BatchControl([j.job_id for j in jobs]), events.append)
+        failures = [e for e in events if isinstance(e, JobFailed)]
+        g = jobs[0].generation
+        shape = f"{g.width}x{g.height}x{g.num_frames} steps={g.steps} batch={len(jobs)}"
+        if failures:
+            log.warning("warm-up of %s at %s failed: %s", name, shape, failures[0].message)
+        else:
+            log.info("warmed %s at %s", name, shape)
+
+
 def run_warmups(hosts: Mapping[str, ModelHost]) -> dict[str, float]:
-    """Runs every shape of every hosted model (blocking: call it off the event loop);
-    returns the seconds each model's warm-up took."""
+    """The start-up warm-up of every loaded model that lists shapes (blocking: call it off
+    the event loop); returns the seconds each model's warm-up took. A cold model is left
+    to warm when it loads, rather than loaded here, which would evict the others."""
     took: dict[str, float] = {}
     for name, host in hosts.items():
+        if not host.spec.warmup:
+            continue
         started = time.perf_counter()
-        for jobs in warmup_batches(host.spec):
-            events: list[WorkerEvent] = []
-            host.run_batch(jobs, BatchControl([j.job_id for j in jobs]), events.append)
-            failures = [e for e in events if isinstance(e, JobFailed)]
-            g = jobs[0].generation
-            shape = f"{g.width}x{g.height}x{g.num_frames} steps={g.steps} batch={len(jobs)}"
-            if failures:
-                log.warning("warm-up of %s at %s failed: %s", name, shape, failures[0].message)
-            else:
-                log.info("warmed %s at %s", name, shape)
-        if host.spec.warmup:
-            took[name] = time.perf_counter() - started
+        if isinstance(host, ResidentHost):
+            if not host.warm_if_loaded():
+                log.info("%s is hosted cold; it warms when a batch loads it", name)
+                continue
+        else:
+            warm_host(host)
+        took[name] = time.perf_counter() - started
     return took

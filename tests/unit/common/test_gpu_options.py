@@ -8,6 +8,7 @@ import pytest
 
 from mediamesh.common.gpu_options import check_on_device
 from mediamesh.common.registry import ModelSpec, RegistryError, parse_registry
+from mediamesh.common.step_cache import CACHE_KINDS
 
 BASE: dict[str, Any] = {
     "name": "big",
@@ -109,3 +110,22 @@ def test_device_dependent_options_are_refused_on_cpu(fields: dict[str, Any], pro
 def test_cpu_friendly_options_pass_on_cpu() -> None:
     entry = spec(dtype="bfloat16", gpu={"attention_backend": "native", "vae": {"tiling": True}})
     assert check_on_device(entry, "cpu") is None
+
+
+@pytest.mark.parametrize("kind", CACHE_KINDS)
+def test_a_step_cache_is_refused_in_context_mode(kind: str) -> None:
+    # Ranks of a context group each see a slice of the sequence; a skip decided per slice
+    # could differ between ranks and hang the group in its collectives.
+    with pytest.raises(RegistryError, match=f"model 'big' field .*cache: a {kind} step cache"):
+        spec(cache={"kind": kind}, parallelism={"mode": "context", "ulysses": 2})
+
+
+@pytest.mark.parametrize(
+    "parallelism",
+    [{"mode": "data"}, {"mode": "tensor", "size": 2}, {"mode": "pipeline"}],
+)
+def test_a_step_cache_is_accepted_outside_context_mode(parallelism: dict[str, Any]) -> None:
+    # Tensor ranks hold the whole sequence, replicated after each block's all-reduce, so
+    # they reach the same skip decision; pipeline mode is one process.
+    entry = spec(cache={"kind": "first-block"}, parallelism=parallelism)
+    assert entry.cache is not None and entry.parallelism.mode == parallelism["mode"]
