@@ -1,10 +1,11 @@
 """OpenAI-compatible images: POST /v1/images/generations and /v1/images/edits.
 
 Synchronous, as OpenAI's are: the answer comes when every one of the `n` jobs has ended.
-`response_format` `b64_json` inlines the bytes; `url` points at where to fetch them
-(`context.result_url`: a presigned URL, or this gateway's result endpoint, which needs the
-same API key). Fields of the mesh's own (steps, seed, negative_prompt, guidance_scale,
-priority) may ride along, as the openai client's `extra_body`.
+`response_format` `b64_json` inlines the bytes; `url` submits the jobs with result_as_url
+and points at where to fetch them (`context.result_url`: the bucket's presigned URL, or with
+the local backend this gateway's result endpoint, which needs the same API key). Fields of
+the mesh's own (steps, seed, negative_prompt, guidance_scale, priority) may ride along, as
+the openai client's `extra_body`.
 """
 
 from __future__ import annotations
@@ -114,6 +115,8 @@ async def generate_images(
         )
         for index in range(body.n)
     ]
+    for generate in requests:
+        generate.result_as_url = _as_url(body.response_format)
     jobs = [(await plane.submit(r, caller))["job_id"] for r in requests]
     data = [await _image(plane, job, caller, body.response_format, request) for job in jobs]
     return {"created": int(time.time()), "data": data, "size": body.size}
@@ -174,9 +177,18 @@ async def edit_images(request: Request, authorization: Authorization = None) -> 
     if "mask" in files:
         parts["mask_image"] = files["mask"]
     generate = request_from_form({**form, **fields}, parts)
+    generate.result_as_url = _as_url(response_format)
     jobs = [(await plane.submit(generate, caller))["job_id"] for _ in range(n)]
     data = [await _image(plane, job, caller, response_format, request) for job in jobs]
     return {"created": int(time.time()), "data": data}
+
+
+def _as_url(response_format: ResponseFormat) -> bool:
+    """Whether the jobs ask for their results as URLs. OpenAI clients fetch a `url` without
+    the API key, so with object storage it must be the bucket's presigned URL whatever the
+    result's size; the local backend answers with a reference and the gateway's endpoint
+    serves it (and no inline bytes travel that the answer would not use)."""
+    return response_format == "url"
 
 
 def _count(text: str) -> int:
