@@ -234,7 +234,9 @@ class WebhookDeliverer:
     def backoff_s(self, attempts: int) -> float:
         """Wait after the `attempts`-th failure: doubling from first_backoff_s, bounded."""
         s = self.settings
-        return float(min(s.first_backoff_s * 2 ** (attempts - 1), s.max_backoff_s))
+        # The exponent is bounded first: a float past 2**1023 overflows before any cap.
+        doublings = min(max(attempts - 1, 0), 64)
+        return float(min(s.first_backoff_s * 2.0**doublings, s.max_backoff_s))
 
     def _http(self) -> httpx.AsyncClient:
         if self._client is None:

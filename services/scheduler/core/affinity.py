@@ -5,7 +5,10 @@ time each adapter took to load is learned from the workers' reports (starting fr
 configured prior). The dispatcher offers the least-loaded unit that formed the batch; a
 unit of the same class that has every adapter of the batch loaded takes it instead when
 its load is within `margin_s` plus that load time of the offered unit's, so a cold unit
-is chosen only when it is enough less loaded to pay for the load.
+is chosen only when it is enough less loaded to pay for the load. Whichever unit takes the
+batch is charged the load time of the adapters it lacks along with the batch's work
+(`load_on`), so later routing and finish estimates see the cold unit as busy for as long as
+it will be.
 
 Pure: no clock is needed (the decision depends on loads only), and no I/O.
 """
@@ -63,28 +66,40 @@ class AdapterAffinity:
         """The unit a batch of `model` with `adapters` goes to: `offered` (the least-loaded
         unit that formed it) unless it lacks an adapter and an alternative has them all at
         a load within the margin plus the adapters' load time; the least loaded such
-        alternative then. The chosen unit counts the adapters as loaded from now on."""
+        alternative then. Changes nothing: the unit the batch finally goes to (residency
+        may still move it) is charged by `load_on`."""
         if not adapters:
             return offered
         names = frozenset(a.name for a in adapters)
-        chosen = offered
         missing = names - offered.adapters.get(model, frozenset())
-        if missing:
-            limit = offered.load_s + self._policy.margin_s + self.load_s(model, missing)
-            warm = [
-                unit
-                for unit in alternatives
-                if unit is not offered
-                and unit.free_slots > 0
-                and names <= unit.adapters.get(model, frozenset())
-                and unit.load_s <= limit
-            ]
-            if warm:
-                chosen = min(warm, key=lambda u: (u.load_s, u.dispatched, u.worker_id))
-                self.warm_choices += 1
-        # Until its next report, the unit is taken to hold what it is about to load.
-        chosen.adapters = {
-            **chosen.adapters,
-            model: chosen.adapters.get(model, frozenset()) | names,
-        }
-        return chosen
+        if not missing:
+            return offered
+        limit = offered.load_s + self._policy.margin_s + self.load_s(model, missing)
+        warm = [
+            unit
+            for unit in alternatives
+            if unit is not offered
+            and unit.free_slots > 0
+            and names <= unit.adapters.get(model, frozenset())
+            and unit.load_s <= limit
+        ]
+        if not warm:
+            return offered
+        self.warm_choices += 1
+        return min(warm, key=lambda u: (u.load_s, u.dispatched, u.worker_id))
+
+    def load_on(self, unit: Unit, model: str, adapters: tuple[AdapterScale, ...]) -> float:
+        """Seconds `unit` will spend loading the `adapters` of `model` it lacks before it can
+        run a batch with them, learned per adapter; 0 when it has them all. From now on the
+        unit counts them as loaded."""
+        if not adapters:
+            return 0.0
+        names = frozenset(a.name for a in adapters)
+        held = unit.adapters.get(model, frozenset())
+        missing = names - held
+        if not missing:
+            return 0.0
+        # Until its next report, the unit is taken to hold what it is about to load, so the
+        # next batch with these adapters neither avoids it nor pays for the load again.
+        unit.adapters = {**unit.adapters, model: held | names}
+        return self.load_s(model, sorted(missing))

@@ -401,6 +401,10 @@ class Dispatcher:
             self._placements,
         )
         waits = []
+        # Every job of a batch has the same adapters (its compat key); the time the unit
+        # spends loading those it lacks delays the whole batch, so the jobs share it: it
+        # counts in the unit's load until they end, and leaves with them.
+        setup_share_s = self._affinity.load_on(unit, model, jobs[0].params.adapters) / len(jobs)
         for job in jobs:
             placement = placements[job.priority]
             if unit.pool != placement.prefer and placement.prefer == "spot":
@@ -415,7 +419,7 @@ class Dispatcher:
             job.worker_id, job.batch_id = unit.worker_id, batch_id
             job.last_worker_id = unit.worker_id
             waits.append(now - job.enqueued_at)
-            inflight.charge(job, unit)
+            inflight.charge(job, unit, setup_share_s)
             outbox.transition(job, JobState.DISPATCHED)
         inflight.open_batch(unit, batch_id, model, {j.job_id for j in jobs})
         dispatch = Dispatch(

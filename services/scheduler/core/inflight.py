@@ -109,9 +109,10 @@ class InFlight:
         if limit and limit < self._limited_tenants.get(job.tenant, limit + 1):
             self._limited_tenants[job.tenant] = limit
 
-    def charge(self, job: Job, unit: Unit) -> None:
-        """Count a job just dispatched to `unit` as running there."""
-        charge = job.cost_s * job.remaining_fraction
+    def charge(self, job: Job, unit: Unit, setup_s: float = 0.0) -> None:
+        """Count a job just dispatched to `unit` as running there, with `setup_s` of work the
+        unit does for it before its steps (its share of loading the batch's adapters)."""
+        charge = job.cost_s * job.remaining_fraction + setup_s
         self._charged[job.job_id] = (charge, unit.pool)
         unit.load_s += charge
         self.pool_running_s[(job.queue, unit.pool)] += charge

@@ -225,16 +225,36 @@ async def test_jobs_batch_only_with_the_same_input_size(mesh):
     assert batches[0] == batches[1] and batches[2] != batches[0]
 
 
-def infer(model: str, images: list[bytes] | None, prompts: int = 1, **params: float):
+def infer(
+    model: str,
+    images: list[bytes] | None,
+    prompts: int = 1,
+    masks: list[bytes] | None = None,
+    **params: float,
+) -> pb.ModelInferRequest:
     request = pb.ModelInferRequest(model_name=model)
     request.inputs.add(name="prompt", datatype="BYTES", shape=[prompts])
     request.raw_input_contents.append(join_bytes_tensor([b"a fox"] * prompts))
-    if images is not None:
-        request.inputs.add(name="image", datatype="BYTES", shape=[len(images)])
-        request.raw_input_contents.append(join_bytes_tensor(images))
+    for name, elements in (("image", images), ("mask_image", masks)):
+        if elements is not None:
+            request.inputs.add(name=name, datatype="BYTES", shape=[len(elements)])
+            request.raw_input_contents.append(join_bytes_tensor(elements))
     for name, value in params.items():
-        request.parameters[name].double_param = value
+        # The gateway takes integer parameters (seed, steps) only as int64_param.
+        if isinstance(value, int):
+            request.parameters[name].int64_param = value
+        else:
+            request.parameters[name].double_param = value
     return request
+
+
+def left_half_mask(size: tuple[int, int] = (64, 64)) -> bytes:
+    """A mask that repaints the left half only (white) and keeps the right half (black)."""
+    mask = Image.new("L", size, 0)
+    mask.paste(255, (0, 0, size[0] // 2, size[1]))
+    buffer = io.BytesIO()
+    mask.save(buffer, "PNG")
+    return buffer.getvalue()
 
 
 async def test_kserve_image_inputs(mesh):
@@ -254,6 +274,26 @@ async def test_kserve_image_inputs(mesh):
     outputs = split_bytes_tensor(reply.raw_output_contents[0], "output")
     assert len(outputs) == 2 and outputs[0] != outputs[1]
 
+    # Inpainting: the mask travels as its own BYTES input. The same job over gRPC gives the
+    # same image, and another mask another one, so the mask reached the pipeline.
+    source = noise_png(seed=7)
+
+    async def inpaint(mask: bytes) -> list[bytes]:
+        request = infer(INPAINT, [source], masks=[mask], seed=11)
+        reply = await kserve.ModelInfer(request, metadata=auth(KEY_A), timeout=120)
+        return split_bytes_tensor(reply.raw_output_contents[0], "output")
+
+    whole, half = await inpaint(mask_bytes()), await inpaint(left_half_mask())
+    assert len(whole) == 1 and len(half) == 1
+    assert Image.open(io.BytesIO(whole[0])).size == (64, 64)
+    same = common_pb2.GenerateRequest(
+        model=INPAINT, prompt="a fox", seed=11, image=source, mask_image=mask_bytes()
+    )
+    over_grpc = [e async for e in stub(mesh).Generate(same, metadata=auth(KEY_A), timeout=120)]
+    assert over_grpc[-1].state == common_pb2.SUCCEEDED, over_grpc[-1]
+    assert whole[0] == over_grpc[-1].result.data
+    assert half[0] != whole[0]
+
     bad = [
         (infer("flux-tiny", [image_bytes()]), "unexpected inference input 'image'"),
         (infer(IMG2IMG, [image_bytes()], prompts=2), "image: 1 elements; send one per prompt"),
@@ -261,6 +301,15 @@ async def test_kserve_image_inputs(mesh):
         (infer(IMG2IMG, [png_bomb()]), "more pixels than the limit of 262144"),
         (infer(IMG2IMG, [image_bytes()], strength=2.0), "strength: 2.0 is out of range"),
         (infer(IMG2IMG, None), "image: required"),
+        (
+            infer(INPAINT, [image_bytes()], masks=[mask_bytes((64, 32))]),
+            "mask_image: 64x32 px; it must be the size of image (64x64 px)",
+        ),
+        (
+            infer(INPAINT, [image_bytes()] * 2, prompts=2, masks=[mask_bytes()]),
+            "mask_image: 1 elements; send one per prompt",
+        ),
+        (infer(IMG2IMG, [image_bytes()], masks=[mask_bytes()]), "unexpected inference input"),
     ]
     for request, words in bad:
         with pytest.raises(grpc.aio.AioRpcError) as caught:

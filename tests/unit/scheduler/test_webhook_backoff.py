@@ -95,3 +95,9 @@ async def test_each_failed_attempt_is_rescheduled_after_the_doubled_wait_and_rec
     (stored,) = await store.deliveries_of("job-1")
     assert stored.status is DeliveryStatus.FAILED and stored.attempts == settings.max_attempts
     assert stored.last_error == "HTTP 503" and stored.finished_at == clock.now
+
+
+async def test_a_huge_attempt_count_stays_at_the_cap(writer: StoreWriter, tmp_path: Path) -> None:
+    # 2.0 ** 1024 overflows a float: the exponent must be bounded before the cap applies.
+    hooks = deliverer(WebhookSettings(), writer, tmp_path, FakeClock())
+    assert hooks.backoff_s(5000) == 600.0
