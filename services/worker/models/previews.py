@@ -2,11 +2,12 @@
 
 Never a full VAE decode. The latents of one job are brought to an image grid (channels x
 height x width: Flux's packed 2x2 patches unpacked, a video's middle frame taken) and then
-projected to RGB: by the family's published linear factors where it has them (Stable
-Diffusion 1.x and XL latent spaces), by the registry entry's own `preview.rgb_factors`, by
-a tiny autoencoder when the entry names one (`preview.vae`), or else by the latents' three
-principal directions, which show structure for any channel count. Audio latents become a
-heat map of channels over time. Everything runs on the device thread in the step callback.
+projected to RGB: by the family's published linear factors where it has them (the Stable
+Diffusion 1.x, XL, 3 and FLUX.1 latent spaces, and Wan 2.1's video VAE), by the registry
+entry's own `preview.rgb_factors`, by a tiny autoencoder when the entry names one
+(`preview.vae`), or else by the latents' three principal directions, which show structure for
+any channel count. Audio latents become a heat map of channels over time. Everything runs on
+the device thread in the step callback.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ log = logging.getLogger(__name__)
 
 # Approximate linear maps from 4-channel latents (as the denoiser sees them) to RGB in
 # -1..1, one row per channel, as published for these latent spaces (the SD 1.x factors from
-# Keturn's 2022 analysis; the XL ones as used by common UIs, with their bias).
+# Keturn's 2022 analysis; the XL ones, with their bias, from ComfyUI's comfy/latent_formats.py).
 Factors = tuple[tuple[float, float, float], ...]
 _SD1_FACTORS: Factors = (
     (0.298, 0.207, 0.208),
@@ -43,11 +44,132 @@ _SDXL_FACTORS: Factors = (
     (-0.3165, -0.2492, -0.2188),
 )
 _SDXL_BIAS = (0.1084, -0.0175, -0.0011)
-FAMILY_FACTORS: dict[str, tuple[Factors, tuple[float, float, float]]] = {
-    "StableDiffusionPipeline": (_SD1_FACTORS, (0.0, 0.0, 0.0)),
-    "StableDiffusionXLPipeline": (_SDXL_FACTORS, _SDXL_BIAS),
+
+# The 16-channel latent spaces: `latent_rgb_factors` and `latent_rgb_factors_bias` of the
+# classes SD3, Flux and Wan21 in ComfyUI's comfy/latent_formats.py (github.com/
+# comfyanonymous/ComfyUI), which ComfyUI's latent_preview.py applies as `linear(latents, factors,
+# bias)` to RGB in -1..1, as here. ComfyUI applies them to latents in the model's space, after
+# its `process_in`: (vae_latent - shift) * scale for SD3 (1.5305, 0.0609) and FLUX.1 (0.3611,
+# 0.1159), (vae_latent - latents_mean) / latents_std per channel for Wan 2.1. That is the space
+# diffusers' pipelines denoise in, so the step callback's latents take them as they are: the
+# SD3 and Flux pipelines undo it before decoding (`latents / vae.config.scaling_factor +
+# vae.config.shift_factor`, the same two numbers), the Wan ones with the VAE config's
+# latents_mean and latents_std (ComfyUI's Wan21 values). Latents of another channel count (Wan
+# 2.2's 48-channel TI2V VAE, say) fall through to the principal projection in `_project`.
+_SD3_FACTORS: Factors = (
+    (-0.0922, -0.0175, 0.0749),
+    (0.0311, 0.0633, 0.0954),
+    (0.1994, 0.0927, 0.0458),
+    (0.0856, 0.0339, 0.0902),
+    (0.0587, 0.0272, -0.0496),
+    (-0.0006, 0.1104, 0.0309),
+    (0.0978, 0.0306, 0.0427),
+    (-0.0042, 0.1038, 0.1358),
+    (-0.0194, 0.0020, 0.0669),
+    (-0.0488, 0.0130, -0.0268),
+    (0.0922, 0.0988, 0.0951),
+    (-0.0278, 0.0524, -0.0542),
+    (0.0332, 0.0456, 0.0895),
+    (-0.0069, -0.0030, -0.0810),
+    (-0.0596, -0.0465, -0.0293),
+    (-0.1448, -0.1463, -0.1189),
+)
+_SD3_BIAS = (0.2394, 0.2135, 0.1925)
+_FLUX_FACTORS: Factors = (
+    (-0.0346, 0.0244, 0.0681),
+    (0.0034, 0.0210, 0.0687),
+    (0.0275, -0.0668, -0.0433),
+    (-0.0174, 0.0160, 0.0617),
+    (0.0859, 0.0721, 0.0329),
+    (0.0004, 0.0383, 0.0115),
+    (0.0405, 0.0861, 0.0915),
+    (-0.0236, -0.0185, -0.0259),
+    (-0.0245, 0.0250, 0.1180),
+    (0.1008, 0.0755, -0.0421),
+    (-0.0515, 0.0201, 0.0011),
+    (0.0428, -0.0012, -0.0036),
+    (0.0817, 0.0765, 0.0749),
+    (-0.1264, -0.0522, -0.1103),
+    (-0.0280, -0.0881, -0.0499),
+    (-0.1262, -0.0982, -0.0778),
+)
+_FLUX_BIAS = (-0.0329, -0.0718, -0.0851)
+_WAN21_FACTORS: Factors = (
+    (-0.1299, -0.1692, 0.2932),
+    (0.0671, 0.0406, 0.0442),
+    (0.3568, 0.2548, 0.1747),
+    (0.0372, 0.2344, 0.1420),
+    (0.0313, 0.0189, -0.0328),
+    (0.0296, -0.0956, -0.0665),
+    (-0.3477, -0.4059, -0.2925),
+    (0.0166, 0.1902, 0.1975),
+    (-0.0412, 0.0267, -0.1364),
+    (-0.1293, 0.0740, 0.1636),
+    (0.0680, 0.3019, 0.1128),
+    (0.0032, 0.0581, 0.0639),
+    (-0.1251, 0.0927, 0.1699),
+    (0.0060, -0.0633, 0.0005),
+    (0.3477, 0.2275, 0.2950),
+    (0.1984, 0.0913, 0.1861),
+)
+_WAN21_BIAS = (-0.1835, -0.0868, -0.3360)
+# CogVideoX has no such table here: ComfyUI has no CogVideoX latent format, and the one in
+# kijai's ComfyUI-CogVideoXWrapper was tuned by hand for its x0 estimate times 5 (and for one
+# of the VAE's two scaling factors, 0.7 of CogVideoX-5b; 2b's is 1.1526), not for the noisy
+# latents a diffusers callback sees; CogVideoX stays on the principal projection.
+
+_SD1_PIPELINES = (
+    "StableDiffusionPipeline",
+    "StableDiffusionImg2ImgPipeline",
+    "StableDiffusionInpaintPipeline",
+)
+_SDXL_PIPELINES = (
+    "StableDiffusionXLPipeline",
+    "StableDiffusionXLImg2ImgPipeline",
+    "StableDiffusionXLInpaintPipeline",
     # PixArt-Sigma denoises in the SDXL autoencoder's latent space.
-    "PixArtSigmaPipeline": (_SDXL_FACTORS, _SDXL_BIAS),
+    "PixArtSigmaPipeline",
+)
+_SD3_PIPELINES = (  # SD 3 and 3.5 share the autoencoder
+    "StableDiffusion3Pipeline",
+    "StableDiffusion3Img2ImgPipeline",
+    "StableDiffusion3InpaintPipeline",
+    "StableDiffusion3ControlNetPipeline",
+    "StableDiffusion3ControlNetInpaintingPipeline",
+    "StableDiffusion3PAGPipeline",
+    "StableDiffusion3PAGImg2ImgPipeline",
+)
+# FLUX.1's autoencoder (not FLUX.2's 32-channel one). Fill, Kontext and the control pipelines
+# concatenate their conditions onto the model's input only: the latents stepped stay 16 channels.
+_FLUX_PIPELINES = (
+    "FluxPipeline",
+    "FluxImg2ImgPipeline",
+    "FluxInpaintPipeline",
+    "FluxFillPipeline",
+    "FluxKontextPipeline",
+    "FluxKontextInpaintPipeline",
+    "FluxControlPipeline",
+    "FluxControlImg2ImgPipeline",
+    "FluxControlInpaintPipeline",
+    "FluxControlNetPipeline",
+    "FluxControlNetImg2ImgPipeline",
+    "FluxControlNetInpaintPipeline",
+)
+# Wan 2.1's video autoencoder, also Wan 2.2 A14B's; latents (batch, channels, frames, h, w).
+_WAN21_PIPELINES = (
+    "WanPipeline",
+    "WanImageToVideoPipeline",
+    "WanVideoToVideoPipeline",
+    "WanVACEPipeline",
+    "WanAnimatePipeline",
+)
+# Keyed by the registry entry's `pipeline` (the diffusers class name), looked up exactly.
+FAMILY_FACTORS: dict[str, tuple[Factors, tuple[float, float, float]]] = {
+    **dict.fromkeys(_SD1_PIPELINES, (_SD1_FACTORS, (0.0, 0.0, 0.0))),
+    **dict.fromkeys(_SDXL_PIPELINES, (_SDXL_FACTORS, _SDXL_BIAS)),
+    **dict.fromkeys(_SD3_PIPELINES, (_SD3_FACTORS, _SD3_BIAS)),
+    **dict.fromkeys(_FLUX_PIPELINES, (_FLUX_FACTORS, _FLUX_BIAS)),
+    **dict.fromkeys(_WAN21_PIPELINES, (_WAN21_FACTORS, _WAN21_BIAS)),
 }
 # Video families whose latents are (batch, frames, channels, h, w); the rest put channels
 # before frames.

@@ -18,7 +18,12 @@ from mediamesh.common.registry import ModelSpec, load_registry
 from mediamesh.common.work import JobParams, Preview, StepDone
 from mediamesh.worker.core.batch import BatchControl
 from mediamesh.worker.models.echo import EchoHost, seed_colour
-from mediamesh.worker.models.previews import LatentPreviewer, latent_previewer, principal_rgb
+from mediamesh.worker.models.previews import (
+    FAMILY_FACTORS,
+    LatentPreviewer,
+    latent_previewer,
+    principal_rgb,
+)
 from mediamesh.worker.models.progress import StepTracker, Terminals
 
 REGISTRY = load_registry()
@@ -73,6 +78,93 @@ def test_flux_packed_latents_unpack_to_the_same_picture_as_the_unpacked_grid() -
     from_grid = previewer(grid, 0, job())
     assert from_packed.data == from_grid.data
     assert decoded(from_packed).size == (64, 64)
+
+
+# First rows and biases of the published 16-channel tables (ComfyUI comfy/latent_formats.py).
+FIRST_ROWS = {
+    "flux-tiny": ((-0.0346, 0.0244, 0.0681), (-0.0329, -0.0718, -0.0851)),
+    "sd3-tiny": ((-0.0922, -0.0175, 0.0749), (0.2394, 0.2135, 0.1925)),
+    "wan-tiny": ((-0.1299, -0.1692, 0.2932), (-0.1835, -0.0868, -0.3360)),
+}
+
+
+def projected(grid: torch.Tensor, factors: Any, bias: Any) -> np.ndarray:
+    """The expected preview pixels: the linear map to -1..1, then to 0..255."""
+    rgb = torch.einsum("chw,cr->hwr", grid[0], torch.tensor(factors)) + torch.tensor(bias)
+    return ((rgb + 1) / 2).clamp(0, 1).mul(255).round().to(torch.uint8).numpy()
+
+
+def as_latents(model: str, grid: torch.Tensor) -> torch.Tensor:
+    """`grid` (1, 16, h, w) in the layout the family's pipeline steps: Flux packs 2x2 patches
+    into tokens, Wan is (batch, channels, frames, h, w) (here three copies of the frame)."""
+    if model == "flux-tiny":
+        _, c, h, w = grid.shape
+        patches = grid.view(1, c, h // 2, 2, w // 2, 2).permute(0, 2, 4, 1, 3, 5)
+        return patches.reshape(1, (h // 2) * (w // 2), c * 4)
+    if model == "wan-tiny":
+        return grid.unsqueeze(2).expand(-1, -1, 3, -1, -1).contiguous()
+    return grid
+
+
+@pytest.mark.parametrize("model", sorted(FIRST_ROWS))
+def test_sixteen_channel_families_use_their_published_factors(model: str) -> None:
+    spec = spec_of(model)
+    factors, bias = FAMILY_FACTORS[spec.pipeline]
+    assert len(factors) == 16
+    assert (factors[0], bias) == FIRST_ROWS[model]
+    previewer = LatentPreviewer(spec, FluxLike() if model == "flux-tiny" else SimpleNamespace())
+    grid = torch.randn(1, 16, 8, 8, generator=torch.Generator().manual_seed(3))
+    # The grid the previewer projects, exactly: the einsum of the table plus its bias.
+    assert np.array_equal(previewer._project(grid), projected(grid, factors, bias))
+    # Through the whole preview, from the pipeline's own layout: one flat latent per
+    # channel makes one colour (WebP is lossy: a margin), where the principal projection of
+    # a flat latent would be black.
+    flat = torch.randn(1, 16, 1, 1, generator=torch.Generator().manual_seed(4)).expand(1, 16, 8, 8)
+    expected = projected(flat, factors, bias)[0, 0].astype(float)
+    assert expected.max() > 40
+    image = decoded(previewer(as_latents(model, flat.contiguous()), 0, job()))
+    centre = np.asarray(image.convert("RGB"), dtype=float)[32, 32]
+    assert np.abs(centre - expected).max() < 8, (centre, expected)
+
+
+@pytest.mark.parametrize(
+    ("base", "variant"),
+    [
+        ("flux-tiny", "FluxImg2ImgPipeline"),
+        ("flux-tiny", "FluxInpaintPipeline"),
+        ("flux-tiny", "FluxKontextPipeline"),
+        ("sd3-tiny", "StableDiffusion3Img2ImgPipeline"),
+        ("sd3-tiny", "StableDiffusion3InpaintPipeline"),
+        ("wan-tiny", "WanImageToVideoPipeline"),
+        ("wan-tiny", "WanVideoToVideoPipeline"),
+        ("sdxl-tiny", "StableDiffusionXLImg2ImgPipeline"),
+        ("sdxl-tiny", "StableDiffusionXLInpaintPipeline"),
+    ],
+)
+def test_img2img_inpaint_and_i2v_pipelines_share_their_familys_factors(
+    base: str, variant: str
+) -> None:
+    assert FAMILY_FACTORS[variant] == FAMILY_FACTORS[spec_of(base).pipeline]
+    previewer = LatentPreviewer(spec_of(base, pipeline=variant), SimpleNamespace())
+    assert previewer.factors is not None
+    assert torch.equal(previewer.factors, torch.tensor(FAMILY_FACTORS[variant][0]))
+
+
+@pytest.mark.parametrize(
+    ("model", "latents"),
+    [
+        ("cogvideox-tiny", torch.randn(1, 3, 16, 6, 8)),  # no published table
+        ("wan-tiny", torch.randn(1, 48, 3, 6, 8)),  # a 48-channel (Wan 2.2 TI2V) autoencoder
+    ],
+)
+def test_families_without_fitting_factors_fall_back_to_the_principal_projection(
+    model: str, latents: torch.Tensor
+) -> None:
+    previewer = LatentPreviewer(spec_of(model), SimpleNamespace())
+    grid = previewer._image_grid(latents, 64, 48)
+    expected = (principal_rgb(grid[0]).clamp(0, 1) * 255).round().to(torch.uint8).numpy()
+    assert np.array_equal(previewer._project(grid), expected)
+    assert decoded(previewer(latents, 0, job(width=64, height=48))).size == (64, 48)
 
 
 def test_packed_latents_without_an_unpacker_still_make_a_picture() -> None:
