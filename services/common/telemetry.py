@@ -174,14 +174,20 @@ def _trace_id_of_headers(headers: tuple[tuple[str, str], ...]) -> str:
 
 
 def log_job(
-    logger: logging.Logger, message: str, trace_carrier: Mapping[str, str], **fields: Any
+    logger: logging.Logger,
+    message: str,
+    trace_carrier: Mapping[str, str],
+    level: int = logging.INFO,
+    **fields: Any,
 ) -> None:
     """One structured line about a job, with the trace id of the request that created it.
 
     Never the active span's: a job's state changes are applied by whichever task learns of
     them (another job's Submit, a batch of several jobs, the dispatch loop).
     """
+    if not logger.isEnabledFor(level):
+        return
     trace_id = trace_id_of(trace_carrier)
     if trace_id:
         fields["trace_id"] = trace_id
-    logger.info(message, extra={"fields": fields})
+    logger.log(level, message, extra={"fields": fields})

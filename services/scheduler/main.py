@@ -22,6 +22,7 @@ from mediamesh.scheduler.runtime import SchedulerRuntime
 from mediamesh.scheduler.settings_policy import core_policy
 from mediamesh.scheduler.store.artifact_backends import build_artifact_store
 from mediamesh.scheduler.store.job_store import JobStore
+from mediamesh.scheduler.store.recent_artifacts import RecentArtifacts
 
 log = logging.getLogger("mediamesh.scheduler")
 
@@ -66,8 +67,11 @@ async def start_scheduler(
     runtime = SchedulerRuntime(
         core,
         store or JobStore(s.store_path),
-        # The standard AWS variables, read here at start-up (never at import).
-        build_artifact_store(s, os.environ),
+        # The standard AWS variables, read here at start-up (never at import). Results small
+        # enough to go inline reach their watchers from memory, not read back.
+        RecentArtifacts(
+            build_artifact_store(s, os.environ), config.gateway.inline_result_limit_bytes
+        ),
         link or GrpcWorkerLink(credentials, s.max_message_bytes),
         s,
         config.webhooks,

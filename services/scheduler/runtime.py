@@ -43,6 +43,9 @@ from mediamesh.scheduler.store.writer import StoreWriter
 from mediamesh.scheduler.submissions import Submissions
 from mediamesh.scheduler.webhook_delivery import WebhookDeliverer
 
+# Transitions logged at DEBUG only (see _on_transition).
+_QUIET_STATES = frozenset({JobState.DISPATCHED, JobState.RUNNING})
+
 log = logging.getLogger("mediamesh.scheduler")
 
 # Longest a stopping scheduler waits for the store to take the last state changes.
@@ -238,6 +241,10 @@ class SchedulerRuntime:
             log,
             f"job {state.value.lower()}",
             job.trace_carrier,
+            # Acceptance, requeues and the end at INFO; the end names the worker and batch.
+            # The steps between are DEBUG: at a thousand jobs a second their lines cost the
+            # scheduler more than any other part of a job's bookkeeping.
+            logging.DEBUG if state in _QUIET_STATES else logging.INFO,
             job_id=job.job_id,
             tenant=job.tenant,
             model=job.model,

@@ -81,7 +81,7 @@ async def test_a_finished_job_leaves_no_checkpoint_of_any_attempt(
     )
     try:
         runtime = mesh.scheduler.runtime
-        folder = runtime.artifacts.root / "checkpoints"
+        folder = runtime.settings.artifact_dir / "checkpoints"
         folder.mkdir(parents=True, exist_ok=True)
         worker = runtime.batches.link = CheckpointingWorker(folder)
         runtime.register_worker(

@@ -48,7 +48,8 @@ async def submit_under(mesh: InProcessMesh, trace_id: str, prompt: str) -> str:
 async def test_every_line_about_a_job_carries_its_own_trace_id_across_a_restart(
     tmp_path: Path, models_dir: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="mediamesh.scheduler")
+    # DEBUG: dispatch lines, written by whichever task forms the batch, are the hard case.
+    caplog.set_level(logging.DEBUG, logger="mediamesh.scheduler")
     # No worker yet: both jobs wait in the queue through the restart.
     mesh = await start_mesh(tmp_path, models_dir, [])
     try:
@@ -90,3 +91,19 @@ async def test_a_line_never_takes_the_trace_of_the_span_current_where_it_is_logg
     assert sorted(line["job_id"] for line in lines) == sorted(trace_of)
     for line in lines:
         assert line.get("trace_id") == trace_of[line["job_id"]], line
+
+
+async def test_at_info_a_job_logs_its_acceptance_and_its_end_only(
+    tmp_path: Path, models_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="mediamesh.scheduler")
+    mesh = await start_mesh(tmp_path, models_dir, [["echo"]])
+    try:
+        job_id = await submit_under(mesh, TRACES["first"], "x")
+        await until(lambda: mesh.core.jobs[job_id].state is JobState.SUCCEEDED)
+    finally:
+        await stop_mesh(mesh)
+    states = [line["state"] for line in job_lines(caplog) if line["job_id"] == job_id]
+    assert states == ["QUEUED", "SUCCEEDED"]
+    end = next(line for line in job_lines(caplog) if line["state"] == "SUCCEEDED")
+    assert end["worker"] and end["batch"], end
