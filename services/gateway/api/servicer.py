@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Any
 
 import grpc
 
@@ -17,7 +16,6 @@ from mediamesh.gateway.api.upstream import (
     reader_of,
     relay_errors,
 )
-from mediamesh.gateway.core.tenancy import Caller
 
 
 class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
@@ -28,30 +26,14 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
         # The same validation, admission and submit path as the HTTP face.
         self.plane = DataPlane(upstream)
 
-    async def submit(
-        self,
-        request: common_pb2.GenerateRequest,
-        context: grpc.aio.ServicerContext[common_pb2.GenerateRequest, Any],
-        follows_job: bool,
-    ) -> tuple[gateway_pb2.JobHandle, Caller]:
-        """Authenticates, validates and admits `request`, then submits it to the scheduler.
-
-        Raises MeshError for a bad request, a refused caller or a scheduler error. With
-        `follows_job`, the call's gRPC deadline also bounds the job.
-        """
-        caller = caller_of(self.up.tenancy, context)
-        remaining = context.time_remaining() if follows_job else None
-        handle = await self.plane.submit(request, caller, remaining)
-        return handle, caller
-
     async def Generate(
         self,
         request: common_pb2.GenerateRequest,
         context: grpc.aio.ServicerContext[common_pb2.GenerateRequest, common_pb2.GenerateEvent],
     ) -> AsyncIterator[common_pb2.GenerateEvent]:
         """Submits the request and streams the job's events until its result or error."""
-        handle, caller = await self.submit(request, context, follows_job=True)
-        async for event in self.plane.watch(handle.job_id, caller):
+        caller = caller_of(self.up.tenancy, context)
+        async for event in self.plane.generate(request, caller, context.time_remaining()):
             yield event
 
     async def Submit(
@@ -61,8 +43,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
     ) -> gateway_pb2.JobHandle:
         """Submits the request and answers with the job's handle at once; the call's deadline
         does not bound the job."""
-        handle, _ = await self.submit(request, context, follows_job=False)
-        return handle
+        return await self.plane.submit(request, caller_of(self.up.tenancy, context))
 
     async def Watch(
         self,

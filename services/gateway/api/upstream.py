@@ -60,16 +60,23 @@ class Upstream:
         self, request: common_pb2.GenerateRequest, caller: Caller, deadline_ms: int
     ) -> gateway_pb2.JobHandle:
         """Submit for an authenticated, admitted caller; scheduler errors raise MeshError."""
-        submit = scheduler_pb2.SubmitRequest(
-            request=request,
-            tenant=caller.tenant,
-            deadline_unix_ms=deadline_ms,
-            tenant_weight=caller.quota.weight,
-            max_queued_jobs=caller.quota.max_queued_jobs,
-            max_running_jobs=caller.quota.max_concurrent_jobs,
-        )
         async with mesh_errors():
-            return await self.scheduler.Submit(submit, timeout=SUBMIT_TIMEOUT_S)
+            return await self.scheduler.Submit(
+                submit_request(request, caller, deadline_ms), timeout=SUBMIT_TIMEOUT_S
+            )
+
+    async def submit_and_watch(
+        self, request: common_pb2.GenerateRequest, caller: Caller, deadline_ms: int
+    ) -> AsyncIterator[common_pb2.GenerateEvent]:
+        """Submit, then the job's events to its end, as callers get them, in one scheduler
+        call; scheduler errors (Submit's among them) raise MeshError."""
+        call = self.scheduler.SubmitAndWatch(submit_request(request, caller, deadline_ms))
+        try:
+            async with mesh_errors():
+                async for event in call:
+                    yield self.outbound(event)
+        finally:
+            call.cancel()
 
     def outbound(self, event: common_pb2.GenerateEvent) -> common_pb2.GenerateEvent:
         """`event` as a caller gets it: a result above `inline_limit` becomes a reference."""
@@ -104,6 +111,20 @@ class Upstream:
             return handle
         finally:
             call.cancel()  # nothing once the call is done; else the scheduler drops the upload
+
+
+def submit_request(
+    request: common_pb2.GenerateRequest, caller: Caller, deadline_ms: int
+) -> scheduler_pb2.SubmitRequest:
+    """`request` as the scheduler takes it: with the caller's tenant, quota and deadline."""
+    return scheduler_pb2.SubmitRequest(
+        request=request,
+        tenant=caller.tenant,
+        deadline_unix_ms=deadline_ms,
+        tenant_weight=caller.quota.weight,
+        max_queued_jobs=caller.quota.max_queued_jobs,
+        max_running_jobs=caller.quota.max_concurrent_jobs,
+    )
 
 
 def scoped(job_id: str, caller: Caller, offset: int = 0) -> scheduler_pb2.ScopedJobRequest:

@@ -21,7 +21,7 @@ from mediamesh.common.warmup import WARMUP_WARMING
 from mediamesh.scheduler.api import convert
 from mediamesh.scheduler.core.delivery import ResultDelivery
 from mediamesh.scheduler.core.interface import NewJob
-from mediamesh.scheduler.core.jobs import Priority, TenantQuota
+from mediamesh.scheduler.core.jobs import Job, Priority, TenantQuota
 from mediamesh.scheduler.core.units import WorkerInfo
 from mediamesh.scheduler.events import WatchEvent
 from mediamesh.scheduler.runtime import SchedulerRuntime
@@ -65,6 +65,29 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
     ) -> gateway_pb2.JobHandle:
         """Validates the request and queues a job; a repeated idempotency key returns the
         existing job, marked `deduplicated`."""
+        job, deduplicated = await self._submit(request, context)
+        return gateway_pb2.JobHandle(
+            job_id=job.job_id, state=convert.state(job.state), deduplicated=deduplicated
+        )
+
+    async def SubmitAndWatch(
+        self,
+        request: scheduler_pb2.SubmitRequest,
+        context: grpc.aio.ServicerContext[scheduler_pb2.SubmitRequest, common_pb2.GenerateEvent],
+    ) -> AsyncIterator[common_pb2.GenerateEvent]:
+        """Submit's checks and queueing, then the new job's events to its end, as Watch
+        streams them; a repeated idempotency key follows the existing job."""
+        job, _deduplicated = await self._submit(request, context)
+        async for event in self._events(job.job_id, job.tenant, False, request.final_only):
+            yield event
+
+    async def _submit(
+        self,
+        request: scheduler_pb2.SubmitRequest,
+        context: grpc.aio.ServicerContext[scheduler_pb2.SubmitRequest, object],
+    ) -> tuple[Job, bool]:
+        """The job a SubmitRequest queues (or the earlier one its idempotency key names),
+        and whether it was that earlier one."""
         # Again here: a gateway's checks are not the scheduler's only defence.
         fields = request_fields(request.request)
         spec = find_model(self.registry, fields.model)
@@ -97,9 +120,7 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
             raise
         if deduplicated:
             inputs.discard(params)  # the earlier job keeps its own copies
-        return gateway_pb2.JobHandle(
-            job_id=job.job_id, state=convert.state(job.state), deduplicated=deduplicated
-        )
+        return job, deduplicated
 
     def _delivery(self, request: common_pb2.GenerateRequest, tenant: str) -> ResultDelivery:
         """The request's result URL and webhook options, the webhook checked against the
@@ -132,9 +153,13 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         """Streams the job's events from its current state to its end; a result is inline when
         the artifact fits `inline_limit`. NOT_FOUND for another tenant's job unless admin."""
         tenant = checked_tenant(request.tenant)
-        async for event in self.runtime.watch(
-            request.job_id, tenant, admin=request.admin, final_only=request.final_only
-        ):
+        async for event in self._events(request.job_id, tenant, request.admin, request.final_only):
+            yield event
+
+    async def _events(
+        self, job_id: str, tenant: str, admin: bool, final_only: bool
+    ) -> AsyncIterator[common_pb2.GenerateEvent]:
+        async for event in self.runtime.watch(job_id, tenant, admin=admin, final_only=final_only):
             data, url = await self._result_parts(event)
             yield convert.generate_event(event, data, self.inline_limit, url)
 

@@ -9,20 +9,22 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class SubmitRequest(_message.Message):
-    __slots__ = ("request", "tenant", "deadline_unix_ms", "tenant_weight", "max_queued_jobs", "max_running_jobs")
+    __slots__ = ("request", "tenant", "deadline_unix_ms", "tenant_weight", "max_queued_jobs", "max_running_jobs", "final_only")
     REQUEST_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
     DEADLINE_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
     TENANT_WEIGHT_FIELD_NUMBER: _ClassVar[int]
     MAX_QUEUED_JOBS_FIELD_NUMBER: _ClassVar[int]
     MAX_RUNNING_JOBS_FIELD_NUMBER: _ClassVar[int]
+    FINAL_ONLY_FIELD_NUMBER: _ClassVar[int]
     request: _common_pb2.GenerateRequest
     tenant: str
     deadline_unix_ms: int
     tenant_weight: float
     max_queued_jobs: int
     max_running_jobs: int
-    def __init__(self, request: _Optional[_Union[_common_pb2.GenerateRequest, _Mapping]] = ..., tenant: _Optional[str] = ..., deadline_unix_ms: _Optional[int] = ..., tenant_weight: _Optional[float] = ..., max_queued_jobs: _Optional[int] = ..., max_running_jobs: _Optional[int] = ...) -> None: ...
+    final_only: bool
+    def __init__(self, request: _Optional[_Union[_common_pb2.GenerateRequest, _Mapping]] = ..., tenant: _Optional[str] = ..., deadline_unix_ms: _Optional[int] = ..., tenant_weight: _Optional[float] = ..., max_queued_jobs: _Optional[int] = ..., max_running_jobs: _Optional[int] = ..., final_only: _Optional[bool] = ...) -> None: ...
 
 class ScopedUploadChunk(_message.Message):
     __slots__ = ("chunk", "tenant", "quota_bytes")

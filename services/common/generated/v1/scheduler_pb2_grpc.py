@@ -47,6 +47,11 @@ class SchedulerStub:
                 request_serializer=mediamesh_dot_v1_dot_scheduler__pb2.ScopedJobRequest.SerializeToString,
                 response_deserializer=mediamesh_dot_v1_dot_common__pb2.GenerateEvent.FromString,
                 _registered_method=True)
+        self.SubmitAndWatch = channel.unary_stream(
+                '/mediamesh.v1.Scheduler/SubmitAndWatch',
+                request_serializer=mediamesh_dot_v1_dot_scheduler__pb2.SubmitRequest.SerializeToString,
+                response_deserializer=mediamesh_dot_v1_dot_common__pb2.GenerateEvent.FromString,
+                _registered_method=True)
         self.Cancel = channel.unary_unary(
                 '/mediamesh.v1.Scheduler/Cancel',
                 request_serializer=mediamesh_dot_v1_dot_scheduler__pb2.ScopedJobRequest.SerializeToString,
@@ -98,6 +103,16 @@ class SchedulerServicer:
 
     def Watch(self, request, context):
         """Replay a job's current state, then stream its events until it ends.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SubmitAndWatch(self, request, context):
+        """Submit, then stream the new job's events until it ends, in one call: what a
+        gateway's Generate does, one round trip fewer than Submit and Watch. Submit's
+        errors end the stream before any event. A repeated idempotency key follows the
+        existing job.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -165,6 +180,11 @@ def add_SchedulerServicer_to_server(servicer, server):
             'Watch': grpc.unary_stream_rpc_method_handler(
                     servicer.Watch,
                     request_deserializer=mediamesh_dot_v1_dot_scheduler__pb2.ScopedJobRequest.FromString,
+                    response_serializer=mediamesh_dot_v1_dot_common__pb2.GenerateEvent.SerializeToString,
+            ),
+            'SubmitAndWatch': grpc.unary_stream_rpc_method_handler(
+                    servicer.SubmitAndWatch,
+                    request_deserializer=mediamesh_dot_v1_dot_scheduler__pb2.SubmitRequest.FromString,
                     response_serializer=mediamesh_dot_v1_dot_common__pb2.GenerateEvent.SerializeToString,
             ),
             'Cancel': grpc.unary_unary_rpc_method_handler(
@@ -257,6 +277,33 @@ class Scheduler:
             target,
             '/mediamesh.v1.Scheduler/Watch',
             mediamesh_dot_v1_dot_scheduler__pb2.ScopedJobRequest.SerializeToString,
+            mediamesh_dot_v1_dot_common__pb2.GenerateEvent.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SubmitAndWatch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/mediamesh.v1.Scheduler/SubmitAndWatch',
+            mediamesh_dot_v1_dot_scheduler__pb2.SubmitRequest.SerializeToString,
             mediamesh_dot_v1_dot_common__pb2.GenerateEvent.FromString,
             options,
             channel_credentials,
