@@ -318,15 +318,24 @@ class SchedulerRuntime:
         return job
 
     async def watch(
-        self, job_id: str, tenant: str, *, admin: bool = False, final_only: bool = False
+        self,
+        job_id: str,
+        tenant: str,
+        *,
+        admin: bool = False,
+        final_only: bool = False,
+        snapshot_first: bool = False,
     ) -> AsyncIterator[WatchEvent]:
+        """The job's current state, then its events to its end; with `final_only` its final
+        event alone, or the current state and the final event with `snapshot_first` (a
+        caller that submitted in the same call learns the job's id from it)."""
         job = self.owned_job(job_id, tenant, admin=admin)
         queue = self.hub.subscribe(job_id, final_only=final_only)
         try:
             # Decide from the snapshot, not the job: it may end while the snapshot is sent,
             # and its final event must then still come through the queue.
             snapshot = self.snapshot_event(job)
-            if snapshot.final or not final_only:
+            if snapshot.final or not final_only or snapshot_first:
                 yield snapshot
             if snapshot.final:
                 return

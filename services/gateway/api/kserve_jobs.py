@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-from collections.abc import Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,6 +59,8 @@ class ElementProgress:
 
 
 ProgressSink = Callable[[ElementProgress], None]
+# A job's events as the gateway relays them (scheduler errors raised as MeshError).
+Events = AsyncGenerator[common_pb2.GenerateEvent, None]
 
 
 def generate_request(fields: RequestFields) -> common_pb2.GenerateRequest:
@@ -98,12 +100,23 @@ async def run_call(
     up.tenancy.admit(caller, call.model, parse_priority(first.priority), jobs=len(call.elements))
     deadline_ms = call_deadline_ms(first.timeout_ms, context)
     job_ids: list[str] = []
+    calls: list[Events] = []
+    streams: list[Events] = []
     try:
+        # Each element in element order, one scheduler call each that submits and then
+        # follows; its first event names the job, so a later failure can cancel it.
         for fields in call.elements:
-            handle = await up.submit(generate_request(fields), caller, deadline_ms)
-            job_ids.append(handle.job_id)
-        results = await _follow_all(up, caller.tenant, job_ids, on_progress)
+            events = up.submit_and_watch(
+                generate_request(fields), caller, deadline_ms, final_only=on_progress is None
+            )
+            calls.append(events)
+            first = await anext(events)
+            job_ids.append(first.job_id)
+            streams.append(_replayed(first, events))
+        results = await _follow_all(up, caller.tenant, job_ids, streams, on_progress)
     except BaseException:
+        for events in calls:
+            await events.aclose()
         await asyncio.shield(_cancel(up, caller.tenant, job_ids))
         raise
     total = sum(len(r.data) for r in results)
@@ -112,12 +125,26 @@ async def run_call(
     return results
 
 
+async def _replayed(first: common_pb2.GenerateEvent, rest: Events) -> Events:
+    """`first` again, then the rest of its stream; closing this closes that stream."""
+    try:
+        yield first
+        async for event in rest:
+            yield event
+    finally:
+        await rest.aclose()
+
+
 async def _follow_all(
-    up: Upstream, tenant: str, job_ids: list[str], on_progress: ProgressSink | None
+    up: Upstream,
+    tenant: str,
+    job_ids: list[str],
+    streams: list[Events],
+    on_progress: ProgressSink | None,
 ) -> list[ElementResult]:
     tasks = [
-        asyncio.create_task(_follow(up, tenant, index, job_id, on_progress))
-        for index, job_id in enumerate(job_ids)
+        asyncio.create_task(_follow(up, tenant, index, job_id, stream, on_progress))
+        for index, (job_id, stream) in enumerate(zip(job_ids, streams, strict=True))
     ]
     try:
         done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
@@ -132,38 +159,65 @@ async def _follow_all(
 
 
 async def _follow(
-    up: Upstream, tenant: str, index: int, job_id: str, on_progress: ProgressSink | None
+    up: Upstream,
+    tenant: str,
+    index: int,
+    job_id: str,
+    submitted: Events,
+    on_progress: ProgressSink | None,
 ) -> ElementResult:
-    # A stream that ends without the job's outcome is watched again: Watch replays the end.
+    """The job's outcome from the stream that submitted it; a stream that ends without it
+    is watched again (Watch replays the end)."""
+    try:
+        outcome = await _outcome(up, tenant, index, job_id, submitted, on_progress)
+    finally:
+        await submitted.aclose()
     for _ in range(_WATCH_ATTEMPTS):
+        if outcome is not None:
+            return outcome
         # A unary call answers once: the scheduler then sends no per-step progress at all.
         watch = scheduler_pb2.ScopedJobRequest(
             job_id=job_id, tenant=tenant, final_only=on_progress is None
         )
-        events = up.scheduler.Watch(watch)
+        call = up.scheduler.Watch(watch)
         try:
-            async with mesh_errors():
-                async for event in events:
-                    kind = event.WhichOneof("event")
-                    if kind == "progress" and on_progress is not None:
-                        p = event.progress
-                        on_progress(
-                            ElementProgress(
-                                index,
-                                p.step,
-                                p.total_steps,
-                                job_id,
-                                p.preview.data,
-                                p.preview.mime_type,
-                            )
-                        )
-                    elif kind == "result":
-                        return await _result(up, tenant, job_id, event.result)
-                    elif kind == "error":
-                        raise job_failure(job_id, event.error.code, event.error.message)
+            outcome = await _outcome(up, tenant, index, job_id, _relayed(call), on_progress)
         finally:
-            events.cancel()
+            call.cancel()
+    if outcome is not None:
+        return outcome
     raise Unavailable(f"job {job_id}: the scheduler ended its event stream without a result")
+
+
+async def _relayed(call: AsyncIterator[common_pb2.GenerateEvent]) -> Events:
+    async with mesh_errors():
+        async for event in call:
+            yield event
+
+
+async def _outcome(
+    up: Upstream,
+    tenant: str,
+    index: int,
+    job_id: str,
+    events: Events,
+    on_progress: ProgressSink | None,
+) -> ElementResult | None:
+    """The result `events` end with (a failure raises); None if they end without one."""
+    async for event in events:
+        kind = event.WhichOneof("event")
+        if kind == "progress" and on_progress is not None:
+            p = event.progress
+            on_progress(
+                ElementProgress(
+                    index, p.step, p.total_steps, job_id, p.preview.data, p.preview.mime_type
+                )
+            )
+        elif kind == "result":
+            return await _result(up, tenant, job_id, event.result)
+        elif kind == "error":
+            raise job_failure(job_id, event.error.code, event.error.message)
+    return None
 
 
 async def _result(

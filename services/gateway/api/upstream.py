@@ -66,11 +66,18 @@ class Upstream:
             )
 
     async def submit_and_watch(
-        self, request: common_pb2.GenerateRequest, caller: Caller, deadline_ms: int
+        self,
+        request: common_pb2.GenerateRequest,
+        caller: Caller,
+        deadline_ms: int,
+        final_only: bool = False,
     ) -> AsyncIterator[common_pb2.GenerateEvent]:
         """Submit, then the job's events to its end, as callers get them, in one scheduler
-        call; scheduler errors (Submit's among them) raise MeshError."""
-        call = self.scheduler.SubmitAndWatch(submit_request(request, caller, deadline_ms))
+        call; scheduler errors (Submit's among them) raise MeshError. With `final_only`,
+        the job's state when queued (naming the job) and then its final event alone."""
+        submit = submit_request(request, caller, deadline_ms)
+        submit.final_only = final_only
+        call = self.scheduler.SubmitAndWatch(submit)
         try:
             async with mesh_errors():
                 async for event in call:

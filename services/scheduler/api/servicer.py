@@ -78,7 +78,10 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         """Submit's checks and queueing, then the new job's events to its end, as Watch
         streams them; a repeated idempotency key follows the existing job."""
         job, _deduplicated = await self._submit(request, context)
-        async for event in self._events(job.job_id, job.tenant, False, request.final_only):
+        events = self.runtime.watch(
+            job.job_id, job.tenant, final_only=request.final_only, snapshot_first=True
+        )
+        async for event in self._encoded(events):
             yield event
 
     async def _submit(
@@ -153,13 +156,16 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         """Streams the job's events from its current state to its end; a result is inline when
         the artifact fits `inline_limit`. NOT_FOUND for another tenant's job unless admin."""
         tenant = checked_tenant(request.tenant)
-        async for event in self._events(request.job_id, tenant, request.admin, request.final_only):
+        events = self.runtime.watch(
+            request.job_id, tenant, admin=request.admin, final_only=request.final_only
+        )
+        async for event in self._encoded(events):
             yield event
 
-    async def _events(
-        self, job_id: str, tenant: str, admin: bool, final_only: bool
+    async def _encoded(
+        self, events: AsyncIterator[WatchEvent]
     ) -> AsyncIterator[common_pb2.GenerateEvent]:
-        async for event in self.runtime.watch(job_id, tenant, admin=admin, final_only=final_only):
+        async for event in events:
             data, url = await self._result_parts(event)
             yield convert.generate_event(event, data, self.inline_limit, url)
 
