@@ -38,8 +38,8 @@ def test_a_generate_call_is_one_trace_across_three_processes(launch, tmp_path: P
     trace_id = generate["context"]["trace_id"]
     in_trace = [s for s in spans if s["context"]["trace_id"] == trace_id]
     by_service = {(s["resource"]["attributes"]["service.name"], s["name"]) for s in in_trace}
-    assert ("gateway", "/mediamesh.v1.Scheduler/Submit") in by_service  # client side
-    assert ("scheduler", "/mediamesh.v1.Scheduler/Submit") in by_service
+    assert ("gateway", "/mediamesh.v1.Scheduler/SubmitAndWatch") in by_service  # client side
+    assert ("scheduler", "/mediamesh.v1.Scheduler/SubmitAndWatch") in by_service
     assert ("scheduler", "queue wait") in by_service
     assert ("scheduler", "batch") in by_service
     assert ("worker worker-0", "/mediamesh.v1.Worker/RunBatch") in by_service

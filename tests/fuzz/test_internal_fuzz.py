@@ -73,6 +73,7 @@ _BAD_BATCH_ID = b"\x0a\x01\xff"
 # Requests that once made the scheduler or a worker answer badly, kept as explicit examples.
 REGRESSIONS: dict[str, list[bytes]] = {
     "/mediamesh.v1.Scheduler/Submit": _UNPARSABLE,
+    "/mediamesh.v1.Scheduler/SubmitAndWatch": _UNPARSABLE,
     "/mediamesh.v1.Worker/RunBatch": [
         # 2**32 - 1 steps: the echo job held the worker's one device thread for good.
         _batch(steps=2**32 - 1),
