@@ -344,6 +344,17 @@ class ModelSpec(Strict):
         return self
 
     @model_validator(mode="after")
+    def _preview_vae_in_data_mode(self) -> ModelSpec:
+        # Only the single-device host loads a preview autoencoder; a parallel host would
+        # quietly fall back to the linear projection the entry asked to replace.
+        if self.preview.vae and self.parallelism.mode != "data":
+            raise ValueError(
+                f"preview.vae: a preview autoencoder needs parallelism.mode data, not "
+                f"{self.parallelism.mode}; leave preview.vae unset to preview by projection"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _load_options_fit(self) -> ModelSpec:
         check_load_options(self)
         return self

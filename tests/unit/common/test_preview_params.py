@@ -100,3 +100,19 @@ def test_watchers_get_the_preview_on_its_progress_event() -> None:
     assert message.progress.preview.mime_type == "image/png"
     bare = generate_event(WatchEvent("j", JobState.RUNNING, "progress", step=1), None, 0)
     assert not bare.progress.HasField("preview")
+
+
+def test_a_preview_autoencoder_needs_the_data_mode() -> None:
+    flux = next(m for m in REGISTRY.models if m.name == "flux-tiny")
+    entry = flux.model_dump(mode="json", exclude={"adapters"})
+    entry["preview"] = {"vae": "{models_dir}/taef1"}
+    assert parse_registry({"models": [entry]}).models[0].preview.vae
+    modes = {
+        "tensor": {"devices": ["cpu", "cpu"]},
+        "pipeline": {"devices": ["cpu", "cpu"]},
+        "context": {"ulysses": 2, "ring": 1},
+    }
+    for mode, layout in modes.items():
+        entry["parallelism"] = {"mode": mode, **layout}
+        with pytest.raises(RegistryError, match=f"preview.vae: .*not {mode}"):
+            parse_registry({"models": [entry]})
