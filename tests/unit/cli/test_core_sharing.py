@@ -1,0 +1,38 @@
+"""`mediamesh up` shares a host's cores between its CPU workers, one left to the mesh."""
+
+from __future__ import annotations
+
+from mediamesh.cli.core_sharing import shared_torch_threads, with_shared_cores
+from mediamesh.cli.up import Mesh
+from mediamesh.common.settings import MeshConfig, WorkerSettings
+
+
+def config_of(*workers: WorkerSettings) -> MeshConfig:
+    return MeshConfig(workers=list(workers))
+
+
+def test_the_cores_less_one_are_shared_and_every_worker_gets_a_thread() -> None:
+    assert shared_torch_threads(cores=16, cpu_workers=3) == 5
+    assert shared_torch_threads(cores=2, cpu_workers=1) == 1
+    assert shared_torch_threads(cores=2, cpu_workers=2) == 1
+    assert shared_torch_threads(cores=1, cpu_workers=1) == 1
+
+
+def test_only_cpu_workers_without_a_setting_get_a_share() -> None:
+    config = config_of(
+        WorkerSettings(worker_id="a"),
+        WorkerSettings(worker_id="b", torch_threads=3),
+        WorkerSettings(worker_id="c"),
+        WorkerSettings(worker_id="gpu", device="cuda:0"),
+    )
+    shared = with_shared_cores(config, cores=9)
+    threads = {w.worker_id: w.torch_threads for w in shared.workers}
+    assert threads == {"a": 4, "b": 3, "c": 4, "gpu": 0}
+    assert [w.torch_threads for w in config.workers] == [0, 3, 0, 0]  # a copy, not changed
+
+
+def test_up_hands_workers_their_share_and_a_passive_openmp(tmp_path) -> None:
+    mesh = Mesh(config_of(WorkerSettings(worker_id="w0"), WorkerSettings(worker_id="w1")), tmp_path)
+    assert all(w.torch_threads >= 1 for w in mesh.config.workers)
+    assert all(child.environment["OMP_WAIT_POLICY"] == "PASSIVE" for child in mesh.workers)
+    assert "OMP_WAIT_POLICY" not in mesh.scheduler.environment
