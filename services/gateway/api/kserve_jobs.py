@@ -110,13 +110,13 @@ async def run_call(
                 generate_request(fields), caller, deadline_ms, final_only=on_progress is None
             )
             calls.append(events)
-            first = await anext(events)
-            job_ids.append(first.job_id)
-            streams.append(_replayed(first, events))
+            opening = await anext(events)
+            job_ids.append(opening.job_id)
+            streams.append(_replayed(opening, events))
         results = await _follow_all(up, caller.tenant, job_ids, streams, on_progress)
     except BaseException:
-        for events in calls:
-            await events.aclose()
+        for opened in calls:
+            await opened.aclose()
         await asyncio.shield(_cancel(up, caller.tenant, job_ids))
         raise
     total = sum(len(r.data) for r in results)

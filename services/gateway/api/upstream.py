@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,7 +71,7 @@ class Upstream:
         caller: Caller,
         deadline_ms: int,
         final_only: bool = False,
-    ) -> AsyncIterator[common_pb2.GenerateEvent]:
+    ) -> AsyncGenerator[common_pb2.GenerateEvent, None]:
         """Submit, then the job's events to its end, as callers get them, in one scheduler
         call; scheduler errors (Submit's among them) raise MeshError. With `final_only`,
         the job's state when queued (naming the job) and then its final event alone."""

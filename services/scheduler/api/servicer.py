@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
+from typing import Any
 
 import grpc
 
@@ -87,7 +88,7 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
     async def _submit(
         self,
         request: scheduler_pb2.SubmitRequest,
-        context: grpc.aio.ServicerContext[scheduler_pb2.SubmitRequest, object],
+        context: grpc.aio.ServicerContext[scheduler_pb2.SubmitRequest, Any],
     ) -> tuple[Job, bool]:
         """The job a SubmitRequest queues (or the earlier one its idempotency key names),
         and whether it was that earlier one."""
