@@ -68,6 +68,14 @@ class JobInfo:
     worker_id: str
     # Batch it ran in last; jobs that shared a pipeline call share it ("" when unknown).
     batch_id: str = ""
+    # What the job was accepted with, every default applied; 0 where a field does not apply
+    # to the model's modality. `steps` is what was asked; `total_steps` what the run takes.
+    prompt: str = ""
+    steps: int = 0
+    width: int = 0
+    height: int = 0
+    num_frames: int = 0
+    fps: int = 0
     # Result metadata once SUCCEEDED (the bytes come from watch or download).
     mime_type: str = ""
     size_bytes: int = 0

@@ -195,6 +195,12 @@ def job_view(info: common_pb2.JobInfo) -> JsonObject:
         "seed": str(info.seed),
         "worker_id": info.worker_id,
         "batch_id": info.batch_id,
+        "prompt": info.prompt,
+        "steps": info.steps,
+        "width": info.width,
+        "height": info.height,
+        "num_frames": info.num_frames,
+        "fps": info.fps,
         "result": _result_view(info.result) if info.HasField("result") else None,
         "error": _error_view(info.error) if info.HasField("error") else None,
     }

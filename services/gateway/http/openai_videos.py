@@ -2,15 +2,15 @@
 GET /v1/videos/{id} reads it, GET /v1/videos/{id}/content fetches the video, DELETE cancels.
 
 A video's id is its job id. `seconds` becomes `num_frames` at `fps` frames per second (8
-unless the request sets `fps`). The prompt, size and seconds a video was asked with are not
-part of a job's state: the replica that took the request remembers them (a bounded table)
-to echo them back; another replica answers the model's default size and empty seconds.
+unless the request sets `fps`). The video object is built from the scheduler's GetJob alone
+(the job's prompt, width, height, frames and fps), so every gateway replica, and one
+restarted since, answers the same; `seconds` is the clip's real length, frames / fps, which
+rounding to whole frames may make differ slightly from what was asked.
 DELETE cancels a job that has not ended; the stored artifact is removed by retention.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from typing import Any
 
 from fastapi import APIRouter, Query, Request
@@ -30,8 +30,6 @@ ERRORS: dict[int | str, dict[str, Any]] = {
     status: {"model": ErrorBody} for status in (400, 401, 403, 404, 429, 503)
 }
 DEFAULT_FPS = 8
-# Videos whose request this replica remembers, oldest forgotten first.
-REMEMBERED_VIDEOS = 10_000
 _STATUS = {
     "QUEUED": "queued",
     "DISPATCHED": "queued",
@@ -85,21 +83,6 @@ class VideoDeleted(BaseModel):
     deleted: bool
 
 
-class _Remembered(OrderedDict[str, JsonObject]):
-    def remember(self, video_id: str, facts: JsonObject) -> None:
-        self[video_id] = facts
-        while len(self) > REMEMBERED_VIDEOS:
-            self.popitem(last=False)
-
-
-def _remembered(request: Request) -> _Remembered:
-    state = request.app.state
-    if not hasattr(state, "videos"):
-        state.videos = _Remembered()
-    videos: _Remembered = state.videos
-    return videos
-
-
 @router.post(
     "/v1/videos",
     responses={**ERRORS, 200: {"model": VideoObject}},
@@ -142,10 +125,7 @@ async def create_video(request: Request, authorization: Authorization = None) ->
         require_image_input(model)
         parts["image"] = files.pop("input_reference")
     generate = request_from_form({**form, **fields}, {**files, **parts})
-    job = await plane.submit(generate, caller)
-    facts = {"prompt": prompt, "size": size, "seconds": seconds}
-    _remembered(request).remember(job["job_id"], facts)
-    return _video(job, facts, model)
+    return _video(await plane.submit(generate, caller))
 
 
 @router.get(
@@ -158,8 +138,7 @@ async def get_video(
 ) -> JsonObject:
     """The video's status and progress."""
     plane = context_of(request).plane
-    job = await plane.job(video_id, plane.reader(authorization))
-    return _video(job, _remembered(request).get(video_id, {}), None)
+    return _video(await plane.job(video_id, plane.reader(authorization)))
 
 
 @router.get(
@@ -193,7 +172,6 @@ async def delete_video(
     """Cancels the video's job if it has not ended."""
     plane = context_of(request).plane
     await plane.cancel(video_id, plane.reader(authorization))
-    _remembered(request).pop(video_id, None)
     return {"id": video_id, "object": "video.deleted", "deleted": True}
 
 
@@ -207,16 +185,15 @@ def _seconds(text: str) -> float:
     return value
 
 
-def _video(job: JsonObject, facts: JsonObject, model: JsonObject | None) -> JsonObject:
-    """A job as OpenAI's Video object."""
+def _video(job: JsonObject) -> JsonObject:
+    """A job (as `job_view` shows it) as OpenAI's Video object."""
     state = job["state"]
     total = job["total_steps"]
     progress = 100 if state == "SUCCEEDED" else (job["step"] * 100 // total if total else 0)
     error = job.get("error")
-    size = facts.get("size")
-    if not size and model is not None:
-        limits = model.get("limits", {})
-        size = f"{limits.get('default_width', 0)}x{limits.get('default_height', 0)}"
+    width, height, frames, fps = job["width"], job["height"], job["num_frames"], job["fps"]
+    # A job stored before fps was resolved at acceptance has 0: its length is unknown here.
+    seconds = f"{frames / fps:g}" if frames and fps else ""
     finished = job.get("finished_unix_ms")
     return {
         "id": job["job_id"],
@@ -228,8 +205,8 @@ def _video(job: JsonObject, facts: JsonObject, model: JsonObject | None) -> Json
         "completed_at": finished // 1000 if finished else None,
         "expires_at": None,
         "error": {"code": error["code"], "message": error["message"]} if error else None,
-        "prompt": facts.get("prompt"),
-        "seconds": facts.get("seconds") or "",
-        "size": size or "",
+        "prompt": job["prompt"],
+        "seconds": seconds,
+        "size": f"{width}x{height}" if width and height else "",
         "remixed_from_video_id": None,
     }

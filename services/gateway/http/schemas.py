@@ -65,6 +65,14 @@ class JobView(BaseModel):
     batch_id: str = Field(
         "", description="Batch it runs or ran in last; jobs of one pipeline call share it."
     )
+    # What the job was accepted with, every default applied; 0 where a field does not apply
+    # to the model's modality.
+    prompt: str
+    steps: int = Field(description="Steps asked for; total_steps is what the run takes.")
+    width: int
+    height: int
+    num_frames: int
+    fps: int
     result: ResultView | None
     error: JobError | None
     links: JobLinks

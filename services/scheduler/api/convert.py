@@ -80,6 +80,7 @@ def job_info(
 ) -> common_pb2.JobInfo:
     """The JobInfo of `job`; a succeeded job's result is always a reference, never inline
     bytes, with its presigned `url` when there is one."""
+    p = job.params
     info = common_pb2.JobInfo(
         job_id=job.job_id,
         model=job.model,
@@ -90,10 +91,16 @@ def job_info(
         finished_unix_ms=int((job.finished_at or 0) * 1000),
         attempts=job.attempts,
         step=job.step,
-        total_steps=job.total_steps or job.params.steps,
-        seed=job.params.seed,
+        total_steps=job.total_steps or p.steps,
+        seed=p.seed,
         worker_id=job.worker_id or job.last_worker_id,
         batch_id=job.batch_id or "",
+        prompt=p.prompt,
+        steps=p.steps,
+        width=p.width,
+        height=p.height,
+        num_frames=p.num_frames,
+        fps=p.fps,
     )
     if artifact is not None and job.state is JobState.SUCCEEDED:
         info.result.CopyFrom(result_message(artifact, 0, None, url))

@@ -13,6 +13,9 @@ import openai
 import pytest
 from PIL import Image
 
+from mediamesh.common.registry import load_registry
+from mediamesh.common.settings import MeshConfig
+from mediamesh.gateway.main import start_gateway
 from tests.service.conftest import InProcessMesh
 from tests.service.gateway.conftest import KEY_A, KEY_B
 from tests.service.gateway.http_support import (
@@ -129,3 +132,62 @@ async def test_videos_create_retrieve_download_and_delete(http_mesh: InProcessMe
         await asyncio.sleep(0.1)
     assert long.status == "failed" and long.error and long.error.code == "CANCELLED"
     await client.close()
+
+
+async def test_a_video_reads_the_same_from_a_replica_that_never_saw_the_request(
+    http_mesh: InProcessMesh,  # noqa: F811
+):
+    client = client_for(http_mesh)
+    warnings.simplefilter("ignore", DeprecationWarning)  # the client marks videos deprecated
+    # 1 s at 9 fps is 9 frames, which wan-tiny's (num_frames - 1) % 4 == 0 allows.
+    asked = await client.videos.create(
+        model="wan-tiny",
+        prompt="tides under a full moon",
+        size="80x48",
+        seconds="1",  # type: ignore[arg-type]
+        extra_body={"steps": 2, "fps": 9},  # type: ignore[arg-type]
+    )
+    plain = await client.videos.create(
+        model="wan-tiny",
+        prompt="defaults",
+        extra_body={"steps": 2},  # type: ignore[arg-type]
+    )
+    await client.close()
+    # A second replica over the same scheduler, as behind a load balancer or after a restart.
+    g = http_mesh.config.gateway.model_copy(update={"port": 0, "http_port": 0})
+    replica = await start_gateway(MeshConfig(gateway=g, workers=[]), load_registry())
+    other = openai.AsyncOpenAI(
+        base_url=f"http://127.0.0.1:{replica.http_port}/v1", api_key=KEY_A, max_retries=0
+    )
+    try:
+        for _ in range(600):
+            video = await other.videos.retrieve(asked.id)
+            if video.status in ("completed", "failed"):
+                break
+            await asyncio.sleep(0.1)
+        assert video.status == "completed", video.error
+        assert (video.prompt, video.size, video.seconds) == (
+            "tides under a full moon",
+            "80x48",
+            "1",
+        )
+        # Unasked size and length are the model's defaults: 64x64, 5 frames at 8 fps.
+        defaults = await other.videos.retrieve(plain.id)
+        assert (defaults.prompt, defaults.size, defaults.seconds) == ("defaults", "64x64", "0.625")
+        async with httpx.AsyncClient(
+            base_url=f"http://127.0.0.1:{replica.http_port}", timeout=60
+        ) as http:
+            job = (await http.get(f"/v1/jobs/{asked.id}", headers=bearer(KEY_A))).json()
+        assert {k: job[k] for k in ("prompt", "steps", "width", "height", "num_frames", "fps")} == {
+            "prompt": "tides under a full moon",
+            "steps": 2,
+            "width": 80,
+            "height": 48,
+            "num_frames": 9,
+            "fps": 9,
+        }
+        deleted = await other.videos.delete(plain.id)
+        assert deleted.deleted
+    finally:
+        await other.close()
+        await replica.stop(0)

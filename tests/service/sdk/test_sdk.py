@@ -89,6 +89,8 @@ async def test_submit_watch_get_list_models_and_download(sdk_mesh):
         assert info.state is JobState.SUCCEEDED and info.model == "flux-tiny"
         assert info.priority is Priority.REALTIME and info.seed == 9 and info.tenant == "a"
         assert info.mime_type == "image/png" and info.total_steps == 2
+        asked = (info.prompt, info.steps, info.width, info.height, info.num_frames, info.fps)
+        assert asked == ("a fox", 2, 64, 32, 0, 0), "an image has no frames nor fps"
 
         artifact = await client.download(handle.job_id)
         assert artifact.data == result.data and artifact.mime_type == "image/png"
