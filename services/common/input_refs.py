@@ -3,12 +3,19 @@
 Small inputs travel with the job itself: `inline:` and their bytes in base64, stored in the
 job's row and sent inside the JobSpec. Larger ones are files in the artifact store, which
 the scheduler and every worker reach; the ref is then the file's path.
+
+Once a job has ended nothing reads its inputs again, so the scheduler keeps it in memory
+without the inline bytes (`without_inline_bytes`: the ref is then empty, the image's
+identity stays); its row in the store still carries them until retention, as the files do.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+from dataclasses import replace
+
+from mediamesh.common.generation import GenerationParams, InputImage
 
 INLINE_PREFIX = "inline:"
 
@@ -31,3 +38,20 @@ def inline_bytes(ref: str) -> bytes:
         return base64.b64decode(ref[len(INLINE_PREFIX) :], validate=True)
     except binascii.Error as exc:
         raise ValueError(f"inline input ref is not base64: {exc}") from None
+
+
+def without_inline_bytes(params: GenerationParams) -> GenerationParams:
+    """`params` with every inline input's ref emptied; `params` itself when none is inline,
+    so a job without inline inputs keeps the very object (and whatever is cached by it)."""
+    image, mask = params.image, params.mask_image
+    if not _carries_bytes(image) and not _carries_bytes(mask):
+        return params
+    return replace(params, image=_emptied(image), mask_image=_emptied(mask))
+
+
+def _carries_bytes(image: InputImage | None) -> bool:
+    return image is not None and is_inline(image.ref)
+
+
+def _emptied(image: InputImage | None) -> InputImage | None:
+    return replace(image, ref="") if image is not None and is_inline(image.ref) else image

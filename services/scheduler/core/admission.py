@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from mediamesh.common.errors import StatusCode
+from mediamesh.common.input_refs import without_inline_bytes
 from mediamesh.common.registry import ModelSpec
 from mediamesh.scheduler.core.backlog import Backlog
 from mediamesh.scheduler.core.cost import CostModel
@@ -134,6 +135,8 @@ class Admission:
     def restore(self, job: Job) -> None:
         """Take back a job from the store after a restart; unfinished ones queue again."""
         if job.state.terminal:
+            # As when it ended here (see `JobLifecycle._finish`): its row keeps the inputs.
+            job.params = without_inline_bytes(job.params)
             self._table.add(job)
             return
         job.cost_s = job.cost_s or self._cost.estimate(job.model, job.params)

@@ -77,6 +77,7 @@ class Job:
     model: str
     queue: str
     priority: Priority
+    # Once the job has ended, without its inline input bytes (see `JobLifecycle._finish`).
     params: GenerationParams
     created_at: float
     deadline: float | None = None
@@ -114,7 +115,8 @@ class Job:
     def compat_key(self) -> CompatKey:
         """Jobs may share a batch only if every tensor shape and the schedule agree.
 
-        Cached: params never change after acceptance, and batch forming reads this often."""
+        Cached: params never change after acceptance (but for the inline input bytes dropped
+        at the end, which are not part of it), and batch forming reads this often."""
         p = self.params
         return (
             self.model,

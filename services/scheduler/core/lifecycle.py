@@ -10,6 +10,7 @@ from collections import defaultdict
 from collections.abc import Callable
 
 from mediamesh.common.errors import StatusCode
+from mediamesh.common.input_refs import without_inline_bytes
 from mediamesh.common.work import Preview
 from mediamesh.scheduler.core.backlog import Backlog
 from mediamesh.scheduler.core.cost import CostModel
@@ -213,6 +214,9 @@ class JobLifecycle:
 
     def _finish(self, job: Job, state: JobState, reason: str = "") -> None:
         job.finished_at = self._clock()
+        # Ended jobs stay in memory until retention and nothing reads their inputs again;
+        # holding inline images that long would grow memory with every image job kept.
+        job.params = without_inline_bytes(job.params)
         self.ended[(job.queue, state)] += 1
         self._outbox.transition(job, state, reason)
 

@@ -11,6 +11,7 @@ import asyncio
 import functools
 import json
 import sqlite3
+import weakref
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
@@ -99,11 +100,30 @@ class PurgedJob(NamedTuple):
     artifact_path: str | None
 
 
+# A job's params and quota never change but its row is written at every transition;
+# converting them once per job took a few percent of the scheduler's time under load.
+# Quotas are a few numbers, so a bounded cache by value serves every job of a tenant.
 @functools.lru_cache(maxsize=4096)
-def _frozen_json(value: GenerationParams | TenantQuota) -> str:
-    """A job's params and quota never change but its row is written at every transition;
-    converting them once per job took a few percent of the scheduler's time under load."""
-    return json.dumps(asdict(value))
+def _quota_json(quota: TenantQuota) -> str:
+    return json.dumps(asdict(quota))
+
+
+# Params can carry inline input images (tens of KB each), so their cache must never be what
+# keeps them alive: weak keys let an entry go with its params (an ended job's are replaced by
+# a copy without the bytes), and an ended job's entry goes at its final write, after which
+# a job held until retention is not written again.
+_params_json: weakref.WeakKeyDictionary[GenerationParams, str] = weakref.WeakKeyDictionary()
+
+
+def _params_json_of(job: Job) -> str:
+    params = job.params
+    if job.state.terminal:
+        text = _params_json.pop(params, None)
+        return text if text is not None else json.dumps(asdict(params))
+    text = _params_json.get(params)
+    if text is None:
+        text = _params_json[params] = json.dumps(asdict(params))
+    return text
 
 
 def job_row(job: Job, result: dict[str, Any] | None = None) -> tuple[Any, ...]:
@@ -115,8 +135,8 @@ def job_row(job: Job, result: dict[str, Any] | None = None) -> tuple[Any, ...]:
         job.queue,
         int(job.priority),
         job.state.value,
-        _frozen_json(job.params),
-        _frozen_json(job.quota),
+        _params_json_of(job),
+        _quota_json(job.quota),
         job.created_at,
         job.deadline,
         job.idempotency_key,
@@ -232,7 +252,11 @@ class JobStore:
     def _save_many(self, rows: list[tuple[Any, ...]], delivery_rows: list[tuple[Any, ...]]) -> None:
         assert self._db is not None
         placeholders = ",".join("?" * len(_COLUMNS))
-        updates = ",".join(f"{c}=excluded.{c}" for c in _COLUMNS[1:] if c != "result")
+        # Params stay as inserted: the job in memory drops its inline inputs when it ends,
+        # and the row keeps them (and need not rewrite them at every transition).
+        updates = ",".join(
+            f"{c}=excluded.{c}" for c in _COLUMNS[1:] if c not in ("params", "result")
+        )
         # One transaction for the group: one commit (one WAL sync) however many jobs moved.
         self._db.execute("BEGIN IMMEDIATE")
         try:

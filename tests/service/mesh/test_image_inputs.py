@@ -18,6 +18,7 @@ from PIL import Image
 from mediamesh.common.generated.inference import grpc_service_pb2 as pb
 from mediamesh.common.generated.inference import grpc_service_pb2_grpc as pb_grpc
 from mediamesh.common.generated.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
+from mediamesh.common.input_refs import inline_bytes
 from mediamesh.common.registry import BatchingSpec, Registry, load_registry
 from mediamesh.gateway.core.tensors import join_bytes_tensor, split_bytes_tensor
 from tests.input_media import image_bytes, mask_bytes, png_bomb, truncated_png
@@ -152,7 +153,15 @@ async def test_large_inputs_live_in_the_artifact_store_until_retention(mesh):
     assert hashlib.sha256(stored.read_bytes()).hexdigest() == job.params.image.sha256
     small = await generate(mesh, model=IMG2IMG, image=image_bytes())
     kept, _ = await runtime.store.get(small[-1].job_id)
-    assert kept.params.image.ref.startswith("inline:")
+    assert inline_bytes(kept.params.image.ref) == image_bytes()
+    # Ended, the job is held until retention without the bytes its row keeps, and reads
+    # about it still work.
+    held = runtime.core.jobs[small[-1].job_id]
+    assert held.params.image.ref == "" and held.params.image.sha256 == kept.params.image.sha256
+    info = await stub(mesh).GetJob(
+        gateway_pb2.GetJobRequest(job_id=small[-1].job_id), metadata=auth(KEY_A)
+    )
+    assert info.state == common_pb2.SUCCEEDED and info.result.artifact.size_bytes > 0
 
     later = time.time() + 1
     await runtime._purge(later)
