@@ -57,7 +57,7 @@ def test_worker_sigkill_mid_batch_loses_no_job(launch):
 
         wait_for(someone_running, timeout=120)
         running = next(job_state(stub, j) for j in ids if job_state(stub, j).step >= 1)
-        victim = mesh.child_pid(f"--worker-id {_worker_of(mesh, running.job_id)}")
+        victim = mesh.child_pid(f"--worker-id {running.worker_id}")
         os.kill(victim, signal.SIGKILL)
         states = final_states(stub, ids, timeout=300)
         assert states == dict.fromkeys(ids, "SUCCEEDED")
@@ -74,13 +74,3 @@ def test_scheduler_sigkill_recovers_every_job(launch):
         os.kill(mesh.child_pid(" scheduler "), signal.SIGKILL)
         states = final_states(stub, ids, timeout=300)
         assert states == dict.fromkeys(ids, "SUCCEEDED")
-
-
-def _worker_of(mesh, job_id: str) -> str:
-    log = mesh.log("scheduler")
-    for line in reversed(log.splitlines()):
-        if job_id in line and "worker=" in line:
-            worker = line.split("worker=", 1)[1].split()[0]
-            if worker:
-                return worker
-    return "worker-0"

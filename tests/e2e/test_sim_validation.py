@@ -62,7 +62,7 @@ BATCHING = {"mode": "dynamic", "max_batch": 4, "max_wait_ms": 50}
 # this machine's speed moves 20 % with what else runs on it, and a fixed rate would drift
 # from a third busy to near saturation, where any model error explodes. With batching the
 # worker is then busy 55-65 % of the time; queues form in the Poisson bursts.
-TARGET_LOAD = 0.7
+TARGET_LOAD = 0.9
 
 # Allowed |simulated - real| = fraction x real + seconds.
 # - The simulator runs every batch in its fitted mean time. Real batch times scatter 10-13 %
