@@ -12,10 +12,6 @@ from __future__ import annotations
 
 from mediamesh.common.settings import MeshConfig
 
-# OpenMP's idle threads sleep instead of spinning between a worker's ops: spinning took
-# CPU the mesh's own processes needed (README, Performance).
-WORKER_ENVIRONMENT = {"OMP_WAIT_POLICY": "PASSIVE"}
-
 
 def shared_torch_threads(cores: int, cpu_workers: int) -> int:
     """Intra-op threads per CPU worker: the cores less one for the mesh, shared equally."""

@@ -22,7 +22,7 @@ from typing import Any
 import yaml
 from pydantic import SecretStr
 
-from mediamesh.cli.core_sharing import WORKER_ENVIRONMENT, with_shared_cores
+from mediamesh.cli.core_sharing import with_shared_cores
 from mediamesh.cli.run_dir import run_config_path, write_private
 from mediamesh.common.api.health import is_serving
 from mediamesh.common.config_loader import ENV_PREFIX
@@ -46,8 +46,6 @@ class Child:
     restarts: int = 0
     started_at: float = field(default=0.0)
     log_path: Path | None = None
-    # Environment defaults for this child (the user's own variables win).
-    environment: dict[str, str] = field(default_factory=dict)
     # Where this run's output starts in the log, which earlier runs appended to.
     log_offset: int = 0
 
@@ -58,8 +56,7 @@ class Child:
         # The run config already holds the environment's overrides under the flags': applied
         # again in a child, a MEDIAMESH_* variable would win over a flag of `mediamesh up`.
         env = {k: v for k, v in os.environ.items() if not k.upper().startswith(ENV_PREFIX)}
-        # Defaults only: a variable the user set wins.
-        env = {**self.environment, **env}
+
         self.process = subprocess.Popen(
             self.argv,
             env=env,
@@ -119,7 +116,6 @@ class Mesh:
                 w.worker_id,
                 [*entry, "worker", *base, "--worker-id", w.worker_id],
                 f"{w.host}:{w.port}",
-                environment=dict(WORKER_ENVIRONMENT),
             )
             for w in config.workers
         ]

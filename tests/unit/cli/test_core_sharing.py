@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from mediamesh.cli.core_sharing import shared_torch_threads, with_shared_cores
 from mediamesh.cli.up import Mesh
 from mediamesh.common.settings import MeshConfig, WorkerSettings
@@ -31,8 +33,7 @@ def test_only_cpu_workers_without_a_setting_get_a_share() -> None:
     assert [w.torch_threads for w in config.workers] == [0, 3, 0, 0]  # a copy, not changed
 
 
-def test_up_hands_workers_their_share_and_a_passive_openmp(tmp_path) -> None:
+def test_up_hands_its_workers_their_share(tmp_path) -> None:
     mesh = Mesh(config_of(WorkerSettings(worker_id="w0"), WorkerSettings(worker_id="w1")), tmp_path)
-    assert all(w.torch_threads >= 1 for w in mesh.config.workers)
-    assert all(child.environment["OMP_WAIT_POLICY"] == "PASSIVE" for child in mesh.workers)
-    assert "OMP_WAIT_POLICY" not in mesh.scheduler.environment
+    cores = os.cpu_count() or 1
+    assert [w.torch_threads for w in mesh.config.workers] == [shared_torch_threads(cores, 2)] * 2
