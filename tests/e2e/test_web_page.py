@@ -1,8 +1,10 @@
 """The web page at `/`, in a real headless Chromium against a mesh started with `mediamesh up`:
-a job with live previews and its rendered image, a long job cancelled from the page, and a
-bad input whose error the page shows.
+a job with live previews and its rendered image, a long job cancelled from the page, a bad
+input whose error the page shows, an image uploaded through the page's file field, and a
+video result played and offered for download.
 
-One mesh (one flux-tiny worker) and one browser for the module. The mesh has API keys, so the
+One mesh (one worker serving flux-tiny, flux-img2img-tiny and wan-tiny) and one browser for
+the module. The mesh has API keys, so the
 page's key field, and its event stream and result download with `Authorization`, are used.
 Jobs are sized so the page sees them run: 512x512 takes a tiny model a few seconds, so
 previews arrive while it watches.
@@ -11,11 +13,13 @@ previews arrive while it watches.
 from __future__ import annotations
 
 import hashlib
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
+from PIL import Image
 from selenium import webdriver
 from selenium.common.exceptions import TimeoutException
 from selenium.webdriver.common.by import By
@@ -27,6 +31,8 @@ from tests.e2e.conftest import MeshProcess, mesh_config, start, stop
 # Mesh start-up (up to READY_TIMEOUT_S under load) is part of the first test's time.
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(480)]
 MODEL = "flux-tiny"
+IMAGE_MODEL = "flux-img2img-tiny"  # ListModels `inputs` has "image": the page shows a file field
+VIDEO_MODEL = "wan-tiny"
 KEY = "web-page-key"
 AUTH = {"Authorization": f"Bearer {KEY}"}
 GATEWAY = {
@@ -37,13 +43,17 @@ GATEWAY = {
 JOB_TIMEOUT_S = 180
 CANCEL_TIMEOUT_S = 120
 ERROR_TIMEOUT_S = 30
+# Seconds a rendered video may take to load its metadata in the page.
+MEDIA_TIMEOUT_S = 30
 
 
 @pytest.fixture(scope="module")
 def mesh(tmp_path_factory: pytest.TempPathFactory, models_dir: Path) -> Iterator[MeshProcess]:
     browser_binaries()  # skip or fail before starting a mesh for nothing
     tmp = tmp_path_factory.mktemp("web-page")
-    config = mesh_config(tmp, models_dir, [{"models": [MODEL]}], gateway=GATEWAY)
+    config = mesh_config(
+        tmp, models_dir, [{"models": [MODEL, IMAGE_MODEL, VIDEO_MODEL]}], gateway=GATEWAY
+    )
     process = start(tmp, config, ("--no-restart",))
     yield process
     stop(process)
@@ -77,7 +87,7 @@ def wait_until(driver: webdriver.Chrome, script: str, timeout: float, what: str)
         raise AssertionError(f"{what}: not within {timeout} s; the page shows {seen}") from None
 
 
-def open_page(driver: webdriver.Chrome, base_url: str) -> None:
+def open_page(driver: webdriver.Chrome, base_url: str, model: str = MODEL) -> None:
     """The page with the model picked; the key is entered once per browser session."""
     driver.get(f"{base_url}/")
     if not driver.find_element(By.ID, "api-key").get_attribute("value"):
@@ -90,9 +100,9 @@ def open_page(driver: webdriver.Chrome, base_url: str) -> None:
         driver.find_element(By.ID, "api-key").send_keys(KEY)
         driver.find_element(By.CSS_SELECTOR, "#key-form button[type=submit]").click()
     wait_until(
-        driver, f"document.querySelector('#model option[value=\"{MODEL}\"]')", 30, "models listed"
+        driver, f"document.querySelector('#model option[value=\"{model}\"]')", 30, "models listed"
     )
-    Select(driver.find_element(By.ID, "model")).select_by_value(MODEL)
+    Select(driver.find_element(By.ID, "model")).select_by_value(model)
 
 
 def fill(driver: webdriver.Chrome, **values: str) -> None:
@@ -176,3 +186,80 @@ def test_a_bad_input_shows_its_error(browser: webdriver.Chrome, base_url: str) -
     assert error.text.startswith("INVALID_ARGUMENT: steps"), error.text
     assert browser.find_element(By.ID, "f-steps").get_attribute("aria-invalid") == "true"
     assert len(browser.find_elements(By.CSS_SELECTOR, "#jobs li")) == jobs_before
+
+
+def test_an_uploaded_image_is_transformed(
+    browser: webdriver.Chrome, base_url: str, tmp_path: Path
+) -> None:
+    picture = tmp_path / "input.png"
+    Image.new("RGB", (64, 64), (200, 40, 40)).save(picture)
+    open_page(browser, base_url, IMAGE_MODEL)
+    upload = browser.find_element(By.ID, "f-image")
+    assert upload.get_attribute("type") == "file"
+    assert upload.get_attribute("accept") == "image/*"
+    upload.send_keys(str(picture))
+    assert browser.execute_script("return document.getElementById('f-image').files[0].name") == (
+        "input.png"
+    )
+    fill(browser, prompt="a red square, painted", steps="4", seed="11")
+    browser.find_element(By.ID, "submit").click()
+
+    wait_until(
+        browser,
+        "(document.getElementById('result-element') || {}).naturalWidth > 0",
+        JOB_TIMEOUT_S,
+        "the transformed image rendered",
+    )
+    assert browser.find_element(By.ID, "job-state").text == "SUCCEEDED"
+    assert browser.find_element(By.ID, "form-error").get_attribute("hidden") is not None
+    job = shown_job(browser, base_url)
+    assert job["state"] == "SUCCEEDED" and job["model"] == IMAGE_MODEL, job
+
+
+def test_a_video_result_plays_and_downloads(
+    browser: webdriver.Chrome, base_url: str, tmp_path: Path
+) -> None:
+    open_page(browser, base_url, VIDEO_MODEL)
+    assert browser.find_elements(By.ID, "f-num_frames"), "no frames field for a video model"
+    fill(browser, prompt="a fox running", steps="2", num_frames="5", seed="3")
+    browser.find_element(By.ID, "submit").click()
+
+    wait_until(
+        browser,
+        "document.getElementById('job-state').textContent === 'SUCCEEDED'"
+        " && document.querySelector('#result-media video')",
+        JOB_TIMEOUT_S,
+        "the video result shown",
+    )
+    wait_until(
+        browser,
+        "(v => v.readyState >= 1 && v.videoWidth > 0)(document.getElementById('result-element'))",
+        MEDIA_TIMEOUT_S,
+        "the video's metadata loaded",
+    )
+    video = browser.find_element(By.ID, "result-element")
+    assert video.tag_name == "video"
+    assert browser.execute_script("return document.getElementById('result-element').controls")
+    job = shown_job(browser, base_url)
+    assert job["state"] == "SUCCEEDED" and job["model"] == VIDEO_MODEL, job
+    download = browser.find_element(By.ID, "download")
+    source = video.get_attribute("src") or ""
+    assert source.startswith("blob:")
+    assert download.get_attribute("href") == source
+    assert download.get_attribute("download") == f"mediamesh-{job['job_id']}.mp4"
+    # Clicking the link saves the result's bytes, as the API serves them, under that name.
+    saved = tmp_path / "downloads"
+    saved.mkdir()
+    browser.execute_cdp_cmd(
+        "Browser.setDownloadBehavior", {"behavior": "allow", "downloadPath": str(saved)}
+    )
+    download.click()
+    target = saved / f"mediamesh-{job['job_id']}.mp4"
+    deadline = time.monotonic() + MEDIA_TIMEOUT_S
+    while not (target.is_file() and not list(saved.glob("*.crdownload"))):
+        assert time.monotonic() < deadline, f"no download within {MEDIA_TIMEOUT_S} s"
+        time.sleep(0.1)
+    served = httpx.get(httpx.URL(base_url).join(job["result"]["url"]), headers=AUTH, timeout=30)
+    assert served.status_code == 200, served.text
+    assert target.read_bytes() == served.content
+    assert served.content[4:8] == b"ftyp"  # an mp4 container
