@@ -5,10 +5,11 @@ from __future__ import annotations
 import dataclasses
 import itertools
 
+from mediamesh.common.generation import AdapterScale
 from mediamesh.common.registry import load_registry
 from mediamesh.common.settings import QueueSettings, SchedulerSettings
-from mediamesh.scheduler.core.jobs import GenerationParams, Priority, TenantQuota
-from mediamesh.scheduler.core.scheduler import NewJob, SchedulerCore
+from mediamesh.scheduler.core.jobs import GenerationParams, Job, Priority, TenantQuota
+from mediamesh.scheduler.core.scheduler import Accepted, NewJob, SchedulerCore
 from mediamesh.scheduler.core.units import WorkerInfo
 from mediamesh.scheduler.settings_policy import core_policy
 
@@ -67,3 +68,19 @@ def new_job(
         idempotency_key=key,
         quota=quota or TenantQuota(),
     )
+
+
+def submit_with_adapters(
+    core: SchedulerCore, adapters: tuple[AdapterScale, ...] = (), **kwargs: object
+) -> Job:
+    """Submit a `new_job(**kwargs)` that names `adapters`; it must be accepted."""
+    new = new_job(**kwargs)  # type: ignore[arg-type]
+    new = dataclasses.replace(new, params=dataclasses.replace(new.params, adapters=adapters))
+    outcome = core.submit(new)
+    assert isinstance(outcome, Accepted), outcome
+    return outcome.job
+
+
+def roomy(worker_id: str) -> WorkerInfo:
+    """A worker that takes two batches at once: it can carry load and still have room."""
+    return dataclasses.replace(worker(worker_id), capacity=2)

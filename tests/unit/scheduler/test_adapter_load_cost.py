@@ -4,34 +4,19 @@ next batch goes elsewhere when the load makes this unit the busier one."""
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 
 from mediamesh.common.generation import AdapterScale
 from mediamesh.scheduler.core.affinity import AffinityPolicy
-from mediamesh.scheduler.core.jobs import Job, Priority
-from mediamesh.scheduler.core.scheduler import Accepted, SchedulerCore
-from mediamesh.scheduler.core.units import WorkerInfo
+from mediamesh.scheduler.core.jobs import Priority
+from mediamesh.scheduler.core.scheduler import SchedulerCore
 
-from .fakes import FakeClock, make_core, new_job, worker
+from .fakes import FakeClock, make_core, roomy, worker
+from .fakes import submit_with_adapters as submit
 
 STYLE = (AdapterScale("style", 1.0),)
 # Far above any tiny job's cost, so a routing decision cannot be explained by the job alone.
 LOAD_S = 30.0
-
-
-def submit(core: SchedulerCore, adapters: tuple[AdapterScale, ...] = (), **kwargs: object) -> Job:
-    new = new_job(**kwargs)  # type: ignore[arg-type]
-    new = dataclasses.replace(new, params=dataclasses.replace(new.params, adapters=adapters))
-    outcome = core.submit(new)
-    assert isinstance(outcome, Accepted), outcome
-    return outcome.job
-
-
-def roomy(worker_id: str) -> WorkerInfo:
-    """A worker that takes two batches at once: it can carry load and still have room."""
-    return dataclasses.replace(worker(worker_id), capacity=2)
 
 
 def core_with_prior(clock: FakeClock) -> SchedulerCore:

@@ -4,29 +4,13 @@ adapters' (learned) load time."""
 
 from __future__ import annotations
 
-import dataclasses
-
 from mediamesh.common.generation import AdapterScale
 from mediamesh.scheduler.core.affinity import AffinityPolicy
-from mediamesh.scheduler.core.scheduler import Accepted
-from mediamesh.scheduler.core.units import WorkerInfo
 
-from .fakes import FakeClock, make_core, new_job, worker
+from .fakes import FakeClock, make_core, roomy, worker
+from .fakes import submit_with_adapters as submit
 
 STYLE = (AdapterScale("style", 1.0),)
-
-
-def submit(core, adapters=(), **kwargs):
-    new = new_job(**kwargs)
-    new = dataclasses.replace(new, params=dataclasses.replace(new.params, adapters=adapters))
-    outcome = core.submit(new)
-    assert isinstance(outcome, Accepted), outcome
-    return outcome.job
-
-
-def roomy(worker_id: str) -> WorkerInfo:
-    """A worker that takes two batches at once: it can carry load and still have room."""
-    return dataclasses.replace(worker(worker_id), capacity=2)
 
 
 def test_two_adapter_sets_in_flight_never_share_a_batch() -> None:
