@@ -50,7 +50,9 @@ log = logging.getLogger("mediamesh.scheduler")
 
 # Longest a stopping scheduler waits for the store to take the last state changes.
 FLUSH_ON_STOP_S = 5.0
-# Shortest time between two settings of the queue and worker gauges.
+# How often the queue and worker gauges are set. On their own timer, not the dispatch
+# loop's: a loop that went quiet right after a burst of arrivals left them stale until the
+# next heartbeat, and setting them on every pass under load only cost CPU.
 GAUGE_INTERVAL_S = 0.2
 
 
@@ -78,10 +80,10 @@ class SchedulerRuntime:
             webhooks or WebhookSettings(), self.writer, artifacts, self.results
         )
         self._kick = asyncio.Event()
-        self._gauges_at = float("-inf")
         self._tasks: set[asyncio.Task[None]] = set()
         self._loop_task: asyncio.Task[None] | None = None
         self._housekeeping_task: asyncio.Task[None] | None = None
+        self._gauges_task: asyncio.Task[None] | None = None
         self.batches = BatchRunner(
             core,
             self.writer,
@@ -125,12 +127,13 @@ class SchedulerRuntime:
             metrics.QUEUE_SLA.labels(name).set(queue.sla_s)
         self._loop_task = asyncio.create_task(self._dispatch_loop(), name="dispatch-loop")
         self._housekeeping_task = asyncio.create_task(self._housekeeping(), name="housekeeping")
+        self._gauges_task = asyncio.create_task(self._publish_gauges(), name="gauges")
 
     async def stop(self) -> None:
-        for task in (self._loop_task, self._housekeeping_task, *self._tasks):
+        for task in (self._loop_task, self._housekeeping_task, self._gauges_task, *self._tasks):
             if task is not None:
                 task.cancel()
-        for task in (self._loop_task, self._housekeeping_task, *self._tasks):
+        for task in (self._loop_task, self._housekeeping_task, self._gauges_task, *self._tasks):
             if task is not None:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
@@ -152,18 +155,21 @@ class SchedulerRuntime:
                 self.core.schedule()
                 self.apply(self.core.take_effects())
                 self.roster.release_departed(self.core.units)
-                # Under load the loop runs on every arrival and result; the gauges are
-                # scraped every few seconds, so setting them each pass only cost CPU.
-                now = time.monotonic()
-                if now - self._gauges_at >= GAUGE_INTERVAL_S:
-                    self._gauges_at = now
-                    metrics.publish_gauges(self.core, list(self.settings.queues))
             except Exception:
                 log.exception("dispatch loop iteration failed; continuing")
             wake = self.core.next_wakeup()
             timeout = tick if wake is None else min(max(wake - time.time(), 0.0), tick)
             await wait_event(self._kick, timeout)
             self._kick.clear()
+
+    async def _publish_gauges(self) -> None:
+        queues = list(self.settings.queues)
+        while True:
+            try:
+                metrics.publish_gauges(self.core, queues)
+            except Exception:
+                log.exception("setting the gauges failed; trying again")
+            await asyncio.sleep(GAUGE_INTERVAL_S)
 
     async def _housekeeping(self) -> None:
         while True:

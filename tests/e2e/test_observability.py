@@ -230,11 +230,18 @@ def check_keda_queries(mesh: MeshProcess, prometheus: PrometheusServer) -> None:
         return before, seen, pool_demand_gauges(mesh)
 
     def agree(before: dict, seen: dict, after: dict) -> bool:
-        return before == after and all(
-            math.isclose(v, before[pools[s]], rel_tol=1e-6, abs_tol=1e-9) for s, v in seen.items()
+        return (
+            before == after
+            and all(before[(q, p)] > 0 for q in ("image", "video") for p in ("on-demand", "spot"))
+            and all(
+                math.isclose(v, before[pools[s]], rel_tol=1e-6, abs_tol=1e-9)
+                for s, v in seen.items()
+            )
         )
 
-    # Prometheus holds the last scrape (<= 1 s old): retry until it has caught up.
+    # The gauges are set every 0.2 s and Prometheus holds the last scrape (<= 1 s old):
+    # retry until both show the backlog. Agreeing on the values from before the backlog
+    # arrived proves nothing.
     deadline = time.monotonic() + 15
     before, seen, after = observe()
     while not agree(before, seen, after) and time.monotonic() < deadline:
