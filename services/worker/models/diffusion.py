@@ -207,22 +207,28 @@ class DiffusionHost:
         )
         use_device(control, True)
         hook = self.denoiser.register_forward_pre_hook(tracker.mark_step_start)
+        output: Any = None
         out_of_memory: BaseException | None = None
+        failure: BaseException | None = None
         try:
             output = self._generate(jobs, generators, checkpoints, tracker)
         except BatchCancelled:
             return
         except Exception as exc:
-            if not is_out_of_memory(exc):
-                self._fail_group(jobs, terminals, exc)
-                return
-            # Without its traceback: the frames it holds keep the attempt's tensors alive.
-            out_of_memory = exc.with_traceback(None)
+            if is_out_of_memory(exc):
+                # Without its traceback: the frames it holds keep the attempt's tensors alive.
+                out_of_memory = exc.with_traceback(None)
+            else:
+                failure = exc
         finally:
             hook.remove()
+        out_of_memory, failure = _agree_across_ranks(control, out_of_memory, failure)
+        if failure is not None:
+            self._fail_group(jobs, terminals, failure)
+            return
         if out_of_memory is not None:
             # After the attempt: its step hook is gone and its tensors can be freed.
-            del tracker
+            del tracker, output
             retry_in_halves(
                 self.spec.name,
                 self.device,
@@ -248,8 +254,8 @@ class DiffusionHost:
             tracker.discard_periodic(job.job_id)
             terminals.send(job.job_id, JobFinished(job.job_id, data, mime, job.generation.seed))
 
-    def _fail_group(self, jobs: list[JobParams], terminals: Terminals, exc: Exception) -> None:
-        log.exception("group of %d jobs on %s failed", len(jobs), self.spec.name)
+    def _fail_group(self, jobs: list[JobParams], terminals: Terminals, exc: BaseException) -> None:
+        log.error("group of %d jobs on %s failed", len(jobs), self.spec.name, exc_info=exc)
         for job in jobs:
             terminals.send(job.job_id, JobFailed(job.job_id, StatusCode.INTERNAL, _describe(exc)))
 
@@ -263,11 +269,14 @@ class DiffusionHost:
         self._apply_adapters(jobs[0].generation.adapters)
         call_hooks.before_call(self.spec.name, jobs)
         if not checkpoints:
-            return self.generate(jobs, generators, None, tracker)
-        state = merge_scheduler_states([c.scheduler_state for c in checkpoints])
-        latents = torch.cat([c.latents for c in checkpoints]).to(self.device)
-        with resume_schedule(self.pipeline.scheduler, state, self.device):
-            return self.generate(jobs, generators, latents, tracker)
+            output = self.generate(jobs, generators, None, tracker)
+        else:
+            state = merge_scheduler_states([c.scheduler_state for c in checkpoints])
+            latents = torch.cat([c.latents for c in checkpoints]).to(self.device)
+            with resume_schedule(self.pipeline.scheduler, state, self.device):
+                output = self.generate(jobs, generators, latents, tracker)
+        call_hooks.after_call(self.spec.name, jobs)
+        return output
 
     def _apply_adapters(self, adapters: tuple[AdapterScale, ...]) -> None:
         if self.adapters is not None:
@@ -277,6 +286,24 @@ class DiffusionHost:
                 f"model {self.spec.name!r} cannot apply LoRA adapters in "
                 f"{self.spec.parallelism.mode} mode"
             )
+
+
+def _agree_across_ranks(
+    control: ControlView, out_of_memory: BaseException | None, failure: BaseException | None
+) -> tuple[BaseException | None, BaseException | None]:
+    """In a tensor- or context-parallel group, every rank takes the same way out of an
+    attempt: one that split or stopped alone would wait in a collective its peers never
+    join. A failure anywhere fails the group; otherwise an out-of-memory anywhere splits it.
+    A data-mode control has no `agree_on_outcome`, and the attempt's own outcome stands."""
+    agree = getattr(control, "agree_on_outcome", None)
+    if agree is None:
+        return out_of_memory, failure
+    any_out_of_memory, any_failure = agree(out_of_memory is not None, failure is not None)
+    if any_failure:
+        return None, failure or RuntimeError("another rank of the group failed this batch")
+    if any_out_of_memory:
+        return out_of_memory or RuntimeError("another rank of the group ran out of memory"), None
+    return None, None
 
 
 def use_device(control: ControlView, needed: bool) -> None:

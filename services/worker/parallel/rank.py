@@ -16,6 +16,7 @@ from diffusers import DiffusionPipeline
 from torch.distributed.device_mesh import init_device_mesh
 
 from mediamesh.common.registry import ModelSpec
+from mediamesh.worker.core import call_hooks
 from mediamesh.worker.models.host import host_class, load_pipeline
 from mediamesh.worker.parallel.context_parallel import enable_context_parallel
 from mediamesh.worker.parallel.flux_tp import shard_flux_transformer
@@ -63,8 +64,10 @@ def helper_main(
     commands: Any,
     replies: Any,
     timeout_s: float,
+    test_hooks: dict[call_hooks.HookKey, call_hooks.BeforeCall],
 ) -> None:
     """Entry point of ranks 1..size-1 (a spawned process)."""
+    call_hooks.install_all(test_hooks)
     watchdog = threading.Thread(target=_exit_with_parent, args=(os.getppid(),), daemon=True)
     watchdog.start()
     spec = ModelSpec.model_validate(spec_data)

@@ -38,6 +38,15 @@ class SyncedControl:
         self._preempt = bool(values[0])
         self._cancelled = {j for j, flag in zip(self._job_ids, values[1:], strict=True) if flag}
 
+    def agree_on_outcome(self, out_of_memory: bool, failed: bool) -> tuple[bool, bool]:
+        """A collective after each attempt at a group: whether any rank ran out of memory,
+        and whether any failed otherwise. Every rank calls it, whatever its own outcome."""
+        flags = torch.tensor([int(out_of_memory), int(failed)], dtype=torch.int32)
+        flags = flags.to(self._device)
+        dist.all_reduce(flags, op=dist.ReduceOp.MAX)
+        any_out_of_memory, any_failed = flags.tolist()
+        return bool(any_out_of_memory), bool(any_failed)
+
     def is_cancelled(self, job_id: str) -> bool:
         return job_id in self._cancelled
 

@@ -30,6 +30,7 @@ from diffusers import DiffusionPipeline
 
 from mediamesh.common.registry import ModelSpec
 from mediamesh.common.work import JobFailed, JobParams, WorkerEvent
+from mediamesh.worker.core import call_hooks
 from mediamesh.worker.core.batch import ControlView, DeviceGroupLost, Emit
 from mediamesh.worker.models.diffusion import DiffusionHost
 from mediamesh.worker.models.host import host_class, load_pipeline
@@ -212,6 +213,7 @@ def start_rank_group(
                 "commands": inbox,
                 "replies": replies,
                 "timeout_s": COLLECTIVE_TIMEOUT.total_seconds(),
+                "test_hooks": call_hooks.helper_rank_hooks(),
             },
             daemon=True,
         )
