@@ -4,9 +4,9 @@ The model loads as a worker loads it (`load_host`, cache hooks from the registry
 and batches run on one thread, as on a worker's device thread. For every setting the same
 jobs (same prompts, same seeds) run with the cache and with `use_cache=False` on the same
 host; speedup is uncached over cached wall time (median of the repeats) and quality is the
-PSNR of the 8-bit images against the uncached ones. flux-small has random weights: the
-numbers show what each cache skips and how far it drifts here, not a trained model's
-quality. SSIM is left out: no pinned package computes it.
+PSNR and the SSIM (pytorch-msssim: 11-pixel Gaussian window, sigma 1.5, over RGB) of the
+8-bit images against the uncached ones. flux-small has random weights: the numbers show
+what each cache skips and how far it drifts here, not a trained model's quality.
 
     python -m bench.caching --threads 1 > caching.json     (the child run prints JSON)
 """
@@ -73,6 +73,18 @@ def psnr(reference: np.ndarray, image: np.ndarray) -> float:
     return round(float(10 * math.log10(255.0**2 / error)), 2)
 
 
+def ssim(reference: np.ndarray, image: np.ndarray) -> float:
+    """Structural similarity of two 8-bit RGB images (1 = identical)."""
+    import torch
+    from pytorch_msssim import ssim as structural_similarity
+
+    def batch(pixels: np.ndarray) -> torch.Tensor:
+        return torch.from_numpy(pixels.astype(np.float32)).permute(2, 0, 1).unsqueeze(0)
+
+    value = structural_similarity(batch(reference), batch(image), data_range=255.0)
+    return round(float(value), 5)
+
+
 def rgb(data: bytes) -> np.ndarray:
     """The pixels of an encoded image."""
     from PIL import Image
@@ -134,6 +146,7 @@ def measure(plan: dict[str, Any], models_dir: Path) -> list[dict[str, Any]]:
                 cached_s.append(elapsed)
             host.close()
             quality = [psnr(a, b) for a, b in zip(full, cached, strict=True)]
+            structure = [ssim(a, b) for a, b in zip(full, cached, strict=True)]
             # Each pair runs back to back, so a neighbour's burst of load hits both halves:
             # the ratio within a pair is steadier than the ratio of medians.
             ratios = [full / cached for full, cached in zip(full_s, cached_s, strict=True)]
@@ -145,6 +158,8 @@ def measure(plan: dict[str, Any], models_dir: Path) -> list[dict[str, Any]]:
                 "speedup": round(statistics.median(ratios), 3),
                 "psnr_db_mean": round(statistics.mean(quality), 2),
                 "psnr_db_min": min(quality),
+                "ssim_mean": round(statistics.mean(structure), 5),
+                "ssim_min": min(structure),
             }
             print(json.dumps(row), file=sys.stderr, flush=True)
             rows.append(row)
@@ -173,10 +188,16 @@ def run(options: Options) -> Result:
         "batch": plan["batch"],
         "repeats": plan["repeats"],
         "torch_threads": options.torch_threads,
-        "quality": "PSNR (dB) of 8-bit images vs the uncached run, same seeds; 100 = identical",
+        "quality": (
+            "PSNR (dB; 100 = identical) and SSIM (1 = identical) of 8-bit images vs the "
+            "uncached run, same seeds"
+        ),
     }
     for row in result.levels:
-        log(f"caching {row['kind']} {row['setting']}: x{row['speedup']}, {row['psnr_db_mean']} dB")
+        log(
+            f"caching {row['kind']} {row['setting']}: x{row['speedup']}, "
+            f"{row['psnr_db_mean']} dB, SSIM {row['ssim_mean']}"
+        )
     result.summary = {"table": markdown_table(result.levels)}
     plot(result)
     return result
@@ -190,12 +211,16 @@ def plan_for(smoke: bool) -> dict[str, Any]:
 
 def markdown_table(rows: list[dict[str, Any]]) -> str:
     """The README's table of the rows."""
-    lines = ["| kind | setting | speedup | PSNR dB (mean / min) |", "|---|---|---|---|"]
+    lines = [
+        "| kind | setting | speedup | PSNR dB (mean / min) | SSIM (mean / min) |",
+        "|---|---|---|---|---|",
+    ]
     for row in rows:
         setting = ", ".join(f"{k}={v}" for k, v in row["setting"].items())
         lines.append(
             f"| {row['kind']} | {setting} | {row['speedup']:.2f}x "
-            f"| {row['psnr_db_mean']} / {row['psnr_db_min']} |"
+            f"| {row['psnr_db_mean']} / {row['psnr_db_min']} "
+            f"| {row['ssim_mean']} / {row['ssim_min']} |"
         )
     return "\n".join(lines)
 
