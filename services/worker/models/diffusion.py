@@ -209,7 +209,7 @@ class DiffusionHost:
         hook = self.denoiser.register_forward_pre_hook(tracker.mark_step_start)
         output: Any = None
         out_of_memory: BaseException | None = None
-        failure: BaseException | None = None
+        error: BaseException | None = None
         try:
             output = self._generate(jobs, generators, checkpoints, tracker)
         except BatchCancelled:
@@ -219,12 +219,12 @@ class DiffusionHost:
                 # Without its traceback: the frames it holds keep the attempt's tensors alive.
                 out_of_memory = exc.with_traceback(None)
             else:
-                failure = exc
+                error = exc
         finally:
             hook.remove()
-        out_of_memory, failure = _agree_across_ranks(control, out_of_memory, failure)
-        if failure is not None:
-            self._fail_group(jobs, terminals, failure)
+        out_of_memory, error = _agree_across_ranks(control, out_of_memory, error)
+        if error is not None:
+            self._fail_group(jobs, terminals, error)
             return
         if out_of_memory is not None:
             # After the attempt: its step hook is gone and its tensors can be freed.
