@@ -41,8 +41,9 @@ class SyncedControl:
     def agree_on_outcome(self, out_of_memory: bool, failed: bool) -> tuple[bool, bool]:
         """A collective after each attempt at a group: whether any rank ran out of memory,
         and whether any failed otherwise. Every rank calls it, whatever its own outcome."""
-        flags = torch.tensor([int(out_of_memory), int(failed)], dtype=torch.int32)
-        flags = flags.to(self._device)
+        flags = torch.tensor(
+            [int(out_of_memory), int(failed)], dtype=torch.int32, device=self._device
+        )
         dist.all_reduce(flags, op=dist.ReduceOp.MAX)
         any_out_of_memory, any_failed = flags.tolist()
         return bool(any_out_of_memory), bool(any_failed)
