@@ -12,6 +12,10 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 # S3 presigned URLs (SigV4) are valid for at most seven days.
 MAX_URL_EXPIRY_S = 7 * 24 * 3600
+# SQLite keeps a blob in the row's overflow pages; past a few MiB a file is the better home.
+MAX_IN_STORE_BYTES = 16 * 1024 * 1024
+# A 1024x1024 PNG of a photo is well over this; thumbnails, audio clips and previews are not.
+LOCAL_IN_STORE_BYTES = 256 * 1024
 
 
 class ArtifactSettings(BaseModel):
@@ -29,6 +33,20 @@ class ArtifactSettings(BaseModel):
     region: str = "us-east-1"
     # How long a presigned result URL stays valid.
     url_expiry_s: int = Field(3600, ge=1, le=MAX_URL_EXPIRY_S)
+    # Results up to this size live in the scheduler's job store, committed with the job's
+    # final state, instead of as a file or object each: under load, one file per result
+    # cost the scheduler more than everything else it does for a small job. 0: none do.
+    # Unset: 256 KiB with the local backend (the results shared one disk with the store
+    # anyway), 0 with S3 (a deployment that chose a bucket keeps its results there, not on
+    # the scheduler's volume).
+    in_store_max_bytes: int | None = Field(None, ge=0, le=MAX_IN_STORE_BYTES)
+
+    @property
+    def in_store_limit(self) -> int:
+        """`in_store_max_bytes`, with its default for the backend applied."""
+        if self.in_store_max_bytes is not None:
+            return self.in_store_max_bytes
+        return LOCAL_IN_STORE_BYTES if self.backend == "local" else 0
 
     @model_validator(mode="after")
     def _bucket_for_s3(self) -> ArtifactSettings:

@@ -22,7 +22,6 @@ from mediamesh.scheduler.runtime import SchedulerRuntime
 from mediamesh.scheduler.settings_policy import core_policy
 from mediamesh.scheduler.store.artifact_backends import build_artifact_store
 from mediamesh.scheduler.store.job_store import JobStore
-from mediamesh.scheduler.store.recent_artifacts import RecentArtifacts
 
 log = logging.getLogger("mediamesh.scheduler")
 
@@ -67,14 +66,13 @@ async def start_scheduler(
     runtime = SchedulerRuntime(
         core,
         store or JobStore(s.store_path),
-        # The standard AWS variables, read here at start-up (never at import). Results small
-        # enough to go inline reach their watchers from memory, not read back.
-        RecentArtifacts(
-            build_artifact_store(s, os.environ), config.gateway.inline_result_limit_bytes
-        ),
+        # The standard AWS variables, read here at start-up (never at import).
+        build_artifact_store(s, os.environ),
         link or GrpcWorkerLink(credentials, s.max_message_bytes),
         s,
         config.webhooks,
+        # Results small enough to go inline reach their watchers from memory, not read back.
+        recent_result_max_bytes=config.gateway.inline_result_limit_bytes,
     )
     await runtime.start()
     servicer = SchedulerServicer(

@@ -38,7 +38,9 @@ from mediamesh.scheduler.events import EventHub, WatchEvent
 from mediamesh.scheduler.inputs import job_inputs
 from mediamesh.scheduler.roster import WorkerRoster
 from mediamesh.scheduler.store.artifacts import ArtifactStore, SignedUrl, StoredArtifact
+from mediamesh.scheduler.store.in_store_results import InStoreResults
 from mediamesh.scheduler.store.job_store import JobStore
+from mediamesh.scheduler.store.recent_artifacts import RecentArtifacts
 from mediamesh.scheduler.store.writer import StoreWriter
 from mediamesh.scheduler.submissions import Submissions
 from mediamesh.scheduler.webhook_delivery import WebhookDeliverer
@@ -65,10 +67,19 @@ class SchedulerRuntime:
         link: WorkerLink,
         settings: SchedulerSettings,
         webhooks: WebhookSettings | None = None,
+        *,
+        recent_result_max_bytes: int = 0,
     ) -> None:
+        """`artifacts` is the configured backend; small results are kept in `store` in
+        front of it, and results up to `recent_result_max_bytes` in memory too, so that
+        their watchers are sent them without reading them back."""
         self.core = core
         self.store = store
         self.writer = StoreWriter(store)
+        artifacts = RecentArtifacts(
+            InStoreResults(artifacts, store, self.writer, settings.artifacts.in_store_limit),
+            recent_result_max_bytes,
+        )
         # Checkpoints stay on the shared local folder whatever the artifact backend.
         self.checkpoints = CheckpointFiles(settings.artifact_dir / "checkpoints")
         self.artifacts = artifacts
@@ -189,6 +200,8 @@ class SchedulerRuntime:
         for job in await self.store.purge(cutoff):
             artifact = self.results.pop(job.job_id, None)
             await self.artifacts.delete(artifact.path if artifact else job.artifact_path)
+            for copy in job.copies:
+                await self.artifacts.delete(copy)
             self.core.forget(job.job_id)
 
     # ---- effects -------------------------------------------------------------------------

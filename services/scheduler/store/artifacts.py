@@ -41,6 +41,11 @@ class SignedUrl:
 class ArtifactStore(Protocol):
     """Where results are written, read, streamed, signed and deleted."""
 
+    @property
+    def signs_urls(self) -> bool:
+        """Whether `signed_url` can return a URL at all."""
+        ...
+
     async def write(self, job_id: str, data: bytes, mime_type: str, seed: int) -> StoredArtifact:
         """Store the job's result; a crash never leaves a truncated object under its name."""
         ...
@@ -77,6 +82,8 @@ class LocalArtifactStore:
     It cannot sign URLs: a result asked for as a URL is served by Download (and by the
     gateway's HTTP result endpoint) instead.
     """
+
+    signs_urls = False
 
     def __init__(self, root: Path) -> None:
         self.root = root

@@ -20,7 +20,7 @@ from typing import Any, NamedTuple, TypeVar
 
 from mediamesh.scheduler.core.delivery import ResultDelivery
 from mediamesh.scheduler.core.jobs import GenerationParams, Job, JobState, Priority, TenantQuota
-from mediamesh.scheduler.store import deliveries
+from mediamesh.scheduler.store import deliveries, result_rows
 from mediamesh.scheduler.store.deliveries import WebhookDelivery
 from mediamesh.scheduler.store.group_commit import GroupCommit
 
@@ -98,6 +98,8 @@ class PurgedJob(NamedTuple):
 
     job_id: str
     artifact_path: str | None
+    # Backend objects a result kept in the store had been copied to (for a presigned URL).
+    copies: tuple[str, ...] = ()
 
 
 # A job's params and quota never change but its row is written at every transition;
@@ -206,6 +208,7 @@ class JobStore:
         db.execute("PRAGMA synchronous=NORMAL")
         db.executescript(_SCHEMA)
         db.executescript(deliveries.DELIVERIES_SCHEMA)
+        db.executescript(result_rows.RESULTS_SCHEMA)
         present = {row["name"] for row in db.execute("PRAGMA table_info(jobs)")}
         for column, definition in _ADDED_COLUMNS.items():
             if column not in present:
@@ -249,7 +252,12 @@ class JobStore:
         """Write a new job; returns once it is committed, raises if it could not be."""
         await self._inserts.add(job_row(job))
 
-    def _save_many(self, rows: list[tuple[Any, ...]], delivery_rows: list[tuple[Any, ...]]) -> None:
+    def _save_many(
+        self,
+        rows: list[tuple[Any, ...]],
+        delivery_rows: list[tuple[Any, ...]],
+        result_data: list[tuple[str, bytes]],
+    ) -> None:
         assert self._db is not None
         placeholders = ",".join("?" * len(_COLUMNS))
         # Params stay as inserted: the job in memory drops its inline inputs when it ends,
@@ -267,17 +275,47 @@ class JobStore:
                 rows,
             )
             deliveries.save_deliveries(self._db, delivery_rows)
+            result_rows.save_results(self._db, result_data)
         except BaseException:
             self._db.execute("ROLLBACK")
             raise
         self._db.execute("COMMIT")
 
     async def save_many(
-        self, rows: list[tuple[Any, ...]], delivery_rows: list[tuple[Any, ...]] | None = None
+        self,
+        rows: list[tuple[Any, ...]],
+        delivery_rows: list[tuple[Any, ...]] | None = None,
+        result_data: list[tuple[str, bytes]] | None = None,
     ) -> None:
-        """Write jobs as snapshotted by `job_row`, and webhook deliveries as snapshotted by
-        `delivery_row`, all or none; a row without a result keeps the stored one."""
-        await self._run(self._save_many, rows, delivery_rows or [])
+        """Write jobs as snapshotted by `job_row`, webhook deliveries as snapshotted by
+        `delivery_row` and results' bytes as (job id, bytes), all or none; a row without a
+        result keeps the stored one."""
+        await self._run(self._save_many, rows, delivery_rows or [], result_data or [])
+
+    def _with_db(self, fn: Callable[..., _Result], *args: Any) -> _Result:
+        assert self._db is not None
+        return fn(self._db, *args)
+
+    async def read_result(self, job_id: str) -> bytes | None:
+        """The bytes of a result kept in the store, or None."""
+        return await self._run(self._with_db, result_rows.read_result, job_id)
+
+    async def has_result(self, job_id: str) -> bool:
+        """Whether the store keeps the job's result."""
+        return await self._run(self._with_db, result_rows.has_result, job_id)
+
+    async def result_copied_to(self, job_id: str) -> str | None:
+        """The backend object a result kept here was copied to, if any."""
+        return await self._run(self._with_db, result_rows.copied_to, job_id)
+
+    async def set_result_copied_to(self, job_id: str, backend_path: str) -> None:
+        """Record the backend object a result kept here was copied to."""
+        await self._run(self._with_db, result_rows.set_copied_to, job_id, backend_path)
+
+    async def delete_result(self, job_id: str) -> list[str]:
+        """Delete a result kept in the store (a missing one is fine); returns the backend
+        objects it had been copied to, for the caller to delete."""
+        return await self._run(self._with_db, result_rows.delete_results, [job_id])
 
     async def load_deliveries(self) -> list[WebhookDelivery]:
         """Webhook deliveries still pending, to resume after a restart."""
@@ -320,7 +358,11 @@ class JobStore:
             (finished_before,),
         ).fetchall()
         purged = [
-            PurgedJob(r["job_id"], json.loads(r["result"])["path"] if r["result"] else None)
+            PurgedJob(
+                r["job_id"],
+                json.loads(r["result"])["path"] if r["result"] else None,
+                tuple(result_rows.delete_results(self._db, [r["job_id"]])),
+            )
             for r in rows
         ]
         self._db.executemany("DELETE FROM jobs WHERE job_id = ?", [(p.job_id,) for p in purged])

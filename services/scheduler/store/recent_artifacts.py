@@ -36,6 +36,10 @@ class RecentArtifacts:
         # Reads answered from memory (for tests and the curious; not a metric).
         self.hits = 0
 
+    @property
+    def signs_urls(self) -> bool:
+        return self.backend.signs_urls
+
     def __len__(self) -> int:
         return len(self._items)
 

@@ -28,6 +28,8 @@ if TYPE_CHECKING:
 class S3ArtifactStore:
     """Results as objects in one bucket; presigned GET URLs for clients without credentials."""
 
+    signs_urls = True
+
     def __init__(self, settings: ArtifactSettings, environ: Mapping[str, str]) -> None:
         # The standard AWS variables, passed on; without them obstore's own credential chain
         # (instance roles, web identity) applies.

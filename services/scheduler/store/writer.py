@@ -9,7 +9,10 @@ one write was in flight goes in the next, as one transaction.
 
 Webhook deliveries (store/deliveries.py) travel the same way: a delivery saved together
 with the job state it announces lands in the same transaction, so a restart never finds a
-job ended without the delivery that was to tell of it.
+job ended without the delivery that was to tell of it. Results kept in the store
+(in_store_results.py) do too: a result queued before the state that announces it lands in
+the same transaction or an earlier one, so a restart never finds a job succeeded without
+its bytes.
 """
 
 from __future__ import annotations
@@ -40,6 +43,8 @@ class StoreWriter:
         self._pending: dict[str, tuple[Job, dict[str, Any] | None]] = {}
         # Delivery id -> the delivery's latest state.
         self._deliveries: dict[str, WebhookDelivery] = {}
+        # Job id -> result bytes to keep in the store.
+        self._results: dict[str, bytes] = {}
         self._wake = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
@@ -60,6 +65,20 @@ class StoreWriter:
         self._idle.clear()
         self._wake.set()
 
+    def save_result(self, job_id: str, data: bytes) -> None:
+        """Have the job's result bytes written soon, before or with its next state."""
+        self._results[job_id] = data
+        self._idle.clear()
+        self._wake.set()
+
+    def unsaved_result(self, job_id: str) -> bytes | None:
+        """Result bytes queued and not yet handed to the store (None otherwise)."""
+        return self._results.get(job_id)
+
+    def forget_result(self, job_id: str) -> None:
+        """Drop result bytes not yet handed to the store (a result no longer wanted)."""
+        self._results.pop(job_id, None)
+
     def save(self, job: Job, result: dict[str, Any] | None = None) -> None:
         """Have the job's state written soon; `result` (its artifact) is written with it."""
         earlier = self._pending.get(job.job_id)
@@ -73,19 +92,18 @@ class StoreWriter:
     async def _run(self) -> None:
         backoff = self._first_backoff_s
         while True:
-            if not self._pending and not self._deliveries:
+            if not self._pending and not self._deliveries and not self._results:
                 self._idle.set()
                 await self._wake.wait()
             self._wake.clear()
             group, self._pending = self._pending, {}
             hooks, self._deliveries = self._deliveries, {}
+            results, self._results = self._results, {}
             # Snapshots taken here, on the loop: the jobs keep changing while the write runs.
             rows = [job_row(job, result) for job, result in group.values()]
             hook_rows = [delivery_row(d) for d in hooks.values()]
             try:
-                # Passed only when there are some: stores that never see webhooks (test
-                # doubles among them) keep the one-argument form.
-                await self._store.save_many(rows, *([hook_rows] if hook_rows else []))
+                await self._store.save_many(rows, hook_rows, list(results.items()))
             except Exception as exc:
                 metrics.STORE_WRITE_FAILURES.labels("transition").inc()
                 log.warning(
@@ -97,6 +115,8 @@ class StoreWriter:
                 self._requeue(group)
                 for delivery_id, delivery in hooks.items():
                     self._deliveries.setdefault(delivery_id, delivery)
+                for job_id, data in results.items():
+                    self._results.setdefault(job_id, data)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, self._max_backoff_s)
                 continue

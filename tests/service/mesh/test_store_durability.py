@@ -43,11 +43,11 @@ class FailingStore(JobStore):
             raise sqlite3.OperationalError("disk I/O error")
         await super().insert(job)
 
-    async def save_many(self, rows: list[tuple[Any, ...]]) -> None:
+    async def save_many(self, rows: list[tuple[Any, ...]], *others: Any) -> None:
         if self.save_failures_left > 0:
             self.save_failures_left -= 1
             raise sqlite3.OperationalError("database or disk is full")
-        await super().save_many(rows)
+        await super().save_many(rows, *others)
 
 
 class RecordingLink:

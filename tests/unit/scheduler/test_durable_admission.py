@@ -88,7 +88,7 @@ class FlakyStore:
         self.groups: list[list[tuple[Any, ...]]] = []
         self.writing = asyncio.Event()
 
-    async def save_many(self, rows: list[tuple[Any, ...]]) -> None:
+    async def save_many(self, rows: list[tuple[Any, ...]], *_others: Any) -> None:
         self.writing.set()
         await asyncio.sleep(0.01)
         if self.failures:

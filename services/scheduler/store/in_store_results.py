@@ -1,0 +1,128 @@
+"""Small results kept in the job store (SQLite) instead of as one file or object each.
+
+The profile of an echo mesh under load showed the per-result file (a write, a rename and
+the thread hand-offs around them) as the scheduler's largest single cost, more than
+admitting, queueing and dispatching the job together. A result of up to
+`max_bytes` is queued to the `StoreWriter` instead: it commits in the same transaction as
+(or one before) the job state that announces it, so it costs no write of its own and no
+extra thread hop, and a restart never finds a succeeded job without its bytes.
+
+Results larger than that, and every result when `max_bytes` is 0, go to the backend as
+before. A presigned URL needs an object the backend can sign, so a result kept here that
+is wanted as a URL is copied to the backend once, and the copy is recorded in the store
+so that its deletion (at retention) deletes the copy too.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import AsyncIterator
+
+from mediamesh.scheduler.store.artifacts import ArtifactStore, SignedUrl, StoredArtifact
+from mediamesh.scheduler.store.job_store import JobStore
+from mediamesh.scheduler.store.writer import StoreWriter
+
+# The path of a result kept in the store, "jobstore:<job id>/<mime type>": never a file path
+# or an object key, and with what a copy to the backend needs after a restart.
+IN_STORE_PREFIX = "jobstore:"
+
+
+def in_store_path(job_id: str, mime_type: str) -> str:
+    return f"{IN_STORE_PREFIX}{job_id}/{mime_type}"
+
+
+def in_store_job(path: str) -> tuple[str, str] | None:
+    """(job id, mime type) of a result kept in the store, or None for a backend path."""
+    if not path.startswith(IN_STORE_PREFIX):
+        return None
+    job_id, _, mime_type = path[len(IN_STORE_PREFIX) :].partition("/")
+    return job_id, mime_type
+
+
+class InStoreResults:
+    """An ArtifactStore that keeps results of up to `max_bytes` in the job store."""
+
+    def __init__(
+        self, backend: ArtifactStore, store: JobStore, writer: StoreWriter, max_bytes: int
+    ) -> None:
+        self.backend = backend
+        self.store = store
+        self.writer = writer
+        self.max_bytes = max_bytes
+
+    @property
+    def signs_urls(self) -> bool:
+        return self.backend.signs_urls
+
+    async def write(self, job_id: str, data: bytes, mime_type: str, seed: int) -> StoredArtifact:
+        """Queue a small result to the store's writer; hand a larger one to the backend."""
+        if len(data) > self.max_bytes:
+            return await self.backend.write(job_id, data, mime_type, seed)
+        self.writer.save_result(job_id, data)
+        digest = hashlib.sha256(data).hexdigest()
+        return StoredArtifact(in_store_path(job_id, mime_type), mime_type, len(data), digest, seed)
+
+    async def read(self, path: str) -> bytes:
+        """The result's bytes; FileNotFoundError once deleted, as from any backend."""
+        kept = in_store_job(path)
+        if kept is None:
+            return await self.backend.read(path)
+        job_id = kept[0]
+        data = self.writer.unsaved_result(job_id)
+        if data is None:
+            data = await self.store.read_result(job_id)
+        if data is None:
+            raise FileNotFoundError(path)
+        return data
+
+    async def chunks(
+        self, path: str, offset: int, chunk_bytes: int
+    ) -> AsyncIterator[tuple[int, bytes]]:
+        """Slices of the bytes for a result kept here (small by definition)."""
+        if in_store_job(path) is None:
+            async for item in self.backend.chunks(path, offset, chunk_bytes):
+                yield item
+            return
+        data = await self.read(path)
+        for start in range(offset, len(data), chunk_bytes):
+            yield start, data[start : start + chunk_bytes]
+
+    async def exists(self, path: str) -> bool:
+        """Whether the result is still kept (not deleted after its retention)."""
+        kept = in_store_job(path)
+        if kept is None:
+            return await self.backend.exists(path)
+        job_id = kept[0]
+        return self.writer.unsaved_result(job_id) is not None or await self.store.has_result(job_id)
+
+    async def signed_url(self, path: str) -> SignedUrl | None:
+        """The backend's presigned URL; a result kept here is copied to the backend first,
+        once, when the backend can sign at all."""
+        kept = in_store_job(path)
+        if kept is None:
+            return await self.backend.signed_url(path)
+        if not self.backend.signs_urls:
+            return None
+        job_id, mime_type = kept
+        copy = await self.store.result_copied_to(job_id)
+        if copy is None:
+            # The seed is not part of the object; the job's record keeps it.
+            stored = await self.backend.write(job_id, await self.read(path), mime_type, 0)
+            copy = stored.path
+            await self.store.set_result_copied_to(job_id, copy)
+        return await self.backend.signed_url(copy)
+
+    async def delete(self, path: str | None) -> None:
+        """Delete the result, and any copy of it made for a URL."""
+        kept = in_store_job(path) if path else None
+        if kept is None:
+            await self.backend.delete(path)
+            return
+        job_id = kept[0]
+        self.writer.forget_result(job_id)
+        for copy in await self.store.delete_result(job_id):
+            await self.backend.delete(copy)
+
+    async def close(self) -> None:
+        """Close the backend (the job store is closed by its owner)."""
+        await self.backend.close()
