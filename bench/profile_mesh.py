@@ -61,8 +61,12 @@ def main() -> None:
     parser.add_argument("--py-spy", type=Path, default=None, help="record py-spy profiles here")
     parser.add_argument("--native", action="store_true", help="py-spy: C frames too")
     parser.add_argument("--strace", type=Path, default=None, help="syscall counts here")
+    parser.add_argument(
+        "--in-store-max-bytes", type=int, default=None, help="scheduler.artifacts setting"
+    )
     args = parser.parse_args()
-    with running_mesh(WORKERS) as mesh:
+    scheduler = {"artifacts": {"in_store_max_bytes": args.in_store_max_bytes}}
+    with running_mesh(WORKERS, scheduler) as mesh:
         roles = _roles(mesh)
         argv = loadgen_argv(
             mesh.gateway,
