@@ -96,9 +96,7 @@ async def test_with_s3_a_kept_result_is_copied_for_its_url_once_and_purged_with_
         assert plain.result.data and s3.object_keys() == [key]
         async with httpx.AsyncClient() as client:
             fetched = await client.get(asked.result.url)
-        assert fetched.status_code == 200 and fetched.content == await download(
-            mesh, asked.job_id
-        )
+        assert fetched.status_code == 200 and fetched.content == await download(mesh, asked.job_id)
         # Asking again signs the same object; no second upload under another name.
         again = gateway_pb2.WatchRequest(job_id=asked.job_id)
         replay = [e async for e in mesh.gateway_stub().Watch(again, timeout=30)]
