@@ -50,7 +50,8 @@ async def test_a_png_above_the_limit_comes_as_a_reference_then_in_chunks(tiny_in
     assert [c.offset for c in chunks] == [i * LIMIT for i in range(len(chunks))]
     assert all(len(c.data) <= LIMIT and c.total_size == size for c in chunks)
     data = b"".join(c.data for c in chunks)
-    stored = Path(tiny_inline_mesh.scheduler.runtime.results[job_id].path).read_bytes()
+    runtime = tiny_inline_mesh.scheduler.runtime
+    stored = await runtime.artifacts.read(runtime.results[job_id].path)
     assert data == stored
     assert hashlib.sha256(data).hexdigest() == result.artifact.sha256 == chunks[0].sha256
     assert Image.open(io.BytesIO(data)).size == (64, 64)

@@ -190,7 +190,7 @@ async def test_a_key_whose_job_passed_its_retention_before_a_restart_is_free_aga
         stub = mesh.gateway_stub()
         old = await stub.Submit(echo("daily-report"), timeout=10)
         assert await final_state(mesh, old.job_id) == "SUCCEEDED"
-        old_artifact = Path(mesh.scheduler.runtime.results[old.job_id].path)
+        old_artifact = mesh.scheduler.runtime.results[old.job_id].path
         retention_s = mesh.config.scheduler.retention_s
     finally:
         await stop_mesh(mesh)
@@ -209,7 +209,8 @@ async def test_a_key_whose_job_passed_its_retention_before_a_restart_is_free_aga
         assert await final_state(mesh, new.job_id) == "SUCCEEDED"
         store = mesh.scheduler.runtime.store
         assert await store.get(old.job_id) is None
-        assert not old_artifact.exists()
+        assert not await mesh.scheduler.runtime.artifacts.exists(old_artifact)
+        assert not await store.has_result(old.job_id)
         assert await stored_state(store, new.job_id) is JobState.SUCCEEDED
         # A retry of the new submission finds the new job.
         again = await stub.Submit(echo("daily-report"), timeout=10)
