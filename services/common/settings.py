@@ -243,6 +243,11 @@ class SchedulerSettings(Section):
     # Give a worker its next batch once every job of its running batch is at its last step,
     # so that its device does not idle between batches.
     dispatch_ahead: bool = True
+    # ...and not at once, but this long before the running batch is expected to end (its
+    # model's decode-and-encode tail, learned from earlier batches): the next batch then
+    # forms as late as it can and holds everyone who arrived by then. Cover the time a
+    # batch takes to reach the worker and start; 0 forms it at the expected end.
+    dispatch_ahead_lead_s: float = Field(0.005, ge=0.0, le=10.0)
     # Let a batch for an idle worker wait out its model's batch window to fill up. Off by
     # default: an idle device starts at once (no window at low load), and only the batch
     # given ahead to a busy worker waits for its window to fill.

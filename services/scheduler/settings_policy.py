@@ -36,5 +36,9 @@ def core_policy(settings: SchedulerSettings) -> CorePolicy:
         ),
         residency=ResidencyPolicy(load_prior_s=settings.model_load_prior_s),
         pausing=PausePolicy(settings.pause_max_per_job, settings.pause_min_steps),
-        dispatching=DispatchPolicy(settings.dispatch_ahead, settings.batch_window_when_idle),
+        dispatching=DispatchPolicy(
+            settings.dispatch_ahead,
+            settings.batch_window_when_idle,
+            settings.dispatch_ahead_lead_s,
+        ),
     )

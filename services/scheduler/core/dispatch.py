@@ -102,6 +102,7 @@ class Dispatcher:
         """
         now = self._clock()
         self._wakeups = []
+        self._inflight.give_due_room(now)
         dispatched: list[Dispatch] = []
         backlog = self._backlog
         free, units = self._inflight.free, self._inflight.units
@@ -167,13 +168,17 @@ class Dispatcher:
         return self._dispatch(unit, lead.model, jobs, now, pauses)
 
     def next_wakeup(self) -> float | None:
-        """Earliest time at which a timer (batch window, fallback, deadline) may change things."""
+        """Earliest time at which a timer (batch window, fallback, deadline, room for a batch
+        given ahead) may change things."""
         # A time already past still counts: it means "run again now", e.g. a batch window
         # that closed while the owner was busy applying effects.
         times = list(self._wakeups)
         deadline = self._table.next_deadline()
         if deadline is not None:
             times.append(deadline)
+        room_at = self._inflight.next_room_at()
+        if room_at is not None:
+            times.append(room_at)
         return min(times) if times else None
 
     def _candidates(self, cls: UnitClass, now: float) -> list[ModelQueue]:

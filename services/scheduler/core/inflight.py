@@ -6,10 +6,12 @@ with room that a scheduling pass walks.
 
 from __future__ import annotations
 
+import heapq
 from collections import defaultdict
 from collections.abc import Collection
 from dataclasses import dataclass, field
 
+from mediamesh.scheduler.core.batch_tails import BatchTails
 from mediamesh.scheduler.core.jobs import Job
 from mediamesh.scheduler.core.units import FreeUnits, Unit, WorkerInfo
 
@@ -26,12 +28,16 @@ class OpenBatch:
     # Jobs that reported their last step; once that is all of them the batch is finishing.
     at_last_step: set[str] = field(default_factory=set)
     finishing: bool = False
+    # When its last job reported its last step (None before), to learn the batch's tail.
+    last_step_at: float | None = None
 
 
 class InFlight:
     """Units, their open batches, and the running work charged to them."""
 
-    def __init__(self, max_batch: int, dispatch_ahead: bool = False) -> None:
+    def __init__(
+        self, max_batch: int, dispatch_ahead: bool = False, ahead_lead_s: float = 0.0
+    ) -> None:
         # Read-only outside this class: units by worker id, and the units with room
         # (a scheduling pass walks `free`; only this class offers units to it).
         self.units: dict[str, Unit] = {}
@@ -53,6 +59,11 @@ class InFlight:
         self.limited_version = 0
         self._max_batch = max_batch
         self._dispatch_ahead = dispatch_ahead
+        self._ahead_lead_s = ahead_lead_s
+        self.tails = BatchTails()
+        # (when, batch id) of batches at their last step whose unit gets room for the next
+        # batch at `when`: `ahead_lead_s` before the batch is expected to end.
+        self._ahead_due: list[tuple[float, str]] = []
 
     # ---- units ---------------------------------------------------------------------------
 
@@ -158,16 +169,49 @@ class InFlight:
         """An open batch, or None once it closed."""
         return self._batches.get(batch_id)
 
-    def at_last_step(self, batch_id: str, job_id: str) -> None:
+    def at_last_step(self, batch_id: str, job_id: str, now: float) -> None:
         """A job of the batch reported its last denoising step. Once all of its jobs have,
         only decoding and encoding are left: with dispatching ahead, its unit gets room for
-        the next batch now, so that batch reaches the worker before this one ends."""
+        the next batch `ahead_lead_s` before this one is expected to end (at once until its
+        model's tail is known), so that batch reaches the worker in time and still forms
+        as late as it can."""
         batch = self._batches.get(batch_id)
         if batch is None or batch.finishing or not self._dispatch_ahead:
             return
         batch.at_last_step.add(job_id)
-        if not batch.job_ids <= batch.at_last_step:
+        if not batch.job_ids <= batch.at_last_step or batch.last_step_at is not None:
             return
+        batch.last_step_at = now
+        tail = self.tails.expected_s(batch.model, batch.size)
+        room_at = now if tail is None else now + tail - self._ahead_lead_s
+        if room_at <= now:
+            self._make_finishing(batch)
+        else:
+            heapq.heappush(self._ahead_due, (room_at, batch_id))
+
+    def give_due_room(self, now: float) -> None:
+        """Room on the units whose running batch is due to end within the lead time."""
+        due = self._ahead_due
+        while due and due[0][0] <= now:
+            _, batch_id = heapq.heappop(due)
+            batch = self._batches.get(batch_id)
+            if batch is not None and not batch.finishing:
+                self._make_finishing(batch)
+
+    def next_room_at(self) -> float | None:
+        """When `give_due_room` next has something to do, if ever."""
+        due = self._ahead_due
+        while due and due[0][1] not in self._batches:
+            heapq.heappop(due)
+        return due[0][0] if due else None
+
+    def batch_done(self, batch: OpenBatch, now: float) -> None:
+        """The batch ended with every job reported: learn its tail, then close it."""
+        if batch.last_step_at is not None:
+            self.tails.observe(batch.model, batch.size, now - batch.last_step_at)
+        self.close_batch(batch)
+
+    def _make_finishing(self, batch: OpenBatch) -> None:
         batch.finishing = True
         unit = self.units.get(batch.worker_id)
         if unit is not None:

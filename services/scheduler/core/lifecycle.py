@@ -86,7 +86,7 @@ class JobLifecycle:
             self._outbox.transition(job, JobState.RUNNING)
         job.step, job.total_steps = step, total_steps
         if step >= total_steps:
-            self._inflight.at_last_step(batch_id, job_id)
+            self._inflight.at_last_step(batch_id, job_id, self._clock())
         batch = self._inflight.batch(batch_id)
         if step_seconds > 0 and batch is not None:
             self._cost.observe_step(job.model, job.params, batch.size, step_seconds)
@@ -145,7 +145,7 @@ class JobLifecycle:
         if batch.job_ids:
             self._abandon_batch(batch_id, "batch ended without a result")
             return
-        self._inflight.close_batch(batch)
+        self._inflight.batch_done(batch, self._clock())
 
     def batch_undelivered(self, batch_id: str, reason: str) -> None:
         """The worker never took the batch. Its jobs go back first in line without counting

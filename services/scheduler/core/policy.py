@@ -24,14 +24,16 @@ class DispatchPolicy:
 
     `ahead`: a unit whose running batch has every job at its last step (only decoding and
     encoding left) takes one more batch, which waits on the worker, so the device never
-    idles for the round trip between two batches, and the batch still forms as late as it
-    can. `window_when_idle`: a batch for an idle unit waits out its model's batch window to
-    fill up; without it an idle device starts at once and the window applies only to the
-    batch given ahead.
+    idles for the round trip between two batches. It takes it `ahead_lead_s` before the
+    running batch is expected to end (batch_tails.py), not at once, so that the batch forms
+    as late as it can and holds everyone who arrived by then. `window_when_idle`: a batch
+    for an idle unit waits out its model's batch window to fill up; without it an idle
+    device starts at once and the window applies only to the batch given ahead.
     """
 
     ahead: bool
     window_when_idle: bool
+    ahead_lead_s: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -78,7 +78,9 @@ class SchedulerCore:
             specs, policy.placements, policy.aging_s_per_class, set(views.values())
         )
         inflight = self._inflight = InFlight(
-            max((s.batching.max_batch for s in specs), default=1), policy.dispatching.ahead
+            max((s.batching.max_batch for s in specs), default=1),
+            policy.dispatching.ahead,
+            policy.dispatching.ahead_lead_s,
         )
         self._admission = Admission(
             self.specs, policy, self.cost, clock, new_id, table, backlog, inflight, outbox

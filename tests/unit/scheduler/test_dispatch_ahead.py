@@ -91,3 +91,74 @@ def test_a_finishing_unit_that_waits_for_its_window_does_not_hold_back_an_idle_o
     [dispatch] = core.schedule()
     assert dispatch.worker_id == "w1" and dispatch.jobs == (late,)
     assert late.state is JobState.DISPATCHED
+
+
+def run_to_end(core, clock, dispatch, tail_s: float) -> None:
+    """Report the batch's last steps, then its results and end `tail_s` later."""
+    report_steps(core, dispatch, 4)
+    clock.advance(tail_s)
+    for job in dispatch.jobs:
+        core.job_succeeded(job.job_id, dispatch.batch_id)
+    core.batch_ended(dispatch.batch_id)
+
+
+def test_once_the_tail_is_known_the_next_batch_forms_just_before_the_running_one_ends():
+    clock = FakeClock()
+    lead_s = 0.01
+    policy = DispatchPolicy(ahead=True, window_when_idle=False, ahead_lead_s=lead_s)
+    core = make_core(clock, dispatching=policy)
+    core.register_worker(worker("w0"))
+    for seed in range(4):
+        submit(core, seed=seed)
+    [first] = core.schedule()
+    # The first batch teaches the model's tail: 0.2 s after the last step for 4 jobs.
+    run_to_end(core, clock, first, 0.2)
+    for seed in range(4):
+        submit(core, seed=10 + seed)
+    [second] = core.schedule()
+    assert len(second.jobs) == 4
+    clock.advance(1)
+    report_steps(core, second, 4)
+    early = submit(core, seed=20)
+    clock.advance(0.05)
+    # Its window has closed, but the running batch has 0.15 s to go: no batch yet, and
+    # the core asks to be woken when the unit gets room.
+    assert core.schedule() == []
+    room_at = core.next_wakeup()
+    assert room_at is not None and abs(room_at - (clock() + 0.2 - 0.05 - lead_s)) < 1e-9
+    late = [submit(core, seed=30 + seed) for seed in range(2)]
+    clock.advance(room_at - clock())
+    [ahead] = core.schedule()
+    assert ahead.worker_id == "w0"
+    assert sorted(j.job_id for j in ahead.jobs) == sorted(j.job_id for j in [early, *late])
+
+
+def test_before_any_tail_is_known_the_next_batch_goes_at_the_last_step():
+    clock = FakeClock()
+    policy = DispatchPolicy(ahead=True, window_when_idle=False, ahead_lead_s=0.01)
+    core = make_core(clock, dispatching=policy)
+    core.register_worker(worker("w0"))
+    submit(core)
+    [first] = core.schedule()
+    submit(core, seed=2)
+    clock.advance(1)
+    report_steps(core, first, 4)
+    [ahead] = core.schedule()
+    assert ahead.worker_id == "w0"
+
+
+def test_a_tail_shorter_than_the_lead_gives_room_at_the_last_step():
+    clock = FakeClock()
+    policy = DispatchPolicy(ahead=True, window_when_idle=False, ahead_lead_s=0.05)
+    core = make_core(clock, dispatching=policy)
+    core.register_worker(worker("w0"))
+    submit(core)
+    [first] = core.schedule()
+    run_to_end(core, clock, first, 0.01)
+    submit(core, seed=2)
+    [second] = core.schedule()
+    submit(core, seed=3)
+    clock.advance(1)
+    report_steps(core, second, 4)
+    [ahead] = core.schedule()
+    assert ahead.worker_id == "w0"
