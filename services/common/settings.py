@@ -160,6 +160,21 @@ class QueueSettings(Section):
     # Target seconds from acceptance to result for this modality.
     sla_s: float = Field(gt=0)
     max_depth: int = Field(10_000, ge=1)
+    # A class's own target in this queue where it differs from `sla_s`, e.g. {REALTIME: 0.1}
+    # for interactive callers: lower-class batches are paused for a job that would miss it.
+    class_sla_s: dict[PriorityName, Annotated[float, Field(gt=0)]] = Field(default_factory=dict)
+
+    @field_validator("class_sla_s", mode="before")
+    @classmethod
+    def _class_names_in_any_case(cls, value: object) -> object:
+        # As for `placement`: environment variable names reach us lower-cased.
+        if isinstance(value, dict):
+            return {k.upper() if isinstance(k, str) else k: v for k, v in value.items()}
+        return value
+
+    def sla_for(self, priority: PriorityName) -> float:
+        """The latency target of a job of class `priority` in this queue."""
+        return self.class_sla_s.get(priority, self.sla_s)
 
 
 class PlacementSettings(Section):

@@ -27,6 +27,11 @@ QUEUE_POOL_DEMAND = Gauge(
     ["queue", "pool"],
 )
 QUEUE_SLA = Gauge("mediamesh_queue_sla_seconds", "Latency objective of the queue.", ["queue"])
+CLASS_SLA = Gauge(
+    "mediamesh_queue_class_sla_seconds",
+    "Latency objective of a priority class in the queue (the queue's unless set for the class).",
+    ["queue", "priority"],
+)
 QUEUE_OLDEST = Gauge(
     "mediamesh_queue_oldest_wait_seconds", "Seconds the oldest queued job has waited.", ["queue"]
 )

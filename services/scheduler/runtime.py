@@ -32,7 +32,7 @@ from mediamesh.scheduler.core.effects import (
     Transition,
 )
 from mediamesh.scheduler.core.interface import NewJob, SchedulingCore
-from mediamesh.scheduler.core.jobs import Job, JobState
+from mediamesh.scheduler.core.jobs import Job, JobState, Priority
 from mediamesh.scheduler.core.units import WorkerInfo
 from mediamesh.scheduler.events import EventHub, WatchEvent
 from mediamesh.scheduler.inputs import job_inputs
@@ -136,6 +136,8 @@ class SchedulerRuntime:
         metrics.declare_series(list(self.settings.queues))
         for name, queue in self.settings.queues.items():
             metrics.QUEUE_SLA.labels(name).set(queue.sla_s)
+            for priority in Priority:
+                metrics.CLASS_SLA.labels(name, priority.name).set(queue.sla_for(priority.name))
         self._loop_task = asyncio.create_task(self._dispatch_loop(), name="dispatch-loop")
         self._housekeeping_task = asyncio.create_task(self._housekeeping(), name="housekeeping")
         self._gauges_task = asyncio.create_task(self._publish_gauges(), name="gauges")

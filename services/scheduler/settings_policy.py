@@ -18,7 +18,14 @@ from mediamesh.scheduler.core.units import Placement
 def core_policy(settings: SchedulerSettings) -> CorePolicy:
     """Translate the scheduler's settings into the core's plain-Python policy."""
     return CorePolicy(
-        queues={name: QueuePolicy(q.sla_s, q.max_depth) for name, q in settings.queues.items()},
+        queues={
+            name: QueuePolicy(
+                q.sla_s,
+                q.max_depth,
+                {Priority[c]: sla for c, sla in q.class_sla_s.items()},
+            )
+            for name, q in settings.queues.items()
+        },
         aging_s_per_class=settings.aging_s_per_class,
         max_worker_losses=settings.max_attempts,
         # A worker is lost once the heartbeats it was allowed to miss, and one more, are late.

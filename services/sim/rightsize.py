@@ -175,7 +175,7 @@ class RightSizer:
         # Far more queued than the fleet can clear within the SLA: it has already failed.
         simulation.engine.abort_above_queued = 50 * devices
         result = simulation.run()
-        attainment = result.records.attainment(self.sla_s, self.priorities)
+        attainment = result.records.attainment(self.scenario.scheduler.queues, self.priorities)
         if result.scheduler["aborted_over_backlog"]:
             attainment = dict.fromkeys(attainment, 0.0)
         prices = self.scenario.prices(device)

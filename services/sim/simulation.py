@@ -134,7 +134,7 @@ class Simulation:
             devices=sum(s.target for s in self.states),
             sim_seconds=engine.now,
             wall_seconds=wall,
-            stats=engine.records.summary(sla_s),
+            stats=engine.records.summary(self.scenario.scheduler.queues),
             fleet=cluster.accounting.summary(),
             scheduler={
                 "batches": engine.dispatches,

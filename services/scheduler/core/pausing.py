@@ -2,7 +2,8 @@
 
 When no device has room and the job that a model's queue would run next belongs to a
 higher class than every job of some running batch, and the cost model says that waiting for
-a device to free up would make it miss its queue's SLA, the urgent batch goes to that
+a device to free up would make it miss its SLA (its queue's, or its class's own there:
+`queues.<name>.class_sla_s`), the urgent batch goes to that
 batch's worker with the order to pause it at its next step boundary (`Dispatch.pauses`).
 The worker keeps the paused batch's state in memory and resumes it as soon as the urgent
 batch ends; it also checkpoints it, so that it resumes elsewhere should the worker be lost.
@@ -97,11 +98,11 @@ class Pauser:
             del self._paused_for[urgent]
 
     def _slack_s(self, job: Job, now: float) -> float:
-        """Seconds the job may still wait and meet its queue's SLA, once started."""
+        """Seconds the job may still wait and meet its SLA (its class's in its queue)."""
         queue = self._queues.get(job.queue)
         if queue is None:
             return float("inf")
-        return queue.sla_s - (now - job.created_at) - job.cost_s
+        return queue.sla_for(job.priority) - (now - job.created_at) - job.cost_s
 
     def _would_miss(self, model: str, slack_s: float) -> bool:
         """Whether no unit serving `model` could start a new batch within `slack_s`, per the

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from mediamesh.scheduler.core.affinity import AffinityPolicy
 from mediamesh.scheduler.core.jobs import Priority
@@ -12,10 +13,16 @@ from mediamesh.scheduler.core.units import Placement
 
 @dataclass(frozen=True)
 class QueuePolicy:
-    """One modality's queue: its latency target and how many jobs it may hold."""
+    """One modality's queue: its latency target, each class's own where it has one, and how
+    many jobs it may hold."""
 
     sla_s: float
     max_depth: int
+    class_sla_s: Mapping[Priority, float] = field(default_factory=dict)
+
+    def sla_for(self, priority: Priority) -> float:
+        """The latency target of a job of class `priority` in this queue."""
+        return self.class_sla_s.get(priority, self.sla_s)
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ needs further steps (all cancelled, or preempted with a checkpoint written).
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -141,18 +142,32 @@ class StepTracker:
         if pause_here is None:
             return
         aside = PipelineAside(self.pipeline)
+        writing: list[threading.Thread] = []
 
         def on_pause() -> None:
-            # On disk too, so that the jobs resume elsewhere should this worker be lost.
-            for index, job in enumerate(self.jobs):
-                if not self.live[index]:
-                    continue
-                self._keep_checkpoint(index, step, latents)
+            live = [index for index in range(len(self.jobs)) if self.live[index]]
+            for index in live:
                 message = f"paused at step {step} for more urgent work"
-                self.terminals.emit(JobNotice(job.job_id, "paused", message))
+                self.terminals.emit(JobNotice(self.jobs[index].job_id, "paused", message))
+            # On disk too, so that the jobs resume elsewhere should this worker be lost; but
+            # written while the urgent batch runs: written here, on the device's thread, the
+            # files were most of a REALTIME job's wait under a flood (the priority bench).
+            # Nothing the writer reads changes before `on_resume` joins it: the paused loop
+            # is blocked here, and its sampler is set aside from the urgent batch.
+            snapshots = [(index, self._snapshot(index, step, latents)) for index in live]
+            writer = threading.Thread(
+                target=self._keep_checkpoints,
+                args=(snapshots,),
+                name="pause-checkpoint",
+                daemon=True,
+            )
+            writer.start()
+            writing.append(writer)
             aside.pause()
 
         def on_resume() -> None:
+            for writer in writing:
+                writer.join()
             aside.resume()
             # The paused tracker's pre-hook fired during the other batch's steps.
             self._step_started = None
@@ -195,13 +210,30 @@ class StepTracker:
 
     def _keep_checkpoint(self, index: int, step: int, latents: torch.Tensor) -> None:
         """Write a checkpoint the job can resume from, replacing its previous one."""
+        self._keep(index, step, self._write(index, step, latents))
+
+    def _keep(self, index: int, step: int, path: Path) -> None:
         job = self.jobs[index]
-        path = self._write(index, step, latents)
         previous = self.periodic.get(job.job_id)
         self.periodic[job.job_id] = path
         if previous is not None and previous != path and self.persist:
             previous.unlink(missing_ok=True)
         self.terminals.emit(JobCheckpointed(job.job_id, str(path), step))
+
+    def _keep_checkpoints(self, snapshots: list[tuple[int, Checkpoint]]) -> None:
+        """Write snapshots taken at a pause (on a thread of their own); a failure leaves the
+        job resumable from memory here, only not elsewhere, so it is logged, not raised."""
+        for index, checkpoint in snapshots:
+            path = checkpoint_path(self.checkpoint_dir, checkpoint.job.job_id, checkpoint.step)
+            try:
+                if self.persist:
+                    write_checkpoint(path, checkpoint)
+            except Exception:
+                log.warning(
+                    "pause checkpoint of job %s not written", checkpoint.job.job_id, exc_info=True
+                )
+                continue
+            self._keep(index, checkpoint.step, path)
 
     def discard_periodic(self, job_id: str) -> None:
         """A finished or cancelled job will never resume: its periodic checkpoint is garbage."""
@@ -212,21 +244,20 @@ class StepTracker:
     def _write(self, index: int, step: int, latents: torch.Tensor) -> Path:
         job = self.jobs[index]
         path = checkpoint_path(self.checkpoint_dir, job.job_id, step)
-        if not self.persist:
-            return path
-        timesteps = getattr(self.scheduler, "timesteps", torch.empty(0))
-        write_checkpoint(
-            path,
-            Checkpoint(
-                model=self.model,
-                job=job,
-                step=step,
-                total_steps=self.total_steps,
-                latents=latents[index : index + 1],
-                scheduler_state=snapshot_scheduler(self.scheduler, latents.shape, index, step),
-                # Stochastic samplers keep drawing from the job's generator after step k.
-                generator_state=self.generators[index].get_state(),
-                remaining_timesteps=timesteps[-(self.total_steps - step) :],
-            ),
-        )
+        if self.persist:
+            write_checkpoint(path, self._snapshot(index, step, latents))
         return path
+
+    def _snapshot(self, index: int, step: int, latents: torch.Tensor) -> Checkpoint:
+        timesteps = getattr(self.scheduler, "timesteps", torch.empty(0))
+        return Checkpoint(
+            model=self.model,
+            job=self.jobs[index],
+            step=step,
+            total_steps=self.total_steps,
+            latents=latents[index : index + 1].detach().cpu(),
+            scheduler_state=snapshot_scheduler(self.scheduler, latents.shape, index, step),
+            # Stochastic samplers keep drawing from the job's generator after step k.
+            generator_state=self.generators[index].get_state(),
+            remaining_timesteps=timesteps[-(self.total_steps - step) :],
+        )

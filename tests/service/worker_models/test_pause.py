@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -114,3 +115,43 @@ async def test_paused_batch_resumes_elsewhere_from_its_pause_checkpoint(flux, tm
     for job in ("bulk0", "bulk1"):
         assert [n.kind for n in of(elsewhere, job, JobNotice)] == ["resumed"]
         assert of(elsewhere, job, JobFinished)[0].data == of(alone, job, JobFinished)[0].data
+
+
+async def test_urgent_batch_does_not_wait_for_the_pause_checkpoint(flux, monkeypatch) -> None:
+    """The paused jobs' files are written while the urgent batch runs, not before it starts:
+    with a disk this slow, the urgent batch has denoised before any file is reported."""
+    from mediamesh.worker.models import progress
+
+    write = progress.write_checkpoint
+
+    def slow_write(path, checkpoint):
+        time.sleep(1.5)
+        write(path, checkpoint)
+
+    monkeypatch.setattr(progress, "write_checkpoint", slow_write)
+    runtime = WorkerRuntime("w0", "on-demand", {"flux-tiny": flux})
+    timeline: list[tuple[str, WorkerEvent]] = []
+    bulk = runtime.run_batch("bulk", "flux-tiny", bulk_jobs(flux.spec))
+    async for event in bulk:
+        timeline.append(("bulk", event))
+        if isinstance(event, StepDone) and event.step >= 3:
+            break
+    urgent_job = job_for(flux.spec, "urgent", seed=7)
+    urgent = runtime.run_batch("urgent", "flux-tiny", [urgent_job], pause_batch_id="bulk")
+    await asyncio.wait_for(
+        asyncio.gather(drain(bulk, "bulk", timeline), drain(urgent, "urgent", timeline)), 120
+    )
+    last_urgent_step = max(
+        i for i, (b, e) in enumerate(timeline) if b == "urgent" and isinstance(e, StepDone)
+    )
+    checkpointed = [i for i, (b, e) in enumerate(timeline) if isinstance(e, JobCheckpointed)]
+    assert len(checkpointed) == 2 and min(checkpointed) > last_urgent_step
+    # Still written before the paused batch went on: its files hold the pause's state.
+    resumed = [
+        i for i, (b, e) in enumerate(timeline) if isinstance(e, JobNotice) and e.kind == "resumed"
+    ]
+    assert max(checkpointed) < min(resumed)
+    alone = run(flux, bulk_jobs(flux.spec))
+    for job in ("bulk0", "bulk1"):
+        paused = of([e for b, e in timeline if b == "bulk"], job, JobFinished)[0]
+        assert paused.data == of(alone, job, JobFinished)[0].data

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 
+from mediamesh.common.settings import QueueSettings, SchedulerSettings
 from mediamesh.scheduler.core.jobs import JobState, Priority
-from mediamesh.scheduler.core.policy import PausePolicy
+from mediamesh.scheduler.core.policy import PausePolicy, QueuePolicy
 from mediamesh.scheduler.core.scheduler import Accepted
 from mediamesh.scheduler.core.units import Placement
+from mediamesh.scheduler.settings_policy import core_policy
 
 from .fakes import FakeClock, new_job, worker
 from .fakes import make_core as make_any_core
@@ -149,3 +151,38 @@ def test_policy_comes_from_the_settings():
     clock = FakeClock()
     core = make_core(clock)
     assert dataclasses.asdict(core.policy.pausing) == {"max_per_job": 1, "min_steps": 2}
+
+
+def _queues_with_realtime_sla(realtime_sla_s: float) -> dict[str, QueuePolicy]:
+    return {
+        "image": QueuePolicy(10.0, 100, {Priority.REALTIME: realtime_sla_s}),
+        "video": QueuePolicy(120.0, 100),
+        "audio": QueuePolicy(30.0, 100),
+    }
+
+
+def test_a_class_with_its_own_tighter_sla_pauses_a_batch_the_queue_sla_would_wait_for():
+    clock = FakeClock()
+    core = make_core(clock, queues=_queues_with_realtime_sla(0.1))
+    paused, _ = running_bulk(core, clock, steps=40)  # ~0.3 device-seconds left: < 10 s
+    urgent = submit(core, priority=Priority.REALTIME)
+    [dispatch] = core.schedule()
+    assert dispatch.pauses == paused.batch_id and dispatch.jobs == (urgent,)
+
+
+def test_other_classes_keep_the_queue_sla():
+    clock = FakeClock()
+    core = make_core(clock, queues=_queues_with_realtime_sla(0.1))
+    running_bulk(core, clock, steps=40)
+    submit(core, priority=Priority.STANDARD)
+    clock.advance(0.01)
+    assert core.schedule() == []
+
+
+def test_class_slas_come_from_the_settings():
+    settings = SchedulerSettings(
+        queues={"image": QueueSettings(sla_s=10.0, class_sla_s={"realtime": 0.05})}
+    )
+    image = core_policy(settings).queues["image"]
+    assert image.sla_for(Priority.REALTIME) == 0.05
+    assert image.sla_for(Priority.STANDARD) == image.sla_for(Priority.BATCH) == 10.0

@@ -139,3 +139,21 @@ def test_scaling_on_demand_keeps_a_busy_pool_up() -> None:
         return row["device_hours"]
 
     assert on_demand_device_hours("demand") > on_demand_device_hours("backlog")
+
+
+def test_a_class_is_held_to_its_own_sla_in_the_report() -> None:
+    """`class_sla_s` tightens one class's target: its attainment falls, the others' do not."""
+    workload = {"priorities": {"REALTIME": 1, "STANDARD": 2}}
+    plain = simulate(tiny(workload=workload), seed=5).stats["by_modality_priority"]
+    tight = simulate(
+        tiny(
+            workload=workload,
+            scheduler={"queues": {"image": {"sla_s": 10, "class_sla_s": {"REALTIME": 0.001}}}},
+        ),
+        seed=5,
+    ).stats["by_modality_priority"]
+    assert tight["image/REALTIME"]["sla_s"] == 0.001
+    assert plain["image/REALTIME"]["sla_attainment"] > 0.5
+    assert tight["image/REALTIME"]["sla_attainment"] == 0.0
+    assert tight["image/STANDARD"]["sla_s"] == 10
+    assert tight["image/STANDARD"]["sla_attainment"] > 0.5
