@@ -82,8 +82,24 @@ class GenerationParams:
         )
         return cls(**values)
 
+    def to_record(self) -> dict[str, Any]:
+        """`dataclasses.asdict(self)`, key for key, without its deep copy of every value:
+        the scheduler writes each job's params once, and asdict was most of that cost."""
+        record = {name: getattr(self, name) for name in _PARAMS_FIELDS}
+        for name in ("image", "mask_image"):
+            image = record[name]
+            if image is not None:
+                record[name] = {f: getattr(image, f) for f in _IMAGE_FIELDS}
+        record["adapters"] = [{f: getattr(a, f) for f in _ADAPTER_FIELDS} for a in self.adapters]
+        return record
+
     def work_units(self, modality: str) -> float:
         """Size of one job in the cost model's unit: megapixel-frames, or seconds of audio."""
         if modality == "audio":
             return max(self.duration_s, 0.1)
         return max(self.width * self.height, 1) / 1e6 * max(self.num_frames, 1)
+
+
+_PARAMS_FIELDS = tuple(f.name for f in fields(GenerationParams))
+_IMAGE_FIELDS = tuple(f.name for f in fields(InputImage))
+_ADAPTER_FIELDS = tuple(f.name for f in fields(AdapterScale))

@@ -121,10 +121,10 @@ def _params_json_of(job: Job) -> str:
     params = job.params
     if job.state.terminal:
         text = _params_json.pop(params, None)
-        return text if text is not None else json.dumps(asdict(params))
+        return text if text is not None else json.dumps(params.to_record())
     text = _params_json.get(params)
     if text is None:
-        text = _params_json[params] = json.dumps(asdict(params))
+        text = _params_json[params] = json.dumps(params.to_record())
     return text
 
 
