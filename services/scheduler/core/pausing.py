@@ -22,7 +22,7 @@ from mediamesh.scheduler.core.backlog import Backlog
 from mediamesh.scheduler.core.effects import Dispatch
 from mediamesh.scheduler.core.inflight import InFlight, OpenBatch
 from mediamesh.scheduler.core.job_table import JobTable
-from mediamesh.scheduler.core.jobs import Job, Priority
+from mediamesh.scheduler.core.jobs import Job, JobState, Priority
 from mediamesh.scheduler.core.policy import PausePolicy, QueuePolicy
 from mediamesh.scheduler.core.queues import ModelQueue
 from mediamesh.scheduler.core.units import Unit
@@ -115,14 +115,18 @@ class Pauser:
             serving = True
             if unit.free_slots > 0:
                 return False
-            for batch_id in unit.batches:
-                batch = self._inflight.batch(batch_id)
-                if batch is not None and self._remaining_s(batch) <= slack_s:
-                    return False
+            # A unit takes new work once every batch on it has ended (a batch given ahead
+            # runs after the one it waits on), and they run one at a time.
+            if sum(self._remaining_s(b) for b in self._open_batches(unit)) <= slack_s:
+                return False
         return serving
 
     def _remaining_s(self, batch: OpenBatch) -> float:
         return sum(j.cost_s * j.remaining_fraction for j in self._jobs_of(batch))
+
+    def _open_batches(self, unit: Unit) -> list[OpenBatch]:
+        found = (self._inflight.batch(batch_id) for batch_id in unit.batches)
+        return [batch for batch in found if batch is not None]
 
     def _jobs_of(self, batch: OpenBatch) -> list[Job]:
         jobs = self._table.jobs
@@ -134,23 +138,53 @@ class Pauser:
         involved = set(self._paused_for) | set(self._paused_for.values())
         found: tuple[float, Unit, OpenBatch] | None = None
         for unit in units:
-            if len(unit.batches) != 1 or unit.batches & involved:
+            if unit.batches & involved:
                 continue
-            (batch_id,) = unit.batches
-            batch = self._inflight.batch(batch_id)
-            if batch is None or not self._pausable(batch, urgent):
+            batch = self._set_back_on(unit, urgent)
+            if batch is None:
                 continue
             remaining = self._remaining_s(batch)
             if found is None or remaining > found[0]:
                 found = (remaining, unit, batch)
         return None if found is None else (found[1], found[2])
 
-    def _pausable(self, batch: OpenBatch, urgent: Job) -> bool:
+    def _set_back_on(self, unit: Unit, urgent: Job) -> OpenBatch | None:
+        """The batch of `unit` the urgent one may go before: the one running there, paused at
+        a step boundary; or, behind a batch that is finishing, the batch given ahead that has
+        not started. The urgent batch then takes its place in line at no cost to its work;
+        waiting for it to start and pass `min_steps` would hold the urgent job for the whole
+        of the finishing batch's tail and the first steps besides."""
+        batches = self._open_batches(unit)
+        if len(batches) == 1:
+            return batches[0] if self._pausable(batches[0], urgent) else None
+        waiting = [b for b in batches if not self._started(b)]
+        if len(batches) == 2 and len(waiting) == 1 and self._passable(waiting[0], urgent):
+            return waiting[0]
+        return None
+
+    def _started(self, batch: OpenBatch) -> bool:
+        return any(j.state is not JobState.DISPATCHED for j in self._jobs_of(batch))
+
+    def _passable(self, batch: OpenBatch, urgent: Job) -> bool:
+        """Whether `urgent` may go before `batch`, which has not started: the model's and the
+        classes' conditions of a pause, but none about steps (there are none to lose)."""
+        if not self._may_set_back(batch, urgent):
+            return False
+        jobs = self._jobs_of(batch)
+        return bool(jobs) and all(
+            job.priority > urgent.priority and job.pauses < self._policy.max_per_job for job in jobs
+        )
+
+    def _may_set_back(self, batch: OpenBatch, urgent: Job) -> bool:
         spec = self._specs.get(batch.model)
         if spec is None or spec.pipeline == "Echo" or spec.parallelism.mode != "data":
             return False  # no step boundaries to pause at, or a group that must pause as one
-        if batch.model == urgent.model and spec.cache is not None:
-            return False  # the step cache's hook state is per loop (worker.runtime._pausable)
+        # The step cache's hook state is per loop (worker.runtime._pausable).
+        return not (batch.model == urgent.model and spec.cache is not None)
+
+    def _pausable(self, batch: OpenBatch, urgent: Job) -> bool:
+        if not self._may_set_back(batch, urgent):
+            return False
         jobs = self._jobs_of(batch)
         if not jobs:
             return False

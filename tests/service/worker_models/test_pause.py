@@ -155,3 +155,34 @@ async def test_urgent_batch_does_not_wait_for_the_pause_checkpoint(flux, monkeyp
     for job in ("bulk0", "bulk1"):
         paused = of([e for b, e in timeline if b == "bulk"], job, JobFinished)[0]
         assert paused.data == of(alone, job, JobFinished)[0].data
+
+
+async def test_urgent_batch_overtakes_a_batch_given_ahead_that_has_not_started(flux) -> None:
+    """What the scheduler asks when the running batch is finishing: the urgent batch names
+    the batch waiting behind it, runs before it, and that batch then runs as it would have."""
+    runtime = WorkerRuntime("w0", "on-demand", {"flux-tiny": flux})
+    timeline: list[tuple[str, WorkerEvent]] = []
+    bulk = runtime.run_batch("bulk", "flux-tiny", bulk_jobs(flux.spec))
+    async for event in bulk:
+        timeline.append(("bulk", event))
+        if isinstance(event, StepDone) and event.step >= 3:
+            break
+    ahead_jobs = [job_for(flux.spec, f"ahead{i}", seed=60 + i) for i in range(2)]
+    ahead = runtime.run_batch("ahead", "flux-tiny", ahead_jobs)
+    ahead_task = asyncio.create_task(drain(ahead, "ahead", timeline))
+    bulk_task = asyncio.create_task(drain(bulk, "bulk", timeline))
+    await asyncio.sleep(0.05)  # the batch given ahead is in line on the worker
+    urgent_job = job_for(flux.spec, "urgent", seed=7)
+    urgent = runtime.run_batch("urgent", "flux-tiny", [urgent_job], pause_batch_id="ahead")
+    await asyncio.wait_for(
+        asyncio.gather(drain(urgent, "urgent", timeline), ahead_task, bulk_task), 120
+    )
+    steps = [(b, e) for b, e in timeline if isinstance(e, StepDone)]
+    last_urgent = max(i for i, (b, _) in enumerate(steps) if b == "urgent")
+    first_ahead = min(i for i, (b, _) in enumerate(steps) if b == "ahead")
+    assert last_urgent < first_ahead
+    ahead_events = [e for b, e in timeline if b == "ahead"]
+    assert not [e for e in ahead_events if isinstance(e, JobNotice)]  # never paused
+    alone = run(flux, [job_for(flux.spec, f"ahead{i}", seed=60 + i) for i in range(2)])
+    for job in ("ahead0", "ahead1"):
+        assert of(ahead_events, job, JobFinished)[0].data == of(alone, job, JobFinished)[0].data

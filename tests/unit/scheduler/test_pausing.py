@@ -186,3 +186,40 @@ def test_class_slas_come_from_the_settings():
     image = core_policy(settings).queues["image"]
     assert image.sla_for(Priority.REALTIME) == 0.05
     assert image.sla_for(Priority.STANDARD) == image.sla_for(Priority.BATCH) == 10.0
+
+
+def finishing_with_one_ahead(core, clock, ahead_priority=Priority.BATCH):
+    """w0 runs a BATCH batch at its last step, with the next batch given ahead behind it."""
+    core.register_worker(worker("w0"))
+    running = [submit(core, priority=Priority.BATCH, seed=i) for i in range(4)]
+    [first] = core.schedule()
+    assert sorted(j.job_id for j in first.jobs) == sorted(j.job_id for j in running)
+    for seed in range(3):
+        submit(core, priority=ahead_priority, seed=10 + seed)
+    clock.advance(1)
+    for job in running:
+        core.job_progress(job.job_id, first.batch_id, 4, 4)
+    [ahead] = core.schedule()
+    core.take_effects()
+    return first, ahead
+
+
+def test_an_urgent_job_goes_before_a_batch_given_ahead_that_has_not_started():
+    clock = FakeClock()
+    core = make_core(clock, queues=_queues_with_realtime_sla(0.1))
+    first, ahead = finishing_with_one_ahead(core, clock)
+    urgent = submit(core, priority=Priority.REALTIME, seed=99)
+    [dispatch] = core.schedule()
+    # Not the finishing batch (it ends sooner than a pause would help): the one behind it,
+    # which the urgent batch overtakes on the worker before it starts.
+    assert dispatch.pauses == ahead.batch_id and dispatch.jobs == (urgent,)
+    assert all(j.pauses == 1 for j in ahead.jobs)
+    assert core.units["w0"].batches == {first.batch_id, ahead.batch_id, dispatch.batch_id}
+
+
+def test_no_urgent_job_overtakes_a_batch_of_its_own_class():
+    clock = FakeClock()
+    core = make_core(clock, queues=_queues_with_realtime_sla(0.1))
+    finishing_with_one_ahead(core, clock, ahead_priority=Priority.REALTIME)
+    submit(core, priority=Priority.REALTIME, seed=99)
+    assert core.schedule() == []
