@@ -172,9 +172,9 @@ class QueueSettings(Section):
             return {k.upper() if isinstance(k, str) else k: v for k, v in value.items()}
         return value
 
-    def sla_for(self, priority: PriorityName) -> float:
-        """The latency target of a job of class `priority` in this queue."""
-        return self.class_sla_s.get(priority, self.sla_s)
+    def sla_for(self, priority: str) -> float:
+        """The latency target of a job of class `priority` (its name) in this queue."""
+        return next((s for c, s in self.class_sla_s.items() if c == priority), self.sla_s)
 
 
 class PlacementSettings(Section):
