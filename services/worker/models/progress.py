@@ -80,6 +80,10 @@ class StepTracker:
     persist: bool = True
     live: list[bool] = field(default_factory=list)
     periodic: dict[str, Path] = field(default_factory=dict)
+    # Each job's checkpoint before its newest: kept until the next one is written, because
+    # the scheduler may not have heard of the newest yet when this worker dies, and then
+    # resumes the job from this one (deleting it at once had the job start over at step 0).
+    superseded: dict[str, Path] = field(default_factory=dict)
     _step_started: float | None = None
     # Called after every step; tests and parallel hosts use it to observe boundaries.
     on_boundary: Callable[[int], None] | None = None
@@ -216,8 +220,11 @@ class StepTracker:
         job = self.jobs[index]
         previous = self.periodic.get(job.job_id)
         self.periodic[job.job_id] = path
-        if previous is not None and previous != path and self.persist:
-            previous.unlink(missing_ok=True)
+        if previous is not None and previous != path:
+            older = self.superseded.get(job.job_id)
+            self.superseded[job.job_id] = previous
+            if older is not None and older not in (previous, path) and self.persist:
+                older.unlink(missing_ok=True)
         self.terminals.emit(JobCheckpointed(job.job_id, str(path), step))
 
     def _keep_checkpoints(self, snapshots: list[tuple[int, Checkpoint]]) -> None:
@@ -237,9 +244,10 @@ class StepTracker:
 
     def discard_periodic(self, job_id: str) -> None:
         """A finished or cancelled job will never resume: its periodic checkpoint is garbage."""
-        path = self.periodic.pop(job_id, None)
-        if path is not None and self.persist:
-            path.unlink(missing_ok=True)
+        for kept in (self.periodic, self.superseded):
+            path = kept.pop(job_id, None)
+            if path is not None and self.persist:
+                path.unlink(missing_ok=True)
 
     def _write(self, index: int, step: int, latents: torch.Tensor) -> Path:
         job = self.jobs[index]

@@ -77,16 +77,20 @@ def test_cancelled_jobs_stop_reporting_and_all_cancelled_stops_the_loop(tmp_path
     ]
 
 
-def test_periodic_checkpoints_keep_only_the_latest(tmp_path) -> None:
+def test_periodic_checkpoints_keep_the_latest_and_the_one_before(tmp_path) -> None:
+    """The one before stays until the next is written: a worker killed before the scheduler
+    heard of the latest leaves it the previous one to resume from, not a deleted file."""
     events: list = []
     tracker = _tracker(
-        tmp_path, [JobParams("a", GenerationParams("x", steps=5), checkpoint_every_steps=2)], events
+        tmp_path, [JobParams("a", GenerationParams("x", steps=7), checkpoint_every_steps=2)], events
     )
-    for index in range(4):
+    for index in range(6):
         tracker.on_step(index, torch.zeros(1, 4))
     saved = [e for e in events if isinstance(e, JobCheckpointed)]
-    assert [e.step for e in saved] == [2, 4]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-step4.pt"]
+    assert [e.step for e in saved] == [2, 4, 6]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-step4.pt", "a-step6.pt"]
+    tracker.discard_periodic("a")  # the job ended: nothing of it is kept
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_a_failing_sink_does_not_escape(tmp_path) -> None:
