@@ -156,6 +156,15 @@ class GatewaySettings(Section):
         return value
 
 
+def _class_names_upper(value: object) -> object:
+    """Keys naming priority classes, upper-cased: environment variable names are
+    case-insensitive and reach us lower-cased (MEDIAMESH_SCHEDULER__PLACEMENT__BATCH__PREFER
+    gives a key "batch")."""
+    if isinstance(value, dict):
+        return {k.upper() if isinstance(k, str) else k: v for k, v in value.items()}
+    return value
+
+
 class QueueSettings(Section):
     # Target seconds from acceptance to result for this modality.
     sla_s: float = Field(gt=0)
@@ -164,13 +173,9 @@ class QueueSettings(Section):
     # for interactive callers: lower-class batches are paused for a job that would miss it.
     class_sla_s: dict[PriorityName, Annotated[float, Field(gt=0)]] = Field(default_factory=dict)
 
-    @field_validator("class_sla_s", mode="before")
-    @classmethod
-    def _class_names_in_any_case(cls, value: object) -> object:
-        # As for `placement`: environment variable names reach us lower-cased.
-        if isinstance(value, dict):
-            return {k.upper() if isinstance(k, str) else k: v for k, v in value.items()}
-        return value
+    _class_names_in_any_case = field_validator("class_sla_s", mode="before")(
+        lambda value: _class_names_upper(value)
+    )
 
     def sla_for(self, priority: str) -> float:
         """The latency target of a job of class `priority` (its name) in this queue."""
@@ -274,14 +279,9 @@ class SchedulerSettings(Section):
     # kubelet's); None: health is served on `port` only.
     health_port: int | None = None
 
-    @field_validator("placement", mode="before")
-    @classmethod
-    def _class_names_in_any_case(cls, value: object) -> object:
-        # Environment variable names are case-insensitive and reach us lower-cased
-        # (MEDIAMESH_SCHEDULER__PLACEMENT__BATCH__PREFER gives a key "batch").
-        if isinstance(value, dict):
-            return {k.upper() if isinstance(k, str) else k: v for k, v in value.items()}
-        return value
+    _class_names_in_any_case = field_validator("placement", mode="before")(
+        lambda value: _class_names_upper(value)
+    )
 
     @field_validator("placement", mode="after")
     @classmethod

@@ -166,8 +166,8 @@ class Pauser:
         return any(j.state is not JobState.DISPATCHED for j in self._jobs_of(batch))
 
     def _passable(self, batch: OpenBatch, urgent: Job) -> bool:
-        """Whether `urgent` may go before `batch`, which has not started: the model's and the
-        classes' conditions of a pause, but none about steps (there are none to lose)."""
+        """Whether `urgent` may go before `batch`: the model's and the classes' conditions of
+        a pause, but none about steps (enough for a batch that has not started)."""
         if not self._may_set_back(batch, urgent):
             return False
         jobs = self._jobs_of(batch)
@@ -183,23 +183,12 @@ class Pauser:
         return not (batch.model == urgent.model and spec.cache is not None)
 
     def _pausable(self, batch: OpenBatch, urgent: Job) -> bool:
-        if not self._may_set_back(batch, urgent):
-            return False
-        jobs = self._jobs_of(batch)
-        if not jobs:
-            return False
-        policy = self._policy
-        for job in jobs:
-            total = job.total_steps or job.params.steps
-            if (
-                job.priority <= urgent.priority
-                or job.pauses >= policy.max_per_job
-                or job.step < policy.min_steps
-                # At its last step it ends sooner than a pause would help.
-                or job.step >= total - 1
-            ):
-                return False
-        return True
+        """Whether the running `batch` may pause for `urgent`: passable, and every job past
+        `min_steps` and short of its last step (which ends sooner than a pause would help)."""
+        return self._passable(batch, urgent) and all(
+            self._policy.min_steps <= job.step < (job.total_steps or job.params.steps) - 1
+            for job in self._jobs_of(batch)
+        )
 
 
 def _anyone(job: Job) -> bool:

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from wm_helpers import job_for, of, run
 
+from mediamesh.common.registry import ModelSpec
 from mediamesh.common.work import JobCheckpointed, JobFinished, JobNotice, StepDone, WorkerEvent
 from mediamesh.worker.runtime import WorkerRuntime
 
@@ -30,6 +31,19 @@ def bulk_jobs(spec):
     return [job_for(spec, f"bulk{i}", seed=40 + i, steps=BULK_STEPS) for i in range(2)]
 
 
+async def bulk_under_way(
+    runtime: WorkerRuntime, spec: ModelSpec, timeline: list[tuple[str, WorkerEvent]] | None = None
+) -> AsyncIterator[WorkerEvent]:
+    """The bulk batch's event stream, read (into `timeline`) until it is a few steps in."""
+    bulk = runtime.run_batch("bulk", "flux-tiny", bulk_jobs(spec))
+    async for event in bulk:
+        if timeline is not None:
+            timeline.append(("bulk", event))
+        if isinstance(event, StepDone) and event.step >= 3:
+            break
+    return bulk
+
+
 async def drain(
     stream: AsyncIterator[WorkerEvent], batch: str, timeline: list[tuple[str, WorkerEvent]]
 ) -> None:
@@ -42,12 +56,8 @@ async def test_urgent_batch_runs_at_the_next_step_and_the_paused_batch_is_unchan
 ) -> None:
     runtime = WorkerRuntime("w0", "on-demand", {"flux-tiny": flux})
     timeline: list[tuple[str, WorkerEvent]] = []
-    bulk = runtime.run_batch("bulk", "flux-tiny", bulk_jobs(flux.spec))
     # The bulk batch is a few steps in when the urgent batch arrives.
-    async for event in bulk:
-        timeline.append(("bulk", event))
-        if isinstance(event, StepDone) and event.step >= 3:
-            break
+    bulk = await bulk_under_way(runtime, flux.spec, timeline)
     seen_step = max(e.step for b, e in timeline if isinstance(e, StepDone))
     urgent_job = job_for(flux.spec, "urgent", seed=7)
     urgent = runtime.run_batch("urgent", "flux-tiny", [urgent_job], pause_batch_id="bulk")
@@ -88,10 +98,7 @@ async def test_urgent_batch_runs_at_the_next_step_and_the_paused_batch_is_unchan
 
 async def test_paused_batch_resumes_elsewhere_from_its_pause_checkpoint(flux, tmp_path) -> None:
     runtime = WorkerRuntime("w0", "on-demand", {"flux-tiny": flux})
-    bulk = runtime.run_batch("bulk", "flux-tiny", bulk_jobs(flux.spec))
-    async for event in bulk:
-        if isinstance(event, StepDone) and event.step >= 3:
-            break
+    bulk = await bulk_under_way(runtime, flux.spec)
     urgent = runtime.run_batch(
         "urgent", "flux-tiny", [job_for(flux.spec, "urgent", seed=7)], pause_batch_id="bulk"
     )
@@ -131,11 +138,7 @@ async def test_urgent_batch_does_not_wait_for_the_pause_checkpoint(flux, monkeyp
     monkeypatch.setattr(progress, "write_checkpoint", slow_write)
     runtime = WorkerRuntime("w0", "on-demand", {"flux-tiny": flux})
     timeline: list[tuple[str, WorkerEvent]] = []
-    bulk = runtime.run_batch("bulk", "flux-tiny", bulk_jobs(flux.spec))
-    async for event in bulk:
-        timeline.append(("bulk", event))
-        if isinstance(event, StepDone) and event.step >= 3:
-            break
+    bulk = await bulk_under_way(runtime, flux.spec, timeline)
     urgent_job = job_for(flux.spec, "urgent", seed=7)
     urgent = runtime.run_batch("urgent", "flux-tiny", [urgent_job], pause_batch_id="bulk")
     await asyncio.wait_for(
@@ -162,11 +165,7 @@ async def test_urgent_batch_overtakes_a_batch_given_ahead_that_has_not_started(f
     the batch waiting behind it, runs before it, and that batch then runs as it would have."""
     runtime = WorkerRuntime("w0", "on-demand", {"flux-tiny": flux})
     timeline: list[tuple[str, WorkerEvent]] = []
-    bulk = runtime.run_batch("bulk", "flux-tiny", bulk_jobs(flux.spec))
-    async for event in bulk:
-        timeline.append(("bulk", event))
-        if isinstance(event, StepDone) and event.step >= 3:
-            break
+    bulk = await bulk_under_way(runtime, flux.spec, timeline)
     ahead_jobs = [job_for(flux.spec, f"ahead{i}", seed=60 + i) for i in range(2)]
     ahead = runtime.run_batch("ahead", "flux-tiny", ahead_jobs)
     ahead_task = asyncio.create_task(drain(ahead, "ahead", timeline))
