@@ -21,6 +21,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from mediamesh.common.generated.v1 import (
@@ -31,6 +32,7 @@ from mediamesh.common.generated.v1 import (
     scheduler_pb2_grpc,
 )
 from mediamesh.common.interceptors import INTERNAL_TOKEN_KEY
+from mediamesh.common.registry import DEFAULT_REGISTRY
 from tests.conftest import ROOT
 from tests.e2e.conftest import MeshProcess, wait_for
 from tests.e2e.prometheus_server import PrometheusServer, prometheus_binary, prometheus_server
@@ -52,6 +54,10 @@ SCHEDULER = {
         "BATCH": {"prefer": "spot", "allow": ["spot", "on-demand"], "fallback_after_s": 1},
     }
 }
+# The drained job's length. At the shipped limit of 50 steps a 512x512 flux-tiny job took 2 s
+# here, about what the `drain` CLI takes to start on a loaded machine: the job sometimes
+# finished before the drain reached it. The test's registry allows this many.
+LONG_STEPS = 200
 # Queued and never dispatched: no worker hosts these models.
 BACKLOG = [
     ("flux-small", common_pb2.STANDARD, 3),
@@ -101,9 +107,21 @@ _SERIES_SUFFIXES = ("_bucket", "_count", "_sum", "_total", "_created")
 
 
 @pytest.fixture
-def mesh(launch) -> MeshProcess:
+def mesh(launch, tmp_path: Path) -> MeshProcess:
     prometheus_binary()  # fail before spending time on the mesh
-    return launch(WORKERS, scheduler=SCHEDULER)
+    return launch(
+        WORKERS, scheduler=SCHEDULER, registry_path=str(registry_with_long_jobs(tmp_path))
+    )
+
+
+def registry_with_long_jobs(tmp_path: Path) -> Path:
+    """The shipped registry, flux-tiny allowing LONG_STEPS."""
+    registry = yaml.safe_load(DEFAULT_REGISTRY.read_text())
+    flux = next(e for e in registry["models"] if e["name"] == "flux-tiny")
+    flux["limits"]["max_steps"] = LONG_STEPS
+    path = tmp_path / "models.yaml"
+    path.write_text(yaml.safe_dump(registry))
+    return path
 
 
 @pytest.fixture
@@ -166,7 +184,7 @@ def generate_traffic(mesh: MeshProcess, gateway: gateway_pb2_grpc.GatewayStub) -
     long_job = common_pb2.GenerateRequest(
         model="flux-tiny",
         prompt="preempt me",
-        steps=50,
+        steps=LONG_STEPS,
         width=512,
         height=512,
         seed=2,
