@@ -50,8 +50,9 @@ class WorkerLink(Protocol):
         model: str,
         jobs: list[JobParams],
         pause_batch_id: str = "",
-    ) -> AsyncIterator[WorkerEvent]:
-        """The batch's events; raises BatchUndelivered if the worker never took it.
+    ) -> AsyncIterator[list[WorkerEvent]]:
+        """The batch's events, in the groups they arrived in (a step of the whole batch is
+        one group); raises BatchUndelivered if the worker never took it.
         `pause_batch_id`: a batch on that worker to pause at its next step for this one."""
         ...
 
@@ -113,8 +114,11 @@ class BatchRunner:
                 stream = self.link.run_batch(
                     dispatch.address, batch_id, dispatch.model, params, **pausing
                 )
-                async for event in stream:
-                    await self._on_worker_event(batch_id, event)
+                async for events in stream:
+                    for event in events:
+                        await self._on_worker_event(batch_id, event)
+                    # Once per group: a step of a batch of 16 is one scheduling pass, not 16.
+                    self.apply(self.core.take_effects())
             except BatchUndelivered as exc:
                 log.warning(
                     "batch %s never reached %s (%s); its jobs go back to the front of the "
@@ -216,4 +220,3 @@ class BatchRunner:
                         job.job_id, job.state, "notice", notice=event.kind, message=event.message
                     )
                 )
-        self.apply(core.take_effects())

@@ -33,9 +33,13 @@ class CheckpointFiles:
     def files_of_ended(self, job: Job) -> list[Path]:
         """Every file the ended job may have left; forgets the job."""
         self.seen(job)
-        folders = self._folders.pop(job.job_id, {self.folder})
-        if job.attempts == 0:
-            return []  # never dispatched: it cannot have written a checkpoint
+        folders = self._folders.pop(job.job_id, None)
+        if folders is None and job.attempts <= 1 and job.worker_losses == 0:
+            # One attempt, never lost, never a checkpoint heard of: the worker reports each
+            # file it writes on the batch's stream before the job's end, so there is none.
+            # (Guessing every name cost a thread and a failed unlink per step for each job.)
+            return []
+        folders = folders or {self.folder}
         total = job.total_steps or job.params.steps
         return [path for folder in folders for path in checkpoint_files(folder, job.job_id, total)]
 

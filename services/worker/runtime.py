@@ -15,6 +15,7 @@ from collections import deque
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from mediamesh.common.aio import wait_event
 from mediamesh.common.errors import InvalidArgument, StatusCode
@@ -36,12 +37,16 @@ from mediamesh.worker.core.handoff import Handoff
 from mediamesh.worker.models.host import ModelHost
 from mediamesh.worker.residency import Residency, residency_report
 
+if TYPE_CHECKING:
+    from opentelemetry.trace import Span
+
 log = logging.getLogger("mediamesh.worker")
 
 # Threads for batches: one computes at a time (the gate), the others wait for the device,
 # paused at a step boundary or not yet started. Enough for a running batch, the urgent
 # batch that paused it and a next batch given ahead of time.
 BATCH_THREADS = 4
+
 _tracer = tracer("mediamesh.worker")
 
 # Batches a worker remembers having ended: more than can end between two session messages.
@@ -136,28 +141,35 @@ class WorkerRuntime:
 
         With `pause_batch_id` naming a batch running here, this batch is urgent: that one
         pauses at its next step boundary, this one runs, and then that one resumes."""
-        try:
-            async for event in self._run_batch(batch_id, model, jobs, pause_batch_id):
+        async for group in self.run_batch_groups(batch_id, model, jobs, pause_batch_id):
+            for event in group:
                 yield event
+
+    async def run_batch_groups(
+        self, batch_id: str, model: str, jobs: list[JobParams], pause_batch_id: str = ""
+    ) -> AsyncIterator[list[WorkerEvent]]:
+        """`run_batch`'s events in the groups they came in from the device thread (a step's
+        progress for the whole batch arrives together), so the sender can pack each group."""
+        try:
+            async for group in self._run_batch(batch_id, model, jobs, pause_batch_id):
+                yield group
         finally:
             self.ended_batches.append(batch_id)
 
     async def _run_batch(
         self, batch_id: str, model: str, jobs: list[JobParams], pause_batch_id: str
-    ) -> AsyncIterator[WorkerEvent]:
+    ) -> AsyncIterator[list[WorkerEvent]]:
         host = self.hosts.get(model)
         if self.draining:
             # Hand the jobs straight back, keeping any checkpoint, rather than fail them.
-            for job in jobs:
-                yield JobPreempted(job.job_id, job.resume_checkpoint or "", 0)
+            yield [JobPreempted(job.job_id, job.resume_checkpoint or "", 0) for job in jobs]
             return
         if host is None:
-            for job in jobs:
-                yield JobFailed(
-                    job.job_id, StatusCode.FAILED_PRECONDITION, f"model {model!r} not hosted"
-                )
+            message = f"model {model!r} not hosted"
+            yield [JobFailed(job.job_id, StatusCode.FAILED_PRECONDITION, message) for job in jobs]
             return
         runnable = []
+        refused: list[WorkerEvent] = []
         for job in jobs:
             try:
                 # The scheduler checked the limits already, but a job past them (2**32 - 1
@@ -166,9 +178,11 @@ class WorkerRuntime:
                 check_generation(host.spec, job.generation)
                 check_output(host.spec, job.generation)
             except InvalidArgument as exc:
-                yield JobFailed(job.job_id, exc.code, exc.message)
+                refused.append(JobFailed(job.job_id, exc.code, exc.message))
             else:
                 runnable.append(job)
+        if refused:
+            yield refused
         if not runnable:
             return
         jobs = runnable
@@ -212,22 +226,19 @@ class WorkerRuntime:
             attributes={"mediamesh.batch_id": batch_id, "mediamesh.model": model},
         )
         try:
-            while True:
-                event = await events.get()
-                if event is None:
-                    break
-                span.add_event(type(event).__name__, _span_fields(event))
-                if isinstance(event, StepDone) and event.step_seconds > 0:
-                    metrics.STEP_SECONDS.labels(model).observe(event.step_seconds)
-                elif isinstance(event, JobPreempted):
-                    metrics.CHECKPOINTS.labels("preempted").inc()
-                elif isinstance(event, JobCheckpointed):
-                    metrics.CHECKPOINTS.labels("periodic").inc()
-                elif isinstance(event, JobFinished):
-                    metrics.JOBS.labels(model, "SUCCEEDED").inc()
-                elif isinstance(event, JobFailed):
-                    metrics.JOBS.labels(model, event.code).inc()
-                yield event
+            ended = False
+            while not ended:
+                group = [await events.get()]
+                # Whatever else the device thread has handed over goes in the same group.
+                while not events.empty():
+                    group.append(events.get_nowait())
+                if group[-1] is None:
+                    ended = True
+                    group.pop()
+                ready = [event for event in group if event is not None]
+                self._count(model, span, ready)
+                if ready:
+                    yield ready
         finally:
             # The caller went away (scheduler restart or cancel): stop at the next step.
             control.cancel(running.job_ids)
@@ -245,6 +256,26 @@ class WorkerRuntime:
                 # Draining may have begun while the batch ran (`draining` was False above).
                 if self.drain_started.is_set() and not self._running:
                     self.drained.set()
+
+    @staticmethod
+    def _count(model: str, span: Span, events: list[WorkerEvent]) -> None:
+        """Metrics and span events of a group of a batch's events."""
+        last_step = None
+        for event in events:
+            span.add_event(type(event).__name__, _span_fields(event))
+            if isinstance(event, StepDone):
+                # One observation per batch step: each job of the step reports the same time.
+                if event.step_seconds > 0 and event.step != last_step:
+                    metrics.STEP_SECONDS.labels(model).observe(event.step_seconds)
+                last_step = event.step
+            elif isinstance(event, JobPreempted):
+                metrics.CHECKPOINTS.labels("preempted").inc()
+            elif isinstance(event, JobCheckpointed):
+                metrics.CHECKPOINTS.labels("periodic").inc()
+            elif isinstance(event, JobFinished):
+                metrics.JOBS.labels(model, "SUCCEEDED").inc()
+            elif isinstance(event, JobFailed):
+                metrics.JOBS.labels(model, event.code).inc()
 
     def _pausable(self, batch_id: str, urgent: ModelHost) -> _Running | None:
         """The running batch to pause for an urgent batch of `urgent`'s model, if it may be.

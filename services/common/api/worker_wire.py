@@ -6,6 +6,8 @@ does the reverse), so the two ends can never disagree.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from mediamesh.common.api.input_wire import input_image, input_ref
 from mediamesh.common.generated.v1 import common_pb2, worker_pb2
 from mediamesh.common.generation import AdapterScale, GenerationParams
@@ -85,14 +87,24 @@ def job_params(s: worker_pb2.JobSpec) -> JobParams:
     )
 
 
-def worker_event(m: worker_pb2.BatchEvent) -> WorkerEvent | None:
-    """The WorkerEvent a BatchEvent carries, or None for an event kind this build does not know."""
+def worker_events(m: worker_pb2.BatchEvent) -> list[WorkerEvent]:
+    """The WorkerEvents a BatchEvent carries: one per job it names; none for an event kind
+    this build does not know."""
     kind = m.WhichOneof("event")
-    job_id = m.job_id
     if kind == "progress":
         p = m.progress
         preview = Preview(p.preview.data, p.preview.mime_type) if p.HasField("preview") else None
-        return StepDone(job_id, p.step, p.total_steps, m.step_seconds, preview)
+        first = StepDone(m.job_id, p.step, p.total_steps, m.step_seconds, preview)
+        more = (
+            StepDone(job_id, p.step, p.total_steps, m.step_seconds) for job_id in m.more_job_ids
+        )
+        return [first, *more]
+    event = _job_event(kind, m)
+    return [] if event is None else [event]
+
+
+def _job_event(kind: str | None, m: worker_pb2.BatchEvent) -> WorkerEvent | None:
+    job_id = m.job_id
     if kind == "output":
         o = m.output
         return JobFinished(job_id, o.data, o.mime_type, o.seed)
@@ -109,8 +121,26 @@ def worker_event(m: worker_pb2.BatchEvent) -> WorkerEvent | None:
     return None
 
 
+def batch_events(events: Sequence[WorkerEvent]) -> list[worker_pb2.BatchEvent]:
+    """The BatchEvents that send `events`, in order: a run of preview-less StepDones of one
+    step goes as one message (a batch of 16 sends one per step, not 16)."""
+    messages: list[worker_pb2.BatchEvent] = []
+    shared: StepDone | None = None  # the step the last message stands for, when it may grow
+    for event in events:
+        if isinstance(event, StepDone) and event.preview is None:
+            key = (event.step, event.total_steps, event.step_seconds)
+            if shared is not None and key == (shared.step, shared.total_steps, shared.step_seconds):
+                messages[-1].more_job_ids.append(event.job_id)
+                continue
+            shared = event
+        else:
+            shared = None
+        messages.append(batch_event(event))
+    return messages
+
+
 def batch_event(event: WorkerEvent) -> worker_pb2.BatchEvent:
-    """The BatchEvent that sends `event` to the scheduler (the inverse of `worker_event`)."""
+    """The BatchEvent that sends `event` alone (the inverse of `worker_events`)."""
     message = worker_pb2.BatchEvent(job_id=event.job_id)
     if isinstance(event, StepDone):
         message.progress.CopyFrom(

@@ -41,9 +41,10 @@ class GrpcWorkerLink:
         model: str,
         jobs: list[JobParams],
         pause_batch_id: str = "",
-    ) -> AsyncIterator[WorkerEvent]:
-        """Runs a batch on the worker at `address`, yielding its events until the batch ends;
-        `pause_batch_id` names a batch there to pause for it (urgent work).
+    ) -> AsyncIterator[list[WorkerEvent]]:
+        """Runs a batch on the worker at `address`, yielding its events until the batch ends,
+        those of one message together; `pause_batch_id` names a batch there to pause for it
+        (urgent work).
 
         Raises BatchUndelivered when the worker never took the batch; other RPC errors propagate.
         Closing the iterator cancels the call.
@@ -61,9 +62,9 @@ class GrpcWorkerLink:
                 code = await call.code()
                 raise BatchUndelivered(f"{code.name}: {await call.details()}")
             async for message in call:
-                event = worker_wire.worker_event(message)
-                if event is not None:
-                    yield event
+                events = worker_wire.worker_events(message)
+                if events:
+                    yield events
         finally:
             call.cancel()
 

@@ -33,10 +33,12 @@ class WorkerServicer(worker_pb2_grpc.WorkerServicer):
         batch was accepted."""
         jobs = [worker_wire.job_params(spec) for spec in request.jobs]
         await context.send_initial_metadata(((worker_wire.BATCH_ACCEPTED_KEY, "1"),))
-        async for event in self.runtime.run_batch(
+        groups = self.runtime.run_batch_groups(
             request.batch_id, request.model, jobs, request.pause_batch_id
-        ):
-            yield worker_wire.batch_event(event)
+        )
+        async for group in groups:
+            for message in worker_wire.batch_events(group):
+                yield message
 
     async def Cancel(
         self,

@@ -32,26 +32,26 @@ class CheckpointingWorker:
 
     async def run_batch(
         self, address: str, batch_id: str, model: str, jobs: list[JobParams]
-    ) -> AsyncIterator[WorkerEvent]:
+    ) -> AsyncIterator[list[WorkerEvent]]:
         (job,) = jobs
         self.attempts.append(job.resume_checkpoint)
         first = len(self.attempts) == 1
         start = int(job.resume_checkpoint.rsplit("step", 1)[1][:-3]) if job.resume_checkpoint else 0
         previous: Path | None = None
         for step in range(start + 1, STEPS + 1):
-            yield StepDone(job.job_id, step, STEPS, 0.001)
+            yield [StepDone(job.job_id, step, STEPS, 0.001)]
             if step < STEPS and step % job.checkpoint_every_steps == 0:
                 path = checkpoint_file(self.folder, job.job_id, step)
                 path.write_bytes(b"latents")
                 if previous is not None:
                     previous.unlink()
                 previous = path
-                yield JobCheckpointed(job.job_id, str(path), step)
+                yield [JobCheckpointed(job.job_id, str(path), step)]
             if first and step == 4:
                 raise ConnectionError("worker lost")
         if previous is not None:
             previous.unlink()
-        yield JobFinished(job.job_id, b"result", "image/png", 0)
+        yield [JobFinished(job.job_id, b"result", "image/png", 0)]
 
     def reset(self, address: str) -> None:
         return None

@@ -30,12 +30,13 @@ class SlowScheduler:
 
     async def run_batch(
         self, address: str, batch_id: str, model: str, jobs: list[JobParams]
-    ) -> AsyncIterator[WorkerEvent]:
-        async for event in self._link.run_batch(address, batch_id, model, jobs):
-            if isinstance(event, StepDone):
-                self.first_step.set()
-            await asyncio.sleep(EVENT_DELAY_S)
-            yield event
+    ) -> AsyncIterator[list[WorkerEvent]]:
+        async for events in self._link.run_batch(address, batch_id, model, jobs):
+            for event in events:
+                if isinstance(event, StepDone):
+                    self.first_step.set()
+                await asyncio.sleep(EVENT_DELAY_S)
+                yield [event]
 
     def reset(self, address: str) -> None:
         self._link.reset(address)

@@ -59,7 +59,7 @@ class RecordingLink:
 
     def run_batch(
         self, address: str, batch_id: str, model: str, jobs: list[JobParams]
-    ) -> AsyncIterator[WorkerEvent]:
+    ) -> AsyncIterator[list[WorkerEvent]]:
         self.batches.append([job.job_id for job in jobs])
         return self._link.run_batch(address, batch_id, model, jobs)
 

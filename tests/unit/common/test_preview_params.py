@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from mediamesh.common.api.requests import request_fields
-from mediamesh.common.api.worker_wire import batch_event, job_params, job_spec, worker_event
+from mediamesh.common.api.worker_wire import batch_event, job_params, job_spec, worker_events
 from mediamesh.common.errors import InvalidArgument
 from mediamesh.common.generated.v1 import common_pb2
 from mediamesh.common.params import RequestFields, check_generation, resolve
@@ -87,9 +87,10 @@ def test_the_field_travels_from_request_to_worker_and_the_preview_back() -> None
 
     preview = Preview(b"\x00webp", "image/webp")
     sent = batch_event(StepDone("j", 2, 4, 0.1, preview))
-    assert worker_event(sent) == StepDone("j", 2, 4, 0.1, preview)
+    assert worker_events(sent) == [StepDone("j", 2, 4, 0.1, preview)]
     plain = batch_event(StepDone("j", 1, 4, 0.1))
-    assert not plain.progress.HasField("preview") and worker_event(plain).preview is None  # type: ignore[union-attr]
+    assert not plain.progress.HasField("preview")
+    assert worker_events(plain) == [StepDone("j", 1, 4, 0.1)]
 
 
 def test_watchers_get_the_preview_on_its_progress_event() -> None:

@@ -104,7 +104,7 @@ class Checkpointed(_message.Message):
     def __init__(self, checkpoint: _Optional[str] = ..., step: _Optional[int] = ...) -> None: ...
 
 class BatchEvent(_message.Message):
-    __slots__ = ("job_id", "progress", "output", "error", "preempted", "checkpointed", "notice", "step_seconds", "fitted_batch")
+    __slots__ = ("job_id", "progress", "output", "error", "preempted", "checkpointed", "notice", "step_seconds", "fitted_batch", "more_job_ids")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     PROGRESS_FIELD_NUMBER: _ClassVar[int]
     OUTPUT_FIELD_NUMBER: _ClassVar[int]
@@ -114,6 +114,7 @@ class BatchEvent(_message.Message):
     NOTICE_FIELD_NUMBER: _ClassVar[int]
     STEP_SECONDS_FIELD_NUMBER: _ClassVar[int]
     FITTED_BATCH_FIELD_NUMBER: _ClassVar[int]
+    MORE_JOB_IDS_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     progress: _common_pb2.Progress
     output: JobOutput
@@ -123,7 +124,8 @@ class BatchEvent(_message.Message):
     notice: _common_pb2.Notice
     step_seconds: float
     fitted_batch: int
-    def __init__(self, job_id: _Optional[str] = ..., progress: _Optional[_Union[_common_pb2.Progress, _Mapping]] = ..., output: _Optional[_Union[JobOutput, _Mapping]] = ..., error: _Optional[_Union[_common_pb2.Error, _Mapping]] = ..., preempted: _Optional[_Union[Preempted, _Mapping]] = ..., checkpointed: _Optional[_Union[Checkpointed, _Mapping]] = ..., notice: _Optional[_Union[_common_pb2.Notice, _Mapping]] = ..., step_seconds: _Optional[float] = ..., fitted_batch: _Optional[int] = ...) -> None: ...
+    more_job_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, job_id: _Optional[str] = ..., progress: _Optional[_Union[_common_pb2.Progress, _Mapping]] = ..., output: _Optional[_Union[JobOutput, _Mapping]] = ..., error: _Optional[_Union[_common_pb2.Error, _Mapping]] = ..., preempted: _Optional[_Union[Preempted, _Mapping]] = ..., checkpointed: _Optional[_Union[Checkpointed, _Mapping]] = ..., notice: _Optional[_Union[_common_pb2.Notice, _Mapping]] = ..., step_seconds: _Optional[float] = ..., fitted_batch: _Optional[int] = ..., more_job_ids: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class CancelJobsRequest(_message.Message):
     __slots__ = ("job_ids",)
