@@ -81,6 +81,8 @@ class Upstream:
         try:
             async with mesh_errors():
                 async for event in call:
+                    if event.WhichOneof("event") in _FINAL_EVENTS:
+                        await _ended(call)
                     yield self.outbound(event)
         finally:
             call.cancel()
@@ -204,3 +206,19 @@ async def mesh_errors() -> AsyncIterator[None]:
             code=code,
             retry_after_s=int(retry_ms) / 1000,
         ) from None
+
+
+# The scheduler ends a job's stream right after one of these.
+_FINAL_EVENTS = ("result", "error")
+# Longest wait for the stream's end after its final event; past it the call is cancelled.
+_END_WAIT_S = 1.0
+
+
+async def _ended(call: grpc.aio.UnaryStreamCall[Any, Any]) -> None:
+    """Wait for the call's status, which follows its final event at once. A caller that
+    stops reading at the final event (a KServe call) would otherwise have the call
+    cancelled while open: a stream reset for both ends, about 5% of the gateway's CPU
+    under load."""
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(_END_WAIT_S):
+            await call.code()
