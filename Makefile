@@ -58,8 +58,14 @@ SYSTEM_PACKAGES := prometheus chromium chromium-driver
 system-deps:
 	bash scripts/system-deps $(SYSTEM_PACKAGES)
 
+# Two test processes (pytest-xdist) share the machine for all but the tests marked serial,
+# which compare timings and run alone afterwards.
+TEST_PROCESSES ?= 2
+
 test: system-deps setup lint models
-	$(BIN)/pytest -q -p no:cacheprovider --durations=15
+	$(BIN)/pytest -q -p no:cacheprovider -n $(TEST_PROCESSES) --dist worksteal -m "not serial" \
+		--durations=15
+	$(BIN)/pytest -q -p no:cacheprovider -m serial --durations=5
 
 test-fast: setup
 	$(BIN)/pytest -q -p no:cacheprovider tests/unit

@@ -14,6 +14,8 @@ from __future__ import annotations
 import io
 import os
 import signal
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import grpc
@@ -45,6 +47,37 @@ TOLERANCE = {"image": (2, 0.1), "audio": (4, 0.1)}
 # Enough steps that a cancel sent after the first progress event lands mid-run.
 STEPS = 40
 ALL_STEPS = list(range(1, STEPS + 1))
+
+
+class Generating:
+    """A Generate stream in the background, keeping every event; `at_step=(n, action)` calls
+    `action(job_id)` on the stream's thread once progress reaches step n."""
+
+    def __init__(
+        self,
+        stub: gateway_pb2_grpc.GatewayStub,
+        model: str,
+        seed: int,
+        at_step: tuple[int, Callable[[str], object]] | None = None,
+    ) -> None:
+        self.events: list[common_pb2.GenerateEvent] = []
+        self.done = threading.Event()
+        request = common_pb2.GenerateRequest(model=model, prompt="a cat", seed=seed, steps=STEPS)
+
+        def run() -> None:
+            pending = [at_step] if at_step else []
+            try:
+                for event in stub.Generate(request, timeout=240):
+                    self.events.append(event)
+                    if pending and event.progress.step >= pending[0][0]:
+                        pending.pop()[1](event.job_id)
+            finally:
+                self.done.set()
+
+        threading.Thread(target=run, daemon=True).start()
+
+    def steps(self) -> list[int]:
+        return [e.progress.step for e in self.events if e.HasField("progress")]
 
 
 def samples(result: common_pb2.GenerateEvent, folder: Path, name: str) -> np.ndarray:
@@ -93,18 +126,15 @@ def test_family_steps_cancel_seeds_and_preemption(launch, tmp_path: Path, model:
         assert [e.progress.step for e in events if e.HasField("progress")] == ALL_STEPS
         alone = events[-1].result
 
-        # Three jobs submitted together; one is cancelled once it has made progress.
-        ids = [
-            stub.Submit(
-                common_pb2.GenerateRequest(model=model, prompt="a cat", seed=seed, steps=STEPS)
-            ).job_id
-            for seed in (4, 5, 6)
-        ]
-        cancel_first = (1, lambda: stub.Cancel(gateway_pb2.CancelRequest(job_id=ids[0])))
-        followers = [Follower(stub, ids[0], at_step=cancel_first)]
-        followers += [Follower(stub, job_id) for job_id in ids[1:]]
+        # Three jobs submitted together; one is cancelled once it has made progress. Each is
+        # a Generate stream, which sees every event from the start: a Watch opened after
+        # Submit could attach after step 1 on a loaded machine.
+        cancel_first = (1, lambda job_id: stub.Cancel(gateway_pb2.CancelRequest(job_id=job_id)))
+        followers = [Generating(stub, model, seed=4, at_step=cancel_first)]
+        followers += [Generating(stub, model, seed=seed) for seed in (5, 6)]
         for follower in followers:
             assert follower.done.wait(240)
+        ids = [follower.events[0].job_id for follower in followers]
         # One pipeline call: the cancel hit a running batch, and seed 5 ran among others.
         batches = {stub.GetJob(gateway_pb2.GetJobRequest(job_id=i)).batch_id for i in ids}
         assert len(batches) == 1 and "" not in batches, batches

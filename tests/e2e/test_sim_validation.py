@@ -46,7 +46,8 @@ from tests.e2e.mesh_spans import (
 )
 from tests.e2e.open_loop import JobTiming, PlannedJob, run_open_loop
 
-pytestmark = pytest.mark.e2e
+# Serial: its real mesh's timings must not share the machine with another test's mesh.
+pytestmark = [pytest.mark.e2e, pytest.mark.serial]
 
 MODEL = "flux-small"
 # One step keeps a batch of one near 0.1 s (a step plus text encoding, decoding and PNG).
