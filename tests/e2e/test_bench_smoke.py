@@ -54,7 +54,11 @@ def test_bench_smoke_writes_every_result(tmp_path: Path, models_dir: Path):
     overhead = json.loads((out / "overhead.json").read_text())
     assert {lv["api"] for lv in overhead["levels"]} == {"native", "kserve"}
     batching = json.loads((out / "batching.json").read_text())
-    assert {lv["path"] for lv in batching["levels"]} == {"direct", "mesh"}
+    assert {lv["path"] for lv in batching["levels"]} == {"direct", "direct-beside", "mesh"}
+    # The c=1 figure compares the mesh with batch 1 measured beside it, not before it.
+    (beside,) = [lv for lv in batching["levels"] if lv["path"] == "direct-beside"]
+    c1 = batching["summary"][beside["model"]][beside["layout"]]
+    assert c1["direct_batch1_p50_ms"] == beside["p50_ms"], c1
     priority = json.loads((out / "priority.json").read_text())
     assert "realtime_within_sla" in priority["summary"]
     recovery = json.loads((out / "recovery.json").read_text())
