@@ -6,6 +6,9 @@ back-to-back batches; a request's latency is its batch's wall time, which is wha
 holding `batch_size` requests at once would see.
 
     python -m bench.direct --model flux-tiny --threads 2 --batch-sizes 1,2,4,8 --requests 16
+
+`--min-batches N` runs at least N batches of each size, so that a big batch size is measured
+over as long a time as a small one rather than over a few batches.
 """
 
 from __future__ import annotations
@@ -68,8 +71,10 @@ def run_one_batch(
     return elapsed, failed + (len(jobs) - finished - failed)
 
 
-def measure(host: ModelHost, spec: ModelSpec, batch_size: int, requests: int, steps: int) -> dict:
-    batches = max(1, math.ceil(requests / batch_size))
+def measure(
+    host: ModelHost, spec: ModelSpec, batch_size: int, requests: int, steps: int, min_batches: int
+) -> dict:
+    batches = max(1, min_batches, math.ceil(requests / batch_size))
     latencies_ms: list[float] = []
     errors = 0
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="device") as device:
@@ -92,7 +97,12 @@ def measure(host: ModelHost, spec: ModelSpec, batch_size: int, requests: int, st
 
 
 def run_model(
-    spec: ModelSpec, models_dir: Path, sizes: list[int], requests: int, steps: int
+    spec: ModelSpec,
+    models_dir: Path,
+    sizes: list[int],
+    requests: int,
+    steps: int,
+    min_batches: int = 1,
 ) -> dict:
     with tempfile.TemporaryDirectory(prefix="mediamesh-direct-") as checkpoints:
         host = load_host(
@@ -101,7 +111,7 @@ def run_model(
         # The first call pays one-off costs (allocator, kernel selection); keep it out.
         with ThreadPoolExecutor(max_workers=1) as device:
             run_one_batch(host, device, jobs_for(spec, 10_000, 1, steps))
-        results = [measure(host, spec, size, requests, steps) for size in sizes]
+        results = [measure(host, spec, size, requests, steps, min_batches) for size in sizes]
         host.close()
     defaults = spec.defaults.model_dump()
     if steps:
@@ -115,6 +125,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
     parser.add_argument("--batch-sizes", default="1,2,4,8")
     parser.add_argument("--requests", type=int, default=16, help="per batch size")
+    parser.add_argument(
+        "--min-batches",
+        type=int,
+        default=1,
+        help="at least this many batches per size (big batches then run more requests)",
+    )
     parser.add_argument("--steps", type=int, default=0, help="0: the model's default")
     parser.add_argument("--models-dir", type=Path, default=Path(".mediamesh/models"))
     args = parser.parse_args(argv)
@@ -127,7 +143,9 @@ def main(argv: list[str] | None = None) -> int:
         spec = registry.get(name)
         if spec is None:
             parser.error(f"unknown model {name!r}")
-        reports.append(run_model(spec, args.models_dir, sizes, args.requests, args.steps))
+        reports.append(
+            run_model(spec, args.models_dir, sizes, args.requests, args.steps, args.min_batches)
+        )
     report = {"threads": torch.get_num_threads(), "models": reports}
     print(json.dumps(report), flush=True)
     return 0
