@@ -27,7 +27,7 @@ from PIL import Image
 
 from mediamesh.common.generated.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
 from mediamesh.common.registry import DEFAULT_REGISTRY
-from tests.e2e.test_spot import PLACEMENT, Follower, frames_of
+from tests.e2e.test_spot import PLACEMENT, EventLog, Follower, frames_of
 from tests.media import VIDEO_PSNR_DB, psnr_db
 
 pytestmark = pytest.mark.e2e
@@ -49,7 +49,7 @@ STEPS = 40
 ALL_STEPS = list(range(1, STEPS + 1))
 
 
-class Generating:
+class Generating(EventLog):
     """A Generate stream in the background, keeping every event; `at_step=(n, action)` calls
     `action(job_id)` on the stream's thread once progress reaches step n."""
 
@@ -60,8 +60,7 @@ class Generating:
         seed: int,
         at_step: tuple[int, Callable[[str], object]] | None = None,
     ) -> None:
-        self.events: list[common_pb2.GenerateEvent] = []
-        self.done = threading.Event()
+        super().__init__()
         request = common_pb2.GenerateRequest(model=model, prompt="a cat", seed=seed, steps=STEPS)
 
         def run() -> None:
@@ -75,9 +74,6 @@ class Generating:
                 self.done.set()
 
         threading.Thread(target=run, daemon=True).start()
-
-    def steps(self) -> list[int]:
-        return [e.progress.step for e in self.events if e.HasField("progress")]
 
 
 def samples(result: common_pb2.GenerateEvent, folder: Path, name: str) -> np.ndarray:

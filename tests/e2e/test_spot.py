@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 import urllib.request
 from collections.abc import Callable
@@ -36,7 +37,21 @@ def frames_of(data: bytes, folder: Path, name: str) -> np.ndarray:
     return np.stack([np.frombuffer(f, np.uint8).reshape(height, width, 3) for f in reader])
 
 
-class Follower:
+class EventLog:
+    """A job's events as a background thread records them."""
+
+    def __init__(self) -> None:
+        self.events: list[common_pb2.GenerateEvent] = []
+        self.done = threading.Event()
+
+    def steps(self) -> list[int]:
+        return [e.progress.step for e in self.events if e.HasField("progress")]
+
+    def notices(self) -> list[str]:
+        return [e.notice.kind for e in self.events if e.HasField("notice")]
+
+
+class Follower(EventLog):
     """Watches a job in the background, keeping every event."""
 
     def __init__(
@@ -48,10 +63,7 @@ class Follower:
         """`at_step=(n, action)` runs `action` once, on the watching thread, as soon as
         progress reaches step n: the tiny models run a step in milliseconds, so a test that
         polled for the step would often act after the job had finished."""
-        import threading
-
-        self.events: list[common_pb2.GenerateEvent] = []
-        self.done = threading.Event()
+        super().__init__()
         pending = [at_step] if at_step else []
 
         def run() -> None:
@@ -69,12 +81,6 @@ class Follower:
                     return
 
         threading.Thread(target=run, daemon=True).start()
-
-    def steps(self) -> list[int]:
-        return [e.progress.step for e in self.events if e.HasField("progress")]
-
-    def notices(self) -> list[str]:
-        return [e.notice.kind for e in self.events if e.HasField("notice")]
 
 
 def metric(port: int, name: str) -> float:
