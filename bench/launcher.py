@@ -48,7 +48,24 @@ def _below_ephemeral_range() -> range:
     return range(max(low - 12000, 1024), low)
 
 
-_PORTS = _below_ephemeral_range()
+def _own_share(ports: range) -> range:
+    """This process's share of `ports` when pytest-xdist runs the tests in several processes.
+
+    Each process walks its ports from a start of its own, but xdist's processes start at
+    nearly the same pid, so their walks overlapped: one found a port free that the other had
+    just handed to a mesh still starting, and that mesh failed with EADDRINUSE. Disjoint
+    shares cannot collide.
+    """
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    count = os.environ.get("PYTEST_XDIST_WORKER_COUNT", "")
+    if not (worker.startswith("gw") and worker[2:].isdigit() and count.isdigit()):
+        return ports
+    index, total = int(worker[2:]), max(int(count), 1)
+    size = len(ports) // total
+    return range(ports.start + index * size, ports.start + (index + 1) * size)
+
+
+_PORTS = _own_share(_below_ephemeral_range())
 _next_port = _PORTS.start + os.getpid() % len(_PORTS)
 
 
