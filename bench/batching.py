@@ -9,14 +9,20 @@ clients people compare us with do.
 The c=1 target compares the mesh with the direct batch of 1, and this machine's speed
 drifts by a third within minutes; so right after each layout's c=1 level, batch 1 runs
 directly once more at that layout's thread count, beside the idle mesh (`direct-beside`
-rows), and the c=1 figures compare those two.
+rows), and the c=1 figures compare those two. For the same reason the throughput target
+is also measured in paired rounds: after each layout's sweep of a model, the direct best
+(the batch size and thread count that won the first pass) and the mesh at c=32 run back to
+back, `PAIRED_ROUNDS` times (`direct-paired` and `mesh-paired` rows). Each round's ratio
+compares two levels a few seconds apart; the first pass's ratio compares the mesh with the
+best of ten levels measured minutes before it, which keeps the luckiest of them.
+
+Every direct level runs in one `bench.direct --serve` process kept for the whole run
+(`bench.direct_session`), so a level between mesh levels costs no torch start.
 """
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
+import statistics
 import tempfile
 import urllib.request
 from importlib import resources
@@ -29,7 +35,8 @@ import yaml
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from bench.common import ROOT, Options, Result, level, level_from_load, log, run_loadgen
+from bench.common import Options, Result, level, level_from_load, log, run_loadgen
+from bench.direct_session import DirectSession
 from bench.launcher import MODELS_DIR, public_config
 
 MODELS = ("flux-tiny", "flux-small")
@@ -53,6 +60,9 @@ DIRECT_REQUESTS = {"flux-tiny": 64, "flux-small": 16}
 # At least this many batches per direct level: flux-tiny's batch 16 used to be four batches,
 # 0.3 s, and the best of ten such short levels kept each run's luckiest moment as the bound.
 DIRECT_MIN_BATCHES = {"flux-tiny": 16, "flux-small": 8}
+# Rounds of (direct best, mesh at c=32) after each layout's sweep of a model.
+PAIRED_ROUNDS = 3
+PAIRED_CONCURRENCY = 32
 # The smoke run checks the code paths, not the numbers: one step keeps it to seconds.
 SMOKE_PARAMS = {"steps": 1}
 
@@ -81,41 +91,42 @@ def bench_registry(folder: Path) -> Path:
     return path
 
 
-def run_direct(
-    models: list[str], requests: int, smoke: bool, threads: int, sizes: tuple[int, ...]
-) -> list[dict[str, Any]]:
-    argv = [sys.executable, "-m", "bench.direct", "--threads", str(threads)]
-    for model in models:
-        argv += ["--model", model]
-    argv += ["--models-dir", str(MODELS_DIR), "--batch-sizes", ",".join(map(str, sizes))]
-    argv += ["--requests", str(requests), "--steps", str(request_params(smoke).get("steps", 0))]
-    if not smoke:
-        argv += ["--min-batches", str(max(DIRECT_MIN_BATCHES[m] for m in models))]
-    done = subprocess.run(
-        argv,
-        cwd=ROOT,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
-    )
-    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
-    if done.returncode != 0 or not lines:
-        raise RuntimeError(f"direct run of {models} failed: {done.stderr[-2000:]}")
-    return [{**r, "threads": threads} for r in json.loads(lines[-1])["models"]]
-
-
-def direct_reports(smoke: bool) -> list[dict[str, Any]]:
+def direct_reports(direct: DirectSession, smoke: bool) -> list[dict[str, Any]]:
+    """The first pass: every batch size at each thread count, before any mesh starts."""
     if smoke:
-        # One process for both models: importing torch twice is a third of the smoke budget.
-        return run_direct(list(MODELS), 2, smoke, 1, (1, 2))
+        return [direct.measure(m, 1, (1, 2), 2, steps=_steps(smoke)) for m in MODELS]
     return [
-        report
+        direct.measure(
+            m,
+            threads,
+            DIRECT_BATCH_SIZES[m],
+            DIRECT_REQUESTS[m],
+            min_batches=DIRECT_MIN_BATCHES[m],
+            steps=_steps(smoke),
+        )
         for threads in DIRECT_THREADS
         for m in MODELS
-        for report in run_direct([m], DIRECT_REQUESTS[m], smoke, threads, DIRECT_BATCH_SIZES[m])
     ]
+
+
+def _steps(smoke: bool) -> int:
+    """The steps every direct level runs (0: the model's default), as the mesh requests do."""
+    return int(request_params(smoke).get("steps", 0))
+
+
+def _direct_row(report: dict[str, Any], path: str, **fields: Any) -> dict[str, Any]:
+    (size,) = report["sizes"]
+    return level(
+        size["concurrency"],
+        size["latencies_ms"],
+        size["errors"],
+        size["duration_s"],
+        path=path,
+        model=report["model"],
+        batch_size=size["batch_size"],
+        threads=report["threads"],
+        **fields,
+    )
 
 
 def batch_totals(metrics_port: int, model: str) -> tuple[float, float]:
@@ -132,7 +143,15 @@ def batch_totals(metrics_port: int, model: str) -> tuple[float, float]:
 
 def run(options: Options) -> Result:
     result = Result("batching", options)
-    for report in direct_reports(options.smoke):
+    with DirectSession(MODELS_DIR) as direct:
+        _run(options, result, direct)
+    result.summary = _summary(result.levels)
+    plot(result)
+    return result
+
+
+def _run(options: Options, result: Result, direct: DirectSession) -> None:
+    for report in direct_reports(direct, options.smoke):
         for s in report["sizes"]:
             row = level(
                 s["concurrency"],
@@ -183,9 +202,14 @@ def run(options: Options) -> Result:
                         # The smoke run measures one model beside its mesh: the code path,
                         # not the figures, at the cost of one more torch start.
                         if concurrency == 1 and (not options.smoke or model == MODELS[0]):
-                            beside = _direct_beside(model, layout, overrides, options.smoke)
+                            beside = _direct_beside(direct, model, layout, overrides, options.smoke)
                             log(_describe(beside))
                             result.levels.append(beside)
+                    for row in _paired_rounds(
+                        direct, mesh.gateway, model, layout, result.levels, options.smoke
+                    ):
+                        log(_describe(row))
+                        result.levels.append(row)
     result.config = {
         "models": list(MODELS),
         "api": API,
@@ -201,33 +225,67 @@ def run(options: Options) -> Result:
         ),
         "direct_min_batches": dict.fromkeys(MODELS, 1) if options.smoke else DIRECT_MIN_BATCHES,
         "request_params": params,
+        "paired_rounds": paired_rounds(options.smoke),
         "layouts": {name: c["workers"] for name, c in configs.items()},
         "mesh": next(iter(configs.values())),
     }
-    result.summary = _summary(result.levels)
-    plot(result)
-    return result
 
 
 def _direct_beside(
-    model: str, layout: str, workers: list[dict[str, Any]], smoke: bool
+    direct: DirectSession, model: str, layout: str, workers: list[dict[str, Any]], smoke: bool
 ) -> dict[str, Any]:
     """Batch 1 called directly at the layout's thread count, with its mesh up and idle."""
     threads = max(int(w.get("torch_threads", 1)) for w in workers)
     requests = 2 if smoke else DIRECT_REQUESTS[model]
-    (report,) = run_direct([model], requests, smoke, threads, (1,))
-    (size,) = report["sizes"]
-    return level(
-        size["concurrency"],
-        size["latencies_ms"],
-        size["errors"],
-        size["duration_s"],
-        path="direct-beside",
-        model=model,
-        batch_size=1,
-        threads=threads,
-        layout=layout,
-    )
+    report = direct.measure(model, threads, (1,), requests, steps=_steps(smoke))
+    return _direct_row(report, "direct-beside", layout=layout)
+
+
+def paired_rounds(smoke: bool) -> int:
+    return 1 if smoke else PAIRED_ROUNDS
+
+
+def _paired_rounds(
+    direct: DirectSession,
+    gateway: str,
+    model: str,
+    layout: str,
+    levels: list[dict[str, Any]],
+    smoke: bool,
+) -> list[dict[str, Any]]:
+    """The direct best and the mesh at c=32, back to back, `paired_rounds` times."""
+    best = _direct_best(levels, model)
+    rows = []
+    for index in range(paired_rounds(smoke)):
+        report = direct.measure(
+            model,
+            best["threads"],
+            (best["batch_size"],),
+            2 if smoke else DIRECT_REQUESTS[model],
+            min_batches=1 if smoke else DIRECT_MIN_BATCHES[model],
+            steps=_steps(smoke),
+        )
+        rows.append(_direct_row(report, "direct-paired", layout=layout, round=index))
+        requests, warmup = mesh_requests(model, PAIRED_CONCURRENCY, smoke)
+        load = run_loadgen(
+            gateway,
+            [model],
+            timeout_s=900,
+            api=API,
+            concurrency=PAIRED_CONCURRENCY,
+            requests=requests,
+            warmup=warmup,
+            params=request_params(smoke) or None,
+        )
+        rows.append(
+            level_from_load(load, path="mesh-paired", model=model, layout=layout, round=index)
+        )
+    return rows
+
+
+def _direct_best(levels: list[dict[str, Any]], model: str) -> dict[str, Any]:
+    direct = [r for r in levels if r["model"] == model and r["path"] == "direct"]
+    return max(direct, key=lambda r: r["throughput_rps"] or 0)
 
 
 def _ratio(mesh: float | None, direct: float | None) -> float | None:
@@ -243,7 +301,7 @@ def _summary(levels: list[dict[str, Any]]) -> dict[str, Any]:
     summary: dict[str, Any] = {}
     for model in MODELS:
         direct = [r for r in levels if r["model"] == model and r["path"] == "direct"]
-        best = max(direct, key=lambda r: r["throughput_rps"] or 0)
+        best = _direct_best(levels, model)
         entry: dict[str, Any] = {
             "direct_best_throughput_rps": best["throughput_rps"],
             "direct_best_batch_size": best["batch_size"],
@@ -281,9 +339,29 @@ def _summary(levels: list[dict[str, Any]]) -> dict[str, Any]:
                 "c1_p50_over_direct_ms": (
                     round(c1 - alone_p50, 3) if c1 is not None and alone_p50 else None
                 ),
+                **_paired_summary(levels, model, layout),
             }
         summary[model] = entry
     return summary
+
+
+def _paired_summary(levels: list[dict[str, Any]], model: str, layout: str) -> dict[str, Any]:
+    """Each round's c=32 throughput over the direct best run just before it, and their
+    median: the ratio least moved by the machine's drift."""
+    rounds: dict[int, dict[str, Any]] = {}
+    for r in levels:
+        if r["model"] == model and r.get("layout") == layout and "round" in r:
+            rounds.setdefault(r["round"], {})[r["path"]] = r
+    ratios = [
+        _ratio(pair["mesh-paired"]["throughput_rps"], pair["direct-paired"]["throughput_rps"])
+        for _, pair in sorted(rounds.items())
+        if "mesh-paired" in pair and "direct-paired" in pair
+    ]
+    known = [r for r in ratios if r is not None]
+    return {
+        "c32_paired_ratios": ratios,
+        "c32_paired_ratio_median": round(statistics.median(known), 3) if known else None,
+    }
 
 
 def _describe(row: dict[str, Any]) -> str:
@@ -291,6 +369,13 @@ def _describe(row: dict[str, Any]) -> str:
         where = f"direct batch {row['batch_size']}, {row['threads']} thread(s)"
     elif row["path"] == "direct-beside":
         where = f"direct batch 1 beside {row['layout']}, {row['threads']} thread(s)"
+    elif row["path"] == "direct-paired":
+        where = (
+            f"direct batch {row['batch_size']}, {row['threads']} thread(s), "
+            f"round {row['round']} beside {row['layout']}"
+        )
+    elif row["path"] == "mesh-paired":
+        where = f"{row['layout']} c={row['concurrency']}, round {row['round']}"
     else:
         where = f"{row['layout']} c={row['concurrency']} (mean batch {row['mean_batch']})"
     return (

@@ -9,6 +9,13 @@ holding `batch_size` requests at once would see.
 
 `--min-batches N` runs at least N batches of each size, so that a big batch size is measured
 over as long a time as a small one rather than over a few batches.
+
+`--serve` keeps the process and its loaded models for a whole benchmark: it reads one
+level per stdin line (JSON: model, threads, batch_sizes, requests, min_batches, steps) and
+answers each with one stdout line in the shape above (`bench.direct_session` drives it).
+This machine's speed drifts by a third within minutes, so a baseline is only comparable
+with the mesh level measured next to it, and a torch start per such level would cost more
+than the level itself.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any, TextIO
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -29,7 +37,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import torch
 
 from mediamesh.common.generation import GenerationParams
-from mediamesh.common.registry import ModelSpec, load_registry
+from mediamesh.common.registry import ModelSpec, Registry, load_registry
 from mediamesh.common.work import JobFailed, JobFinished, JobParams, WorkerEvent
 from mediamesh.worker.core.batch import BatchControl
 from mediamesh.worker.hosting import load_host
@@ -96,6 +104,26 @@ def measure(
     }
 
 
+def warmed_host(spec: ModelSpec, models_dir: Path, checkpoint_dir: Path, steps: int) -> ModelHost:
+    """The model loaded as a worker loads it, after one batch: the first call pays one-off
+    costs (allocator, kernel selection) that no level should."""
+    host = load_host(spec, models_dir=models_dir, device="cpu", checkpoint_dir=checkpoint_dir)
+    warm_up(host, spec, steps)
+    return host
+
+
+def warm_up(host: ModelHost, spec: ModelSpec, steps: int) -> None:
+    with ThreadPoolExecutor(max_workers=1) as device:
+        run_one_batch(host, device, jobs_for(spec, 10_000, 1, steps))
+
+
+def model_report(spec: ModelSpec, sizes: list[dict], steps: int, threads: int) -> dict[str, Any]:
+    defaults = spec.defaults.model_dump()
+    if steps:
+        defaults["steps"] = steps
+    return {"model": spec.name, "params": defaults, "threads": threads, "sizes": sizes}
+
+
 def run_model(
     spec: ModelSpec,
     models_dir: Path,
@@ -105,23 +133,70 @@ def run_model(
     min_batches: int = 1,
 ) -> dict:
     with tempfile.TemporaryDirectory(prefix="mediamesh-direct-") as checkpoints:
-        host = load_host(
-            spec, models_dir=models_dir, device="cpu", checkpoint_dir=Path(checkpoints)
-        )
-        # The first call pays one-off costs (allocator, kernel selection); keep it out.
-        with ThreadPoolExecutor(max_workers=1) as device:
-            run_one_batch(host, device, jobs_for(spec, 10_000, 1, steps))
+        host = warmed_host(spec, models_dir, Path(checkpoints), steps)
         results = [measure(host, spec, size, requests, steps, min_batches) for size in sizes]
         host.close()
-    defaults = spec.defaults.model_dump()
-    if steps:
-        defaults["steps"] = steps
-    return {"model": spec.name, "params": defaults, "sizes": results}
+    return model_report(spec, results, steps, torch.get_num_threads())
+
+
+def serve(models_dir: Path, commands: TextIO, replies: TextIO) -> None:
+    """Levels on request until `commands` ends; each model loads once, and is warmed again
+    the first time it runs at a thread count (the pool's first use at that size)."""
+    registry = load_registry()
+    hosts: dict[str, ModelHost] = {}
+    warmed: set[tuple[str, int, int]] = set()
+    with tempfile.TemporaryDirectory(prefix="mediamesh-direct-") as checkpoints:
+        try:
+            for line in commands:
+                if not line.strip():
+                    continue
+                try:
+                    reply = _serve_one(
+                        json.loads(line), registry, models_dir, Path(checkpoints), hosts, warmed
+                    )
+                except Exception as exc:  # the client shows it; the next level may still run
+                    reply = {"error": f"{type(exc).__name__}: {exc}"}
+                replies.write(json.dumps(reply) + "\n")
+                replies.flush()
+        finally:
+            for host in hosts.values():
+                host.close()
+
+
+def _serve_one(
+    command: dict[str, Any],
+    registry: Registry,
+    models_dir: Path,
+    checkpoints: Path,
+    hosts: dict[str, ModelHost],
+    warmed: set[tuple[str, int, int]],
+) -> dict[str, Any]:
+    spec = registry.get(command["model"])
+    if spec is None:
+        raise ValueError(f"unknown model {command['model']!r}")
+    steps = int(command.get("steps", 0))
+    # Each level's device thread is new, and a new thread takes the pool size set here.
+    torch.set_num_threads(int(command["threads"]))
+    host = hosts.get(spec.name)
+    if host is None:
+        host = hosts[spec.name] = load_host(
+            spec, models_dir=models_dir, device="cpu", checkpoint_dir=checkpoints
+        )
+    if (spec.name, torch.get_num_threads(), steps) not in warmed:
+        warm_up(host, spec, steps)
+        warmed.add((spec.name, torch.get_num_threads(), steps))
+    requests = int(command["requests"])
+    min_batches = int(command.get("min_batches", 1))
+    sizes = [
+        measure(host, spec, int(size), requests, steps, min_batches)
+        for size in command["batch_sizes"]
+    ]
+    return model_report(spec, sizes, steps, torch.get_num_threads())
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.direct", description=__doc__)
-    parser.add_argument("--model", action="append", required=True, help="repeat for more")
+    parser.add_argument("--model", action="append", default=[], help="repeat for more")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
     parser.add_argument("--batch-sizes", default="1,2,4,8")
     parser.add_argument("--requests", type=int, default=16, help="per batch size")
@@ -133,7 +208,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--steps", type=int, default=0, help="0: the model's default")
     parser.add_argument("--models-dir", type=Path, default=Path(".mediamesh/models"))
+    parser.add_argument("--serve", action="store_true", help="levels on request (stdin)")
     args = parser.parse_args(argv)
+    if args.serve:
+        serve(args.models_dir, sys.stdin, sys.stdout)
+        return 0
+    if not args.model:
+        parser.error("--model is required (or --serve)")
     if args.threads:
         torch.set_num_threads(args.threads)
     registry = load_registry()

@@ -54,11 +54,24 @@ def test_bench_smoke_writes_every_result(tmp_path: Path, models_dir: Path):
     overhead = json.loads((out / "overhead.json").read_text())
     assert {lv["api"] for lv in overhead["levels"]} == {"native", "kserve"}
     batching = json.loads((out / "batching.json").read_text())
-    assert {lv["path"] for lv in batching["levels"]} == {"direct", "direct-beside", "mesh"}
+    paths = {"direct", "direct-beside", "mesh", "direct-paired", "mesh-paired"}
+    assert {lv["path"] for lv in batching["levels"]} == paths
     # The c=1 figure compares the mesh with batch 1 measured beside it, not before it.
     (beside,) = [lv for lv in batching["levels"] if lv["path"] == "direct-beside"]
     c1 = batching["summary"][beside["model"]][beside["layout"]]
     assert c1["direct_batch1_p50_ms"] == beside["p50_ms"], c1
+    # Each paired round runs the first pass's best direct level, then the mesh at c=32, and
+    # its ratio is the one of those two rows.
+    for model, entry in batching["summary"].items():
+        best = (entry["direct_best_batch_size"], entry["direct_best_threads"])
+        rounds = [lv for lv in batching["levels"] if lv["model"] == model and "round" in lv]
+        (pair_direct,) = [lv for lv in rounds if lv["path"] == "direct-paired"]
+        (pair_mesh,) = [lv for lv in rounds if lv["path"] == "mesh-paired"]
+        assert (pair_direct["batch_size"], pair_direct["threads"]) == best, pair_direct
+        assert pair_mesh["concurrency"] == 32, pair_mesh
+        ratio = round(pair_mesh["throughput_rps"] / pair_direct["throughput_rps"], 3)
+        assert entry[pair_mesh["layout"]]["c32_paired_ratios"] == [ratio], entry
+        assert entry[pair_mesh["layout"]]["c32_paired_ratio_median"] == ratio, entry
     priority = json.loads((out / "priority.json").read_text())
     assert "realtime_within_sla" in priority["summary"]
     recovery = json.loads((out / "recovery.json").read_text())
