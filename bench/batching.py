@@ -74,6 +74,21 @@ def mesh_requests(model: str, concurrency: int, smoke: bool) -> tuple[int, int]:
     return MESH_REQUESTS[model][concurrency], min(concurrency, 8)
 
 
+def mesh_level(gateway: str, model: str, concurrency: int, smoke: bool) -> dict[str, Any]:
+    """One closed-loop level of `model` through the mesh, KServe clients."""
+    requests, warmup = mesh_requests(model, concurrency, smoke)
+    return run_loadgen(
+        gateway,
+        [model],
+        timeout_s=900,
+        api=API,
+        concurrency=concurrency,
+        requests=requests,
+        warmup=warmup,
+        params=request_params(smoke) or None,
+    )
+
+
 def request_params(smoke: bool) -> dict[str, int]:
     """Fields set on every request, mesh and direct alike; unset fields take the defaults."""
     return SMOKE_PARAMS if smoke else {}
@@ -179,18 +194,8 @@ def _run(options: Options, result: Result, direct: DirectSession) -> None:
                 metrics_port = mesh.config["scheduler"]["metrics_port"]
                 for model in MODELS:
                     for concurrency in CONCURRENCY:
-                        requests, warmup = mesh_requests(model, concurrency, options.smoke)
                         before = batch_totals(metrics_port, model)
-                        report = run_loadgen(
-                            mesh.gateway,
-                            [model],
-                            timeout_s=900,
-                            api=API,
-                            concurrency=concurrency,
-                            requests=requests,
-                            warmup=warmup,
-                            params=params or None,
-                        )
+                        report = mesh_level(mesh.gateway, model, concurrency, options.smoke)
                         jobs, batches = (
                             a - b
                             for a, b in zip(batch_totals(metrics_port, model), before, strict=True)
@@ -266,17 +271,7 @@ def _paired_rounds(
             steps=_steps(smoke),
         )
         rows.append(_direct_row(report, "direct-paired", layout=layout, round=index))
-        requests, warmup = mesh_requests(model, PAIRED_CONCURRENCY, smoke)
-        load = run_loadgen(
-            gateway,
-            [model],
-            timeout_s=900,
-            api=API,
-            concurrency=PAIRED_CONCURRENCY,
-            requests=requests,
-            warmup=warmup,
-            params=request_params(smoke) or None,
-        )
+        load = mesh_level(gateway, model, PAIRED_CONCURRENCY, smoke)
         rows.append(
             level_from_load(load, path="mesh-paired", model=model, layout=layout, round=index)
         )
