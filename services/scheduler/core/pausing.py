@@ -149,18 +149,34 @@ class Pauser:
         return None if found is None else (found[1], found[2])
 
     def _set_back_on(self, unit: Unit, urgent: Job) -> OpenBatch | None:
-        """The batch of `unit` the urgent one may go before: the one running there, paused at
-        a step boundary; or, behind a batch that is finishing, the batch given ahead that has
-        not started. The urgent batch then takes its place in line at no cost to its work;
-        waiting for it to start and pass `min_steps` would hold the urgent job for the whole
-        of the finishing batch's tail and the first steps besides."""
+        """The batch of `unit` the urgent one may go before: the one computing there, paused
+        at a step boundary; or, behind a batch that is finishing, the batch given ahead that
+        has not started. The urgent batch then takes its place in line at no cost to its
+        work; waiting for it to start and pass `min_steps` would hold the urgent job for the
+        whole of the finishing batch's tail and the first steps besides.
+
+        A batch past its last step only decodes and encodes its results, and the worker
+        lets the next batch have the device while it encodes; so the batch to pause is the
+        one computing beside it. Counting the finishing batch as a second running one left
+        no candidate, and the urgent job waited for that stream to end and then for the
+        other batch's first `min_steps`."""
         batches = self._open_batches(unit)
-        if len(batches) == 1:
-            return batches[0] if self._pausable(batches[0], urgent) else None
-        waiting = [b for b in batches if not self._started(b)]
-        if len(batches) == 2 and len(waiting) == 1 and self._passable(waiting[0], urgent):
+        computing = [b for b in batches if not self._denoised(b)]
+        if len(computing) == 1:
+            (batch,) = computing
+            if len(batches) > 1 and not self._started(batch):
+                return batch if self._passable(batch, urgent) else None
+            return batch if self._pausable(batch, urgent) else None
+        waiting = [b for b in computing if not self._started(b)]
+        if len(computing) == 2 and len(waiting) == 1 and self._passable(waiting[0], urgent):
             return waiting[0]
         return None
+
+    def _denoised(self, batch: OpenBatch) -> bool:
+        """Whether every job of `batch` still open has run its last step (or none is left)."""
+        return all(
+            job.step >= (job.total_steps or job.params.steps) for job in self._jobs_of(batch)
+        )
 
     def _started(self, batch: OpenBatch) -> bool:
         return any(j.state is not JobState.DISPATCHED for j in self._jobs_of(batch))

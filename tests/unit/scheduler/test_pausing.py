@@ -223,3 +223,29 @@ def test_no_urgent_job_overtakes_a_batch_of_its_own_class():
     finishing_with_one_ahead(core, clock, ahead_priority=Priority.REALTIME)
     submit(core, priority=Priority.REALTIME, seed=99)
     assert core.schedule() == []
+
+
+def test_an_urgent_job_pauses_the_batch_computing_beside_one_that_only_encodes():
+    clock = FakeClock()
+    core = make_core(clock, queues=_queues_with_realtime_sla(0.1))
+    _, ahead = finishing_with_one_ahead(core, clock)
+    # The batch given ahead has the device and is past the guard's first steps, while the
+    # first batch's stream stays open for its results' encoding.
+    for job in ahead.jobs:
+        core.job_progress(job.job_id, ahead.batch_id, 2, 4)
+    core.take_effects()
+    urgent = submit(core, priority=Priority.REALTIME, seed=99)
+    [dispatch] = core.schedule()
+    assert dispatch.pauses == ahead.batch_id and dispatch.jobs == (urgent,)
+    assert all(j.pauses == 1 for j in ahead.jobs)
+
+
+def test_the_batch_beside_an_encoding_one_keeps_the_first_steps_guard():
+    clock = FakeClock()
+    core = make_core(clock, queues=_queues_with_realtime_sla(0.1))
+    _, ahead = finishing_with_one_ahead(core, clock)
+    for job in ahead.jobs:
+        core.job_progress(job.job_id, ahead.batch_id, 1, 4)  # the default guard is 2 steps
+    core.take_effects()
+    submit(core, priority=Priority.REALTIME, seed=99)
+    assert core.schedule() == []
