@@ -104,15 +104,9 @@ def measure(
     }
 
 
-def warmed_host(spec: ModelSpec, models_dir: Path, checkpoint_dir: Path, steps: int) -> ModelHost:
-    """The model loaded as a worker loads it, after one batch: the first call pays one-off
-    costs (allocator, kernel selection) that no level should."""
-    host = load_host(spec, models_dir=models_dir, device="cpu", checkpoint_dir=checkpoint_dir)
-    warm_up(host, spec, steps)
-    return host
-
-
 def warm_up(host: ModelHost, spec: ModelSpec, steps: int) -> None:
+    """One batch outside any level: the first call pays one-off costs (allocator, kernel
+    selection) that no level should."""
     with ThreadPoolExecutor(max_workers=1) as device:
         run_one_batch(host, device, jobs_for(spec, 10_000, 1, steps))
 
@@ -133,7 +127,10 @@ def run_model(
     min_batches: int = 1,
 ) -> dict:
     with tempfile.TemporaryDirectory(prefix="mediamesh-direct-") as checkpoints:
-        host = warmed_host(spec, models_dir, Path(checkpoints), steps)
+        host = load_host(
+            spec, models_dir=models_dir, device="cpu", checkpoint_dir=Path(checkpoints)
+        )
+        warm_up(host, spec, steps)
         results = [measure(host, spec, size, requests, steps, min_batches) for size in sizes]
         host.close()
     return model_report(spec, results, steps, torch.get_num_threads())

@@ -174,9 +174,7 @@ class Pauser:
 
     def _denoised(self, batch: OpenBatch) -> bool:
         """Whether every job of `batch` still open has run its last step (or none is left)."""
-        return all(
-            job.step >= (job.total_steps or job.params.steps) for job in self._jobs_of(batch)
-        )
+        return all(job.remaining_fraction == 0 for job in self._jobs_of(batch))
 
     def _started(self, batch: OpenBatch) -> bool:
         return any(j.state is not JobState.DISPATCHED for j in self._jobs_of(batch))
