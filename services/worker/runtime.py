@@ -199,10 +199,8 @@ class WorkerRuntime:
         self._running[batch_id] = running
         self.state_changed.set()
 
-        handoff = Handoff(loop, events)
-
-        def emit(event: WorkerEvent) -> None:
-            handoff.put(event)
+        # Callable, so hosts emit into it directly; its `together()` packs a step's events.
+        emit = Handoff(loop, events)
 
         def run() -> None:
             started = time.perf_counter()
@@ -218,7 +216,7 @@ class WorkerRuntime:
                 for device in host.device_ids:
                     metrics.DEVICE_UTILIZATION.labels(device).set(0)
                 metrics.BATCH_SECONDS.labels(model).observe(time.perf_counter() - started)
-                handoff.put(None)
+                emit.put(None)
 
         future = loop.run_in_executor(self._device, run)
         span = _tracer.start_span(

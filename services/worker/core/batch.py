@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from typing import Protocol
 
 from mediamesh.common.errors import Unavailable
@@ -16,6 +17,13 @@ from mediamesh.common.work import WorkerEvent
 from mediamesh.worker.core.gate import DeviceGate, Rank
 
 Emit = Callable[[WorkerEvent], None]
+
+
+def emitted_together(emit: Emit) -> AbstractContextManager[object]:
+    """Holds `emit`'s deliveries until the block ends, when `emit` can (the runtime's
+    Handoff does), so a step's events for the whole batch go out as one message."""
+    together = getattr(emit, "together", None)
+    return together() if callable(together) else nullcontext()
 
 
 class DeviceGroupLost(Unavailable):

@@ -49,11 +49,12 @@ class EchoHost:
                     message = f"cancelled at step {step - 1}"
                     terminals.send(job.job_id, JobFailed(job.job_id, StatusCode.CANCELLED, message))
             elapsed = time.perf_counter() - started
-            for job in live:
-                if step <= job.generation.steps:
-                    preview = self._preview(job, step)
-                    total = job.generation.steps
-                    terminals.emit(StepDone(job.job_id, step, total, elapsed, preview))
+            with terminals.together():
+                for job in live:
+                    if step <= job.generation.steps:
+                        preview = self._preview(job, step)
+                        total = job.generation.steps
+                        terminals.emit(StepDone(job.job_id, step, total, elapsed, preview))
         for job in live:
             asked = job.generation
             width = asked.width or self.spec.defaults.width or 16

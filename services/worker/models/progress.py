@@ -11,6 +11,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,7 @@ from mediamesh.common.work import (
     Preview,
     StepDone,
 )
-from mediamesh.worker.core.batch import BatchCancelled, ControlView, Emit
+from mediamesh.worker.core.batch import BatchCancelled, ControlView, Emit, emitted_together
 from mediamesh.worker.models.checkpoint import (
     Checkpoint,
     checkpoint_path,
@@ -64,6 +65,10 @@ class Terminals:
 
     def has(self, job_id: str) -> bool:
         return job_id in self.done
+
+    def together(self) -> AbstractContextManager[object]:
+        """The events emitted inside leave in one delivery (one step of the batch)."""
+        return emitted_together(self.sink)
 
 
 @dataclass
@@ -126,12 +131,13 @@ class StepTracker:
                 )
         if not any(self.live):
             raise BatchCancelled(f"every job cancelled by step {step}")
-        for index, job in enumerate(self.jobs):
-            if self.live[index]:
-                preview = self._preview(index, step, latents)
-                self.terminals.emit(
-                    StepDone(job.job_id, step, self.total_steps, step_seconds, preview)
-                )
+        with self.terminals.together():
+            for index, job in enumerate(self.jobs):
+                if self.live[index]:
+                    preview = self._preview(index, step, latents)
+                    self.terminals.emit(
+                        StepDone(job.job_id, step, self.total_steps, step_seconds, preview)
+                    )
         if step >= self.total_steps:
             return  # finishing costs less than a checkpoint and a resume
         if self.control.preempt_requested:
