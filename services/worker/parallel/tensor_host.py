@@ -31,7 +31,7 @@ from diffusers import DiffusionPipeline
 from mediamesh.common.registry import ModelSpec
 from mediamesh.common.work import JobFailed, JobParams, WorkerEvent
 from mediamesh.worker.core import call_hooks
-from mediamesh.worker.core.batch import ControlView, DeviceGroupLost, Emit
+from mediamesh.worker.core.batch import ControlView, DeviceGroupLost, Emit, emitted_together
 from mediamesh.worker.models.diffusion import DiffusionHost
 from mediamesh.worker.models.host import host_class, load_pipeline
 from mediamesh.worker.models.memory import ModelLoadError
@@ -87,18 +87,11 @@ class TensorParallelHost:
             # A rank dying mid-batch makes rank 0's collectives fail, and with them every
             # job; those failures are the group's, not the jobs', so they are held back
             # until the group is known to have survived the batch.
-            failures: list[JobFailed] = []
-
-            def forward(event: WorkerEvent) -> None:
-                if isinstance(event, JobFailed):
-                    failures.append(event)
-                else:
-                    emit(event)
-
+            forward = _HoldingFailures(emit)
             self.inner.run_batch(jobs, synced, forward)
             self._await_acks()
             self._check_group()
-            for failure in failures:
+            for failure in forward.failures:
                 emit(failure)
 
     def _check_group(self) -> None:
@@ -268,3 +261,23 @@ def _reap(helpers: list[Any], commands: list[Any]) -> None:
         if process.is_alive():
             process.kill()
             process.join()
+
+
+class _HoldingFailures:
+    """Rank 0's emit during a batch: failures are held back, the rest go out, a step's
+    progress still together (`emitted_together`)."""
+
+    def __init__(self, emit: Emit) -> None:
+        self._emit = emit
+        self.failures: list[JobFailed] = []
+
+    def __call__(self, event: WorkerEvent) -> None:
+        """Send `event`, or keep it if it is a failure."""
+        if isinstance(event, JobFailed):
+            self.failures.append(event)
+        else:
+            self._emit(event)
+
+    def together(self) -> contextlib.AbstractContextManager[object]:
+        """The wrapped emit's grouping."""
+        return emitted_together(self._emit)

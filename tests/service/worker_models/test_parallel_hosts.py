@@ -6,7 +6,7 @@ import sys
 
 import numpy as np
 import pytest
-from wm_helpers import job_for, of, png_pixels, run
+from wm_helpers import job_for, of, png_pixels, run, run_grouped
 
 from mediamesh.common.work import JobFinished, JobNotice, JobPreempted, StepDone
 from mediamesh.worker.hosting import load_host
@@ -27,8 +27,10 @@ def _with_parallelism(spec, **changes):
 def data_results(host_for):
     host = host_for("flux-tiny")
     jobs = [job_for(host.spec, "t", seed=3), job_for(host.spec, "u", seed=4, prompt="a dog")]
-    events = run(host, jobs)
-    return jobs, {e.job_id: e.data for e in events if isinstance(e, JobFinished)}
+    sink = run_grouped(host, jobs)
+    # Each step of the batch is emitted together, so the worker sends it as one message.
+    assert sink.steps_in_one_group_each(["t", "u"]), sink.groups
+    return jobs, {e.job_id: e.data for e in sink.events() if isinstance(e, JobFinished)}
 
 
 @pytest.mark.parametrize(
@@ -64,7 +66,10 @@ def test_tensor_mode_two_ranks_matches_data_mode(
     helpers = list(host._helpers)
     try:
         assert len(helpers) == 1 and helpers[0].is_alive()
-        events = run(host, jobs)
+        sink = run_grouped(host, jobs)
+        # Holding back failures keeps the steps together, as in data mode.
+        assert sink.steps_in_one_group_each(["t", "u"]), sink.groups
+        events = sink.events()
         for job in jobs:
             (finished,) = of(events, job.job_id, JobFinished)
             difference = np.abs(png_pixels(finished.data) - png_pixels(expected[job.job_id]))
