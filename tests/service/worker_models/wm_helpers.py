@@ -92,9 +92,13 @@ class GroupingSink:
 
     def steps_in_one_group_each(self, job_ids: list[str]) -> bool:
         """Every step's StepDones, one per job, came in a group of their own."""
-        steps = [g for g in self.groups if g and all(isinstance(e, StepDone) for e in g)]
+        steps = [
+            [e for e in g if isinstance(e, StepDone)]
+            for g in self.groups
+            if g and all(isinstance(e, StepDone) for e in g)
+        ]
         seen = [sorted(e.job_id for e in g) for g in steps]
-        numbers = [{e.step for e in g} for g in steps]  # type: ignore[attr-defined]
+        numbers = [{e.step for e in g} for g in steps]
         return bool(steps) and all(
             s == sorted(job_ids) and len(n) == 1 for s, n in zip(seen, numbers, strict=True)
         )
