@@ -224,11 +224,24 @@ def _status_text(args: argparse.Namespace) -> str:
     return render(mesh_status(config, args.scheduler))
 
 
+def why_unreachable(exc: grpc.RpcError, args: argparse.Namespace) -> str:
+    """Why the scheduler could not be read, with the likely fix when no credential was sent."""
+    text = f"scheduler unreachable: {exc.code().name}"
+    if exc.code() is grpc.StatusCode.UNAUTHENTICATED and (
+        local_config(args.config, args.run_dir) is None
+    ):
+        text += (
+            f" (no mesh config: neither --config nor a `mediamesh up` run directory at "
+            f"{args.run_dir}; run this where `mediamesh up` runs, or pass --run-dir or --config)"
+        )
+    return text
+
+
 def _cmd_status(args: argparse.Namespace) -> int:
     try:
         print(_status_text(args))
     except grpc.RpcError as exc:
-        print(f"mediamesh: scheduler unreachable: {exc.code().name}", file=sys.stderr)
+        print(f"mediamesh: {why_unreachable(exc, args)}", file=sys.stderr)
         return 1
     return 0
 
@@ -240,7 +253,7 @@ def _cmd_top(args: argparse.Namespace) -> int:
             try:
                 text = _status_text(args)
             except grpc.RpcError as exc:
-                text = f"scheduler unreachable: {exc.code().name}"
+                text = why_unreachable(exc, args)
             sys.stdout.write("\x1b[2J\x1b[H" + time.strftime("%H:%M:%S ") + text + "\n")
             sys.stdout.flush()
             count += 1

@@ -5,9 +5,11 @@ from __future__ import annotations
 import stat
 from pathlib import Path
 
+import grpc
 import pytest
 import yaml
 
+from mediamesh.cli.client_commands import why_unreachable
 from mediamesh.cli.local_models import hosted_names, models_to_build
 from mediamesh.cli.main import build_parser
 from mediamesh.cli.run_dir import DEFAULT_RUN_DIR, local_config, run_config_path, write_private
@@ -55,6 +57,32 @@ def test_status_top_and_drain_default_to_up_s_run_dir(command: str, monkeypatch)
     args = build_parser().parse_args([command])
     assert args.run_dir == DEFAULT_RUN_DIR == build_parser().parse_args(["up"]).run_dir
     assert args.config is None
+
+
+class _Refused(grpc.RpcError):
+    def __init__(self, code: grpc.StatusCode) -> None:
+        self._code = code
+
+    def code(self) -> grpc.StatusCode:
+        return self._code
+
+
+def test_an_unauthenticated_status_outside_the_run_dir_says_where_the_credential_is(
+    tmp_path: Path,
+):
+    args = build_parser().parse_args(["status", "--run-dir", str(tmp_path / "run")])
+    text = why_unreachable(_Refused(grpc.StatusCode.UNAUTHENTICATED), args)
+    assert text.startswith("scheduler unreachable: UNAUTHENTICATED (no mesh config")
+    assert str(tmp_path / "run") in text and "--run-dir" in text
+    # With the run directory found, the scheduler's refusal is reported as it is.
+    (tmp_path / "run").mkdir()
+    write_private(run_config_path(tmp_path / "run"), "{}\n")
+    assert why_unreachable(_Refused(grpc.StatusCode.UNAUTHENTICATED), args) == (
+        "scheduler unreachable: UNAUTHENTICATED"
+    )
+    assert why_unreachable(_Refused(grpc.StatusCode.UNAVAILABLE), args) == (
+        "scheduler unreachable: UNAVAILABLE"
+    )
 
 
 def entry(name: str, source: str) -> dict[str, object]:
