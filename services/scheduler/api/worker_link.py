@@ -25,14 +25,17 @@ class GrpcWorkerLink:
         self._credentials = credentials
         self._max = max_message_bytes
         self._channels: dict[str, grpc.aio.Channel] = {}
+        # A stub builds a callable per rpc: built once per channel, not once per batch.
+        self._stubs: dict[str, worker_pb2_grpc.WorkerStub] = {}
         self._closing: set[asyncio.Task[None]] = set()
 
     def _stub(self, address: str) -> worker_pb2_grpc.WorkerStub:
-        channel = self._channels.get(address)
-        if channel is None:
+        stub = self._stubs.get(address)
+        if stub is None:
             channel = internal_channel(address, self._credentials, self._max)
             self._channels[address] = channel
-        return worker_pb2_grpc.WorkerStub(channel)
+            stub = self._stubs[address] = worker_pb2_grpc.WorkerStub(channel)
+        return stub
 
     async def run_batch(
         self,
@@ -71,6 +74,7 @@ class GrpcWorkerLink:
     def reset(self, address: str) -> None:
         """Drop the channel to `address`: a worker registering again there must not inherit
         a channel still backing off from its predecessor's death."""
+        self._stubs.pop(address, None)
         channel = self._channels.pop(address, None)
         if channel is not None:
             closing = asyncio.get_running_loop().create_task(channel.close())
@@ -91,5 +95,6 @@ class GrpcWorkerLink:
         for channel in self._channels.values():
             await channel.close()
         self._channels.clear()
+        self._stubs.clear()
         if self._closing:
             await asyncio.gather(*self._closing, return_exceptions=True)
