@@ -1,7 +1,8 @@
 """`mediamesh batch prompts.jsonl --out DIR`: thousands of jobs, resumable at any point.
 
 Each non-blank line is a JSON object with at least `prompt`. Its idempotency key is the file's
-SHA-256 and the line number, so a re-run submits nothing twice: the gateway answers a repeated
+SHA-256 and the line number (and the --model it takes, if it names none), so a re-run submits
+nothing twice: the gateway answers a repeated
 Submit with the job it already has, and the batch re-attaches to it. Results are written as
 they finish, as DIR/<line>.<ext>, each followed by a row in DIR/manifest.jsonl; lines whose
 row says SUCCEEDED (for this very file) are skipped on a re-run.
@@ -102,14 +103,19 @@ def read_batch(path: Path, default_model: str | None) -> list[BatchLine]:
     lines = []
     for number, text in enumerate(raw.decode("utf-8").splitlines(), start=1):
         if text.strip():
-            fields = _line_fields(number, text, default_model)
-            lines.append(BatchLine(number, f"batch:{digest}:{number}", fields))
+            fields, model_from_flag = _line_fields(number, text, default_model)
+            key = f"batch:{digest}:{number}"
+            if model_from_flag:
+                # --model is part of such a line's request: another --model is another job.
+                key += f":{fields['model']}"
+            lines.append(BatchLine(number, key, fields))
     if not lines:
         raise BatchFileError(f"{path}: no prompts (one JSON object per line)")
     return lines
 
 
-def _line_fields(number: int, text: str, default_model: str | None) -> dict[str, Any]:
+def _line_fields(number: int, text: str, default_model: str | None) -> tuple[dict[str, Any], bool]:
+    """The line's fields, and whether its model came from --model."""
     try:
         fields = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -126,6 +132,7 @@ def _line_fields(number: int, text: str, default_model: str | None) -> dict[str,
             raise BatchFileError(f"line {number}: {name} must be {kinds[0].__name__}")
     if not fields.get("prompt"):
         raise BatchFileError(f"line {number}: prompt is required")
+    model_from_flag = "model" not in fields
     fields.setdefault("model", default_model)
     if not fields["model"]:
         raise BatchFileError(f'line {number}: no model; add "model" or pass --model')
@@ -133,7 +140,7 @@ def _line_fields(number: int, text: str, default_model: str | None) -> dict[str,
     if priority not in PRIORITIES:
         raise BatchFileError(f"line {number}: priority must be one of {', '.join(PRIORITIES)}")
     fields["priority"] = priority
-    return fields
+    return fields, model_from_flag
 
 
 def succeeded_lines(out: Path, lines: list[BatchLine]) -> set[int]:

@@ -10,14 +10,14 @@ UNAVAILABLE and nothing runs.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 from collections.abc import Callable
 
-from mediamesh.common.errors import MeshError, Unavailable
+from mediamesh.common.errors import MeshError, StatusCode, Unavailable
 from mediamesh.scheduler import metrics
 from mediamesh.scheduler.core.effects import Effect
+from mediamesh.scheduler.core.idempotency import conflict_message, conflicting_field
 from mediamesh.scheduler.core.interface import Accepted, NewJob, SchedulingCore
 from mediamesh.scheduler.core.jobs import Job
 from mediamesh.scheduler.store.job_store import JobStore
@@ -47,9 +47,13 @@ class Submissions:
             earlier = self._writing.get(key)
             if earlier is None or earlier.done():
                 break
-            # That job, unless its write fails; then this one tries.
-            with contextlib.suppress(Exception):
-                return await asyncio.shield(earlier), True
+            try:
+                job = await asyncio.shield(earlier)
+            except Exception:
+                continue  # its write failed: this one tries
+            if differing := conflicting_field(job, new):
+                raise MeshError(conflict_message(job, differing), code=StatusCode.INVALID_ARGUMENT)
+            return job, True
         outcome = self._core.prepare(new)
         if not isinstance(outcome, Accepted):
             raise MeshError(outcome.message, code=outcome.code, retry_after_s=outcome.retry_after_s)

@@ -116,6 +116,7 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
             ),
             trace_carrier=request_trace_carrier(dict(context.invocation_metadata() or ())),
             delivery=delivery,
+            any_seed=fields.seed is None,
         )
         try:
             job, deduplicated = await self.runtime.submit(new)

@@ -9,6 +9,7 @@ from mediamesh.common.input_refs import without_inline_bytes
 from mediamesh.common.registry import ModelSpec
 from mediamesh.scheduler.core.backlog import Backlog
 from mediamesh.scheduler.core.cost import CostModel
+from mediamesh.scheduler.core.idempotency import conflict_message, conflicting_field
 from mediamesh.scheduler.core.inflight import InFlight
 from mediamesh.scheduler.core.interface import Accepted, NewJob, Rejection
 from mediamesh.scheduler.core.job_table import JobTable
@@ -66,6 +67,10 @@ class Admission:
         if new.idempotency_key:
             existing = self._table.by_key(new.tenant, new.idempotency_key)
             if existing is not None:
+                if differing := conflicting_field(existing, new):
+                    return Rejection(
+                        StatusCode.INVALID_ARGUMENT, conflict_message(existing, differing)
+                    )
                 return Accepted(existing, deduplicated=True)
         queue = spec.modality
         policy = self._policy.queues.get(queue)

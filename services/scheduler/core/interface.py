@@ -37,6 +37,8 @@ class NewJob:
     quota: TenantQuota = field(default_factory=TenantQuota)
     trace_carrier: dict[str, str] = field(default_factory=dict)
     delivery: ResultDelivery = field(default_factory=ResultDelivery)
+    # The request named no seed (the mesh chose one): a retry of it matches a job of any seed.
+    any_seed: bool = False
 
 
 @dataclass(frozen=True)

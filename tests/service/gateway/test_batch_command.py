@@ -114,6 +114,9 @@ def test_keys_come_from_the_file_content_and_line_and_default_to_batch(tmp_path)
     assert first.fields == {"prompt": "a", "model": "echo", "priority": "BATCH"}
     assert second.fields["model"] == "flux-tiny" and second.fields["priority"] == "REALTIME"
     assert first.key != second.key and read_batch(path, "echo")[0].key == first.key
+    # Another --model is another request for the lines that take it, not for the others.
+    other_first, other_second = read_batch(path, "flux-tiny")
+    assert other_first.key != first.key and other_second.key == second.key
     path.write_text('{"prompt": "a"}\n')
     assert read_batch(path, "echo")[0].key != first.key  # another file, other jobs
     with pytest.raises(BatchFileError, match="no model"):

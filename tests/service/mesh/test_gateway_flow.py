@@ -85,6 +85,35 @@ async def test_idempotency_key_returns_the_same_job(image_mesh):
     assert first.job_id == second.job_id and second.deduplicated
 
 
+async def test_a_retry_without_a_seed_follows_the_job_its_key_names(image_mesh):
+    stub = image_mesh.gateway_stub()
+    request = common_pb2.GenerateRequest(model="echo", prompt="x", idempotency_key="no-seed")
+    first = await stub.Submit(request)
+    second = await stub.Submit(request)  # the mesh picks a seed each time
+    assert first.job_id == second.job_id and second.deduplicated
+
+
+@pytest.mark.parametrize("together", [False, True], ids=["after", "while-writing"])
+async def test_a_key_reused_for_another_prompt_is_refused(image_mesh, together):
+    stub = image_mesh.gateway_stub()
+    key = f"reused-{together}"
+    first = common_pb2.GenerateRequest(model="echo", prompt="a fox", idempotency_key=key)
+    other = common_pb2.GenerateRequest(model="echo", prompt="a hen", idempotency_key=key)
+    if together:
+        # The second arrives while the first's row is being written.
+        outcomes = await asyncio.gather(
+            stub.Submit(first), stub.Submit(other), return_exceptions=True
+        )
+    else:
+        outcomes = [await stub.Submit(first)]
+        outcomes += await asyncio.gather(stub.Submit(other), return_exceptions=True)
+    (handle,) = [o for o in outcomes if isinstance(o, gateway_pb2.JobHandle)]
+    (refused,) = [o for o in outcomes if isinstance(o, grpc.aio.AioRpcError)]
+    assert refused.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert refused.details().startswith(f"idempotency_key: {key!r} already names job ")
+    assert "whose prompt differs" in refused.details() and handle.job_id in refused.details()
+
+
 async def test_list_models_reports_readiness_and_limits(image_mesh):
     stub = image_mesh.gateway_stub()
     reply = await stub.ListModels(gateway_pb2.ListModelsRequest())

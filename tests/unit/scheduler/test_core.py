@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
+from mediamesh.common.errors import StatusCode
 from mediamesh.scheduler.core.effects import CancelOnWorker, Dispatch
 from mediamesh.scheduler.core.jobs import JobState, Priority, TenantQuota
 from mediamesh.scheduler.core.policy import DispatchPolicy
@@ -200,6 +203,34 @@ def test_same_idempotency_key_returns_the_same_job():
     assert isinstance(again, Accepted) and again.deduplicated and again.job is first
     other_tenant = submit(core, key="k1", tenant="t2")
     assert other_tenant is not first
+
+
+@pytest.mark.parametrize(
+    ("change", "field_name"),
+    [
+        ({"model": "echo"}, "model"),
+        ({"priority": Priority.REALTIME}, "priority"),
+        ({"steps": 8}, "steps"),
+        ({"seed": 43}, "seed"),
+        ({"width": 128}, "width"),
+    ],
+)
+def test_a_key_reused_for_another_request_is_refused_naming_the_field(change, field_name):
+    core = make_core(FakeClock())
+    first = submit(core, key="k1", seed=42)
+    outcome = core.submit(new_job(**{"key": "k1", "seed": 42, **change}))
+    assert isinstance(outcome, Rejection), outcome
+    assert outcome.code is StatusCode.INVALID_ARGUMENT
+    assert outcome.message.startswith(f"idempotency_key: 'k1' already names job {first.job_id}")
+    assert f"whose {field_name} differs" in outcome.message
+
+
+def test_a_retry_that_left_the_seed_to_the_mesh_matches_the_job_whatever_its_seed():
+    core = make_core(FakeClock())
+    first = submit(core, key="k1", seed=42)
+    retry = dataclasses.replace(new_job(key="k1", seed=7), any_seed=True)
+    again = core.submit(retry)
+    assert isinstance(again, Accepted) and again.deduplicated and again.job is first
 
 
 def test_cancel_queued_is_immediate_and_running_asks_the_worker():
