@@ -1,9 +1,9 @@
 """An Open Inference Protocol request as mediamesh jobs, and their results as output tensors.
 
 Pure: the api layer hands over tensors and parameters as plain values. Every registry model
-takes input `prompt` (BYTES, one generation per element) and optional `negative_prompt`
-(BYTES, one element or one per prompt), and answers with outputs `output` (BYTES: each
-element's artifact) and `seed` (INT64: the seed each element used).
+takes input `prompt` (BYTES, one generation per element), those that use one an optional
+`negative_prompt` (BYTES, one element or one per prompt), and answers with outputs `output`
+(BYTES: each element's artifact) and `seed` (INT64: the seed each element used).
 """
 
 from __future__ import annotations
@@ -72,7 +72,8 @@ class TensorSpec:
     shape: tuple[int, ...]
 
 
-INPUTS = (TensorSpec(PROMPT, "BYTES", (-1,)), TensorSpec(NEGATIVE_PROMPT, "BYTES", (-1,)))
+PROMPT_INPUT = TensorSpec(PROMPT, "BYTES", (-1,))
+NEGATIVE_PROMPT_INPUT = TensorSpec(NEGATIVE_PROMPT, "BYTES", (-1,))
 OUTPUTS = (TensorSpec(OUTPUT, "BYTES", (-1,)), TensorSpec(SEED, "INT64", (-1,)))
 # Input images (PNG, JPEG or WebP bytes), one element per prompt element, for the models
 # whose registry entry lists them (`inputs`).
@@ -88,9 +89,13 @@ def model_outputs(spec: ModelSpec) -> tuple[TensorSpec, ...]:
 
 
 def model_inputs(spec: ModelSpec) -> tuple[TensorSpec, ...]:
-    """The inputs `spec` takes: the prompts, and the input images it lists."""
+    """The inputs `spec` takes: the prompts (a negative one only where the model uses it),
+    and the input images it lists."""
+    prompts = (PROMPT_INPUT,)
+    if NEGATIVE_PROMPT in spec.accepted_fields:
+        prompts += (NEGATIVE_PROMPT_INPUT,)
     images = tuple(TensorSpec(name, "BYTES", (-1,)) for name in IMAGE_INPUTS if name in spec.inputs)
-    return INPUTS + images
+    return prompts + images
 
 
 @dataclass(frozen=True)
@@ -204,9 +209,12 @@ def parse_call(
 
 def _inputs_by_name(spec: ModelSpec, inputs: Sequence[InputTensor]) -> dict[str, InputTensor]:
     known = [t.name for t in model_inputs(spec)]
+    # Parsed even where the model lists none, so that an empty one passes (a client may send
+    # one to every model) and a real one is refused by `resolve`, which says why.
+    parsed = {*known, NEGATIVE_PROMPT}
     by_name: dict[str, InputTensor] = {}
     for tensor in inputs:
-        if tensor.name not in known:
+        if tensor.name not in parsed:
             raise InvalidArgument(
                 f"unexpected inference input '{tensor.name}' for model '{spec.name}'; "
                 f"inputs are {', '.join(known)}"

@@ -12,6 +12,7 @@ from mediamesh.gateway.core.inference_call import (
     check_version,
     encode_outputs,
     job_failure,
+    model_inputs,
     parse_call,
     parse_priority_parameter,
 )
@@ -88,6 +89,14 @@ def test_one_negative_prompt_applies_to_every_element():
     negative = InputTensor("negative_prompt", "BYTES", (1,), elements=(b"blurry",))
     call = parse_call(AUDIO, [prompts("a", "b"), negative], {}, [])
     assert [e.negative_prompt for e in call.elements] == ["blurry", "blurry"]
+
+
+def test_metadata_lists_a_negative_prompt_only_for_models_that_use_one():
+    assert [t.name for t in model_inputs(FLUX)] == ["prompt"]
+    assert [t.name for t in model_inputs(AUDIO)] == ["prompt", "negative_prompt"]
+    with pytest.raises(InvalidArgument) as caught:
+        parse_call(FLUX, [prompts("a"), InputTensor("style", "BYTES", (1,), (b"x",))], {}, [])
+    assert caught.value.message.endswith("inputs are prompt")
 
 
 def test_a_model_that_takes_no_negative_prompt_refuses_one_naming_it():
