@@ -91,7 +91,7 @@ def model_outputs(spec: ModelSpec) -> tuple[TensorSpec, ...]:
 def model_inputs(spec: ModelSpec) -> tuple[TensorSpec, ...]:
     """The inputs `spec` takes: the prompts (a negative one only where the model uses it),
     and the input images it lists."""
-    prompts = (PROMPT_INPUT,)
+    prompts: tuple[TensorSpec, ...] = (PROMPT_INPUT,)
     if NEGATIVE_PROMPT in spec.accepted_fields:
         prompts += (NEGATIVE_PROMPT_INPUT,)
     images = tuple(TensorSpec(name, "BYTES", (-1,)) for name in IMAGE_INPUTS if name in spec.inputs)
