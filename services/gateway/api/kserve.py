@@ -32,6 +32,7 @@ from mediamesh.gateway.core.inference_call import (
     encode_outputs,
     parse_call,
     preview_output,
+    refusal,
 )
 from mediamesh.gateway.core.kserve_status import stream_error_text
 from mediamesh.gateway.core.tenancy import Caller
@@ -215,7 +216,10 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
                 "parameters.preview_every_steps: previews come on ModelStreamInfer's per-step "
                 "responses; ModelInfer answers once, so it takes none"
             )
-        results = await run_call(self.up, call, caller, context, on_progress)
+        try:
+            results = await run_call(self.up, call, caller, context, on_progress)
+        except MeshError as exc:
+            raise refusal(exc) from None
         return messages.infer_response(request, encode_outputs(results, call.outputs))
 
     # ---- helpers -------------------------------------------------------------------------

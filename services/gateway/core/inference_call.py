@@ -402,6 +402,14 @@ def preview_output(data: bytes, mime_type: str) -> OutputTensor:
     return OutputTensor(PREVIEW, "BYTES", (1,), {"mime_type": mime_type}, join_bytes_tensor([data]))
 
 
+def refusal(exc: MeshError) -> MeshError:
+    """A submission the mesh refused, as Triton would report it: a timeout that no run could
+    meet is UNAVAILABLE with Triton's timeout message; anything else keeps its status."""
+    if exc.code != StatusCode.DEADLINE_EXCEEDED:
+        return exc
+    return MeshError(f"{TIMEOUT_MESSAGE} ({exc.message})", code=kserve_code(exc.code))
+
+
 def job_failure(job_id: str, code: str, message: str) -> MeshError:
     """The status Triton gives the same outcome: an expired request is UNAVAILABLE there."""
     if code == StatusCode.DEADLINE_EXCEEDED:

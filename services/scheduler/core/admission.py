@@ -99,6 +99,14 @@ class Admission:
         now = self._clock()
         cost = self._cost.estimate(new.model, new.params)
         if new.deadline is not None:
+            left = max(new.deadline - now, 0.0)
+            if cost > left:
+                # Not a matter of load: no retry with this timeout can succeed, so no hint.
+                return Rejection(
+                    StatusCode.DEADLINE_EXCEEDED,
+                    f"timeout: {left:.3f} s left, and this job needs about {cost:.3f} s on a "
+                    "free device; give it more time",
+                )
             eta = self.estimate_finish_s(new.model, new.priority, cost)
             if now + eta > new.deadline:
                 return Rejection(

@@ -54,7 +54,8 @@ async def test_tritonclient_health_metadata_infer_stream_and_errors(keyed_mesh):
     assert not health["unknown_ready"]
     assert health["server"]["name"] == "mediamesh"
     assert "schedule_policy" in health["server"]["extensions"]
-    assert health["inputs"] == [["prompt", "BYTES", [-1]], ["negative_prompt", "BYTES", [-1]]]
+    # echo takes no negative prompt, so its metadata lists none.
+    assert health["inputs"] == [["prompt", "BYTES", [-1]]]
     # The preview output comes on ModelStreamInfer's progress responses (echo has previews).
     assert health["outputs"] == [
         ["output", "BYTES", [-1]],
@@ -163,6 +164,16 @@ async def test_an_expired_timeout_is_unavailable_like_triton(tmp_path: Path, mod
         assert job.state.value == "EXPIRED"
     finally:
         await stop_mesh(mesh)
+
+
+async def test_a_timeout_no_run_could_meet_is_unavailable_at_once(keyed_mesh):
+    request = prompt_request("echo", b"x")
+    request.parameters["timeout"].int64_param = 1  # microseconds
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await stub_for(keyed_mesh).ModelInfer(request, metadata=auth(KEY_A))
+    assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
+    assert caught.value.details().startswith("Request timeout expired (timeout: 0.000 s left")
+    assert not keyed_mesh.core.jobs
 
 
 async def test_a_caller_that_leaves_cancels_its_jobs(tmp_path: Path, models_dir: Path):

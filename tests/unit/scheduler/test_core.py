@@ -183,7 +183,18 @@ def test_deadline_that_cannot_be_met_is_rejected_at_submit():
         submit(core, steps=50, width=512, seed=i)
     outcome = core.submit(new_job(deadline=clock.now + 0.5))
     assert isinstance(outcome, Rejection)
+    assert outcome.code is StatusCode.RESOURCE_EXHAUSTED and outcome.retry_after_s >= 1.0
     assert "deadline cannot be met" in outcome.message
+
+
+def test_a_timeout_shorter_than_the_job_itself_is_refused_without_a_retry_hint():
+    clock = FakeClock()
+    core = make_core(clock)
+    core.register_worker(worker("w0"))  # idle: the job's own time is what does not fit
+    outcome = core.submit(new_job(steps=50, width=512, deadline=clock.now + 0.001))
+    assert isinstance(outcome, Rejection)
+    assert outcome.code is StatusCode.DEADLINE_EXCEEDED and outcome.retry_after_s == 0
+    assert outcome.message.startswith("timeout: 0.001 s left, and this job needs about ")
 
 
 def test_tenant_queued_limit():
