@@ -12,6 +12,7 @@ from mediamesh.gateway.api.json_plane import JsonPlane
 from mediamesh.gateway.http import errors, jobs, openai_images, openai_videos
 from mediamesh.gateway.http.context import HttpContext, context_of
 from mediamesh.gateway.http.docs_page import DOCS_HTML
+from mediamesh.gateway.http.origins import CrossSiteGuard
 from mediamesh.gateway.http.schemas import Health
 from mediamesh.gateway.web import page as web_page
 
@@ -38,6 +39,7 @@ def create_app(
     )
     app.state.context = HttpContext(plane, ready, max_body_bytes)
     errors.install(app)
+    app.add_middleware(CrossSiteGuard, allowed_origins=list(cors_origins))
     if cors_origins:
         app.add_middleware(
             CORSMiddleware,

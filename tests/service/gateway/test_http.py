@@ -109,8 +109,12 @@ async def test_result_ranges(client):
     assert tail.status_code == 206 and tail.content == whole[-7:]
     middle = await client.get(path, headers={**bearer(KEY_A), "Range": f"bytes=5-{total + 50}"})
     assert middle.content == whole[5:]
-    outside = await client.get(path, headers={**bearer(KEY_A), "Range": f"bytes={total}-"})
-    assert outside.status_code == 416
+    # Every 416 names the whole length (RFC 9110), at the end and past it (which the
+    # scheduler's Download refuses, so the length has to come from elsewhere).
+    for first in (total, total + 1, 999_999):
+        outside = await client.get(path, headers={**bearer(KEY_A), "Range": f"bytes={first}-"})
+        assert outside.status_code == 416, first
+        assert outside.headers["content-range"] == f"bytes */{total}", first
 
 
 async def test_a_reconnect_with_last_event_id_resumes_on_another_replica_without_repeats(
@@ -275,6 +279,33 @@ async def test_cors_lets_the_configured_origin_call_with_a_key(client):
     assert simple.headers["access-control-allow-origin"] == PAGE_ORIGIN
 
 
+async def test_a_write_from_another_site_is_refused_before_any_job(client, http_mesh):  # noqa: F811
+    before = len(http_mesh.core.jobs)
+    form = {"model": "echo", "prompt": "x", "steps": "1"}
+    for origin in ("http://evil.example", "null"):
+        # A form post is what any page can make a browser send without a preflight.
+        refused = await client.post(
+            "/v1/jobs", data=form, headers={**bearer(KEY_A), "Origin": origin}
+        )
+        assert refused.status_code == 403, refused.text
+        assert refused.json()["code"] == "PERMISSION_DENIED"
+        assert refused.json()["message"].startswith(f"origin: requests from {origin} may not")
+    openai = await client.post(
+        "/v1/images/generations",
+        json={"model": "flux-tiny", "prompt": "x"},
+        headers={**bearer(KEY_A), "Origin": "http://evil.example"},
+    )
+    assert openai.status_code == 403 and openai.json()["error"]["param"] == "origin"
+    assert len(http_mesh.core.jobs) == before
+    # The gateway's own page, a configured origin and clients that send no Origin may.
+    for origin in (base_url(http_mesh), PAGE_ORIGIN, None):
+        headers = {**bearer(KEY_A), **({"Origin": origin} if origin else {})}
+        accepted = await client.post("/v1/jobs", data=form, headers=headers)
+        assert accepted.status_code == 202, (origin, accepted.text)
+    read = await client.get("/v1/models", headers={**bearer(KEY_A), "Origin": "http://x.example"})
+    assert read.status_code == 200
+
+
 async def test_a_gateway_without_its_scheduler_is_not_ready_and_answers_503(unused_tcp_port):
     config = MeshConfig(
         gateway=GatewaySettings(
@@ -318,7 +349,8 @@ async def test_an_http_port_in_use_stops_the_gateway_with_one_clear_error(
     taken = http_mesh.gateway.http_port
     g = http_mesh.config.gateway.model_copy(update={"port": 0, "http_port": taken})
     with pytest.raises(
-        StartupError, match=f"gateway.http_port: cannot listen on 127.0.0.1:{taken}"
+        StartupError,
+        match=f"^gateway.http_port: cannot listen on 127.0.0.1:{taken}: address already in use$",
     ):
         await start_gateway(MeshConfig(gateway=g, workers=[]), load_registry())
 
