@@ -6,10 +6,11 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import uvloop
 
+from mediamesh.common.listeners import ListenError
 from mediamesh.common.metrics import serve_metrics
 from mediamesh.common.registry import Registry, load_registry
 from mediamesh.common.server import stop_event_on_signals
@@ -17,6 +18,7 @@ from mediamesh.common.settings import MeshConfig, WorkerSettings, load_mesh_conf
 from mediamesh.common.telemetry import setup_logging, setup_tracing, shutdown_tracing
 
 log = logging.getLogger("mediamesh")
+_S = TypeVar("_S")
 
 
 def load(
@@ -26,10 +28,22 @@ def load(
     return config, load_registry(config.registry_path)
 
 
-def _prepare(config: MeshConfig, service: str, metrics_host: str, metrics_port: int | None) -> None:
+def _prepare(
+    config: MeshConfig, service: str, section: str, metrics_host: str, metrics_port: int | None
+) -> None:
+    """Logging, tracing and the metrics listener, which comes first so that a worker loading
+    its models for minutes can be scraped meanwhile; a port it cannot have is one line."""
     setup_logging(config.telemetry, service)
     setup_tracing(config.telemetry, service)
-    serve_metrics(metrics_host, metrics_port)
+    serve_metrics(section, metrics_host, metrics_port)
+
+
+async def _started(section: str, start: Callable[[], Awaitable[_S]]) -> _S:
+    """The started service; a port it cannot have is named as `section` spells the setting."""
+    try:
+        return await start()
+    except ListenError as exc:
+        raise exc.in_section(section) from exc
 
 
 def _run_until_signalled(name: str, start: Callable[[], Awaitable[Any]]) -> None:
@@ -37,7 +51,7 @@ def _run_until_signalled(name: str, start: Callable[[], Awaitable[Any]]) -> None
 
     async def serve() -> None:
         stop = stop_event_on_signals()
-        service = await start()
+        service = await _started(name, start)
         await stop.wait()
         log.info("%s stopping", name)
         await service.stop()
@@ -49,14 +63,16 @@ def _run_until_signalled(name: str, start: Callable[[], Awaitable[Any]]) -> None
 def run_scheduler(config: MeshConfig, registry: Registry) -> None:
     from mediamesh.scheduler.main import start_scheduler
 
-    _prepare(config, "scheduler", config.scheduler.host, config.scheduler.metrics_port)
+    s = config.scheduler
+    _prepare(config, "scheduler", "scheduler", s.host, s.metrics_port)
     _run_until_signalled("scheduler", lambda: start_scheduler(config, registry))
 
 
 def run_gateway(config: MeshConfig, registry: Registry) -> None:
     from mediamesh.gateway.main import start_gateway
 
-    _prepare(config, "gateway", config.gateway.host, config.gateway.metrics_port)
+    g = config.gateway
+    _prepare(config, "gateway", "gateway", g.host, g.metrics_port)
     _run_until_signalled("gateway", lambda: start_gateway(config, registry))
 
 
@@ -65,11 +81,11 @@ def run_worker(config: MeshConfig, registry: Registry, worker: WorkerSettings) -
     is not 0 when the worker left because it cannot work (its supervisor restarts it)."""
     from mediamesh.worker.main import start_worker
 
-    _prepare(config, f"worker {worker.worker_id}", worker.host, worker.metrics_port)
+    _prepare(config, f"worker {worker.worker_id}", "worker", worker.host, worker.metrics_port)
 
     async def serve() -> int:
         stop = stop_event_on_signals()
-        service = await start_worker(config, registry, worker)
+        service = await _started("worker", lambda: start_worker(config, registry, worker))
         signalled = asyncio.create_task(stop.wait())
         drained = asyncio.create_task(service.exit_requested.wait())
         await asyncio.wait({signalled, drained}, return_when=asyncio.FIRST_COMPLETED)

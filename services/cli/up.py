@@ -71,7 +71,9 @@ class Child:
         return self.process is not None and self.process.poll() is None
 
     def exit_reason(self) -> str | None:
-        """The one-line error this run printed before exiting (`mediamesh: ...`), if any."""
+        """Why this run exited, as its log says: the one-line error it printed
+        (`mediamesh: ...`), else the exception of a traceback it died with; None when the
+        log says neither (killed by a signal, say)."""
         if self.log_path is None or not self.log_path.exists():
             return None
         with self.log_path.open("rb") as log:
@@ -79,7 +81,17 @@ class Child:
             lines = log.read().decode(errors="replace").splitlines()
         prefix = "mediamesh: "
         reasons = [line.removeprefix(prefix) for line in lines if line.startswith(prefix)]
-        return reasons[-1] if reasons else None
+        return reasons[-1] if reasons else _raised(lines)
+
+
+def _raised(lines: list[str]) -> str | None:
+    """The exception line of the last traceback in `lines`: the first line after its header
+    that is not an indented frame (the last exception of a chain has the last header)."""
+    headers = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent")]
+    if not headers:
+        return None
+    after = lines[headers[-1] + 1 :]
+    return next((line for line in after if line.strip() and not line[0].isspace()), None)
 
 
 def dump_config(config: MeshConfig) -> dict[str, Any]:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from prometheus_client import Counter, Histogram, start_http_server
 
+from mediamesh.common.listeners import bind_failure
+
 RPC_REQUESTS = Counter(
     "mediamesh_rpc_requests",
     "gRPC calls handled, by service, method and status code.",
@@ -17,7 +19,13 @@ RPC_LATENCY = Histogram(
 )
 
 
-def serve_metrics(host: str, port: int | None) -> None:
-    """Expose /metrics over HTTP in a daemon thread; None leaves metrics unexposed."""
-    if port is not None:
+def serve_metrics(section: str, host: str, port: int | None) -> None:
+    """Expose /metrics over HTTP in a daemon thread; None leaves metrics unexposed.
+    ListenError naming `{section}.metrics_port` when the port cannot be bound."""
+    if port is None:
+        return
+    try:
+        # prometheus_client binds the socket itself: its error is translated, not prevented.
         start_http_server(port, addr=host)
+    except OSError as exc:
+        raise bind_failure("metrics_port", host, port, exc, section=section) from exc

@@ -18,6 +18,7 @@ from mediamesh.common.api.health import (
     mark_serving,
 )
 from mediamesh.common.interceptors import ServiceInterceptor
+from mediamesh.common.listeners import ListenError, refuse_taken
 from mediamesh.common.settings import TlsSettings
 from mediamesh.common.telemetry import server_tracing_interceptors
 
@@ -87,7 +88,8 @@ async def start_server(
 ) -> RunningServer:
     """Serves `registrations` on host:port, over TLS when `credentials` are given, demanding
     `internal_token` when set; `health_port` adds a plaintext listener with health only.
-    `serving` False starts it NOT_SERVING (a worker still warming up)."""
+    `serving` False starts it NOT_SERVING (a worker still warming up). ListenError, naming
+    the bare setting (`port`, `health_port`), when either cannot be bound."""
     server = grpc.aio.server(
         interceptors=[*server_tracing_interceptors(), ServiceInterceptor(internal_token)],
         options=[*message_options(max_message_bytes), *KEEPALIVE_OPTIONS, ("grpc.so_reuseport", 0)],
@@ -97,13 +99,7 @@ async def start_server(
         registration.add(server)
         names.extend(registration.service_names)
     health = add_health_and_reflection(server, names)
-    address = f"{host}:{port}"
-    if credentials is not None:
-        bound = server.add_secure_port(address, credentials)
-    else:
-        bound = server.add_insecure_port(address)
-    if bound == 0:
-        raise OSError(f"cannot bind {address}")
+    bound = _add_port(server, "port", host, port, credentials)
     health_server, health_bound = None, None
     if health_port is not None:
         health_server, health_bound = _health_only_server(health, host, health_port)
@@ -121,10 +117,30 @@ def _health_only_server(
     do TLS (the kubelet's gRPC probe): health says nothing a caller could misuse."""
     server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
     add_health_only(server, health)
-    bound = server.add_insecure_port(f"{host}:{port}")
+    return server, _add_port(server, "health_port", host, port, None)
+
+
+def _add_port(
+    server: grpc.aio.Server,
+    setting: str,
+    host: str,
+    port: int,
+    credentials: grpc.ServerCredentials | None,
+) -> int:
+    """Adds the listener on host:port; its bound port (a free one for 0)."""
+    refuse_taken(setting, host, port)
+    address = f"{host}:{port}"
+    try:
+        if credentials is not None:
+            bound = server.add_secure_port(address, credentials)
+        else:
+            bound = server.add_insecure_port(address)
+    except RuntimeError:
+        # Taken since refuse_taken looked, or refused for a reason only gRPC's log gives.
+        bound = 0
     if bound == 0:
-        raise OSError(f"cannot bind {host}:{port} (health)")
-    return server, bound
+        raise ListenError(setting, host, port, "gRPC could not bind it; its log says why")
+    return bound
 
 
 def stop_event_on_signals() -> asyncio.Event:

@@ -29,7 +29,8 @@ async def result_response(
         first = await anext(chunks, None)
     except MeshError as exc:
         if wanted is not None and exc.code is StatusCode.INVALID_ARGUMENT:
-            return _unsatisfiable(None)  # the offset is past the end
+            # The offset is past the end; a 416 still owes the client the whole length.
+            return _unsatisfiable(await _artifact_size(plane, job_id, caller, exc))
         raise
     if first is None:
         # Nothing from `start` on: an empty artifact, or a range starting at its end.
@@ -61,10 +62,22 @@ async def result_response(
     )
 
 
-def _unsatisfiable(total: int | None) -> Response:
-    size = "*" if total is None else str(total)
+async def _artifact_size(
+    plane: JsonPlane, job_id: str, caller: Caller, past_the_end: MeshError
+) -> int:
+    """The size of the job's artifact, from the job (which names it without sending any of
+    its bytes); `past_the_end` again if the result went away meanwhile."""
+    result = (await plane.job(job_id, caller))["result"]
+    if result is None:
+        raise past_the_end
+    size: int = result["size_bytes"]
+    return size
+
+
+def _unsatisfiable(total: int) -> Response:
+    """416 naming the whole length, as RFC 9110 has it (15.5.17, 14.4: `bytes */1234`)."""
     return Response(
-        b"", status_code=RANGE_NOT_SATISFIABLE, headers={"Content-Range": f"bytes */{size}"}
+        b"", status_code=RANGE_NOT_SATISFIABLE, headers={"Content-Range": f"bytes */{total}"}
     )
 
 

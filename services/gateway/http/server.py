@@ -10,14 +10,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import uvicorn
 from fastapi import FastAPI
 
-from mediamesh.common.errors import StartupError
+from mediamesh.common.listeners import listening_socket
 from mediamesh.common.settings import TlsSettings
 
 log = logging.getLogger("mediamesh.gateway.http")
@@ -56,16 +55,8 @@ class HttpServer:
 
 async def start_http(app: FastAPI, host: str, port: int, tls: TlsSettings) -> HttpServer:
     """Binds `host:port` (0: a free port) and serves `app` there, with TLS when configured;
-    StartupError when the port cannot be bound."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as exc:
-        sock.close()
-        raise StartupError(f"gateway.http_port: cannot listen on {host}:{port}: {exc}") from exc
-    sock.listen(128)
+    ListenError (a StartupError) naming gateway.http_port when the port cannot be bound."""
+    sock = listening_socket("http_port", host, port, section="gateway")
     sock.setblocking(False)
     config = uvicorn.Config(
         app,
