@@ -178,7 +178,8 @@ def _cmd_generate(args: argparse.Namespace) -> int:
                     case Result() | Error():
                         final = event
     except (GatewayError, OSError, ValueError) as exc:
-        # OSError and ValueError: a certificate file that cannot be read or is half given.
+        # OSError and ValueError: a certificate file that cannot be read or is half given;
+        # ValueError also an option out of its range (`--steps -3`), naming it.
         bar.close()
         print(f"mediamesh: {exc}", file=sys.stderr)
         return 1

@@ -64,6 +64,9 @@ MAX_PROMPT_CHARS = 16_384
 MAX_BATCH = 256
 # `timeout_ms` is a uint32 on the wire: about 49.7 days.
 MAX_TIMEOUT_MS = 2**32 - 1
+# The largest seed a job may have. The field is a uint64, but a seed must also fit a signed
+# 64-bit integer, as the KServe API's INT64 `seed` output reports it.
+MAX_SEED = 2**63 - 1
 # Triton encodes each BYTES element behind a 4-byte length.
 _BYTES_ELEMENT_HEADER = 4
 

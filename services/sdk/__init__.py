@@ -7,6 +7,8 @@
 
 generate and watch yield typed events (Queued, Progress, Notice, then Result or Error);
 failed calls raise GatewayError with the gRPC status code name and the server's retry hint.
+An option value the request cannot carry raises ValueError (out of its range) or TypeError
+(not of its type) naming the option, before anything is sent.
 """
 
 from mediamesh.sdk.async_client import AsyncClient

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import math
+import numbers
+import operator
+import types
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypedDict
+from typing import TypedDict, get_args, get_type_hints
 
+from mediamesh.common.limits import MAX_SEED
 from mediamesh.sdk.types import Priority
 
 DEFAULT_TARGET = "127.0.0.1:50051"
@@ -80,6 +85,28 @@ class GenerateOptions(TypedDict, total=False):
     adapters: Mapping[str, float | None] | Sequence[tuple[str, float | None]] | None
 
 
+# What a whole-number option may be: its field is a uint32 on the wire, or the mesh holds it
+# to less whatever the model (seed). A model's own limits (max_steps, ...) are the gateway's
+# to check, as ListModels tells them.
+UINT32_MAX = 2**32 - 1
+WHOLE_NUMBER_RANGES = {"seed": (0, MAX_SEED)}
+# The largest finite float32, the most a number option's field can hold.
+FLOAT32_MAX = 3.4028234663852886e38
+
+
+def _option_kinds() -> dict[str, type]:
+    """Each plain option's type (int, float, str, bytes or bool), from GenerateOptions."""
+    kinds = {}
+    for name, hint in get_type_hints(GenerateOptions).items():
+        plain = [t for t in get_args(hint) if t is not types.NoneType]
+        if len(plain) == 1 and plain[0] in (int, float, str, bytes, bool):
+            kinds[name] = plain[0]
+    return kinds
+
+
+_OPTION_KINDS = _option_kinds()
+
+
 @dataclass(frozen=True)
 class GenerateParams:
     """A checked generation: the fields that are set, and always an idempotency key."""
@@ -90,7 +117,9 @@ class GenerateParams:
 
 
 def generate_params(model: str, prompt: str, options: Mapping[str, object]) -> GenerateParams:
-    """Check option names and the priority, drop unset fields, and add a key when none is given.
+    """Check option names, values and the priority, drop unset fields, and add a key when none
+    is given. A bad value raises TypeError (wrong type) or ValueError (out of range) naming
+    the option, before anything is sent.
 
     The gateway answers a repeated key from the same tenant with the job it already has, so a
     call retried after a lost connection cannot make a second job.
@@ -100,12 +129,66 @@ def generate_params(model: str, prompt: str, options: Mapping[str, object]) -> G
         allowed = ", ".join(sorted(GenerateOptions.__optional_keys__))
         raise TypeError(f"unknown generate option(s) {sorted(unknown)}; allowed: {allowed}")
     values = {name: value for name, value in options.items() if value is not None and value != ""}
+    for name, value in values.items():
+        check_option(name, value)
     if "priority" in values:
         values["priority"] = Priority.parse(str(values["priority"]))
     if "adapters" in values:
         values["adapters"] = adapter_pairs(values["adapters"])
     values.setdefault("idempotency_key", f"sdk-{uuid.uuid4().hex}")
     return GenerateParams(model, prompt, values)
+
+
+def check_option(name: str, value: object) -> None:
+    """TypeError naming option `name` when `value` is not of its type, ValueError naming it and
+    the range when a number is beyond what its field carries; nothing for other options.
+
+    Checked before anything is sent, so that the message names the field: protobuf itself
+    answers a bare "Value out of range: -3"."""
+    kind = _OPTION_KINDS.get(name)
+    if kind is int:
+        low, high = WHOLE_NUMBER_RANGES.get(name, (0, UINT32_MAX))
+        allowed = f"{name}: must be a whole number from {low} to {high}"
+        number = _whole_number(value)
+        if number is None:
+            raise TypeError(f"{allowed}, got {_shown(value)}")
+        if not low <= number <= high:
+            raise ValueError(f"{allowed}, got {number}")
+    elif kind is float:
+        # True is a number to Python, never a guidance scale or a duration.
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            raise TypeError(f"{name}: must be a number, got {_shown(value)}")
+        real = float(value)
+        if math.isfinite(real) and abs(real) > FLOAT32_MAX:
+            raise ValueError(
+                f"{name}: must be a number from {-FLOAT32_MAX:.8g} to {FLOAT32_MAX:.8g}, "
+                f"got {value}"
+            )
+    elif kind is bool:
+        # By type name, numpy's bools (numpy.bool, numpy.bool_) too, which protobuf takes.
+        is_bool = type(value).__name__ in ("bool", "bool_")
+        if not is_bool and _whole_number(value) not in (0, 1):
+            raise TypeError(f"{name}: must be True or False, got {_shown(value)}")
+    elif kind is str and not isinstance(value, str):
+        raise TypeError(f"{name}: must be a string, got {_shown(value)}")
+    elif kind is bytes and not isinstance(value, bytes):
+        raise TypeError(f"{name}: must be bytes, got {_shown(value)}")
+
+
+def _whole_number(value: object) -> int | None:
+    """`value` as an int when it is one (numpy's integers too, as protobuf takes them);
+    None for anything else, bool included."""
+    if isinstance(value, bool):
+        return None
+    try:
+        return operator.index(value)  # type: ignore[arg-type]
+    except TypeError:
+        return None
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 64 else text[:61] + "..."
 
 
 def adapter_pairs(adapters: object) -> tuple[tuple[str, float | None], ...]:
