@@ -8,6 +8,7 @@ jobs, events and models come back as dicts whose shapes the OpenAPI document of
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
@@ -20,15 +21,22 @@ from google.protobuf.descriptor import FieldDescriptor
 from mediamesh.common.api.bounds import check_bounds
 from mediamesh.common.errors import InvalidArgument
 from mediamesh.common.generated.v1 import common_pb2
+from mediamesh.common.params import find_model
+from mediamesh.common.registry import ModelSpec
 from mediamesh.gateway.api.dataplane import DataPlane
+from mediamesh.gateway.api.json_checks import check_json_message
 from mediamesh.gateway.core.tenancy import Caller
 
 JsonObject = dict[str, Any]
 _REQUEST = common_pb2.GenerateRequest.DESCRIPTOR
 # Form values of these field types are text as they stand; any other is read as JSON.
 _TEXT_TYPES = (FieldDescriptor.TYPE_STRING, FieldDescriptor.TYPE_ENUM)
-_UNKNOWN_FIELD = re.compile(r'has no field named "([^"]{1,64})"')
+_UNKNOWN_FIELD = re.compile(
+    r'type "(?:\w+\.)*(\w+)" has no field named "([^"]{1,64})" at "GenerateRequest\.?([^"]*)"'
+)
 _BAD_VALUE = re.compile(r"Failed to parse (\w+) field: (.*)")
+# Where the parser says a value sat, at the end of its message.
+_AT_FIELD = re.compile(r"^(.*) at GenerateRequest\.([\w.\[\]]+)\.*$")
 
 
 @dataclass(frozen=True)
@@ -47,6 +55,7 @@ def request_from_json(body: object) -> common_pb2.GenerateRequest:
     naming the field at fault otherwise."""
     if not isinstance(body, dict):
         raise InvalidArgument("request: expected a JSON object of GenerateRequest fields")
+    check_json_message(body, _REQUEST)
     request = common_pb2.GenerateRequest()
     try:
         json_format.ParseDict(body, request)
@@ -57,15 +66,25 @@ def request_from_json(body: object) -> common_pb2.GenerateRequest:
 
 
 def _parse_error(text: str) -> str:
-    """The JSON parser's complaint as the mesh words errors: `field: what is wrong`."""
+    """The JSON parser's complaint as the mesh words errors: `field.path: what is wrong`.
+
+    `check_json_message` answers for every value it knows to be wrong first; this words
+    whatever the parser still refuses."""
     first = text.split("\n")[0]  # the rest lists every field name
     unknown = _UNKNOWN_FIELD.search(first)
     if unknown:
-        return f"{unknown[1]}: GenerateRequest has no such field"
-    bad = _BAD_VALUE.match(first)
-    if bad:
-        return f"{bad[1]}: {bad[2]}"
-    return f"request: {first}"
+        message, name, owner = unknown.groups()
+        path = f"{owner}.{name}" if owner else name
+        return f"{path}: {message} has no such field"
+    names = []
+    while bad := _BAD_VALUE.match(first):
+        names.append(bad[1])
+        first = bad[2]
+    first = first.rstrip(".")
+    at = _AT_FIELD.match(first)
+    if at:
+        return f"{at[2]}: {at[1]}"
+    return f"{'.'.join(names) or 'request'}: {first}"
 
 
 def request_from_form(
@@ -131,6 +150,11 @@ class JsonPlane:
 
     def __init__(self, plane: DataPlane) -> None:
         self.plane = plane
+
+    def spec(self, model: str) -> ModelSpec:
+        """The registry entry the gateway checks `model`'s requests against, for a rule its
+        ModelInfo does not carry (a video model's frame multiple); NotFound for none."""
+        return find_model(self.plane.up.registry, model)
 
     def caller(self, authorization: str | None) -> Caller:
         """The caller an `Authorization: Bearer <key>` header names."""
@@ -239,11 +263,13 @@ def event_view(event: common_pb2.GenerateEvent) -> JsonObject:
 
 def _result_view(result: common_pb2.Result) -> JsonObject:
     size = len(result.data) or result.artifact.size_bytes
+    # An inline result carries its bytes and no reference; the digest is the same either way.
+    digest = result.artifact.sha256 or (hashlib.sha256(result.data).hexdigest() if size else "")
     return {
         "mime_type": result.mime_type,
         "seed": str(result.seed),
         "size_bytes": size,
-        "sha256": result.artifact.sha256,
+        "sha256": digest,
         # A presigned URL when the mesh stores results in object storage; the HTTP face fills
         # in its own result endpoint otherwise.
         "url": result.url or None,

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncGenerator
+from collections import Counter
+from collections.abc import AsyncGenerator, Mapping
 from urllib.parse import parse_qsl
 
 from fastapi import Request
@@ -36,23 +37,57 @@ def is_form(request: Request) -> bool:
 
 
 async def read_json(request: Request, max_bytes: int) -> object:
-    """The body parsed as JSON; InvalidArgument when it is not."""
+    """The body parsed as JSON; InvalidArgument when it is not, or when an object names a key
+    twice (the parser would keep the last value and drop the other without a word)."""
     body = await read_body(request, max_bytes)
     try:
-        return json.loads(body or b"{}")
+        return json.loads(body or b"{}", object_pairs_hook=_each_key_once)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise InvalidArgument(f"body: not valid JSON ({exc})") from None
+    except ValueError as exc:
+        # Python's own limit on the digits of one integer (4300), which no field needs.
+        raise InvalidArgument(f"body: {exc}") from None
 
 
-async def read_form(request: Request, max_bytes: int) -> tuple[dict[str, str], dict[str, bytes]]:
-    """A form body as its text fields and its file parts (name -> bytes; multipart only)."""
+def _each_key_once(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    found: dict[str, object] = {}
+    for key, value in pairs:
+        if key in found:
+            raise InvalidArgument(f"{key}: given twice in one JSON object; give it once")
+        found[key] = value
+    return found
+
+
+async def read_form(
+    request: Request, max_bytes: int, aliases: Mapping[str, str] | None = None
+) -> tuple[dict[str, str], dict[str, bytes]]:
+    """A form body as its text fields and its file parts (name -> bytes; multipart only);
+    `aliases` maps another spelling of a field (`image[]`, as the openai client sends a list)
+    to the field. InvalidArgument naming a field sent more than once: each field of a job
+    takes one value, and keeping one of several would drop the others without a word."""
+    spelled = aliases or {}
+    fields, files = await _form_items(request, max_bytes)
+    counts = Counter(spelled.get(name, name) for name, _ in [*fields, *files])
+    for name, count in counts.items():
+        if count > 1:
+            raise InvalidArgument(f"{name}: sent {count} times; send it once")
+    return (
+        {spelled.get(name, name): text for name, text in fields},
+        {spelled.get(name, name): data for name, data in files},
+    )
+
+
+async def _form_items(
+    request: Request, max_bytes: int
+) -> tuple[list[tuple[str, str]], list[tuple[str, bytes]]]:
+    """The form's text fields and file parts in the order sent, each as often as sent."""
     body = await read_body(request, max_bytes)
     if not request.headers.get("content-type", "").lower().startswith("multipart/"):
         try:
             pairs = parse_qsl(body.decode(), keep_blank_values=True, strict_parsing=False)
         except UnicodeDecodeError:
             raise InvalidArgument("body: a form that is not UTF-8") from None
-        return dict(pairs), {}
+        return pairs, []
 
     async def once() -> AsyncGenerator[bytes, None]:
         yield body
@@ -62,11 +97,11 @@ async def read_form(request: Request, max_bytes: int) -> tuple[dict[str, str], d
         form = await parser.parse()
     except MultiPartException as exc:
         raise InvalidArgument(f"body: {exc.message}") from None
-    fields: dict[str, str] = {}
-    files: dict[str, bytes] = {}
+    fields: list[tuple[str, str]] = []
+    files: list[tuple[str, bytes]] = []
     for name, value in form.multi_items():
         if isinstance(value, UploadFile):
-            files[name] = await value.read()
+            files.append((name, await value.read()))
         else:
-            fields[name] = value
+            fields.append((name, value))
     return fields, files

@@ -38,7 +38,7 @@ def _submit_body() -> dict[str, Any]:
     multipart = {
         "type": "object",
         "description": "The same fields as form values (numbers and objects as JSON text), "
-        "with `image` and `mask_image` as file parts.",
+        "with `image` and `mask_image` as file parts; each field once.",
         "properties": {
             name: {"type": "string", "format": "binary"}
             if prop.get("format") == "byte"

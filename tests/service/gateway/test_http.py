@@ -94,6 +94,9 @@ async def test_a_job_streams_queued_progress_with_previews_and_its_result(client
     assert info["state"] == "SUCCEEDED"
     assert info["result"]["sha256"] == hashlib.sha256(fetched.content).hexdigest()
     assert info["result"]["size_bytes"] == len(fetched.content)
+    # The stream's result event names the same bytes as the job does.
+    assert result["sha256"] == info["result"]["sha256"]
+    assert result["size_bytes"] == len(fetched.content)
 
 
 async def test_result_ranges(client):
