@@ -59,8 +59,8 @@ def resolve_adapters(
 ) -> tuple[AdapterScale, ...]:
     """The requested adapters with every scale resolved, in request order.
 
-    InvalidArgument for too many, a repeated name or a scale out of range; NotFound naming
-    an adapter the model's entry does not offer."""
+    InvalidArgument for too many, a missing or repeated name or a scale out of range;
+    NotFound naming an adapter the model's entry does not offer."""
     if len(requested) > max_per_request:
         raise InvalidArgument(
             f"adapters: {len(requested)} given; at most {max_per_request} per request"
@@ -70,6 +70,12 @@ def resolve_adapters(
     resolved = []
     for index, ask in enumerate(requested):
         field = f"adapters[{index}]"
+        if not ask.name:
+            # An unnamed adapter is a malformed request, not a name the entry lacks.
+            raise InvalidArgument(
+                f"{field}.name: required; name an adapter of model {model!r} "
+                f"(known: {', '.join(by_name) or 'none'})"
+            )
         if ask.name in seen:
             raise InvalidArgument(f"{field}.name: {ask.name!r} is named twice; name it once")
         seen.add(ask.name)

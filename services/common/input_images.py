@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import hashlib
 import io
+import re
+from collections.abc import Collection
 from dataclasses import replace
 
 from PIL import Image, UnidentifiedImageError
@@ -24,6 +26,41 @@ from mediamesh.common.registry import ModelSpec
 INPUT_FORMATS = {"PNG": "image/png", "JPEG": "image/jpeg", "WEBP": "image/webp"}
 # Request field holding each input's upload id instead of bytes.
 ID_FIELDS = {"image": "image_id", "mask_image": "mask_image_id"}
+# Leading bytes of each input format: enough to tell an upload's format without decoding it.
+_SIGNATURES = {
+    b"\x89PNG\r\n\x1a\n": "image/png",
+    b"\xff\xd8\xff": "image/jpeg",
+}
+# Bytes `sniffed_mime` needs to tell every format apart (WebP's "WEBP" ends at byte 12).
+SNIFF_BYTES = 12
+# Pillow puts the repr of its file object in some messages; a caller has no use for it.
+_OBJECT_REPR = re.compile(r"\s*<[^<>]*\bat 0x[0-9a-fA-F]+>")
+
+
+def input_field(name: str, input_id: str) -> str:
+    """The request field that carried input `name`: its upload id field when the caller named
+    an upload, else the bytes field. Errors about the input name this field, the one the
+    caller set, even once the scheduler has read the upload's bytes."""
+    return ID_FIELDS[name] if input_id else name
+
+
+def sniffed_mime(data: bytes) -> str | None:
+    """The input format's MIME type by the leading bytes of `data` (at least SNIFF_BYTES of
+    them for WebP); None for bytes that start no PNG, JPEG or WebP file."""
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "image/webp"
+    return next((mime for magic, mime in _SIGNATURES.items() if data.startswith(magic)), None)
+
+
+def check_upload_mime(mime_type: str) -> None:
+    """InvalidArgument naming `mime_type` unless it is an input format's MIME type, or empty
+    (the format is then taken from the bytes)."""
+    if mime_type and mime_type not in INPUT_FORMATS.values():
+        allowed = ", ".join(INPUT_FORMATS.values())
+        raise InvalidArgument(
+            f"mime_type: {mime_type[:64]!r} is not an input format; use one of {allowed}, "
+            "or leave it empty to have it read from the bytes"
+        )
 
 
 def probe_image(field: str, data: bytes, max_pixels: int) -> InputImage:
@@ -50,7 +87,7 @@ def probe_image(field: str, data: bytes, max_pixels: int) -> InputImage:
         ) from None
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:
         raise InvalidArgument(
-            f"{field}: cannot be decoded as PNG, JPEG or WebP ({type(exc).__name__}: {exc})"
+            f"{field}: cannot be decoded as PNG, JPEG or WebP ({_undecodable(exc, data)})"
         ) from None
     return InputImage(
         sha256=hashlib.sha256(data).hexdigest(),
@@ -68,8 +105,22 @@ def decode_image(field: str, data: bytes, max_pixels: int) -> Image.Image:
         image = Image.open(io.BytesIO(data))
         image.load()
     except Exception as exc:
-        raise InvalidArgument(f"{field}: cannot be decoded ({type(exc).__name__}: {exc})") from None
+        raise InvalidArgument(f"{field}: cannot be decoded ({_undecodable(exc, data)})") from None
     return image
+
+
+def _undecodable(exc: Exception, data: bytes) -> str:
+    """Why Pillow could not read `data`, as words for the caller: no exception class and no
+    Python object in them, but what is known (truncated, a broken header)."""
+    if isinstance(exc, UnidentifiedImageError):
+        kind = sniffed_mime(data)
+        if kind is None:
+            return "not an image file"
+        return f"a broken {kind.removeprefix('image/').upper()} header"
+    reason = _OBJECT_REPR.sub("", str(exc)).strip().rstrip(".")
+    if reason.lower() == "truncated file read":
+        return "truncated data"
+    return reason or "corrupt data"
 
 
 def _check_pixels(field: str, width: int, height: int, max_pixels: int) -> None:
@@ -88,21 +139,24 @@ def resolve_inputs(
     images: dict[str, bytes | None],
     ids: dict[str, str],
     strength: float | None,
+    from_uploads: Collection[str] = (),
 ) -> GenerationParams:
     """`params` with the request's input images and strength checked and set.
 
     `images` holds each input's bytes (None: not sent inline) and `ids` its upload id ("":
     none). An input named only by id cannot be looked at here (the gateway's case); the
-    scheduler replaces ids by their bytes before it calls this.
+    scheduler reads the upload's bytes into `images` before it calls this, keeping the id,
+    and lists the input in `from_uploads`. Errors name the field the caller set.
     """
     for name in ("image", "mask_image"):
+        field = input_field(name, ids.get(name, ""))
         sent = bool(images.get(name)) or bool(ids.get(name))
         if sent and name not in spec.inputs:
             raise InvalidArgument(
-                f"{name}: model {spec.name!r} ({spec.pipeline}) takes no {name}; "
+                f"{field}: model {spec.name!r} ({spec.pipeline}) takes no {name}; "
                 f"leave it unset (its inputs: {', '.join(spec.inputs) or 'none'})"
             )
-        if images.get(name) and ids.get(name):
+        if images.get(name) and ids.get(name) and name not in from_uploads:
             raise InvalidArgument(f"{name}: set {name} or {ID_FIELDS[name]}, not both")
         if name in spec.inputs and not sent:
             raise InvalidArgument(
@@ -115,7 +169,7 @@ def resolve_inputs(
     if "strength" in spec.accepted_fields:
         check_strength(value, params.steps)
     found = {
-        name: probe_image(name, data, spec.limits.max_input_pixels)
+        name: probe_image(input_field(name, ids.get(name, "")), data, spec.limits.max_input_pixels)
         for name, data in images.items()
         if data and name in spec.inputs
     }
@@ -130,12 +184,13 @@ def resolve_inputs(
         )
     ):
         raise InvalidArgument(
-            f"mask_image: {mask.width}x{mask.height} px; it must be the size of image "
+            f"{input_field('mask_image', ids.get('mask_image', ''))}: "
+            f"{mask.width}x{mask.height} px; it must be the size of image "
             f"({image.width}x{image.height} px)"
         )
     params = replace(params, image=image, mask_image=mask, strength=value)
     if image is not None and "width" not in spec.accepted_fields:
-        params = _size_from_image(spec, params, image)
+        params = _size_from_image(spec, params, image, input_field("image", ids.get("image", "")))
     return params
 
 
@@ -151,7 +206,7 @@ def check_strength(strength: float, steps: int) -> None:
 
 
 def _size_from_image(
-    spec: ModelSpec, params: GenerationParams, image: InputImage
+    spec: ModelSpec, params: GenerationParams, image: InputImage, field: str
 ) -> GenerationParams:
     # The pipeline makes its output at the input's size (it takes no width or height), so
     # the input is held to the output's limits, and the job's size is the input's.
@@ -165,7 +220,7 @@ def _size_from_image(
     )
     if not fits:
         raise InvalidArgument(
-            f"image: {width}x{height} px; {spec.name} makes its result at the input's size, "
+            f"{field}: {width}x{height} px; {spec.name} makes its result at the input's size, "
             f"which must be a multiple of {lim.size_multiple} px up to "
             f"{lim.max_width}x{lim.max_height} px"
         )

@@ -18,7 +18,7 @@ from mediamesh.common.adapters import (
 from mediamesh.common.errors import InvalidArgument, NotFound
 from mediamesh.common.generation import GenerationParams, Priority
 from mediamesh.common.input_images import check_input_params, resolve_inputs
-from mediamesh.common.limits import MAX_TIMEOUT_MS
+from mediamesh.common.limits import MAX_SEED, MAX_TIMEOUT_MS
 from mediamesh.common.output_formats import FPS_RANGE, LOSSY_IMAGE_FORMATS, QUALITY_RANGE
 from mediamesh.common.registry import MODEL_FIELDS, ModelSpec, Registry
 
@@ -53,6 +53,9 @@ class RequestFields:
     strength: float | None = None
     # LoRA adapters by registry name; a scale of None takes the entry's default_scale.
     adapters: tuple[AdapterRequest, ...] = ()
+    # Inputs whose bytes the scheduler read from the upload the caller named; their ids stay
+    # set, so that errors about them name the id field the caller set.
+    from_uploads: frozenset[str] = frozenset()
 
 
 def find_model(registry: Registry, name: str) -> ModelSpec:
@@ -129,6 +132,7 @@ def resolve(
         {"image": fields.image, "mask_image": fields.mask_image},
         {"image": fields.image_id, "mask_image": fields.mask_image_id},
         fields.strength,
+        fields.from_uploads,
     )
     check_generation(spec, params)
     output_format, quality, fps = resolve_output(spec, fields)
@@ -172,7 +176,7 @@ def check_generation(spec: ModelSpec, params: GenerationParams) -> None:
             )
     if spec.modality == "audio":
         _check_range("duration_s", params.duration_s, 0.1, lim.max_duration_s)
-    _check_range("seed", params.seed, 0, 2**63 - 1)
+    _check_range("seed", params.seed, 0, MAX_SEED)
     check_input_params(spec, params)
     check_adapters(spec.name, spec.adapters, params.adapters)
     check_preview(spec, params)

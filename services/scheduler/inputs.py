@@ -18,7 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from mediamesh.common.generation import GenerationParams, InputImage
-from mediamesh.common.input_images import ID_FIELDS, decode_image
+from mediamesh.common.input_images import ID_FIELDS, decode_image, input_field
 from mediamesh.common.input_refs import inline_ref, is_inline
 from mediamesh.common.output_formats import extension_for
 from mediamesh.common.params import RequestFields
@@ -38,31 +38,34 @@ class JobInputs:
         self.uploads = uploads
 
     async def with_uploads(self, fields: RequestFields, tenant: str) -> RequestFields:
-        """`fields` with each upload id replaced by the upload's bytes; NOT_FOUND for an id
-        that is unknown, expired or another tenant's."""
+        """`fields` with each upload's bytes read in beside its id (listed in `from_uploads`);
+        NOT_FOUND naming the id field for an id that is unknown, expired or another tenant's."""
         for name in INPUT_FIELDS:
-            input_id = getattr(fields, ID_FIELDS[name])
+            id_field = ID_FIELDS[name]
+            input_id = getattr(fields, id_field)
             if not input_id or getattr(fields, name):
                 continue  # no id, or both set: `resolve` refuses the pair, naming it
-            upload = self.uploads.get(input_id, tenant)
-            data = await asyncio.to_thread(self.uploads.read, upload)
+            upload = self.uploads.get(input_id, tenant, id_field)
+            data = await asyncio.to_thread(self.uploads.read, upload, id_field)
+            uploaded = fields.from_uploads | {name}
             if name == "image":
-                fields = replace(fields, image=data, image_id="")
+                fields = replace(fields, image=data, from_uploads=uploaded)
             else:
-                fields = replace(fields, mask_image=data, mask_image_id="")
+                fields = replace(fields, mask_image=data, from_uploads=uploaded)
         return fields
 
     async def store(
         self, spec: ModelSpec, params: GenerationParams, fields: RequestFields
     ) -> GenerationParams:
-        """`params` with each input decoded once (INVALID_ARGUMENT naming the field for bytes
-        broken past their header) and stored; its refs name where."""
+        """`params` with each input decoded once (INVALID_ARGUMENT naming the field the caller
+        set, for bytes broken past their header) and stored; its refs name where."""
         for name in INPUT_FIELDS:
             image: InputImage | None = getattr(params, name)
             data: bytes | None = getattr(fields, name)
             if image is None or not data:
                 continue
-            await asyncio.to_thread(decode_image, name, data, spec.limits.max_input_pixels)
+            field = input_field(name, getattr(fields, ID_FIELDS[name]))
+            await asyncio.to_thread(decode_image, field, data, spec.limits.max_input_pixels)
             ref = await asyncio.to_thread(self._keep, name, image, data)
             kept = replace(image, ref=ref)
             if name == "image":

@@ -29,6 +29,7 @@ from mediamesh.common.errors import (
     StatusCode,
 )
 from mediamesh.common.errors import ResourceExhausted as QuotaExceeded
+from mediamesh.common.input_images import SNIFF_BYTES, check_upload_mime, sniffed_mime
 
 _DATA = ".bin"
 _RECORD = ".json"
@@ -97,9 +98,11 @@ class UploadStore:
         return live + self._streaming.get(tenant, 0)
 
     def begin(self, tenant: str, sha256: str, mime_type: str, quota_bytes: int) -> UploadWriter:
-        """A writer for a new upload of `tenant`; `quota_bytes` 0 takes the default quota."""
+        """A writer for a new upload of `tenant`; `quota_bytes` 0 takes the default quota.
+        InvalidArgument for a `mime_type` that is no input format ("" leaves it to the bytes)."""
         if not sha256:
             raise InvalidArgument("sha256: required on the first chunk of an upload")
+        check_upload_mime(mime_type)
         self.folder.mkdir(parents=True, exist_ok=True)
         quota = quota_bytes or self.limits.quota_bytes
         return UploadWriter(self, tenant, sha256, mime_type, quota)
@@ -131,21 +134,22 @@ class UploadStore:
         with self._lock:
             self._uploads[upload.input_id] = upload
 
-    def get(self, input_id: str, tenant: str) -> StoredUpload:
+    def get(self, input_id: str, tenant: str, field: str = "input_id") -> StoredUpload:
         """The tenant's live upload; NOT_FOUND (the same answer) for an unknown id, another
-        tenant's upload and an expired one."""
+        tenant's upload and an expired one, naming `field`, the one that held the id."""
         with self._lock:
             upload = self._uploads.get(input_id)
         if upload is None or upload.tenant != tenant or upload.expires_at <= self._clock():
-            raise NotFound(f"input_id: no upload {input_id!r} (unknown, expired or not yours)")
+            raise NotFound(f"{field}: no upload {input_id!r} (unknown, expired or not yours)")
         return upload
 
-    def read(self, upload: StoredUpload) -> bytes:
-        """The upload's bytes (blocking: call in a thread)."""
+    def read(self, upload: StoredUpload, field: str = "input_id") -> bytes:
+        """The upload's bytes (blocking: call in a thread); NOT_FOUND naming `field` when
+        its file has gone."""
         try:
             return (self.folder / f"{upload.input_id}{_DATA}").read_bytes()
         except FileNotFoundError:
-            raise NotFound(f"input_id: upload {upload.input_id!r} is gone (expired)") from None
+            raise NotFound(f"{field}: upload {upload.input_id!r} is gone (expired)") from None
 
     def sweep(self) -> list[str]:
         """Delete expired uploads and files no live upload owns (blocking: call in a thread);
@@ -181,6 +185,8 @@ class UploadWriter:
         self.quota = quota
         self.input_id = f"up-{uuid.uuid4().hex}"
         self.size = 0
+        # The leading bytes, which tell the format, however the upload was cut into chunks.
+        self._head = b""
         self._digest = hashlib.sha256()
         self._path = store.folder / f"{self.input_id}{_DATA}{_PARTIAL}"
         self._file = self._path.open("wb")
@@ -193,11 +199,15 @@ class UploadWriter:
             )
         self.store._reserve(self.tenant, len(data), self.quota)
         self.size += len(data)
+        if len(self._head) < SNIFF_BYTES:
+            self._head += data[: SNIFF_BYTES - len(self._head)]
         self._digest.update(data)
         self._file.write(data)
 
     def finish(self) -> StoredUpload:
-        """The stored upload; DATA_LOSS when the bytes do not hash to the declared SHA-256."""
+        """The stored upload; DATA_LOSS when the bytes do not hash to the declared SHA-256,
+        INVALID_ARGUMENT when they start no PNG, JPEG or WebP file, or another format than
+        the declared `mime_type` (a job would only find that out when it decodes them)."""
         self._file.close()
         try:
             digest = self._digest.hexdigest()
@@ -208,13 +218,14 @@ class UploadWriter:
                 )
             if self.size == 0:
                 raise InvalidArgument("data: the upload is empty")
+            mime_type = self._checked_mime()
             self._path.replace(self.store.folder / f"{self.input_id}{_DATA}")
             upload = StoredUpload(
                 input_id=self.input_id,
                 tenant=self.tenant,
                 size_bytes=self.size,
                 sha256=digest,
-                mime_type=self.mime_type,
+                mime_type=mime_type,
                 expires_at=self.store._clock() + self.store.limits.ttl_s,
             )
             self.store._add(upload)
@@ -224,6 +235,18 @@ class UploadWriter:
             raise
         finally:
             self.store._release(self.tenant, self.size)
+
+    def _checked_mime(self) -> str:
+        found = sniffed_mime(self._head)
+        declared = f" (declared as {self.mime_type})" if self.mime_type else ""
+        if found is None:
+            raise InvalidArgument(f"data: not a PNG, JPEG or WebP file{declared}")
+        if self.mime_type and found != self.mime_type:
+            raise InvalidArgument(
+                f"mime_type: {self.mime_type} does not match the bytes, which are {found}; "
+                f"declare {found} or leave mime_type empty"
+            )
+        return found
 
     def abort(self) -> None:
         """Drop an upload that did not finish."""

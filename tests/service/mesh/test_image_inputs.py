@@ -74,14 +74,18 @@ async def generate(mesh: InProcessMesh, key: str = KEY_A, **fields: object) -> l
 
 
 async def upload(
-    mesh: InProcessMesh, data: bytes, key: str = KEY_A, sha256: str | None = None
+    mesh: InProcessMesh,
+    data: bytes,
+    key: str = KEY_A,
+    sha256: str | None = None,
+    mime_type: str = "image/png",
 ) -> gateway_pb2.UploadHandle:
     digest = sha256 or hashlib.sha256(data).hexdigest()
     pieces = [data[i : i + 5000] for i in range(0, len(data), 5000)]
 
     async def chunks() -> AsyncIterator[gateway_pb2.UploadChunk]:
         for index, piece in enumerate(pieces):
-            first = {"sha256": digest, "mime_type": "image/png"} if index == 0 else {}
+            first = {"sha256": digest, "mime_type": mime_type} if index == 0 else {}
             yield gateway_pb2.UploadChunk(data=piece, **first)
 
     return await stub(mesh).Upload(chunks(), metadata=auth(key), timeout=30)
@@ -96,7 +100,10 @@ async def refused(mesh: InProcessMesh, code: grpc.StatusCode, key: str = KEY_A, 
 
 
 BAD_INPUTS = [
-    ({"model": IMG2IMG, "image": b"\x89PNG not really"}, "image: cannot be decoded"),
+    (
+        {"model": IMG2IMG, "image": b"\x89PNG not really"},
+        "image: cannot be decoded as PNG, JPEG or WebP (not an image file)",
+    ),
     ({"model": IMG2IMG, "image": image_bytes(kind="GIF", mode="P", color=1)}, "GIF images"),
     ({"model": IMG2IMG, "image": image_bytes((1024, 512))}, "the limit is 262144 pixels"),
     ({"model": IMG2IMG, "image": png_bomb()}, "more pixels than the limit of 262144"),
@@ -104,6 +111,7 @@ BAD_INPUTS = [
     ({"model": IMG2IMG, "image": image_bytes(), "strength": 1.5}, "strength: 1.5 is out of range"),
     ({"model": IMG2IMG}, "image: required by model 'flux-img2img-tiny'"),
     ({"model": "flux-tiny", "image": image_bytes()}, "image: model 'flux-tiny' (FluxPipeline)"),
+    ({"model": "flux-tiny", "image_id": "up-1"}, "image_id: model 'flux-tiny' (FluxPipeline)"),
     ({"model": "flux-tiny", "strength": 0.5}, "strength: model 'flux-tiny'"),
     (
         {"model": INPAINT, "image": image_bytes(), "mask_image": mask_bytes((64, 32))},
@@ -184,7 +192,10 @@ async def test_upload_then_name_it_by_id(mesh):
     details = await refused(
         mesh, grpc.StatusCode.NOT_FOUND, key=KEY_B, model=IMG2IMG, image_id=handle.input_id
     )
-    assert "input_id" in details and "not yours" in details
+    assert details.startswith("image_id: no upload") and "not yours" in details
+    details = await refused(mesh, grpc.StatusCode.NOT_FOUND, model=INPAINT, image=data,
+                            mask_image_id="up-nope")  # fmt: skip
+    assert details.startswith("mask_image_id: no upload 'up-nope'")
     details = await refused(
         mesh, grpc.StatusCode.INVALID_ARGUMENT, model=IMG2IMG, image=data, image_id=handle.input_id
     )
@@ -195,6 +206,31 @@ async def test_upload_then_name_it_by_id(mesh):
     await refused(mesh, grpc.StatusCode.NOT_FOUND, model=IMG2IMG, image_id=handle.input_id)
     assert await asyncio.to_thread(uploads.sweep) == [handle.input_id]
     assert not any(uploads.folder.iterdir())
+
+
+async def test_an_upload_must_be_of_an_input_format_and_the_declared_one(mesh):
+    data = noise_png(seed=8)
+    for declared, words in [
+        ("image/gif", "mime_type: 'image/gif' is not an input format; use one of image/png"),
+        ("image/jpeg", "mime_type: image/jpeg does not match the bytes, which are image/png"),
+    ]:
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await upload(mesh, data, mime_type=declared)
+        assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert (caught.value.details() or "").startswith(words), caught.value.details()
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await upload(mesh, b"GIF89a" + data[6:], mime_type="")
+    assert caught.value.details() == "data: not a PNG, JPEG or WebP file"
+    assert not list(mesh.scheduler.runtime.inputs.uploads.folder.glob("*.bin*"))
+    assert (await upload(mesh, data, mime_type="")).input_id
+
+    # An upload that starts as a PNG but is none is refused when a job names it.
+    broken = await upload(mesh, data[:100] + b"\x00" * 100)
+    details = await refused(
+        mesh, grpc.StatusCode.INVALID_ARGUMENT, model=IMG2IMG, image_id=broken.input_id
+    )
+    assert details.startswith("image_id: cannot be decoded as PNG, JPEG or WebP (")
+    assert " at 0x" not in details and "Error" not in details
 
 
 async def test_upload_checksum_and_quota(mesh):

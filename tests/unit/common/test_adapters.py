@@ -65,6 +65,14 @@ def test_limits_on_count_and_repeats() -> None:
         resolve(FLUX, fields(AdapterRequest("style"), AdapterRequest("style", 0.5)))
 
 
+def test_an_unnamed_adapter_is_invalid_argument_not_an_unknown_one() -> None:
+    with pytest.raises(InvalidArgument) as caught:
+        resolve(FLUX, fields(AdapterRequest("style"), AdapterRequest("", 0.5)))
+    assert caught.value.message == (
+        "adapters[1].name: required; name an adapter of model 'flux-tiny' (known: style, style2)"
+    )
+
+
 def test_a_worker_rechecks_resolved_adapters() -> None:
     params = GenerationParams(
         prompt="p", width=64, height=64, adapters=(AdapterScale("ghost", 1.0),)

@@ -118,7 +118,12 @@ def test_resolve_sets_image_strength_and_size() -> None:
             {"image": image_bytes()},
             "image: model 'flux-tiny' (FluxPipeline) takes no image",
         ),
-        ("flux-tiny", {"image_id": "up-1"}, "image: model 'flux-tiny'"),
+        ("flux-tiny", {"image_id": "up-1"}, "image_id: model 'flux-tiny' (FluxPipeline)"),
+        (
+            "sdxl-img2img-tiny",
+            {"image_id": "up-1", "mask_image_id": "up-2"},
+            "mask_image_id: model 'sdxl-img2img-tiny'",
+        ),
         ("flux-tiny", {"strength": 0.5}, "strength: model 'flux-tiny'"),
         ("sdxl-img2img-tiny", {}, "image: required by model 'sdxl-img2img-tiny'"),
         (
@@ -167,6 +172,50 @@ def test_resolve_sets_image_strength_and_size() -> None:
 )
 def test_bad_requests_name_the_field(model: str, values: dict[str, object], words: str) -> None:
     assert words in refused(model, **values)
+
+
+@pytest.mark.parametrize(
+    ("data", "reason"),
+    [
+        (b"not an image at all", "(not an image file)"),
+        (b"\x89PNG\r\n\x1a\n and then nothing a PNG has", "(a broken PNG header)"),
+        (truncated_png(), "(truncated data)"),
+    ],
+)
+def test_undecodable_bytes_are_explained_without_python_internals(data: bytes, reason: str) -> None:
+    for check in (probe_image, decode_image):
+        with pytest.raises(InvalidArgument) as caught:
+            check("image", data, LIMIT)
+        message = caught.value.message
+        assert message == f"image: cannot be decoded as PNG, JPEG or WebP {reason}", message
+        assert " at 0x" not in message and "Error" not in message
+
+
+def uploaded(model: str, **values: object) -> str:
+    """The refusal of a request whose inputs the scheduler has read from uploads: their ids
+    stay set, listed in `from_uploads`."""
+    names = frozenset(name for name in ("image", "mask_image") if f"{name}_id" in values)
+    with pytest.raises(InvalidArgument) as caught:
+        resolve(find_model(REGISTRY, model), fields(model, from_uploads=names, **values))
+    return caught.value.message
+
+
+def test_an_uploaded_input_is_named_by_the_id_field_the_caller_set() -> None:
+    broken = uploaded("flux-img2img-tiny", image=b"text, not a picture", image_id="up-1")
+    assert broken == "image_id: cannot be decoded as PNG, JPEG or WebP (not an image file)"
+    assert uploaded(
+        "sdxl-inpaint-tiny",
+        image=image_bytes(),
+        mask_image=mask_bytes((32, 64)),
+        mask_image_id="up-2",
+    ).startswith("mask_image_id: 32x64 px; it must be the size of image (64x64 px)")
+    assert uploaded("sdxl-img2img-tiny", image=image_bytes((40, 40)), image_id="up-1").startswith(
+        "image_id: 40x40 px"
+    )
+    # The caller setting both is still refused, naming the pair.
+    assert refused("sdxl-img2img-tiny", image=image_bytes(), image_id="up-1").startswith(
+        "image: set image or image_id, not both"
+    )
 
 
 def test_a_worker_rechecks_the_resolved_inputs() -> None:
