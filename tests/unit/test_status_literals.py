@@ -26,6 +26,7 @@ MAPPING_MODULES = frozenset(
 JOB_STATE_NAMES = {
     "scheduler/core/jobs.py": {"CANCELLED"},
     "sdk/types.py": {"CANCELLED"},
+    "gateway/http/openai_videos.py": {"CANCELLED"},
 }
 
 

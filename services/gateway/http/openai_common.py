@@ -1,47 +1,107 @@
-"""What the OpenAI-compatible routes share: sizes, model choice, waiting for a job's end."""
+"""What the OpenAI-compatible routes share: sizes, model choice, the names errors give the
+client's fields, waiting for a job's end."""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 from mediamesh.common.errors import InvalidArgument, MeshError, StatusCode
 from mediamesh.gateway.api.json_plane import JsonObject, JsonPlane
 from mediamesh.gateway.core.tenancy import Caller
 
-_SIZE = re.compile(r"^(\d{1,5})x(\d{1,5})$")
+_SIZE = re.compile(r"(\d+)x(\d+)", re.ASCII)
+# The message heads of the mesh's fields that OpenAI's `size` sets, for `openai_names`.
+SIZE_NAMES = {"width": "size: width", "height": "size: height"}
 
 
-def parse_size(size: str | None, field: str = "size") -> dict[str, int]:
-    """`WxH` as width and height; nothing for None or "auto" (the model's default size)."""
+def parse_size(size: str | None, model: JsonObject) -> dict[str, int]:
+    """`WxH` as width and height within `model`'s limits (its ModelInfo fields); nothing for
+    None or "auto" (the model's default size)."""
     if size is None or size == "auto":
         return {}
     match = _SIZE.fullmatch(size)
     if match is None:
-        raise InvalidArgument(f"{field}: {size[:32]!r} is not WIDTHxHEIGHT (e.g. 512x512) or auto")
+        raise InvalidArgument(f"size: {size[:32]!r} is not WIDTHxHEIGHT (e.g. 512x512) or auto")
+    limits = model["limits"]
+    low, max_width, max_height = (
+        limits["size_multiple"],
+        limits["max_width"],
+        limits["max_height"],
+    )
+    for digits, high in ((match[1], max_width), (match[2], max_height)):
+        # Python refuses int() of thousands of digits; more digits than the limit's is over it.
+        if len(digits.lstrip("0")) > len(str(high)) or not low <= int(digits) <= high:
+            raise InvalidArgument(
+                f"size: {size[:32]!r} is out of range for {model['name']}; allowed width "
+                f"{low}..{max_width} and height {low}..{max_height}"
+            )
     return {"width": int(match[1]), "height": int(match[2])}
 
 
-async def pick_model(plane: JsonPlane, name: str | None, modality: str) -> JsonObject:
-    """The named model (its ModelInfo fields), or the first ready model of `modality`."""
+async def pick_model(
+    plane: JsonPlane, name: str | None, modality: str, inputs: Mapping[str, str] | None = None
+) -> JsonObject:
+    """The named model (its ModelInfo fields), or the first ready model of `modality` that
+    takes `inputs`; `inputs` maps an input the request carries ("image", "mask_image") to the
+    OpenAI field that carries it, which an error about it names."""
+    needed = inputs or {}
     models = await plane.models()
+    served = [m for m in models if m["modality"] == modality]
     if name:
         for model in models:
             if model["name"] == name:
+                _check_model(model, modality, needed, served)
                 return model
         known = ", ".join(m["name"] for m in models)
         raise MeshError(f"model: {name!r} is not served; known: {known}", code=StatusCode.NOT_FOUND)
-    fitting = [m for m in models if m["modality"] == modality]
+    fitting = [m for m in served if _takes(m, needed)]
     ready = [m for m in fitting if m.get("ready")] or fitting
     if not ready:
-        raise InvalidArgument(f"model: required; this mesh serves no {modality} model")
+        taking = f" that takes {' and '.join(needed)} input" if needed else ""
+        raise InvalidArgument(f"model: required; this mesh serves no {modality} model{taking}")
     return ready[0]
 
 
-def require_image_input(model: JsonObject) -> None:
-    """InvalidArgument unless the model takes an input image."""
-    if "image" not in model.get("inputs", []):
-        raise InvalidArgument(f"image: model {model['name']!r} takes no image input")
+def _check_model(
+    model: JsonObject, modality: str, inputs: Mapping[str, str], served: list[JsonObject]
+) -> None:
+    """InvalidArgument unless `model` makes `modality` and takes every one of `inputs`."""
+    name = model["name"]
+    if model["modality"] != modality:
+        names = ", ".join(m["name"] for m in served) or "none"
+        raise InvalidArgument(
+            f"model: {name!r} makes {model['modality']}; this route serves the {modality} "
+            f"models: {names}"
+        )
+    for needed, field in inputs.items():
+        if needed not in model.get("inputs", []):
+            takers = ", ".join(m["name"] for m in served if _takes(m, {needed: field}))
+            raise InvalidArgument(
+                f"{field}: model {name!r} takes no {needed} input; {modality} models that "
+                f"do: {takers or 'none'}"
+            )
+
+
+def _takes(model: JsonObject, inputs: Mapping[str, str]) -> bool:
+    return all(needed in model.get("inputs", []) for needed in inputs)
+
+
+@contextmanager
+def openai_names(heads: Mapping[str, str]) -> Iterator[None]:
+    """Errors raised inside name the OpenAI field the client sent, not the mesh's: `heads`
+    maps a mesh field to the text that replaces its `field:` at the message's start (which is
+    what `param` of OpenAI's error shape is read from), e.g. "mask_image" to "mask:"."""
+    try:
+        yield
+    except MeshError as error:
+        field, colon, rest = error.message.partition(":")
+        if colon and field in heads:
+            error.message = f"{heads[field]}{rest}"
+            error.args = (error.message,)
+        raise
 
 
 async def final_event(plane: JsonPlane, job_id: str, caller: Caller) -> JsonObject:

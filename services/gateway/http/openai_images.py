@@ -28,11 +28,12 @@ from mediamesh.gateway.core.tenancy import Caller
 from mediamesh.gateway.http.bodies import read_form
 from mediamesh.gateway.http.context import Authorization, context_of, result_url
 from mediamesh.gateway.http.openai_common import (
+    SIZE_NAMES,
     final_event,
     mesh_fields,
+    openai_names,
     parse_size,
     pick_model,
-    require_image_input,
     result_bytes,
 )
 from mediamesh.gateway.http.schemas import ErrorBody
@@ -42,6 +43,9 @@ ResponseFormat = Literal["b64_json", "url"]
 ERRORS: dict[int | str, dict[str, Any]] = {
     status: {"model": ErrorBody} for status in (400, 401, 403, 404, 429, 503)
 }
+# The mesh's fields these routes set from OpenAI's, as their errors name them.
+GENERATION_NAMES = {**SIZE_NAMES, "output_quality": "output_compression:"}
+EDIT_NAMES = {**SIZE_NAMES, "mask_image": "mask:"}
 
 
 class ImageGeneration(BaseModel):
@@ -90,14 +94,14 @@ class ImagesResponse(BaseModel):
 async def generate_images(
     body: ImageGeneration, request: Request, authorization: Authorization = None
 ) -> JsonObject:
-    """Runs `n` jobs of the prompt and answers with their images."""
+    """Runs `n` jobs of the prompt with an image model and answers with their images."""
     plane = context_of(request).plane
     caller = plane.caller(authorization)
     model = await pick_model(plane, body.model, "image")
     fields = {
         "model": model["name"],
         "prompt": body.prompt,
-        **parse_size(body.size),
+        **parse_size(body.size, model),
         "output_format": body.output_format,
         "output_quality": body.output_compression,
         **mesh_fields(
@@ -117,7 +121,8 @@ async def generate_images(
     ]
     for generate in requests:
         generate.result_as_url = _as_url(body.response_format)
-    jobs = [(await plane.submit(r, caller))["job_id"] for r in requests]
+    with openai_names(GENERATION_NAMES):
+        jobs = [(await plane.submit(r, caller))["job_id"] for r in requests]
     data = [await _image(plane, job, caller, body.response_format, request) for job in jobs]
     return {"created": int(time.time()), "data": data, "size": body.size}
 
@@ -151,34 +156,39 @@ async def generate_images(
     },
 )
 async def edit_images(request: Request, authorization: Authorization = None) -> JsonObject:
-    """Runs `n` jobs of the prompt on the uploaded image (and mask) with a model that takes
-    an image input; 400 for a model that takes none."""
+    """Runs `n` jobs of the prompt on the uploaded image (and mask) with an image model that
+    takes them (by default the first that does); 400 for a model that does not, or for more
+    than one image."""
     context = context_of(request)
     plane = context.plane
     caller = plane.caller(authorization)
-    form, files = await read_form(request, context.max_body_bytes)
-    image = files.get("image") or files.get("image[]")
+    form, files = await read_form(request, context.max_body_bytes, {"image[]": "image"})
+    image = files.get("image")
     prompt = form.pop("prompt", None)
     if image is None:
         raise InvalidArgument("image: required, as a file part")
     if not prompt:
         raise InvalidArgument("prompt: required")
-    model = await pick_model(plane, form.pop("model", None), "image")
-    require_image_input(model)
+    inputs = {"image": "image", "mask_image": "mask"} if "mask" in files else {"image": "image"}
+    model = await pick_model(plane, form.pop("model", None), "image", inputs)
     requested_format = form.pop("response_format", "b64_json")
     if requested_format not in ("b64_json", "url"):
         raise InvalidArgument(f"response_format: {requested_format[:32]!r}; use b64_json or url")
     response_format: ResponseFormat = "url" if requested_format == "url" else "b64_json"
     n = _count(form.pop("n", "1"))
-    size = parse_size(form.pop("size", None))
+    size = parse_size(form.pop("size", None), model)
     form.pop("user", None)
     fields = {"model": model["name"], "prompt": prompt, **{k: str(v) for k, v in size.items()}}
+    unknown = sorted(set(files) - {"image", "mask"})
+    if unknown:
+        raise InvalidArgument(f"{unknown[0]}: not a file field of image edits; only image, mask")
     parts = {"image": image}
     if "mask" in files:
         parts["mask_image"] = files["mask"]
-    generate = request_from_form({**form, **fields}, parts)
-    generate.result_as_url = _as_url(response_format)
-    jobs = [(await plane.submit(generate, caller))["job_id"] for _ in range(n)]
+    with openai_names(EDIT_NAMES):
+        generate = request_from_form({**form, **fields}, parts)
+        generate.result_as_url = _as_url(response_format)
+        jobs = [(await plane.submit(generate, caller))["job_id"] for _ in range(n)]
     data = [await _image(plane, job, caller, response_format, request) for job in jobs]
     return {"created": int(time.time()), "data": data}
 
@@ -192,7 +202,7 @@ def _as_url(response_format: ResponseFormat) -> bool:
 
 
 def _count(text: str) -> int:
-    if not text.isdigit() or not 1 <= int(text) <= 10:
+    if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= 10:
         raise InvalidArgument(f"n: {text[:16]!r}; allowed 1..10")
     return int(text)
 

@@ -1,27 +1,41 @@
 """OpenAI-compatible videos, asynchronous as OpenAI's are: POST /v1/videos starts a job,
 GET /v1/videos/{id} reads it, GET /v1/videos/{id}/content fetches the video, DELETE cancels.
 
-A video's id is its job id. `seconds` becomes `num_frames` at `fps` frames per second (8
-unless the request sets `fps`). The video object is built from the scheduler's GetJob alone
-(the job's prompt, width, height, frames and fps), so every gateway replica, and one
-restarted since, answers the same; `seconds` is the clip's real length, frames / fps, which
-rounding to whole frames may make differ slightly from what was asked.
-DELETE cancels a job that has not ended; the stored artifact is removed by retention.
+A video's id is its job id. `seconds` becomes `num_frames`: the fewest frames the model
+accepts (its `frame_multiple` rule: Wan's and CogVideoX's VAEs need 4k + 1) that last at
+least `seconds` at `fps` frames per second (the model's own unless the request sets `fps`).
+The video object is built from the scheduler's GetJob alone (the job's prompt, width,
+height, frames and fps), so every gateway replica, and one restarted since, answers the same;
+its `seconds` is the clip's real length, frames / fps, so 1 s asked of wan-tiny reads 1.125.
+
+DELETE cancels a video that has not ended and answers `deleted: true`: no video will be made
+(the object stays readable, failed with error CANCELLED). The mesh cannot delete a job or its
+result before the scheduler's retention does, so DELETE of an ended video answers 409.
+There is no GET /v1/videos: the scheduler does not list a tenant's jobs.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from fastapi import APIRouter, Query, Request
-from fastapi.responses import Response
+from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, Field
 
-from mediamesh.common.errors import InvalidArgument
+from mediamesh.common.errors import FailedPrecondition, InvalidArgument
+from mediamesh.common.output_formats import FPS_RANGE
+from mediamesh.common.registry import ModelSpec
 from mediamesh.gateway.api.json_plane import JsonObject, request_from_form
 from mediamesh.gateway.http.bodies import is_form, read_form, read_json
 from mediamesh.gateway.http.context import Authorization, context_of
-from mediamesh.gateway.http.openai_common import parse_size, pick_model, require_image_input
+from mediamesh.gateway.http.errors import error_response
+from mediamesh.gateway.http.openai_common import (
+    SIZE_NAMES,
+    openai_names,
+    parse_size,
+    pick_model,
+)
 from mediamesh.gateway.http.results import result_response
 from mediamesh.gateway.http.schemas import ErrorBody
 
@@ -29,7 +43,10 @@ router = APIRouter(tags=["openai"])
 ERRORS: dict[int | str, dict[str, Any]] = {
     status: {"model": ErrorBody} for status in (400, 401, 403, 404, 429, 503)
 }
-DEFAULT_FPS = 8
+# The mesh's fields this route sets from OpenAI's, as their errors name them. num_frames is
+# not among them: `seconds` is checked against the frame limit before it becomes frames, and
+# a num_frames the client set itself (extra_body) keeps its own name.
+VIDEO_NAMES = {**SIZE_NAMES, "image": "input_reference:"}
 _STATUS = {
     "QUEUED": "queued",
     "DISPATCHED": "queued",
@@ -43,7 +60,10 @@ _VIDEO_SCHEMA = {
     "properties": {
         "prompt": {"type": "string"},
         "model": {"type": "string"},
-        "seconds": {"type": "string", "description": "Clip length; frames = seconds x fps"},
+        "seconds": {
+            "type": "string",
+            "description": "Clip length: the fewest frames the model accepts lasting this long",
+        },
         "size": {"type": "string", "description": "WIDTHxHEIGHT"},
         "input_reference": {"type": "string", "format": "binary"},
     },
@@ -76,7 +96,8 @@ class VideoObject(BaseModel):
 
 
 class VideoDeleted(BaseModel):
-    """The answer to DELETE."""
+    """The answer to DELETE of a video that had not ended: it is cancelled, and no video
+    will be made."""
 
     id: str
     object: str = "video.deleted"
@@ -112,20 +133,24 @@ async def create_video(request: Request, authorization: Authorization = None) ->
     prompt = form.pop("prompt", None)
     if not prompt:
         raise InvalidArgument("prompt: required")
-    model = await pick_model(plane, form.pop("model", None), "video")
+    inputs = {"image": "input_reference"} if "input_reference" in files else {}
+    model = await pick_model(plane, form.pop("model", None), "video", inputs)
     size = form.pop("size", None)
     seconds = form.pop("seconds", None)
     fields: dict[str, str] = {"model": model["name"], "prompt": prompt}
-    fields.update({k: str(v) for k, v in parse_size(size).items()})
+    fields.update({k: str(v) for k, v in parse_size(size, model).items()})
     if seconds is not None:
-        fps = int(form.get("fps") or DEFAULT_FPS)
-        fields.update(num_frames=str(round(_seconds(seconds) * fps)), fps=str(fps))
+        if "num_frames" in form:
+            raise InvalidArgument("seconds: set seconds or num_frames, not both")
+        spec = plane.spec(model["name"])
+        fps = _fps(form.get("fps"), spec)
+        fields.update(num_frames=str(frames_for(seconds, fps, spec)), fps=str(fps))
     parts = {}
     if "input_reference" in files:
-        require_image_input(model)
         parts["image"] = files.pop("input_reference")
-    generate = request_from_form({**form, **fields}, {**files, **parts})
-    return _video(await plane.submit(generate, caller))
+    with openai_names(VIDEO_NAMES):
+        generate = request_from_form({**form, **fields}, {**files, **parts})
+        return _video(await plane.submit(generate, caller))
 
 
 @router.get(
@@ -163,26 +188,66 @@ async def video_content(
 
 @router.delete(
     "/v1/videos/{video_id}",
-    responses={**ERRORS, 200: {"model": VideoDeleted}},
-    summary="Delete (cancel) a video",
+    response_model=None,
+    responses={**ERRORS, 200: {"model": VideoDeleted}, 409: {"model": ErrorBody}},
+    summary="Delete (cancel) a video that has not ended",
 )
 async def delete_video(
     video_id: str, request: Request, authorization: Authorization = None
-) -> JsonObject:
-    """Cancels the video's job if it has not ended."""
+) -> JsonObject | JSONResponse:
+    """Cancels the video's job if it has not ended; 409 for an ended one, which the mesh
+    keeps until its retention removes it."""
     plane = context_of(request).plane
-    await plane.cancel(video_id, plane.reader(authorization))
-    return {"id": video_id, "object": "video.deleted", "deleted": True}
+    # Decided from the state Cancel answers with, not one read before: the job may end
+    # between the two.
+    job = await plane.cancel(video_id, plane.reader(authorization))
+    if job["state"] == "CANCELLED":
+        return {"id": video_id, "object": "video.deleted", "deleted": True}
+    ended = FailedPrecondition(
+        f"video_id: video {video_id!r} has already ended ({_STATUS.get(job['state'], 'failed')})"
+        " and cannot be deleted; the mesh keeps an ended video, its object and its content, "
+        "until the scheduler's retention (scheduler.retention_s) removes it"
+    )
+    response = error_response(ended, request.url.path)
+    # A conflict with the video's state, not bad input: 409, which the openai client raises
+    # as ConflictError, rather than the 400 the code alone would map to.
+    response.status_code = 409
+    return response
 
 
-def _seconds(text: str) -> float:
+def frames_for(seconds: str, fps: int, spec: ModelSpec) -> int:
+    """The fewest frames `spec` accepts that last at least `seconds` at `fps`; InvalidArgument
+    naming `seconds` and the model's longest clip when even its most frames fall short."""
     try:
-        value = float(text)
+        asked = float(seconds)
     except ValueError:
-        raise InvalidArgument(f"seconds: {text[:16]!r} is not a number") from None
-    if not 0 < value <= 600:
-        raise InvalidArgument(f"seconds: {value} is out of range; allowed 0..600")
-    return value
+        raise InvalidArgument(f"seconds: {seconds[:16]!r} is not a number") from None
+    if not (math.isfinite(asked) and asked > 0):
+        raise InvalidArgument(f"seconds: {seconds[:16]!r} is out of range; allowed 0 < seconds")
+    lim = spec.limits
+    multiple = lim.frame_multiple
+    most = 1 + (lim.max_num_frames - 1) // multiple * multiple
+    # Rounded so that 0.1 s at 30 fps is 3 frames, not the 4 that 3.0000000000000004 is.
+    length_in_frames = round(asked * fps, 6)
+    if length_in_frames > most:
+        # Truncated, not rounded: every length the message allows must be served.
+        longest = math.floor(most / fps * 1000) / 1000
+        raise InvalidArgument(
+            f"seconds: {asked:g} is out of range for {spec.name}; allowed 0 < seconds <= "
+            f"{longest:g} ({most} frames at {fps} fps)"
+        )
+    wanted = max(1, math.ceil(length_in_frames))
+    return 1 + math.ceil((wanted - 1) / multiple) * multiple
+
+
+def _fps(text: str | None, spec: ModelSpec) -> int:
+    """The request's frame rate, else the model's."""
+    if text is None:
+        return spec.output.fps
+    low, high = FPS_RANGE
+    if not (text.isascii() and text.isdigit()) or not low <= int(text) <= high:
+        raise InvalidArgument(f"fps: {text[:16]!r}; allowed a whole number {low}..{high}")
+    return int(text)
 
 
 def _video(job: JsonObject) -> JsonObject:

@@ -121,10 +121,12 @@ async def test_videos_create_retrieve_download_and_delete(http_mesh: InProcessMe
             f"{base_url(http_mesh)}/v1/jobs/{video.id}/result", headers=bearer(KEY_A)
         )
     assert direct.content == data and direct.headers["content-type"].startswith("video/")
-    deleted = await client.videos.delete(video.id)
-    assert deleted.deleted and deleted.id == video.id and deleted.object == "video.deleted"
+    # The mesh keeps an ended video until retention: DELETE does not claim otherwise.
+    with pytest.raises(openai.ConflictError):
+        await client.videos.delete(video.id)
     long = await client.videos.create(model="wan-tiny", prompt="long", extra_body={"steps": 50})
-    await client.videos.delete(long.id)
+    deleted = await client.videos.delete(long.id)
+    assert deleted.deleted and deleted.id == long.id and deleted.object == "video.deleted"
     for _ in range(300):
         long = await client.videos.retrieve(long.id)
         if long.status == "failed":
@@ -186,8 +188,12 @@ async def test_a_video_reads_the_same_from_a_replica_that_never_saw_the_request(
             "num_frames": 9,
             "fps": 9,
         }
-        deleted = await other.videos.delete(plain.id)
-        assert deleted.deleted
+        for _ in range(600):
+            if (await other.videos.retrieve(plain.id)).status in ("completed", "failed"):
+                break
+            await asyncio.sleep(0.1)
+        with pytest.raises(openai.ConflictError, match="has already ended"):
+            await other.videos.delete(plain.id)
     finally:
         await other.close()
         await replica.stop(0)

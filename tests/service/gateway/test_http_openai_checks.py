@@ -1,0 +1,281 @@
+"""What the OpenAI-compatible routes refuse, and how: each error names the OpenAI field the
+client sent (`param`) and the limit; `seconds` becomes a frame count the model accepts."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import io
+import warnings
+from collections.abc import Awaitable
+
+import httpx
+import openai
+import pytest
+from PIL import Image
+
+from mediamesh.common.errors import InvalidArgument
+from mediamesh.common.registry import load_registry
+from mediamesh.gateway.http.openai_videos import frames_for
+from tests.service.conftest import InProcessMesh
+from tests.service.gateway.conftest import KEY_A
+from tests.service.gateway.http_support import (
+    base_url,
+    bearer,
+    http_mesh,  # noqa: F401 (a fixture)
+)
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def client_for(mesh: InProcessMesh) -> openai.AsyncOpenAI:
+    warnings.simplefilter("ignore", DeprecationWarning)  # the client marks videos deprecated
+    return openai.AsyncOpenAI(base_url=f"{base_url(mesh)}/v1", api_key=KEY_A, max_retries=0)
+
+
+def png(width: int = 64, height: int = 64) -> bytes:
+    picture = io.BytesIO()
+    Image.new("RGB", (width, height), (200, 30, 30)).save(picture, "PNG")
+    return picture.getvalue()
+
+
+async def test_seconds_become_the_fewest_frames_the_model_accepts() -> None:
+    registry = load_registry()
+    for name in ("wan-tiny", "cogvideox-tiny"):
+        spec = registry.get(name)
+        assert spec is not None and spec.limits.frame_multiple == 4
+        frames = {s: frames_for(s, 8, spec) for s in ("1", "2", "4", "0.625", "0.01", "4.125")}
+        assert frames == {"1": 9, "2": 17, "4": 33, "0.625": 5, "0.01": 1, "4.125": 33}
+    # 0.1 s at 30 fps is 3 frames exactly, though 0.1 * 30 is 3.0000000000000004.
+    wan = registry.get("wan-tiny")
+    assert wan is not None and frames_for("0.1", 30, wan) == 5
+    any_count = wan.model_copy(
+        update={"limits": wan.limits.model_copy(update={"frame_multiple": 1})}
+    )
+    assert frames_for("0.1", 30, any_count) == 3
+    # 33 frames at 9 fps last 3.666... s: the limit the error gives is one that is served.
+    assert frames_for("3.666", 9, wan) == 33
+    with pytest.raises(InvalidArgument, match=r"^seconds: .* <= 3\.666 \(33 frames at 9 fps\)$"):
+        frames_for("3.667", 9, wan)
+
+
+async def test_whole_seconds_make_a_video_on_a_4k_plus_1_model(
+    http_mesh: InProcessMesh,  # noqa: F811
+) -> None:
+    async with httpx.AsyncClient(base_url=base_url(http_mesh), timeout=60) as http:
+        for seconds, frames in (("1", 9), ("2", 17), ("4", 33)):
+            # As curl -F sends it, and at the model's own 8 fps; long enough to cancel.
+            form = {"model": "wan-tiny", "prompt": "x", "seconds": seconds, "steps": "50"}
+            created = await http.post(
+                "/v1/videos",
+                headers=bearer(KEY_A),
+                files={name: (None, value) for name, value in form.items()},
+            )
+            assert created.status_code == 200, created.text
+            video = created.json()
+            assert video["seconds"] == f"{frames / 8:g}"
+            job = (await http.get(f"/v1/jobs/{video['id']}", headers=bearer(KEY_A))).json()
+            assert (job["num_frames"], job["fps"]) == (frames, 8)
+            cancelled = await http.delete(f"/v1/videos/{video['id']}", headers=bearer(KEY_A))
+            assert cancelled.json() == {
+                "id": video["id"],
+                "object": "video.deleted",
+                "deleted": True,
+            }
+
+
+async def test_seconds_past_the_longest_clip_name_seconds_and_the_limit(
+    http_mesh: InProcessMesh,  # noqa: F811
+) -> None:
+    client = client_for(http_mesh)
+    with pytest.raises(openai.BadRequestError) as refused:
+        await client.videos.create(model="wan-tiny", prompt="x", seconds="8")
+    assert refused.value.param == "seconds"
+    assert "4.125 (33 frames at 8 fps)" in refused.value.message
+    for bad in ("0", "-1", "nan", "inf", "1e308", "soon"):
+        with pytest.raises(openai.BadRequestError) as refused:
+            await client.videos.create(model="wan-tiny", prompt="x", seconds=bad)  # type: ignore[arg-type]
+        assert refused.value.param == "seconds", bad
+    with pytest.raises(openai.BadRequestError) as refused:
+        await client.videos.create(
+            model="wan-tiny",
+            prompt="x",
+            seconds="1",  # type: ignore[arg-type]
+            extra_body={"num_frames": 5},
+        )
+    assert refused.value.param == "seconds" and "not both" in refused.value.message
+    with pytest.raises(openai.BadRequestError) as refused:
+        await client.videos.create(
+            model="wan-tiny",
+            prompt="x",
+            seconds="1",  # type: ignore[arg-type]
+            extra_body={"fps": "fast"},
+        )
+    assert refused.value.param == "fps" and "1..60" in refused.value.message
+    await client.close()
+
+
+async def test_each_route_serves_only_its_own_kind_of_model(
+    http_mesh: InProcessMesh,  # noqa: F811
+) -> None:
+    client = client_for(http_mesh)
+    with pytest.raises(openai.BadRequestError) as refused:
+        await client.images.generate(model="wan-tiny", prompt="fox", extra_body={"steps": 2})
+    assert refused.value.param == "model"
+    assert "'wan-tiny' makes video" in refused.value.message
+    assert "image models: flux-tiny" in refused.value.message
+    with pytest.raises(openai.BadRequestError) as refused:
+        await client.images.generate(model="stable-audio-tiny", prompt="rain")
+    assert refused.value.param == "model" and "makes audio" in refused.value.message
+    with pytest.raises(openai.BadRequestError) as refused:
+        await client.images.edit(
+            model="wan-tiny", prompt="blue", image=("in.png", png(), "image/png")
+        )  # fmt: skip
+    assert refused.value.param == "model" and "makes video" in refused.value.message
+    with pytest.raises(openai.BadRequestError) as refused:
+        await client.videos.create(model="flux-tiny", prompt="waves")
+    assert refused.value.param == "model"
+    assert "'flux-tiny' makes image" in refused.value.message
+    assert "video models: wan-tiny" in refused.value.message
+    await client.close()
+
+
+async def test_edits_without_a_model_take_the_first_model_with_an_image_input(
+    http_mesh: InProcessMesh,  # noqa: F811
+) -> None:
+    client = client_for(http_mesh)
+    edited = await client.images.edit(
+        prompt="make it blue", image=("in.png", png(), "image/png"), extra_body={"steps": 2}
+    )
+    assert base64.b64decode((edited.data or [])[0].b64_json or "").startswith(PNG)
+    with pytest.raises(openai.BadRequestError) as refused:
+        await client.images.edit(
+            model="flux-tiny", prompt="blue", image=("in.png", png(), "image/png")
+        )  # fmt: skip
+    assert refused.value.param == "image"
+    assert "takes no image input; image models that do: " in refused.value.message
+    assert "flux-img2img-tiny" in refused.value.message
+    await client.close()
+
+
+async def test_several_images_to_edit_are_refused_not_dropped(
+    http_mesh: InProcessMesh,  # noqa: F811
+) -> None:
+    client = client_for(http_mesh)
+    two = [("a.png", png(), "image/png"), ("b.png", png(32, 32), "image/png")]
+    with pytest.raises(openai.BadRequestError) as refused:
+        await client.images.edit(model="flux-img2img-tiny", prompt="blue", image=two)
+    assert refused.value.param == "image"
+    assert "image: sent 2 times; send it once" in refused.value.message
+    async with httpx.AsyncClient(base_url=base_url(http_mesh), timeout=60) as http:
+        for spellings in (("image", "image"), ("image", "image[]")):
+            answer = await http.post(
+                "/v1/images/edits",
+                headers=bearer(KEY_A),
+                data={"prompt": "blue", "model": "flux-img2img-tiny"},
+                files=[(name, (f"{name}.png", png(), "image/png")) for name in spellings],
+            )  # fmt: skip
+            assert answer.status_code == 400, answer.text
+            assert answer.json()["error"]["param"] == "image"
+    await client.close()
+
+
+async def test_errors_name_the_openai_field_the_client_sent(
+    http_mesh: InProcessMesh,  # noqa: F811
+) -> None:
+    client = client_for(http_mesh)
+
+    async def param_of(call: Awaitable[object]) -> tuple[str | None, str]:
+        with pytest.raises(openai.BadRequestError) as refused:
+            await call
+        body = refused.value.body
+        assert isinstance(body, dict)
+        return refused.value.param, body["message"]
+
+    param, message = await param_of(
+        client.images.generate(model="flux-tiny", prompt="x", size="1x1")
+    )
+    assert param == "size" and message.startswith("size: ")
+    # Well formed, only too large: the range error, with the limit.
+    param, message = await param_of(
+        client.images.generate(model="flux-tiny", prompt="x", size="100000x64")
+    )
+    assert param == "size" and "out of range" in message and "16..512" in message
+    param, message = await param_of(
+        client.images.generate(model="flux-tiny", prompt="x", size="9" * 5000 + "x64")
+    )
+    assert param == "size" and "out of range" in message
+    param, message = await param_of(
+        client.images.generate(model="flux-tiny", prompt="x", size="72x64")
+    )
+    assert (param, message) == ("size", "size: width 72 must be a multiple of 16 for flux-tiny")
+    param, _ = await param_of(
+        client.images.generate(model="flux-tiny", prompt="x", output_compression=50)
+    )
+    assert param == "output_compression"
+    # sdxl-inpaint-tiny takes a mask, which must be the image's size: checked at admission.
+    param, message = await param_of(
+        client.images.edit(
+            model="sdxl-inpaint-tiny", prompt="x", image=("in.png", png(), "image/png"),
+            mask=("mask.png", png(64, 32), "image/png"),
+        )
+    )  # fmt: skip
+    assert param == "mask" and "64x32" in message
+    param, message = await param_of(
+        client.images.edit(
+            model="flux-img2img-tiny", prompt="x", image=("in.png", png(), "image/png"),
+            mask=("mask.png", png(), "image/png"),
+        )
+    )  # fmt: skip
+    assert param == "mask" and "sdxl-inpaint-tiny" in message
+    param, _ = await param_of(
+        client.images.edit(
+            model="flux-img2img-tiny", prompt="x", image=("in.png", b"not a picture", "image/png")
+        )
+    )
+    assert param == "image"
+    param, _ = await param_of(
+        client.videos.create(model="wan-tiny", prompt="x", size="1x1")  # type: ignore[arg-type]
+    )
+    assert param == "size"
+    param, message = await param_of(
+        client.videos.create(
+            model="wan-tiny", prompt="x", input_reference=("in.png", png(), "image/png")
+        )
+    )
+    assert param == "input_reference" and "cogvideox-i2v-tiny" in message
+    param, _ = await param_of(
+        client.videos.create(
+            model="cogvideox-i2v-tiny", prompt="x",
+            input_reference=("in.png", b"not a picture", "image/png"),
+        )
+    )  # fmt: skip
+    assert param == "input_reference"
+    await client.close()
+
+
+async def test_an_ended_video_is_not_claimed_deleted(
+    http_mesh: InProcessMesh,  # noqa: F811
+) -> None:
+    client = client_for(http_mesh)
+    video = await client.videos.create(
+        model="wan-tiny",
+        prompt="waves",
+        extra_body={"steps": 2},
+    )
+    for _ in range(600):
+        video = await client.videos.retrieve(video.id)
+        if video.status in ("completed", "failed"):
+            break
+        await asyncio.sleep(0.1)
+    assert video.status == "completed", video.error
+    with pytest.raises(openai.ConflictError) as refused:
+        await client.videos.delete(video.id)
+    assert refused.value.status_code == 409 and refused.value.param == "video_id"
+    assert "has already ended (completed)" in refused.value.message
+    assert "retention" in refused.value.message
+    # It was not deleted, and the answer did not say so.
+    assert (await client.videos.retrieve(video.id)).status == "completed"
+    assert len((await client.videos.download_content(video.id)).read()) > 100
+    await client.close()
