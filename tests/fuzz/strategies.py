@@ -21,6 +21,7 @@ from google.protobuf.message_factory import GetMessageClass
 from hypothesis import strategies as st
 
 from mediamesh.common.limits import FieldLimit, limit_of
+from mediamesh.gateway.api.json_checks import INT_RANGES
 
 # Extra values for one field, by (message full name, field name): names the server knows, so
 # that fuzzed requests also get past the first lookup. Drawn alongside the generic values.
@@ -30,18 +31,7 @@ MAX_DEPTH = 4
 MAX_REPEATED = 3
 # Characters of 1 to 4 UTF-8 bytes, to fill a field to its byte limit in each width.
 _WIDE_CHARACTERS = ("a", "é", "€", "\U0001d11e")
-_INT_BOUNDS: Mapping[int, tuple[int, int]] = {
-    FieldDescriptor.TYPE_INT32: (-(2**31), 2**31 - 1),
-    FieldDescriptor.TYPE_SINT32: (-(2**31), 2**31 - 1),
-    FieldDescriptor.TYPE_SFIXED32: (-(2**31), 2**31 - 1),
-    FieldDescriptor.TYPE_UINT32: (0, 2**32 - 1),
-    FieldDescriptor.TYPE_FIXED32: (0, 2**32 - 1),
-    FieldDescriptor.TYPE_INT64: (-(2**63), 2**63 - 1),
-    FieldDescriptor.TYPE_SINT64: (-(2**63), 2**63 - 1),
-    FieldDescriptor.TYPE_SFIXED64: (-(2**63), 2**63 - 1),
-    FieldDescriptor.TYPE_UINT64: (0, 2**64 - 1),
-    FieldDescriptor.TYPE_FIXED64: (0, 2**64 - 1),
-}
+_INT_BOUNDS: Mapping[int, tuple[int, int]] = INT_RANGES
 _VARINT, _FIXED64, _LENGTH, _START_GROUP, _END_GROUP, _FIXED32 = 0, 1, 2, 3, 4, 5
 
 

@@ -21,7 +21,8 @@ from google.protobuf.descriptor import FieldDescriptor
 from mediamesh.common.errors import InvalidArgument
 from mediamesh.common.limits import MAX_SEED
 
-_INT_RANGES = {
+# Every integer type's range, as protobuf holds it.
+INT_RANGES: dict[int, tuple[int, int]] = {
     FieldDescriptor.TYPE_INT32: (-(2**31), 2**31 - 1),
     FieldDescriptor.TYPE_SINT32: (-(2**31), 2**31 - 1),
     FieldDescriptor.TYPE_SFIXED32: (-(2**31), 2**31 - 1),
@@ -93,8 +94,8 @@ def _check_value(field: FieldDescriptor, value: object, path: str) -> None:
                 raise InvalidArgument(f"{path}: must be a JSON object, got {_shown(value)}")
         elif not field.message_type.full_name.startswith("google.protobuf."):
             check_json_message(value, field.message_type, path)
-    elif kind in _INT_RANGES:
-        low, high = _NARROWER_RANGES.get(field.full_name, _INT_RANGES[kind])
+    elif kind in INT_RANGES:
+        low, high = _NARROWER_RANGES.get(field.full_name, INT_RANGES[kind])
         _check_whole_number(value, path, low, high)
     elif kind in (FieldDescriptor.TYPE_FLOAT, FieldDescriptor.TYPE_DOUBLE):
         _check_number(value, path, _FLOAT32_MAX if kind == FieldDescriptor.TYPE_FLOAT else None)
