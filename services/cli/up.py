@@ -21,6 +21,7 @@ from typing import Any
 
 import yaml
 from pydantic import SecretStr
+from pydantic_core import to_jsonable_python
 
 from mediamesh.cli.core_sharing import with_shared_cores
 from mediamesh.cli.run_dir import run_config_path, write_private
@@ -95,11 +96,21 @@ def _raised(lines: list[str]) -> str | None:
 
 
 def dump_config(config: MeshConfig) -> dict[str, Any]:
-    """The config as YAML-ready data, secrets included (children must read them back)."""
-    data = config.model_dump(mode="json")
-    token = config.internal_auth.token
-    data["internal_auth"]["token"] = token.get_secret_value() if token else None
+    """The config as YAML-ready data, every secret in clear (the children read them back:
+    masked, a webhook secret became the mask, and every signature was made with it)."""
+    data: dict[str, Any] = to_jsonable_python(_revealed(config.model_dump(mode="python")))
     return data
+
+
+def _revealed(value: object) -> object:
+    """`value` (a model_dump) with each secret replaced by what it hides."""
+    if isinstance(value, SecretStr):
+        return value.get_secret_value()
+    if isinstance(value, dict):
+        return {key: _revealed(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_revealed(item) for item in value]
+    return value
 
 
 class Mesh:

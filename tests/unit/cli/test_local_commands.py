@@ -32,6 +32,21 @@ def test_up_writes_its_run_config_readable_by_its_user_only(tmp_path: Path):
     assert token and len(token) > 20  # minted for this run
 
 
+def test_the_run_config_carries_every_secret_as_the_children_must_read_it(tmp_path: Path):
+    webhooks = {"secrets": {"default": "whsec-default", "acme": "whsec-acme"}}
+    config = MeshConfig.model_validate({"webhooks": webhooks})
+    mesh = Mesh(config, tmp_path / "run")
+    written = yaml.safe_load(mesh.config_path.read_text())
+    assert written["webhooks"]["secrets"] == webhooks["secrets"]
+    # What a child loads from it signs with the configured secrets, not with their mask.
+    child = MeshConfig.model_validate(written)
+    assert {k: v.get_secret_value() for k, v in child.webhooks.secrets.items()} == {
+        "default": "whsec-default",
+        "acme": "whsec-acme",
+    }
+    assert child.internal_auth.resolve() == mesh.config.internal_auth.resolve()
+
+
 def test_a_run_config_left_readable_by_others_is_replaced_with_a_private_one(tmp_path: Path):
     path = tmp_path / "mesh.yaml"
     path.write_text("old")
