@@ -14,9 +14,22 @@ from mediamesh.common.generated.v1 import (
 from mediamesh.common.interceptors import INTERNAL_TOKEN_KEY
 from mediamesh.common.settings import MeshConfig
 
+# Hosts that mean "listen on every address".
+_EVERY_ADDRESS = frozenset({"0.0.0.0", "::", ""})
+
 
 def _metadata(credentials: InternalCredentials) -> list[tuple[str, str]]:
     return [(INTERNAL_TOKEN_KEY, credentials.token)] if credentials.token else []
+
+
+def scheduler_address(config: MeshConfig) -> str:
+    """Where the config's scheduler is reached: where it listens, unless that is every
+    address (a container's 0.0.0.0), which names no host to dial; then where the gateway
+    reaches it (a service name such as mediamesh-scheduler:50052)."""
+    s = config.scheduler
+    if s.host.strip("[]") in _EVERY_ADDRESS:
+        return config.gateway.scheduler_address
+    return f"{s.host}:{s.port}"
 
 
 def mesh_status(config: MeshConfig, address: str | None = None) -> scheduler_pb2.MeshStatus:
@@ -24,9 +37,8 @@ def mesh_status(config: MeshConfig, address: str | None = None) -> scheduler_pb2
 
     Raises grpc.RpcError when the scheduler cannot be reached within 5 seconds.
     """
-    s = config.scheduler
     credentials = InternalCredentials.from_config(config)
-    with credentials.blocking_channel(address or f"{s.host}:{s.port}") as channel:
+    with credentials.blocking_channel(address or scheduler_address(config)) as channel:
         stub = scheduler_pb2_grpc.SchedulerStub(channel)
         return stub.GetStatus(
             scheduler_pb2.GetStatusRequest(), timeout=5, metadata=_metadata(credentials)

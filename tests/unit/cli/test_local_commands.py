@@ -9,6 +9,7 @@ import grpc
 import pytest
 import yaml
 
+from mediamesh.cli.api.mesh_client import scheduler_address
 from mediamesh.cli.client_commands import why_unreachable
 from mediamesh.cli.local_models import hosted_names, models_to_build
 from mediamesh.cli.main import build_parser
@@ -145,3 +146,15 @@ def test_up_builds_only_tiny_models_and_names_a_missing_one_it_cannot_build(tmp_
     assert models_to_build(config, REGISTRY, {"flux-tiny"}) == ["flux-tiny"]
     only_hub = MeshConfig(models_dir=tmp_path / "empty", workers=workers(["hub"]))
     assert models_to_build(only_hub, REGISTRY, {"flux-tiny"}) == []
+
+
+def test_status_dials_the_gateway_s_scheduler_address_when_the_scheduler_listens_everywhere():
+    local = MeshConfig.model_validate({"scheduler": {"host": "127.0.0.1", "port": 6001}})
+    assert scheduler_address(local) == "127.0.0.1:6001"
+    pod = MeshConfig.model_validate(
+        {
+            "scheduler": {"host": "0.0.0.0", "port": 50052, "insecure": True},
+            "gateway": {"scheduler_address": "mediamesh-scheduler:50052"},
+        }
+    )
+    assert scheduler_address(pod) == "mediamesh-scheduler:50052"
