@@ -225,15 +225,32 @@ def _status_text(args: argparse.Namespace) -> str:
     return render(mesh_status(config, args.scheduler))
 
 
-def why_unreachable(exc: grpc.RpcError, args: argparse.Namespace) -> str:
-    """Why the scheduler could not be read, with the likely fix when no credential was sent."""
-    text = f"scheduler unreachable: {exc.code().name}"
-    if exc.code() is grpc.StatusCode.UNAUTHENTICATED and (
-        local_config(args.config, args.run_dir) is None
-    ):
+# How much of a server's error text a one-line CLI message quotes.
+_DETAILS_SHOWN = 200
+
+
+def why_unreachable(
+    exc: grpc.RpcError, args: argparse.Namespace, service: str = "scheduler", address: str = ""
+) -> str:
+    """Why `service` at `address` (default: the scheduler these args reach) could not be
+    read: the status, the server's words, and, without a mesh config, where one was looked
+    for, since the built-in defaults then chose the address and sent no credential."""
+    from mediamesh.cli.api.mesh_client import scheduler_address
+    from mediamesh.common.settings import load_mesh_config
+
+    found = local_config(args.config, args.run_dir)
+    if not address:
+        address = args.scheduler or scheduler_address(load_mesh_config(found))
+    code = exc.code()
+    text = f"{service} unreachable at {address}: {code.name if code else 'no status'}"
+    details = exc.details() if callable(getattr(exc, "details", None)) else None
+    if details:
+        text += f" ({details[:_DETAILS_SHOWN]})"
+    if found is None:
         text += (
-            f" (no mesh config: neither --config nor a `mediamesh up` run directory at "
-            f"{args.run_dir}; run this where `mediamesh up` runs, or pass --run-dir or --config)"
+            f"; no mesh config: neither --config nor a `mediamesh up` run directory at "
+            f"{args.run_dir}, so the built-in defaults were used; run this where "
+            "`mediamesh up` runs, or pass --run-dir or --config"
         )
     return text
 
@@ -248,20 +265,22 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
 
 def _cmd_top(args: argparse.Namespace) -> int:
+    """Redraws the status until interrupted; exits 1 when the last read failed."""
     count = 0
+    reached = True
     try:
         while args.iterations == 0 or count < args.iterations:
             try:
-                text = _status_text(args)
+                text, reached = _status_text(args), True
             except grpc.RpcError as exc:
-                text = why_unreachable(exc, args)
+                text, reached = why_unreachable(exc, args), False
             sys.stdout.write("\x1b[2J\x1b[H" + time.strftime("%H:%M:%S ") + text + "\n")
             sys.stdout.flush()
             count += 1
             time.sleep(args.interval)
     except KeyboardInterrupt:
         pass
-    return 0
+    return 0 if reached else 1
 
 
 def _cmd_healthcheck(args: argparse.Namespace) -> int:
@@ -284,7 +303,8 @@ def _cmd_drain(args: argparse.Namespace) -> int:
     try:
         preempted = drain_worker(config, args.address, args.grace_s, args.exit)
     except grpc.RpcError as exc:
-        print(f"mediamesh: drain failed: {exc.code().name} {exc.details()}", file=sys.stderr)
+        reason = why_unreachable(exc, args, "worker", args.address)
+        print(f"mediamesh: drain failed: {reason}", file=sys.stderr)
         return 1
     print(f"draining; jobs being checkpointed: {', '.join(preempted) or 'none'}")
     return 0

@@ -76,29 +76,41 @@ def test_status_top_and_drain_default_to_up_s_run_dir(command: str, monkeypatch)
 
 
 class _Refused(grpc.RpcError):
-    def __init__(self, code: grpc.StatusCode) -> None:
+    def __init__(self, code: grpc.StatusCode, details: str = "") -> None:
         self._code = code
+        self._details = details
 
     def code(self) -> grpc.StatusCode:
         return self._code
 
+    def details(self) -> str:
+        return self._details
 
-def test_an_unauthenticated_status_outside_the_run_dir_says_where_the_credential_is(
+
+def test_a_status_that_fails_names_the_address_the_reason_and_where_a_config_was_sought(
     tmp_path: Path,
 ):
-    args = build_parser().parse_args(["status", "--run-dir", str(tmp_path / "run")])
-    text = why_unreachable(_Refused(grpc.StatusCode.UNAUTHENTICATED), args)
-    assert text.startswith("scheduler unreachable: UNAUTHENTICATED (no mesh config")
-    assert str(tmp_path / "run") in text and "--run-dir" in text
-    # With the run directory found, the scheduler's refusal is reported as it is.
-    (tmp_path / "run").mkdir()
-    write_private(run_config_path(tmp_path / "run"), "{}\n")
+    run_dir = tmp_path / "run"
+    args = build_parser().parse_args(["status", "--run-dir", str(run_dir)])
+    for code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.UNAVAILABLE):
+        text = why_unreachable(_Refused(code, "no token"), args)
+        default = scheduler_address(MeshConfig())
+        assert text.startswith(f"scheduler unreachable at {default}: {code.name} (no token)")
+        assert (
+            f"no mesh config: neither --config nor a `mediamesh up` run directory at {run_dir},"
+            in text
+        )
+        assert "pass --run-dir or --config" in text
+    # With the run directory found, its scheduler's address and the refusal, nothing more.
+    run_dir.mkdir()
+    write_private(run_config_path(run_dir), "scheduler: {port: 6123}\n")
     assert why_unreachable(_Refused(grpc.StatusCode.UNAUTHENTICATED), args) == (
-        "scheduler unreachable: UNAUTHENTICATED"
+        "scheduler unreachable at 127.0.0.1:6123: UNAUTHENTICATED"
     )
-    assert why_unreachable(_Refused(grpc.StatusCode.UNAVAILABLE), args) == (
-        "scheduler unreachable: UNAVAILABLE"
-    )
+    drain = build_parser().parse_args(["drain", "--address", "127.0.0.1:7001"])
+    assert why_unreachable(
+        _Refused(grpc.StatusCode.UNAVAILABLE), drain, "worker", drain.address
+    ).startswith("worker unreachable at 127.0.0.1:7001: UNAVAILABLE")
 
 
 def entry(name: str, source: str) -> dict[str, object]:
