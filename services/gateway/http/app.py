@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import HTMLResponse, JSONResponse
 
@@ -13,6 +13,7 @@ from mediamesh.gateway.http import errors, jobs, openai_images, openai_videos
 from mediamesh.gateway.http.context import HttpContext, context_of
 from mediamesh.gateway.http.docs_page import DOCS_HTML
 from mediamesh.gateway.http.origins import CrossSiteGuard
+from mediamesh.gateway.http.request_metrics import RequestMetrics
 from mediamesh.gateway.http.schemas import Health
 from mediamesh.gateway.web import page as web_page
 
@@ -36,10 +37,10 @@ def create_app(
         docs_url=None,
         redoc_url=None,
         openapi_url="/openapi.json",
+        dependencies=[Depends(CrossSiteGuard(cors_origins))],
     )
     app.state.context = HttpContext(plane, ready, max_body_bytes)
     errors.install(app)
-    app.add_middleware(CrossSiteGuard, allowed_origins=list(cors_origins))
     if cors_origins:
         app.add_middleware(
             CORSMiddleware,
@@ -48,6 +49,8 @@ def create_app(
             allow_headers=ALLOWED_HEADERS,
             expose_headers=EXPOSED_HEADERS,
         )
+    # Added last, so outermost: it sees every answer, the guards' refusals included.
+    app.add_middleware(RequestMetrics)
     app.include_router(jobs.router)
     app.include_router(openai_images.router)
     app.include_router(openai_videos.router)

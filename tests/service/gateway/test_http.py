@@ -11,6 +11,7 @@ import io
 import httpx
 import pytest
 from PIL import Image
+from prometheus_client import REGISTRY
 
 from mediamesh.common.errors import StartupError
 from mediamesh.common.registry import load_registry
@@ -379,3 +380,29 @@ async def test_an_image_input_as_a_file_part_or_as_base64_json(client):
         assert events[-1]["event"] == "result", events[-1]
     no_image = await client.post("/v1/jobs", data=fields, headers=bearer(KEY_A))
     assert no_image.status_code == 400 and no_image.json()["message"].startswith("image")
+
+
+def http_count(route: str, method: str, status: int) -> float:
+    labels = {"route": route, "method": method, "status": str(status)}
+    return REGISTRY.get_sample_value("mediamesh_http_requests_total", labels) or 0.0
+
+
+async def test_http_requests_are_counted_by_route_template_method_and_status(client):
+    cases = [
+        ("/v1/models", "GET", 200, client.get("/v1/models", headers=bearer(KEY_A))),
+        ("/v1/jobs/{job_id}", "GET", 404, client.get("/v1/jobs/j-x", headers=bearer(KEY_A))),
+        ("unmatched", "GET", 404, client.get("/no/such/route")),
+        (
+            "/v1/jobs",
+            "POST",
+            403,
+            client.post("/v1/jobs", data={"prompt": "x"}, headers={"Origin": "http://x.example"}),
+        ),
+    ]
+    for route, method, status, call in cases:
+        before = http_count(route, method, status)
+        response = await call
+        assert response.status_code == status, (route, response.text)
+        assert http_count(route, method, status) == before + 1, route
+    timed = {"route": "/v1/models", "method": "GET"}
+    assert REGISTRY.get_sample_value("mediamesh_http_request_seconds_count", timed)

@@ -20,6 +20,7 @@ METRIC_MODULES = (
     "mediamesh.common.metrics",
     "mediamesh.scheduler.metrics",
     "mediamesh.worker.metrics",
+    "mediamesh.gateway.http.request_metrics",
 )
 # Labels Prometheus adds to every scraped series.
 TARGET_LABELS = {"instance", "job", "namespace", "pod", "component", "modality", "mediamesh_pool"}

@@ -1,0 +1,55 @@
+"""Prometheus metrics for the HTTP face, which the gRPC interceptor's metrics never see.
+
+Requests are counted by route template (`/v1/jobs/{job_id}`, not each job's path, so the
+series stay few), method and HTTP status; a path no route matches counts as `unmatched`.
+"""
+
+from __future__ import annotations
+
+import time
+
+from prometheus_client import Counter, Histogram
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+HTTP_REQUESTS = Counter(
+    "mediamesh_http_requests",
+    "HTTP requests the gateway answered, by route template, method and status.",
+    ["route", "method", "status"],
+)
+HTTP_LATENCY = Histogram(
+    "mediamesh_http_request_seconds",
+    "Time to answer an HTTP request (an event stream: until it ends).",
+    ["route", "method"],
+    buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300),
+)
+UNMATCHED = "unmatched"
+
+
+class RequestMetrics:
+    """ASGI middleware: counts and times every HTTP request."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        # A request that fails before answering is answered 500 by the server.
+        status = 500
+
+        async def noting_status(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, noting_status)
+        finally:
+            # The router leaves the route it matched in the scope.
+            route = getattr(scope.get("route"), "path", None) or UNMATCHED
+            method = scope["method"]
+            HTTP_REQUESTS.labels(route, method, str(status)).inc()
+            HTTP_LATENCY.labels(route, method).observe(time.perf_counter() - started)
