@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
+import httpx
 import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
@@ -73,7 +74,7 @@ NO_DATA: dict[str, str] = {}
 # Families each service's /metrics must declare (as prometheus_client names them: no _total).
 RPC_FAMILIES = {"mediamesh_rpc_requests", "mediamesh_rpc_latency_seconds"}
 EXPECTED_FAMILIES = {
-    "gateway": RPC_FAMILIES,
+    "gateway": RPC_FAMILIES | {"mediamesh_http_requests", "mediamesh_http_request_seconds"},
     "scheduler": RPC_FAMILIES
     | {
         "mediamesh_queue_depth",
@@ -171,8 +172,11 @@ def test_deploy_queries_against_prometheus(mesh: MeshProcess, prometheus: Promet
 
 
 def generate_traffic(mesh: MeshProcess, gateway: gateway_pb2_grpc.GatewayStub) -> None:
-    """A finished job, a NOT_FOUND, a spot preemption with its on-demand fallback."""
+    """A finished job, a NOT_FOUND, HTTP requests, a spot preemption with its on-demand
+    fallback."""
     finish_one(gateway, seed=1)
+    http = f"http://127.0.0.1:{mesh.config['gateway']['http_port']}"
+    assert httpx.get(f"{http}/v1/models", timeout=10).status_code in (200, 401)
 
     # Errors by code and Error ratio need code != "OK".
     with pytest.raises(grpc.RpcError) as error:
