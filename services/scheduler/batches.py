@@ -217,6 +217,13 @@ class BatchRunner:
             if job is not None:
                 self.hub.publish(
                     WatchEvent(
-                        job.job_id, job.state, "notice", notice=event.kind, message=event.message
+                        job.job_id,
+                        job.state,
+                        "notice",
+                        notice=event.kind,
+                        message=event.message,
+                        # As the scheduler's own notices say it: which run of the job this is.
+                        worker_id=job.worker_id or "",
+                        attempt=job.attempts,
                     )
                 )

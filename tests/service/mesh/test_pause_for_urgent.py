@@ -78,6 +78,10 @@ async def test_realtime_job_pauses_a_long_batch_batch_which_then_ends_unchanged(
             assert events[-1].HasField("result")
             notices = [e.notice.kind for e in events if e.HasField("notice")]
             assert notices.count("paused") == 1 and notices.count("resumed") == 1
+            # The worker's notices name the run they belong to, as the scheduler's do.
+            for event in events:
+                if event.HasField("notice") and event.notice.kind in ("paused", "resumed"):
+                    assert event.notice.worker_id and event.notice.attempt == 1, event
         assert pauses("BATCH") - paused_before == 2
         assert core.pauses[Priority.REALTIME] == 1
 
