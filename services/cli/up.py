@@ -20,8 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import SecretStr
-from pydantic_core import to_jsonable_python
+from pydantic import SecretStr, TypeAdapter
 
 from mediamesh.cli.core_sharing import with_shared_cores
 from mediamesh.cli.run_dir import run_config_path, write_private
@@ -95,10 +94,13 @@ def _raised(lines: list[str]) -> str | None:
     return next((line for line in after if line.strip() and not line[0].isspace()), None)
 
 
+_JSON: TypeAdapter[Any] = TypeAdapter(Any)
+
+
 def dump_config(config: MeshConfig) -> dict[str, Any]:
     """The config as YAML-ready data, every secret in clear (the children read them back:
     masked, a webhook secret became the mask, and every signature was made with it)."""
-    data: dict[str, Any] = to_jsonable_python(_revealed(config.model_dump(mode="python")))
+    data: dict[str, Any] = _JSON.dump_python(_revealed(config.model_dump()), mode="json")
     return data
 
 

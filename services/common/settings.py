@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import NoDecode
@@ -33,6 +33,14 @@ class Section(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+# A TCP port; 0 takes a free one.
+Port = Annotated[int, Field(ge=0, le=65535)]
+# The modalities a queue and its settings are keyed by (the registry's `modality`).
+QUEUE_NAMES = ("image", "video", "audio")
+_Value = TypeVar("_Value")
+_LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
 class TelemetrySettings(Section):
     # "none" keeps tracing off; "console" prints spans; "otlp" exports to otlp_endpoint;
     # "file" appends spans as JSON lines to trace_file (what the tests read).
@@ -40,7 +48,12 @@ class TelemetrySettings(Section):
     otlp_endpoint: str = "http://127.0.0.1:4317"
     trace_file: Path | None = None
     log_format: Literal["text", "json"] = "text"
-    log_level: str = "INFO"
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = "INFO"
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _level_in_any_case(cls, value: object) -> object:
+        return value.upper() if isinstance(value, str) and value.upper() in _LOG_LEVELS else value
 
 
 class InternalAuthSettings(Section):
@@ -126,12 +139,12 @@ class GatewayHttpSettings(Section):
 
 class GatewaySettings(Section):
     host: str = "127.0.0.1"
-    port: int = 50051
+    port: Port = 50051
     # The HTTP/JSON face on the same host, with the same API keys and TLS: None turns it off,
     # 0 takes a free port.
-    http_port: int | None = Field(8080, ge=0, le=65535)
+    http_port: Port | None = 8080
     http: GatewayHttpSettings = Field(default_factory=GatewayHttpSettings)
-    metrics_port: int | None = 9401
+    metrics_port: Port | None = 9401
     scheduler_address: str = "127.0.0.1:50052"
     api_keys: list[ApiKeySettings] = Field(default_factory=list)
     tenants: dict[str, TenantSettings] = Field(default_factory=dict)
@@ -217,13 +230,14 @@ def _default_prices() -> dict[Pool, float]:
 
 class SchedulerSettings(Section):
     host: str = "127.0.0.1"
-    port: int = 50052
-    metrics_port: int | None = 9402
+    port: Port = 50052
+    metrics_port: Port | None = 9402
     store_path: Path = Path(".mediamesh/state/jobs.sqlite3")
     artifact_dir: Path = Path(".mediamesh/artifacts")
     # Results on local disk (under artifact_dir) or in an S3-compatible bucket; checkpoints
     # always stay under artifact_dir/checkpoints, a folder the workers share.
     artifacts: ArtifactSettings = Field(default_factory=ArtifactSettings)
+    # A config that names some queues keeps the defaults for the others.
     queues: dict[str, QueueSettings] = Field(default_factory=_default_queues)
     # Seconds of waiting that raise a job's effective priority by one class.
     aging_s_per_class: float = Field(30.0, gt=0)
@@ -254,7 +268,7 @@ class SchedulerSettings(Section):
     upload_quota_bytes: int = Field(1024 * 1024 * 1024, ge=1)
     max_upload_bytes: int = Field(64 * 1024 * 1024, ge=1)
     # Save a checkpoint every N steps by modality (0 = only on preemption).
-    checkpoint_every_steps: dict[str, int] = Field(default_factory=dict)
+    checkpoint_every_steps: dict[str, Annotated[int, Field(ge=0)]] = Field(default_factory=dict)
     # Pausing a lower-class batch at its next step boundary when a higher-class job would
     # otherwise miss its queue's SLA: at most this many pauses per job (0 = never pause) ...
     pause_max_per_job: int = Field(1, ge=0)
@@ -277,7 +291,7 @@ class SchedulerSettings(Section):
     insecure: bool = False
     # A plaintext port serving only grpc.health.v1, for probes that cannot do TLS (the
     # kubelet's); None: health is served on `port` only.
-    health_port: int | None = None
+    health_port: Port | None = None
 
     _class_names_in_any_case = field_validator("placement", mode="before")(
         lambda value: _class_names_upper(value)
@@ -291,14 +305,31 @@ class SchedulerSettings(Section):
         """A config that names some classes keeps the defaults for the others."""
         return {**_default_placement(), **value}
 
+    @field_validator("queues", "checkpoint_every_steps", mode="after")
+    @classmethod
+    def _keyed_by_modality(cls, value: dict[str, _Value]) -> dict[str, _Value]:
+        unknown = sorted(set(value) - set(QUEUE_NAMES))
+        if unknown:
+            raise ValueError(
+                f"{', '.join(map(repr, unknown))}: not a modality; keys are "
+                f"{', '.join(QUEUE_NAMES)}"
+            )
+        return value
+
+    @field_validator("queues", mode="after")
+    @classmethod
+    def _every_queue_configured(cls, value: dict[str, QueueSettings]) -> dict[str, QueueSettings]:
+        """As placement: naming one queue does not leave the other modalities without one."""
+        return {**_default_queues(), **value}
+
 
 class WorkerSettings(Section):
     worker_id: str = "worker-0"
     host: str = "127.0.0.1"
-    port: int = 50060
+    port: Port = 50060
     # Address the scheduler dials; defaults to host:port.
     advertise_address: str | None = None
-    metrics_port: int | None = 9410
+    metrics_port: Port | None = 9410
     scheduler_address: str = "127.0.0.1:50052"
     pool: Pool = "on-demand"
     device: str = "cpu"
@@ -324,7 +355,7 @@ class WorkerSettings(Section):
     # Allows running without an internal credential on a non-loopback address.
     insecure: bool = False
     # A plaintext port serving only grpc.health.v1 (see SchedulerSettings.health_port).
-    health_port: int | None = None
+    health_port: Port | None = None
 
     @field_validator("models", mode="before")
     @classmethod

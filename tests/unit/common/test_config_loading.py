@@ -49,6 +49,40 @@ def test_a_missing_field_points_at_its_section(tmp_path: Path):
     assert _error(path).startswith(f"config {path} line 3: scheduler.queues.image.sla_s: ")
 
 
+@pytest.mark.parametrize(
+    ("text", "line", "field", "words"),
+    [
+        ("gateway:\n  port: 70000\n", 2, "gateway.port", "less than or equal to 65535"),
+        ("scheduler:\n  metrics_port: -5\n", 2, "scheduler.metrics_port", "greater than or"),
+        ("telemetry:\n  log_level: BANANA\n", 2, "telemetry.log_level", "'INFO'"),
+        ("scheduler:\n  queues:\n    imagee: {sla_s: 5}\n", 2, "scheduler.queues", "'imagee'"),
+        (
+            "scheduler:\n  checkpoint_every_steps: {image: -3}\n",
+            2,
+            "scheduler.checkpoint_every_steps.image",
+            "greater than or equal to 0",
+        ),
+    ],
+)
+def test_ports_levels_and_modality_keys_are_checked_when_the_config_loads(
+    tmp_path: Path, text: str, line: int, field: str, words: str
+):
+    path = _file(tmp_path, text)
+    message = _error(path)
+    assert message.startswith(f"config {path} line {line}: {field}: "), message
+    assert words in message, message
+
+
+def test_naming_one_queue_keeps_the_others_and_a_level_takes_any_case(tmp_path: Path):
+    path = _file(
+        tmp_path, "scheduler:\n  queues:\n    image: {sla_s: 5}\ntelemetry:\n  log_level: debug\n"
+    )
+    config = load_mesh_config(path, environ={})
+    assert config.scheduler.queues["image"].sla_s == 5
+    assert set(config.scheduler.queues) == {"image", "video", "audio"}
+    assert config.telemetry.log_level == "DEBUG"
+
+
 def test_a_top_level_list_is_refused(tmp_path: Path):
     path = _file(tmp_path, "- scheduler\n")
     assert _error(path) == f"config {path} line 1: expected a mapping at the top level"
