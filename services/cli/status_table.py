@@ -56,9 +56,18 @@ def render(status: Any) -> str:
             ),
             "",
             f"JOBS  {jobs}",
-            f"COST  {cost.cost:.4f} so far; {cost.on_demand_cost:.4f} if all on-demand",
+            f"COST  {money_text(cost.cost)} so far; "
+            f"{money_text(cost.on_demand_cost)} if all on-demand",
         ]
     )
+
+
+def money_text(amount: float) -> str:
+    """Two decimals, or three significant digits for less than a cent (a short local run
+    costs fractions of one, which two or four decimals round away)."""
+    if amount == 0 or abs(amount) >= 0.01:
+        return f"{amount:.2f}"
+    return f"{amount:.3g}"
 
 
 def _adapters(worker: Any) -> str:
