@@ -20,6 +20,7 @@ from mediamesh.worker.api.registration import DeviceMemory, worker_registration
 from mediamesh.worker.api.servicer import WorkerServicer, adder, service_names
 from mediamesh.worker.api.session import SchedulerSession
 from mediamesh.worker.hosting import load_host
+from mediamesh.worker.models.adapters import refuse_unusable_adapters
 from mediamesh.worker.models.host import ModelHost
 from mediamesh.worker.models.hub_source import fetch_if_allowed
 from mediamesh.worker.models.memory import device_memory
@@ -37,6 +38,18 @@ log = logging.getLogger("mediamesh.worker")
 # Longest a leaving worker waits for the scheduler to confirm its batches' last events:
 # longer than the scheduler waits to apply them, so its answer, not this, ends the wait.
 SETTLE_WAIT_S = 15.0
+
+
+def go_offline() -> None:
+    """Keeps this process and the helpers it spawns off the hub.
+
+    huggingface_hub reads HF_HUB_OFFLINE once, when imported, and this module's imports have
+    done that already: the environment reaches only child processes, so the flag it read is
+    set too. Forced rather than defaulted: a worker without allow_downloads never downloads."""
+    import huggingface_hub.constants
+
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    huggingface_hub.constants.HF_HUB_OFFLINE = True
 
 
 def hosted_specs(registry: Registry, worker: WorkerSettings) -> list[ModelSpec]:
@@ -77,9 +90,13 @@ def load_hosts(
         _observe_model_load,
         warm_host,
     )
+    # Every entry's files before any model loads: a refusal must not wait for the others,
+    # and a model hosted cold would otherwise find out only at its first batch.
+    for spec in specs:
+        refuse_unusable_adapters(spec, config.models_dir)
+        fetch_if_allowed(spec, config.models_dir, worker.allow_downloads)
     hosts: dict[str, ModelHost] = {}
     for spec in specs:
-        fetch_if_allowed(spec, config.models_dir, worker.allow_downloads)
         if limits.limited and spec.parallelism.mode == "data":
             hosts[spec.name] = ResidentHost(spec, worker.device, residency)
             continue
@@ -185,7 +202,7 @@ async def start_worker(
     config: MeshConfig, registry: Registry, worker: WorkerSettings
 ) -> WorkerService:
     if not worker.allow_downloads:
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        go_offline()
     credentials = InternalCredentials.from_config(config)
     # Before loading any model: a refusal must be quick and cost nothing.
     refuse_open_off_loopback(

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from diffusers import DiffusionPipeline
 
-from mediamesh.common.errors import StatusCode
+from mediamesh.common.errors import MeshError, StatusCode
 from mediamesh.common.generation import AdapterScale
 from mediamesh.common.registry import ModelSpec
 from mediamesh.common.work import JobFailed, JobFinished, JobNotice, JobParams, JobPreempted
@@ -106,9 +106,7 @@ class DiffusionHost:
         except Exception as exc:
             log.exception("batch of %s failed", self.spec.name)
             for job in jobs:
-                terminals.send(
-                    job.job_id, JobFailed(job.job_id, StatusCode.INTERNAL, _describe(exc))
-                )
+                terminals.send(job.job_id, _failed(job.job_id, exc))
         finally:
             for job in jobs:
                 terminals.send(
@@ -247,9 +245,7 @@ class DiffusionHost:
             try:
                 data, mime = self.encode(output, index, job)
             except Exception as exc:
-                terminals.send(
-                    job.job_id, JobFailed(job.job_id, StatusCode.INTERNAL, _describe(exc))
-                )
+                terminals.send(job.job_id, _failed(job.job_id, exc))
                 continue
             tracker.discard_periodic(job.job_id)
             terminals.send(job.job_id, JobFinished(job.job_id, data, mime, job.generation.seed))
@@ -257,7 +253,7 @@ class DiffusionHost:
     def _fail_group(self, jobs: list[JobParams], terminals: Terminals, exc: BaseException) -> None:
         log.error("group of %d jobs on %s failed", len(jobs), self.spec.name, exc_info=exc)
         for job in jobs:
-            terminals.send(job.job_id, JobFailed(job.job_id, StatusCode.INTERNAL, _describe(exc)))
+            terminals.send(job.job_id, _failed(job.job_id, exc))
 
     def _generate(
         self,
@@ -323,6 +319,14 @@ def _shape_mismatch(jobs: list[JobParams]) -> str | None:
     if first.generation.steps < 1:
         return "steps must be at least 1"
     return None
+
+
+def _failed(job_id: str, exc: BaseException) -> JobFailed:
+    """A job ended by `exc`: a MeshError (an adapter that fits no layer) keeps its status and
+    words, as the mesh's own errors do; anything else is INTERNAL, with where it was raised."""
+    if isinstance(exc, MeshError):
+        return JobFailed(job_id, exc.code, exc.message)
+    return JobFailed(job_id, StatusCode.INTERNAL, _describe(exc))
 
 
 def _describe(exc: BaseException) -> str:

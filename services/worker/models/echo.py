@@ -13,6 +13,7 @@ from mediamesh.common.work import JobFailed, JobFinished, JobParams, Preview, St
 from mediamesh.worker.core import call_hooks
 from mediamesh.worker.core.batch import ControlView, Emit
 from mediamesh.worker.models.encode import encode_result
+from mediamesh.worker.models.memory import ModelLoadError
 from mediamesh.worker.models.preview_image import encode_rgb, preview_size
 from mediamesh.worker.models.progress import Terminals
 
@@ -26,6 +27,12 @@ class EchoHost:
     """Preemption is not modelled: a batch finishes in microseconds, sooner than a handover."""
 
     def __init__(self, spec: ModelSpec, device: str) -> None:
+        if spec.adapters:
+            # Echo has no weights to adapt: accepting them would apply nothing, silently.
+            raise ModelLoadError(
+                f"model {spec.name!r} field adapters: the builtin Echo cannot apply LoRA "
+                "adapters; remove `adapters` from the entry"
+            )
         self.spec = spec
         self.device_ids = [device]
 

@@ -1,5 +1,7 @@
 """LoRA adapters per job on the tiny Flux and SDXL: applied, equal to the fused adapter,
-split into separate pipeline calls by set, and evicted least recently used."""
+split into separate pipeline calls by set, and evicted least recently used; a hub adapter
+loads from the cache without the network, a LoRA of another family fails its job naming it,
+and a pipeline without LoRA support refuses adapters when it loads."""
 
 from __future__ import annotations
 
@@ -10,12 +12,15 @@ import numpy as np
 import pytest
 from wm_helpers import job_for, of, png_pixels, run
 
+from mediamesh.common.errors import StatusCode
 from mediamesh.common.generation import AdapterScale
 from mediamesh.common.registry import ModelSpec
 from mediamesh.common.work import JobFailed, JobFinished
 from mediamesh.worker.hosting import load_host
 from mediamesh.worker.models.diffusion import DiffusionHost
+from mediamesh.worker.models.memory import ModelLoadError
 from mediamesh.worker.models.tiny_adapters import ensure_tiny_adapters
+from tests.hub_cache import add_to_hub_cache
 
 # A job with an adapter at scale 1 and the same job on the pipeline with that adapter fused
 # into its weights differ by at most this many 8-bit levels (CPU float32). Fusing adds
@@ -138,3 +143,71 @@ def test_tiny_adapters_are_deterministic_and_added_to_a_built_model(
     style, style2 = (next(f.glob("*.safetensors")).read_bytes() for f in written)
     assert style != style2
     assert ensure_tiny_adapters(tmp_path, "wan-tiny") == []
+
+
+def _offering(spec: ModelSpec, *adapters: dict) -> ModelSpec:
+    return ModelSpec.model_validate({**spec.model_dump(), "adapters": list(adapters)})
+
+
+def test_a_pulled_hub_adapter_loads_from_the_cache_without_the_network(
+    models_dir: Path, registry_spec, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import diffusers.loaders.lora_base
+    import huggingface_hub.constants
+
+    add_to_hub_cache(tmp_path / "cache", "tiny-org/flux-lora", models_dir / "flux-tiny-lora-style")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "cache"))
+
+    def no_network(*args: object, **kwargs: object) -> None:
+        raise AssertionError("asked the hub")
+
+    # What diffusers calls to guess a hub repository's weights file.
+    monkeypatch.setattr(diffusers.loaders.lora_base, "model_info", no_network)
+    flux = registry_spec("flux-tiny")
+    local = _host(flux, models_dir, tmp_path)
+    expected = _pixels(local, "local", (AdapterScale("style", 1.0),))
+    local.close()
+    spec = _offering(flux, {"name": "hubby", "source": "tiny-org/flux-lora"})
+    host = _host(spec, models_dir, tmp_path)
+    assert np.array_equal(_pixels(host, "hub", (AdapterScale("hubby", 1.0),)), expected)
+    host.close()
+
+
+def test_a_lora_of_another_family_fails_its_job_naming_it_and_the_rest_still_apply(
+    models_dir: Path, registry_spec, tmp_path: Path
+) -> None:
+    flux = registry_spec("flux-tiny")
+    spec = _offering(
+        flux,
+        {"name": "style", "source": "{models_dir}/flux-tiny-lora-style"},
+        {"name": "wrongfam", "source": "{models_dir}/sdxl-tiny-lora-style"},
+    )
+    host = _host(spec, models_dir, tmp_path)
+    _pixels(host, "warm", (AdapterScale("style", 1.0),))
+    job = job_for(spec, "wrong", seed=7, adapters=(AdapterScale("wrongfam", 1.0),))
+    (failed,) = of(run(host, [job]), "wrong", JobFailed)
+    expected = (
+        f"adapter 'wrongfam' of model 'flux-tiny' (source {models_dir}/sdxl-tiny-lora-style) "
+        "matched none of the model's layers; is it a LoRA for this model family?"
+    )
+    assert failed.message == expected
+    # The job's configuration is at fault, not the worker: not INTERNAL.
+    assert failed.code == StatusCode.FAILED_PRECONDITION
+    assert host.adapters is not None and [n for n, _ in host.adapters.loaded()] == ["style"]
+    _pixels(host, "after", (AdapterScale("style", 1.0),))
+    host.close()
+
+
+def test_a_pipeline_without_lora_support_refuses_adapters_when_it_loads(
+    models_dir: Path, registry_spec, tmp_path: Path
+) -> None:
+    spec = _offering(
+        registry_spec("stable-audio-tiny"),
+        {"name": "style", "source": "{models_dir}/flux-tiny-lora-style"},
+    )
+    with pytest.raises(ModelLoadError) as raised:
+        _host(spec, models_dir, tmp_path)
+    assert str(raised.value) == (
+        "model 'stable-audio-tiny' field adapters: pipeline StableAudioPipeline cannot load "
+        "LoRA adapters; remove `adapters` from the entry"
+    )
