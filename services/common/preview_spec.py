@@ -36,3 +36,13 @@ class PreviewSpec(BaseModel):
         if self.vae is not None and self.rgb_factors:
             raise ValueError("preview: set vae or rgb_factors, not both")
         return self
+
+    @model_validator(mode="after")
+    def _bias_with_factors(self) -> PreviewSpec:
+        # The family's own projection keeps its own bias; this one would be dropped.
+        if self.rgb_bias != (0.0, 0.0, 0.0) and not self.rgb_factors:
+            raise ValueError(
+                "preview.rgb_bias: applies only to the entry's own preview.rgb_factors; "
+                "set rgb_factors too, or remove rgb_bias"
+            )
+        return self

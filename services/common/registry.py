@@ -11,14 +11,20 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
 
 from mediamesh.common.adapters import AdapterSpec
-from mediamesh.common.context_spec import check_context_degrees
 from mediamesh.common.gpu_options import GpuOptions, check_load_options
 from mediamesh.common.input_spec import InputName, check_inputs, pipeline_inputs
 from mediamesh.common.limits import MAX_BATCH, MAX_PROMPT_CHARS, MODEL_NAME_PATTERN
 from mediamesh.common.output_formats import FORMATS_BY_MODALITY, FPS_RANGE, MIME_TYPES
+from mediamesh.common.parallelism_spec import ParallelismSpec
 from mediamesh.common.pipeline_fields import signature_fields
 from mediamesh.common.preview_spec import PreviewSpec
 from mediamesh.common.step_cache import StepCacheSpec
@@ -40,36 +46,6 @@ class BatchingSpec(Strict):
     max_batch: int = Field(4, ge=1, le=MAX_BATCH)
     # Dynamic: the oldest job waits at most this long for company. Static: optional cap.
     max_wait_ms: int | None = Field(50, ge=0)
-
-
-class ParallelismSpec(Strict):
-    """How the model is spread over devices; each group is one routing unit."""
-
-    mode: Literal["data", "pipeline", "tensor", "context"] = "data"
-    # Devices the model occupies ("cpu", "cuda:0", ...). Data mode uses the worker's own device.
-    devices: list[str] = Field(default_factory=list)
-    # Pipeline mode: accelerate device_map strategy and per-device memory caps.
-    device_map: Literal["balanced", "auto", "sequential"] = "balanced"
-    max_memory: dict[str, str] = Field(default_factory=dict)
-    offload_folder: str | None = None
-    # Tensor mode: ranks in the torch.distributed group and the backend.
-    size: int = Field(1, ge=1)
-    backend: Literal["torch", "deepspeed"] = "torch"
-    # Context mode: the sequence is split over ulysses * ring ranks (diffusers' degrees).
-    ulysses: int = Field(1, ge=1)
-    ring: int = Field(1, ge=1)
-
-    @model_validator(mode="after")
-    def _context_degrees(self) -> ParallelismSpec:
-        check_context_degrees(self.mode, self.ulysses, self.ring, len(self.devices))
-        return self
-
-    @property
-    def ranks(self) -> int:
-        """Processes in the model's torch.distributed group (1 outside tensor/context)."""
-        if self.mode == "context":
-            return self.ulysses * self.ring
-        return self.size if self.mode == "tensor" else 1
 
 
 class DefaultParams(Strict):
@@ -306,6 +282,22 @@ class ModelSpec(Strict):
             )
         return self
 
+    @model_validator(mode="after")
+    def _output_settings_fit_modality(self) -> ModelSpec:
+        # Compared with the defaults, not with what the YAML wrote: a dumped spec carries both.
+        unset = OutputSpec()
+        if self.modality != "video" and self.output.fps != unset.fps:
+            raise ValueError(
+                f"output.fps: {self.modality} models have no frame rate; only video entries "
+                "take output.fps"
+            )
+        if self.modality != "image" and self.output.quality != unset.quality:
+            raise ValueError(
+                f"output.quality: {self.modality} models have no encoder quality; only image "
+                "entries (jpeg, webp) take output.quality"
+            )
+        return self
+
     @property
     def output_formats(self) -> tuple[str, ...]:
         """Formats a request may choose for this model, the default first."""
@@ -340,6 +332,17 @@ class ModelSpec(Strict):
             # Refused at start: the parallel hosts cannot apply adapters per batch.
             raise ValueError(
                 f"adapters: LoRA adapters need parallelism.mode data, not {self.parallelism.mode}"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _preview_decoder_for_pictures(self) -> ModelSpec:
+        # Audio previews are heat maps of the latents: neither decoder would ever run.
+        if self.modality == "audio" and (self.preview.vae or self.preview.rgb_factors):
+            field = "preview.vae" if self.preview.vae else "preview.rgb_factors"
+            raise ValueError(
+                f"{field}: audio previews are heat maps of the latents, never RGB; "
+                f"leave {field} unset"
             )
         return self
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -98,3 +99,21 @@ def test_an_entry_a_worker_cannot_load_is_named_by_up(tmp_path: Path):
     result = run_up(tmp_path, config, timeout_s=240)
     line = assert_one_line_naming_the_entry(result, "worker-0 exited during start-up")
     assert "model_index.json" in line  # the loader's own reason, not just "see the log"
+
+
+def test_a_folder_saved_for_another_pipeline_class_is_named_by_up(tmp_path: Path, models_dir: Path):
+    own_models = tmp_path / "models"
+    shutil.copytree(models_dir / "flux-tiny", own_models / "my-own-model")
+    config = mesh_config(tmp_path, own_models, [{"models": ["my-own-model"]}])
+    entry = {**CUSTOM_ENTRY, "pipeline": "WanPipeline"}
+    registry = tmp_path / "registry.yaml"
+    registry.write_text(yaml.safe_dump({"models": [entry]}, sort_keys=False))
+    config["registry_path"] = str(registry)
+    result = run_up(tmp_path, config, timeout_s=240)
+    line = assert_one_line_naming_the_entry(
+        result,
+        "worker-0 exited during start-up",
+        f"(source {own_models / 'my-own-model'}): cannot be loaded as WanPipeline: AttributeError",
+        "the folder was saved as FluxPipeline",
+    )
+    assert "scale_factor_temporal" in line  # the loader's own reason

@@ -8,6 +8,7 @@ exactly one terminal event and never raises. Hosts spread over several devices l
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 from typing import Protocol
@@ -92,8 +93,15 @@ def load_pipeline(
         refuse_on_device(spec, device)
     # Offloaded weights stay in host memory; the device holds one component at a time.
     if device is not None and local_dir is not None and spec.gpu.offload == "none":
-        needed = weight_parameters(local_dir) * DTYPE_BYTES[spec.dtype]
-        check_fits(spec.name, needed, device)
+        try:
+            parameters = weight_parameters(local_dir)
+        except Exception as exc:
+            raise ModelLoadError(
+                f"model {spec.name!r} (source {source}): cannot read the weight files' "
+                f"headers: {one_line(exc)}; a .safetensors file is damaged or cut short, "
+                "copy or pull the model again"
+            ) from exc
+        check_fits(spec.name, parameters * DTYPE_BYTES[spec.dtype], device)
     if spec.quantization == "int8-dynamic" and device is not None and device != "cpu":
         raise ModelLoadError(
             f"model {spec.name!r}: int8-dynamic quantization has CPU kernels only, not {device}"
@@ -106,14 +114,39 @@ def load_pipeline(
     kwargs["local_files_only"] = True
     try:
         pipeline = pipeline_class.from_pretrained(str(local_dir), **kwargs)
-    except (OSError, ValueError) as exc:
-        raise ModelLoadError(f"model {spec.name!r}: cannot load {source}: {exc}") from exc
+    except Exception as exc:
+        # diffusers fails on a folder it cannot load with whatever the first component
+        # raises (AttributeError for a class that is not the folder's, a safetensors error
+        # for a file cut short); none of it says which entry, so the worker's one line does.
+        raise ModelLoadError(
+            f"model {spec.name!r} (source {source}): cannot be loaded as {spec.pipeline}: "
+            f"{one_line(exc)}; {_loading_hint(spec, local_dir)}"
+        ) from exc
     if device is not None:
         place(spec, pipeline, device)
     if spec.quantization == "int8-dynamic":
         quantize_int8_dynamic(pipeline.transformer)
     apply_gpu_options(spec, pipeline)
     return pipeline
+
+
+def one_line(exc: BaseException) -> str:
+    """`Class: message` of an exception with its whitespace collapsed, for a one-line error."""
+    return " ".join(f"{type(exc).__name__}: {exc}".split())
+
+
+def _loading_hint(spec: ModelSpec, local_dir: Path) -> str:
+    index = local_dir / "model_index.json"
+    try:
+        saved_as = json.loads(index.read_text()).get("_class_name")
+    except (OSError, ValueError, AttributeError):
+        saved_as = None
+    if isinstance(saved_as, str) and saved_as != spec.pipeline:
+        return (
+            f"the folder was saved as {saved_as}: check that `pipeline` names a class that "
+            "can load it"
+        )
+    return "check that `pipeline` names the folder's pipeline class and that its files are complete"
 
 
 def dtype_keyword() -> str:

@@ -15,14 +15,17 @@ from __future__ import annotations
 import inspect
 import logging
 import math
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from mediamesh.common.hub import is_hub_source
 from mediamesh.common.registry import ModelSpec
 from mediamesh.common.work import JobParams, Preview
+from mediamesh.worker.models.memory import ModelLoadError
 from mediamesh.worker.models.preview_image import encode_heatmap, encode_rgb, preview_size
 
 log = logging.getLogger(__name__)
@@ -192,6 +195,8 @@ class LatentPreviewer:
             if own
             else FAMILY_FACTORS.get(spec.pipeline, ((), (0.0, 0.0, 0.0)))
         )
+        if own:
+            _check_own_factors(spec, pipeline)
         self.factors = torch.tensor(factors, dtype=torch.float32) if factors else None
         self.bias = torch.tensor(bias, dtype=torch.float32)
         self._unpack = _flux_unpacker(pipeline)
@@ -201,9 +206,34 @@ class LatentPreviewer:
         """Loads the entry's `preview.vae` (diffusers AutoencoderTiny), local files only."""
         from diffusers import AutoencoderTiny
 
-        source = (self.spec.preview.vae or "").replace("{models_dir}", str(models_dir))
-        # A hub id must already be in the cache, like the model itself (`models pull`).
-        vae = AutoencoderTiny.from_pretrained(source, local_files_only=True)
+        named = self.spec.preview.vae or ""
+        source = named.replace("{models_dir}", str(models_dir))
+        field = f"model {self.spec.name!r} field preview.vae"
+        # The same reading of a source as the model's own: a folder, else a hub id.
+        from_hub = is_hub_source(self.spec.model_copy(update={"source": named}), models_dir)
+        if not from_hub and not Path(source).is_dir():
+            raise ModelLoadError(
+                f"{field}: {source} does not exist; put a diffusers AutoencoderTiny folder "
+                "there (e.g. a TAESD checkpoint), or leave preview.vae unset to preview by "
+                "projection"
+            )
+        try:
+            # A hub id must already be in the cache, like the model itself (`models pull`).
+            vae = AutoencoderTiny.from_pretrained(source, local_files_only=True)
+        except Exception as exc:
+            problem, remedy = (
+                (
+                    "is not in the Hugging Face cache",
+                    "download it there first, or point preview.vae at a local folder",
+                )
+                if from_hub
+                else (
+                    "cannot be loaded as a diffusers AutoencoderTiny",
+                    "point preview.vae at an AutoencoderTiny folder (e.g. a TAESD checkpoint)",
+                )
+            )
+            reason = " ".join(f"{type(exc).__name__}: {exc}".split())
+            raise ModelLoadError(f"{field}: {source} {problem}: {reason}; {remedy}") from exc
         self.tiny_vae = vae.to(device).eval()
 
     def __call__(self, latents: torch.Tensor, index: int, job: JobParams) -> Preview:
@@ -254,6 +284,29 @@ class LatentPreviewer:
         latents = grid.to(parameter.device, parameter.dtype) / scale + shift
         image = vae.decode(latents, return_dict=False)[0][0].float().cpu()
         return _to_bytes((image.permute(1, 2, 0) + 1.0) / 2.0)
+
+
+def latent_channels(pipeline: Any) -> int | None:
+    """Channels of the latents a pipeline denoises, from its autoencoder's config (`z_dim`
+    for Wan's); None when it has no autoencoder that says."""
+    config = getattr(getattr(pipeline, "vae", None), "config", None)
+    for key in ("latent_channels", "z_dim"):
+        value = config.get(key) if isinstance(config, Mapping) else getattr(config, key, None)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return None
+
+
+def _check_own_factors(spec: ModelSpec, pipeline: Any) -> None:
+    # `_project` falls back to the principal projection when the rows do not match the
+    # latents, which would hide the entry's factors behind previews that look fine.
+    channels = latent_channels(pipeline)
+    rows = len(spec.preview.rgb_factors)
+    if channels is not None and rows != channels:
+        raise ModelLoadError(
+            f"model {spec.name!r} field preview.rgb_factors: {rows} rows, but this model's "
+            f"latents have {channels} channels; give one [r, g, b] row per latent channel"
+        )
 
 
 def principal_rgb(values: torch.Tensor) -> torch.Tensor:

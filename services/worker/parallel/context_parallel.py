@@ -23,7 +23,8 @@ from diffusers.hooks.context_parallel import apply_context_parallel
 from diffusers.models._modeling_parallel import ParallelConfig
 from torch.distributed.device_mesh import init_device_mesh
 
-from mediamesh.common.registry import ModelSpec, ParallelismSpec
+from mediamesh.common.parallelism_spec import ParallelismSpec
+from mediamesh.common.registry import ModelSpec
 from mediamesh.worker.models.memory import ModelLoadError
 
 

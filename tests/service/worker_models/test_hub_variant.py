@@ -82,7 +82,8 @@ def test_without_the_variant_the_worker_says_what_it_cannot_load(
     fp16_named_cache: Path, tmp_path: Path
 ) -> None:
     line = _load_in_child(fp16_named_cache, tmp_path)
-    assert line.startswith("LOAD-ERROR model 'hub-variant': cannot load"), line
+    assert line.startswith("LOAD-ERROR model 'hub-variant' (source "), line
+    assert "cannot be loaded as FluxPipeline" in line, line
 
 
 def test_a_revision_not_in_the_cache_names_the_pull(fp16_named_cache: Path, tmp_path: Path) -> None:

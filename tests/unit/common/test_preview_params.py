@@ -109,7 +109,7 @@ def test_a_preview_autoencoder_needs_the_data_mode() -> None:
     entry["preview"] = {"vae": "{models_dir}/taef1"}
     assert parse_registry({"models": [entry]}).models[0].preview.vae
     modes = {
-        "tensor": {"devices": ["cpu", "cpu"]},
+        "tensor": {"size": 2, "devices": ["cpu", "cpu"]},
         "pipeline": {"devices": ["cpu", "cpu"]},
         "context": {"ulysses": 2, "ring": 1},
     }

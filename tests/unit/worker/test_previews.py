@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 from diffusers import AutoencoderTiny, FluxPipeline
+from diffusers.configuration_utils import FrozenDict
 from PIL import Image
 
 from mediamesh.common.generation import GenerationParams
@@ -18,6 +19,7 @@ from mediamesh.common.registry import ModelSpec, load_registry
 from mediamesh.common.work import JobParams, Preview, StepDone
 from mediamesh.worker.core.batch import BatchControl
 from mediamesh.worker.models.echo import EchoHost, seed_colour
+from mediamesh.worker.models.memory import ModelLoadError
 from mediamesh.worker.models.previews import (
     FAMILY_FACTORS,
     LatentPreviewer,
@@ -237,6 +239,31 @@ def test_a_tiny_vae_named_by_the_registry_decodes_the_previews(tmp_path: Path) -
     assert previewer.tiny_vae is not None
     preview = previewer(torch.randn(1, 4, 8, 8), 0, job())
     assert decoded(preview).size == (64, 64)
+
+
+def test_own_factors_are_checked_against_the_autoencoders_channels() -> None:
+    wan = spec_of("wan-tiny")
+    four_rows = wan.preview.model_copy(update={"rgb_factors": ((1.0, 0.0, 0.0),) * 4})
+    own = wan.model_copy(update={"preview": four_rows})
+    # Wan's autoencoder calls its latent channels z_dim.
+    wan_like = SimpleNamespace(vae=SimpleNamespace(config=FrozenDict(z_dim=16)))
+    with pytest.raises(ModelLoadError, match=r"'wan-tiny' field preview.rgb_factors: 4 rows.* 16 "):
+        LatentPreviewer(own, wan_like)
+    matching = SimpleNamespace(vae=SimpleNamespace(config=FrozenDict(latent_channels=4)))
+    assert LatentPreviewer(own, matching).factors is not None
+
+
+def test_a_preview_autoencoder_hub_id_not_in_the_cache_names_the_field(tmp_path: Path) -> None:
+    base = spec_of("sdxl-tiny")
+    preview = base.preview.model_copy(update={"vae": "nobody/taesd-nowhere"})
+    previewer = LatentPreviewer(base.model_copy(update={"preview": preview}), None)
+    with pytest.raises(ModelLoadError) as caught:
+        previewer.load_tiny_vae(tmp_path, "cpu")
+    message = str(caught.value)
+    assert message.startswith(
+        "model 'sdxl-tiny' field preview.vae: nobody/taesd-nowhere is not in the Hugging Face cache"
+    )
+    assert "\n" not in message
 
 
 def test_models_with_previews_off_get_no_previewer() -> None:

@@ -1,0 +1,106 @@
+"""How a registry entry spreads its model over devices (`parallelism:`), and the checks that
+keep each mode's fields to that mode."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from mediamesh.common.context_spec import check_context_degrees
+
+# The modes that read each mode-specific parallelism field (ulysses and ring: context mode,
+# checked in `common.context_spec`). Set outside them, a field would change nothing.
+MODE_FIELDS: dict[str, tuple[str, ...]] = {
+    "devices": ("pipeline", "tensor", "context"),
+    "device_map": ("pipeline",),
+    "max_memory": ("pipeline",),
+    "offload_folder": ("pipeline",),
+    "size": ("tensor",),
+    "backend": ("tensor",),
+}
+# accelerate's `max_memory` sizes (`accelerate.utils.convert_file_size_to_int`): a number and
+# a decimal or binary unit. Matched here because importing accelerate would import torch.
+_MEMORY_SIZE = re.compile(r"^\s*\d+(\.\d*)?\s*([KMG]i?B)$", re.IGNORECASE)
+
+
+def check_memory_size(field: str, limit: object) -> None:
+    """ValueError naming `field` when `limit` is not a size accelerate can read."""
+    if not (isinstance(limit, str) and _MEMORY_SIZE.match(limit)):
+        raise ValueError(
+            f"{field}: {limit!r} is not a memory size; write a number and a unit "
+            "(KB, MB, GB, KiB, MiB or GiB), like 70GiB or 500MB"
+        )
+
+
+def check_mode_fields(options: ParallelismSpec) -> None:
+    """ValueError naming each field set to other than its default outside the modes that
+    read it. A value equal to the default is let through: a spec dumped and read again (as a
+    tensor-parallel helper rank does) carries every field."""
+    misplaced: list[str] = []
+    for field, modes in MODE_FIELDS.items():
+        default = ParallelismSpec.model_fields[field].get_default(call_default_factory=True)
+        if options.mode not in modes and getattr(options, field) != default:
+            takers = " or ".join((", ".join(modes[:-1]), modes[-1])) if modes[1:] else modes[0]
+            misplaced.append(f"parallelism.{field}: only {takers} mode takes it")
+    if misplaced:
+        raise ValueError(
+            f"{'; '.join(misplaced)}, not {options.mode} mode; "
+            "remove it or set parallelism.mode to a mode that takes it"
+        )
+
+
+class ParallelismSpec(BaseModel):
+    """How the model is spread over devices; each group is one routing unit."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    mode: Literal["data", "pipeline", "tensor", "context"] = "data"
+    # Devices the model occupies ("cpu", "cuda:0", ...). Data mode uses the worker's own device.
+    devices: list[str] = Field(default_factory=list)
+    # Pipeline mode: accelerate device_map strategy and per-device memory caps.
+    device_map: Literal["balanced", "auto", "sequential"] = "balanced"
+    max_memory: dict[str, str] = Field(default_factory=dict)
+    offload_folder: str | None = None
+    # Tensor mode: ranks in the torch.distributed group and the backend.
+    size: int = Field(1, ge=1)
+    backend: Literal["torch", "deepspeed"] = "torch"
+    # Context mode: the sequence is split over ulysses * ring ranks (diffusers' degrees).
+    ulysses: int = Field(1, ge=1)
+    ring: int = Field(1, ge=1)
+
+    @model_validator(mode="after")
+    def _fields_fit_mode(self) -> ParallelismSpec:
+        check_mode_fields(self)
+        return self
+
+    @model_validator(mode="after")
+    def _context_degrees(self) -> ParallelismSpec:
+        check_context_degrees(self.mode, self.ulysses, self.ring, len(self.devices))
+        return self
+
+    @model_validator(mode="after")
+    def _one_device_per_tensor_rank(self) -> ParallelismSpec:
+        if self.mode == "tensor" and self.devices and len(self.devices) != self.size:
+            raise ValueError(
+                f"parallelism.devices: {len(self.devices)} devices listed, but "
+                f"parallelism.size is {self.size}; list one device per rank, or none to run "
+                "every rank on the worker's device"
+            )
+        return self
+
+    @field_validator("max_memory", mode="before")
+    @classmethod
+    def _memory_sizes(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            for device, limit in value.items():
+                check_memory_size(f"parallelism.max_memory.{device}", limit)
+        return value
+
+    @property
+    def ranks(self) -> int:
+        """Processes in the model's torch.distributed group (1 outside tensor/context)."""
+        if self.mode == "context":
+            return self.ulysses * self.ring
+        return self.size if self.mode == "tensor" else 1
