@@ -54,7 +54,7 @@ async def test_tritonclient_health_metadata_infer_stream_and_errors(keyed_mesh):
     assert not health["unknown_ready"]
     assert health["server"]["name"] == "mediamesh"
     assert "schedule_policy" in health["server"]["extensions"]
-    # echo takes no negative prompt, so its metadata lists none.
+    # flux-tiny takes no negative prompt, so its metadata lists none.
     assert health["inputs"] == [["prompt", "BYTES", [-1]]]
     # The preview output comes on ModelStreamInfer's progress responses (echo has previews).
     assert health["outputs"] == [
