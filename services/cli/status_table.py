@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 
@@ -64,10 +65,11 @@ def render(status: Any) -> str:
 
 def money_text(amount: float) -> str:
     """Two decimals, or three significant digits for less than a cent (a short local run
-    costs fractions of one, which two or four decimals round away)."""
+    costs fractions of one, which two or four decimals round away), never in e-notation."""
     if amount == 0 or abs(amount) >= 0.01:
         return f"{amount:.2f}"
-    return f"{amount:.3g}"
+    decimals = 2 - math.floor(math.log10(abs(amount)))
+    return f"{amount:.{decimals}f}"
 
 
 def _adapters(worker: Any) -> str:

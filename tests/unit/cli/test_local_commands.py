@@ -175,10 +175,11 @@ def test_status_dials_the_gateway_s_scheduler_address_when_the_scheduler_listens
 def test_status_prints_small_costs_to_three_significant_digits():
     from mediamesh.cli.status_table import money_text
 
-    assert [money_text(v) for v in (0.0, 0.000167, 0.000249, 0.0123, 12.345)] == [
+    assert [money_text(v) for v in (0.0, 0.000167, 0.0000601, 0.00999, 0.0123, 12.345)] == [
         "0.00",
         "0.000167",
-        "0.000249",
+        "0.0000601",
+        "0.00999",
         "0.01",
         "12.35",
     ]
