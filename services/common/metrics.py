@@ -11,11 +11,15 @@ RPC_REQUESTS = Counter(
     "gRPC calls handled, by service, method and status code.",
     ["service", "method", "code"],
 )
+# From a millisecond (an echo call) to five minutes (a stream following a long video job).
+REQUEST_LATENCY_BUCKETS = (
+    0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300,
+)  # fmt: skip
 RPC_LATENCY = Histogram(
     "mediamesh_rpc_latency_seconds",
     "Time to handle a gRPC call (streams: until the stream ends).",
     ["service", "method"],
-    buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300),
+    buckets=REQUEST_LATENCY_BUCKETS,
 )
 
 

@@ -11,6 +11,8 @@ import time
 from prometheus_client import Counter, Histogram
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from mediamesh.common.metrics import REQUEST_LATENCY_BUCKETS
+
 HTTP_REQUESTS = Counter(
     "mediamesh_http_requests",
     "HTTP requests the gateway answered, by route template, method and status.",
@@ -20,7 +22,7 @@ HTTP_LATENCY = Histogram(
     "mediamesh_http_request_seconds",
     "Time to answer an HTTP request (an event stream: until it ends).",
     ["route", "method"],
-    buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300),
+    buckets=REQUEST_LATENCY_BUCKETS,
 )
 UNMATCHED = "unmatched"
 
