@@ -27,7 +27,7 @@ from mediamesh.scheduler import metrics
 from mediamesh.scheduler.core.effects import Dispatch, Effect
 from mediamesh.scheduler.core.interface import SchedulingCore
 from mediamesh.scheduler.core.jobs import Job
-from mediamesh.scheduler.events import EventHub, WatchEvent
+from mediamesh.scheduler.events import EventHub, notice_event
 from mediamesh.scheduler.store.artifacts import ArtifactStore, StoredArtifact
 from mediamesh.scheduler.store.writer import StoreWriter
 from mediamesh.scheduler.tracing import batch_span
@@ -215,15 +215,4 @@ class BatchRunner:
             if job is not None and event.kind == "paused":
                 metrics.PAUSES.labels(job.priority.name).inc()
             if job is not None:
-                self.hub.publish(
-                    WatchEvent(
-                        job.job_id,
-                        job.state,
-                        "notice",
-                        notice=event.kind,
-                        message=event.message,
-                        # As the scheduler's own notices say it: which run of the job this is.
-                        worker_id=job.worker_id or "",
-                        attempt=job.attempts,
-                    )
-                )
+                self.hub.publish(notice_event(job, event.kind, event.message))

@@ -7,7 +7,7 @@ from collections import defaultdict, deque
 from dataclasses import dataclass
 
 from mediamesh.common.work import Preview
-from mediamesh.scheduler.core.jobs import JobState
+from mediamesh.scheduler.core.jobs import Job, JobState
 from mediamesh.scheduler.store.artifacts import StoredArtifact
 
 
@@ -34,6 +34,20 @@ class WatchEvent:
     @property
     def final(self) -> bool:
         return self.kind in ("result", "error")
+
+
+def notice_event(job: Job, kind: str, message: str) -> WatchEvent:
+    """A notice about `job`, naming the run it belongs to (its worker and attempt), whether
+    the scheduler or a worker gave it."""
+    return WatchEvent(
+        job.job_id,
+        job.state,
+        "notice",
+        notice=kind,
+        message=message,
+        worker_id=job.worker_id or "",
+        attempt=job.attempts,
+    )
 
 
 # Events a watcher may have waiting before its progress is coalesced.

@@ -34,7 +34,7 @@ from mediamesh.scheduler.core.effects import (
 from mediamesh.scheduler.core.interface import NewJob, SchedulingCore
 from mediamesh.scheduler.core.jobs import Job, JobState, Priority
 from mediamesh.scheduler.core.units import WorkerInfo
-from mediamesh.scheduler.events import EventHub, WatchEvent
+from mediamesh.scheduler.events import EventHub, WatchEvent, notice_event
 from mediamesh.scheduler.inputs import job_inputs
 from mediamesh.scheduler.roster import WorkerRoster
 from mediamesh.scheduler.store.artifacts import ArtifactStore, SignedUrl, StoredArtifact
@@ -217,20 +217,9 @@ class SchedulerRuntime:
             elif isinstance(effect, CancelOnWorker):
                 self._spawn(self.link.cancel(effect.address, list(effect.job_ids)))
             elif isinstance(effect, Notice):
-                job = effect.job
-                self.hub.publish(
-                    WatchEvent(
-                        job.job_id,
-                        job.state,
-                        "notice",
-                        notice=effect.kind,
-                        message=effect.message,
-                        worker_id=job.worker_id or "",
-                        attempt=job.attempts,
-                    )
-                )
+                self.hub.publish(notice_event(effect.job, effect.kind, effect.message))
                 if effect.kind == "spot_fallback":
-                    metrics.SPOT_FALLBACKS.labels(job.queue).inc()
+                    metrics.SPOT_FALLBACKS.labels(effect.job.queue).inc()
             elif isinstance(effect, Progressed):
                 self.hub.publish(
                     WatchEvent(

@@ -3,13 +3,19 @@ helpers to call it over real HTTP (uvicorn on 127.0.0.1)."""
 
 from __future__ import annotations
 
+import asyncio
+import io
 import json
+import warnings
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
+import openai
 import pytest
 import pytest_asyncio
+from openai.types import Video
+from PIL import Image
 
 from mediamesh.gateway.core.tenancy import hash_key
 from tests.service.conftest import InProcessMesh, start_mesh, stop_mesh
@@ -87,3 +93,26 @@ async def frames(response: httpx.Response) -> AsyncIterator[dict]:
             frame["data"] = json.loads(value)
         elif name in ("id", "event"):
             frame[name] = value
+
+
+def openai_client(mesh: InProcessMesh, key: str = KEY_A) -> openai.AsyncOpenAI:
+    """The official client against the mesh's OpenAI-compatible routes, without retries."""
+    warnings.simplefilter("ignore", DeprecationWarning)  # the client marks videos deprecated
+    return openai.AsyncOpenAI(base_url=f"{base_url(mesh)}/v1", api_key=key, max_retries=0)
+
+
+def png_bytes(width: int = 64, height: int = 64) -> bytes:
+    """A plain red PNG of that size."""
+    picture = io.BytesIO()
+    Image.new("RGB", (width, height), (200, 30, 30)).save(picture, "PNG")
+    return picture.getvalue()
+
+
+async def video_when_ended(client: openai.AsyncOpenAI, video_id: str) -> Video:
+    """The video once it has completed or failed (as it stands after 60 s otherwise)."""
+    for _ in range(600):
+        video = await client.videos.retrieve(video_id)
+        if video.status in ("completed", "failed"):
+            break
+        await asyncio.sleep(0.1)
+    return video

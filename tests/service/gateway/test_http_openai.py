@@ -22,18 +22,17 @@ from tests.service.gateway.http_support import (
     base_url,
     bearer,
     http_mesh,  # noqa: F401 (a fixture)
+    openai_client,
+    png_bytes,
+    video_when_ended,
 )
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
-def client_for(mesh: InProcessMesh, key: str = KEY_A) -> openai.AsyncOpenAI:
-    return openai.AsyncOpenAI(base_url=f"{base_url(mesh)}/v1", api_key=key, max_retries=0)
-
-
 async def test_images_generate_as_b64_json_and_as_url(http_mesh: InProcessMesh):  # noqa: F811
-    client = client_for(http_mesh)
+    client = openai_client(http_mesh)
     inline = await client.images.generate(
         model="flux-tiny",
         prompt="a red fox",
@@ -63,26 +62,24 @@ async def test_images_generate_as_b64_json_and_as_url(http_mesh: InProcessMesh):
 
 
 async def test_openai_errors_reach_the_client_with_their_status(http_mesh: InProcessMesh):  # noqa: F811
-    client = client_for(http_mesh)
+    client = openai_client(http_mesh)
     with pytest.raises(openai.BadRequestError, match="size"):
         await client.images.generate(model="flux-tiny", prompt="fox", size="big")
     with pytest.raises(openai.AuthenticationError):
-        await client_for(http_mesh, "wrong").images.generate(model="flux-tiny", prompt="fox")
+        await openai_client(http_mesh, "wrong").images.generate(model="flux-tiny", prompt="fox")
     with pytest.raises(openai.PermissionDeniedError):
-        await client_for(http_mesh, KEY_B).images.generate(model="flux-tiny", prompt="fox")
+        await openai_client(http_mesh, KEY_B).images.generate(model="flux-tiny", prompt="fox")
     with pytest.raises(openai.NotFoundError):
         await client.images.generate(model="no-such-model", prompt="fox")
     await client.close()
 
 
 async def test_image_edits_run_on_a_model_that_takes_an_image(http_mesh: InProcessMesh):  # noqa: F811
-    client = client_for(http_mesh)
-    picture = io.BytesIO()
-    Image.new("RGB", (64, 64), (200, 30, 30)).save(picture, "PNG")
+    client = openai_client(http_mesh)
     edited = await client.images.edit(
         model="flux-img2img-tiny",
         prompt="make it blue",
-        image=("in.png", picture.getvalue(), "image/png"),
+        image=("in.png", png_bytes(), "image/png"),
         extra_body={"steps": 2},
     )
     assert base64.b64decode((edited.data or [])[0].b64_json or "").startswith(PNG)
@@ -90,13 +87,13 @@ async def test_image_edits_run_on_a_model_that_takes_an_image(http_mesh: InProce
         await client.images.edit(
             model="flux-tiny",
             prompt="make it blue",
-            image=("in.png", picture.getvalue(), "image/png"),
+            image=("in.png", png_bytes(), "image/png"),
         )
     await client.close()
 
 
 async def test_videos_create_retrieve_download_and_delete(http_mesh: InProcessMesh):  # noqa: F811
-    client = client_for(http_mesh)
+    client = openai_client(http_mesh)
     warnings.simplefilter("ignore", DeprecationWarning)  # the client marks videos deprecated
     video = await client.videos.create(
         model="wan-tiny",
@@ -106,11 +103,7 @@ async def test_videos_create_retrieve_download_and_delete(http_mesh: InProcessMe
     )
     assert video.object == "video" and video.status in ("queued", "in_progress")
     assert video.size == "64x64"
-    for _ in range(600):
-        video = await client.videos.retrieve(video.id)
-        if video.status in ("completed", "failed"):
-            break
-        await asyncio.sleep(0.1)
+    video = await video_when_ended(client, video.id)
     assert video.status == "completed", video.error
     assert video.progress == 100 and video.completed_at
     content = await client.videos.download_content(video.id)
@@ -139,7 +132,7 @@ async def test_videos_create_retrieve_download_and_delete(http_mesh: InProcessMe
 async def test_a_video_reads_the_same_from_a_replica_that_never_saw_the_request(
     http_mesh: InProcessMesh,  # noqa: F811
 ):
-    client = client_for(http_mesh)
+    client = openai_client(http_mesh)
     warnings.simplefilter("ignore", DeprecationWarning)  # the client marks videos deprecated
     # 1 s at 9 fps is 9 frames, which wan-tiny's (num_frames - 1) % 4 == 0 allows.
     asked = await client.videos.create(
@@ -162,11 +155,7 @@ async def test_a_video_reads_the_same_from_a_replica_that_never_saw_the_request(
         base_url=f"http://127.0.0.1:{replica.http_port}/v1", api_key=KEY_A, max_retries=0
     )
     try:
-        for _ in range(600):
-            video = await other.videos.retrieve(asked.id)
-            if video.status in ("completed", "failed"):
-                break
-            await asyncio.sleep(0.1)
+        video = await video_when_ended(other, asked.id)
         assert video.status == "completed", video.error
         assert (video.prompt, video.size, video.seconds) == (
             "tides under a full moon",
@@ -188,10 +177,7 @@ async def test_a_video_reads_the_same_from_a_replica_that_never_saw_the_request(
             "num_frames": 9,
             "fps": 9,
         }
-        for _ in range(600):
-            if (await other.videos.retrieve(plain.id)).status in ("completed", "failed"):
-                break
-            await asyncio.sleep(0.1)
+        await video_when_ended(other, plain.id)
         with pytest.raises(openai.ConflictError, match="has already ended"):
             await other.videos.delete(plain.id)
     finally:

@@ -3,16 +3,12 @@ client sent (`param`) and the limit; `seconds` becomes a frame count the model a
 
 from __future__ import annotations
 
-import asyncio
 import base64
-import io
-import warnings
 from collections.abc import Awaitable
 
 import httpx
 import openai
 import pytest
-from PIL import Image
 
 from mediamesh.common.errors import InvalidArgument
 from mediamesh.common.registry import load_registry
@@ -23,21 +19,13 @@ from tests.service.gateway.http_support import (
     base_url,
     bearer,
     http_mesh,  # noqa: F401 (a fixture)
+    openai_client,
+    png_bytes,
+    video_when_ended,
 )
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 PNG = b"\x89PNG\r\n\x1a\n"
-
-
-def client_for(mesh: InProcessMesh) -> openai.AsyncOpenAI:
-    warnings.simplefilter("ignore", DeprecationWarning)  # the client marks videos deprecated
-    return openai.AsyncOpenAI(base_url=f"{base_url(mesh)}/v1", api_key=KEY_A, max_retries=0)
-
-
-def png(width: int = 64, height: int = 64) -> bytes:
-    picture = io.BytesIO()
-    Image.new("RGB", (width, height), (200, 30, 30)).save(picture, "PNG")
-    return picture.getvalue()
 
 
 async def test_seconds_become_the_fewest_frames_the_model_accepts() -> None:
@@ -88,7 +76,7 @@ async def test_whole_seconds_make_a_video_on_a_4k_plus_1_model(
 async def test_seconds_past_the_longest_clip_name_seconds_and_the_limit(
     http_mesh: InProcessMesh,  # noqa: F811
 ) -> None:
-    client = client_for(http_mesh)
+    client = openai_client(http_mesh)
     with pytest.raises(openai.BadRequestError) as refused:
         await client.videos.create(model="wan-tiny", prompt="x", seconds="8")
     assert refused.value.param == "seconds"
@@ -119,7 +107,7 @@ async def test_seconds_past_the_longest_clip_name_seconds_and_the_limit(
 async def test_each_route_serves_only_its_own_kind_of_model(
     http_mesh: InProcessMesh,  # noqa: F811
 ) -> None:
-    client = client_for(http_mesh)
+    client = openai_client(http_mesh)
     with pytest.raises(openai.BadRequestError) as refused:
         await client.images.generate(model="wan-tiny", prompt="fox", extra_body={"steps": 2})
     assert refused.value.param == "model"
@@ -130,7 +118,7 @@ async def test_each_route_serves_only_its_own_kind_of_model(
     assert refused.value.param == "model" and "makes audio" in refused.value.message
     with pytest.raises(openai.BadRequestError) as refused:
         await client.images.edit(
-            model="wan-tiny", prompt="blue", image=("in.png", png(), "image/png")
+            model="wan-tiny", prompt="blue", image=("in.png", png_bytes(), "image/png")
         )  # fmt: skip
     assert refused.value.param == "model" and "makes video" in refused.value.message
     with pytest.raises(openai.BadRequestError) as refused:
@@ -144,14 +132,14 @@ async def test_each_route_serves_only_its_own_kind_of_model(
 async def test_edits_without_a_model_take_the_first_model_with_an_image_input(
     http_mesh: InProcessMesh,  # noqa: F811
 ) -> None:
-    client = client_for(http_mesh)
+    client = openai_client(http_mesh)
     edited = await client.images.edit(
-        prompt="make it blue", image=("in.png", png(), "image/png"), extra_body={"steps": 2}
+        prompt="make it blue", image=("in.png", png_bytes(), "image/png"), extra_body={"steps": 2}
     )
     assert base64.b64decode((edited.data or [])[0].b64_json or "").startswith(PNG)
     with pytest.raises(openai.BadRequestError) as refused:
         await client.images.edit(
-            model="flux-tiny", prompt="blue", image=("in.png", png(), "image/png")
+            model="flux-tiny", prompt="blue", image=("in.png", png_bytes(), "image/png")
         )  # fmt: skip
     assert refused.value.param == "image"
     assert "takes no image input; image models that do: " in refused.value.message
@@ -162,8 +150,8 @@ async def test_edits_without_a_model_take_the_first_model_with_an_image_input(
 async def test_several_images_to_edit_are_refused_not_dropped(
     http_mesh: InProcessMesh,  # noqa: F811
 ) -> None:
-    client = client_for(http_mesh)
-    two = [("a.png", png(), "image/png"), ("b.png", png(32, 32), "image/png")]
+    client = openai_client(http_mesh)
+    two = [("a.png", png_bytes(), "image/png"), ("b.png", png_bytes(32, 32), "image/png")]
     with pytest.raises(openai.BadRequestError) as refused:
         await client.images.edit(model="flux-img2img-tiny", prompt="blue", image=two)
     assert refused.value.param == "image"
@@ -174,7 +162,7 @@ async def test_several_images_to_edit_are_refused_not_dropped(
                 "/v1/images/edits",
                 headers=bearer(KEY_A),
                 data={"prompt": "blue", "model": "flux-img2img-tiny"},
-                files=[(name, (f"{name}.png", png(), "image/png")) for name in spellings],
+                files=[(name, (f"{name}.png", png_bytes(), "image/png")) for name in spellings],
             )  # fmt: skip
             assert answer.status_code == 400, answer.text
             assert answer.json()["error"]["param"] == "image"
@@ -184,7 +172,7 @@ async def test_several_images_to_edit_are_refused_not_dropped(
 async def test_errors_name_the_openai_field_the_client_sent(
     http_mesh: InProcessMesh,  # noqa: F811
 ) -> None:
-    client = client_for(http_mesh)
+    client = openai_client(http_mesh)
 
     async def param_of(call: Awaitable[object]) -> tuple[str | None, str]:
         with pytest.raises(openai.BadRequestError) as refused:
@@ -217,15 +205,15 @@ async def test_errors_name_the_openai_field_the_client_sent(
     # sdxl-inpaint-tiny takes a mask, which must be the image's size: checked at admission.
     param, message = await param_of(
         client.images.edit(
-            model="sdxl-inpaint-tiny", prompt="x", image=("in.png", png(), "image/png"),
-            mask=("mask.png", png(64, 32), "image/png"),
+            model="sdxl-inpaint-tiny", prompt="x", image=("in.png", png_bytes(), "image/png"),
+            mask=("mask.png", png_bytes(64, 32), "image/png"),
         )
     )  # fmt: skip
     assert param == "mask" and "64x32" in message
     param, message = await param_of(
         client.images.edit(
-            model="flux-img2img-tiny", prompt="x", image=("in.png", png(), "image/png"),
-            mask=("mask.png", png(), "image/png"),
+            model="flux-img2img-tiny", prompt="x", image=("in.png", png_bytes(), "image/png"),
+            mask=("mask.png", png_bytes(), "image/png"),
         )
     )  # fmt: skip
     assert param == "mask" and "sdxl-inpaint-tiny" in message
@@ -241,7 +229,7 @@ async def test_errors_name_the_openai_field_the_client_sent(
     assert param == "size"
     param, message = await param_of(
         client.videos.create(
-            model="wan-tiny", prompt="x", input_reference=("in.png", png(), "image/png")
+            model="wan-tiny", prompt="x", input_reference=("in.png", png_bytes(), "image/png")
         )
     )
     assert param == "input_reference" and "cogvideox-i2v-tiny" in message
@@ -258,17 +246,13 @@ async def test_errors_name_the_openai_field_the_client_sent(
 async def test_an_ended_video_is_not_claimed_deleted(
     http_mesh: InProcessMesh,  # noqa: F811
 ) -> None:
-    client = client_for(http_mesh)
+    client = openai_client(http_mesh)
     video = await client.videos.create(
         model="wan-tiny",
         prompt="waves",
         extra_body={"steps": 2},
     )
-    for _ in range(600):
-        video = await client.videos.retrieve(video.id)
-        if video.status in ("completed", "failed"):
-            break
-        await asyncio.sleep(0.1)
+    video = await video_when_ended(client, video.id)
     assert video.status == "completed", video.error
     with pytest.raises(openai.ConflictError) as refused:
         await client.videos.delete(video.id)
