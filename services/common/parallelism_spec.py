@@ -21,17 +21,30 @@ MODE_FIELDS: dict[str, tuple[str, ...]] = {
     "backend": ("tensor",),
 }
 # accelerate's `max_memory` sizes (`accelerate.utils.convert_file_size_to_int`): a number and
-# a decimal or binary unit. Matched here because importing accelerate would import torch.
+# a decimal or binary unit, or a whole number of bytes. Matched here because importing
+# accelerate would import torch.
 _MEMORY_SIZE = re.compile(r"^\s*\d+(\.\d*)?\s*([KMG]i?B)$", re.IGNORECASE)
+# The devices accelerate's `max_memory` names: "cpu", "disk", "mps" and GPUs by index.
+_MEMORY_DEVICE = re.compile(r"^(cpu|disk|mps|cuda|cuda:\d+)$")
 
 
 def check_memory_size(field: str, limit: object) -> None:
     """ValueError naming `field` when `limit` is not a size accelerate can read."""
+    if isinstance(limit, int) and not isinstance(limit, bool):
+        if limit < 0:
+            raise ValueError(f"{field}: {limit} bytes; a memory cap cannot be below 0")
+        return
     if not (isinstance(limit, str) and _MEMORY_SIZE.match(limit)):
         raise ValueError(
             f"{field}: {limit!r} is not a memory size; write a number and a unit "
-            "(KB, MB, GB, KiB, MiB or GiB), like 70GiB or 500MB"
+            "(KB, MB, GB, KiB, MiB or GiB), like 70GiB or 500MB, or a whole number of bytes"
         )
+
+
+def check_memory_device(field: str, device: object) -> None:
+    """ValueError naming `field` when `device` is not a key accelerate's max_memory takes."""
+    if not (isinstance(device, str) and _MEMORY_DEVICE.match(device)):
+        raise ValueError(f"{field}: {device!r} is not a device; use cpu, disk, mps, cuda or cuda:N")
 
 
 def check_mode_fields(options: ParallelismSpec) -> None:
@@ -61,7 +74,7 @@ class ParallelismSpec(BaseModel):
     devices: list[str] = Field(default_factory=list)
     # Pipeline mode: accelerate device_map strategy and per-device memory caps.
     device_map: Literal["balanced", "auto", "sequential"] = "balanced"
-    max_memory: dict[str, str] = Field(default_factory=dict)
+    max_memory: dict[str, str | int] = Field(default_factory=dict)
     offload_folder: str | None = None
     # Tensor mode: ranks in the torch.distributed group and the backend.
     size: int = Field(1, ge=1)
@@ -95,6 +108,7 @@ class ParallelismSpec(BaseModel):
     def _memory_sizes(cls, value: Any) -> Any:
         if isinstance(value, dict):
             for device, limit in value.items():
+                check_memory_device("parallelism.max_memory", device)
                 check_memory_size(f"parallelism.max_memory.{device}", limit)
         return value
 

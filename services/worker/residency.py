@@ -30,7 +30,7 @@ from mediamesh.common.registry import ModelSpec
 from mediamesh.common.work import JobFailed, JobParams
 from mediamesh.worker.core.batch import ControlView, Emit
 from mediamesh.worker.models.host import ModelHost
-from mediamesh.worker.models.memory import DTYPE_BYTES, weight_parameters
+from mediamesh.worker.models.memory import DTYPE_BYTES, checkpoint_parameters
 
 log = logging.getLogger("mediamesh.worker")
 
@@ -276,7 +276,7 @@ def estimate_weight_bytes(spec: ModelSpec, models_dir: Path) -> int:
     local_dir = source if source.is_dir() else cached_snapshot(spec)
     if local_dir is None:
         return 0
-    return weight_parameters(local_dir) * DTYPE_BYTES[spec.dtype]
+    return checkpoint_parameters(spec.name, local_dir, str(source)) * DTYPE_BYTES[spec.dtype]
 
 
 def residency_report(

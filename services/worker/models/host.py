@@ -26,7 +26,8 @@ from mediamesh.worker.models.memory import (
     DTYPE_BYTES,
     ModelLoadError,
     check_fits,
-    weight_parameters,
+    checkpoint_parameters,
+    one_line,
 )
 
 log = logging.getLogger(__name__)
@@ -93,14 +94,7 @@ def load_pipeline(
         refuse_on_device(spec, device)
     # Offloaded weights stay in host memory; the device holds one component at a time.
     if device is not None and local_dir is not None and spec.gpu.offload == "none":
-        try:
-            parameters = weight_parameters(local_dir)
-        except Exception as exc:
-            raise ModelLoadError(
-                f"model {spec.name!r} (source {source}): cannot read the weight files' "
-                f"headers: {one_line(exc)}; a .safetensors file is damaged or cut short, "
-                "copy or pull the model again"
-            ) from exc
+        parameters = checkpoint_parameters(spec.name, local_dir, source)
         check_fits(spec.name, parameters * DTYPE_BYTES[spec.dtype], device)
     if spec.quantization == "int8-dynamic" and device is not None and device != "cpu":
         raise ModelLoadError(
@@ -128,11 +122,6 @@ def load_pipeline(
         quantize_int8_dynamic(pipeline.transformer)
     apply_gpu_options(spec, pipeline)
     return pipeline
-
-
-def one_line(exc: BaseException) -> str:
-    """`Class: message` of an exception with its whitespace collapsed, for a one-line error."""
-    return " ".join(f"{type(exc).__name__}: {exc}".split())
 
 
 def _loading_hint(spec: ModelSpec, local_dir: Path) -> str:

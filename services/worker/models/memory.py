@@ -20,6 +20,23 @@ class ModelLoadError(StartupError):
     """A model that cannot be loaded here, with a reason an operator can act on."""
 
 
+def one_line(exc: BaseException) -> str:
+    """`Class: message` of an exception with its whitespace collapsed, for a one-line error."""
+    return " ".join(f"{type(exc).__name__}: {exc}".split())
+
+
+def checkpoint_parameters(name: str, model_dir: Path, source: str) -> int:
+    """`weight_parameters`, or a ModelLoadError naming the model when a header is unreadable."""
+    try:
+        return weight_parameters(model_dir)
+    except Exception as exc:
+        raise ModelLoadError(
+            f"model {name!r} (source {source}): cannot read the weight files' headers: "
+            f"{one_line(exc)}; a .safetensors file is damaged or cut short, "
+            "copy or pull the model again"
+        ) from exc
+
+
 def device_memory(device: str) -> tuple[int, int]:
     """(total_bytes, free_bytes) of a device: CUDA from the driver, CPU from /proc/meminfo."""
     target = torch.device(device)

@@ -18,16 +18,18 @@ import torch
 from mediamesh.common.registry import ModelSpec
 from mediamesh.worker.models.diffusion import DiffusionHost
 from mediamesh.worker.models.host import TORCH_DTYPES, dtype_keyword, host_class, load_pipeline
-from mediamesh.worker.models.memory import ModelLoadError
+from mediamesh.worker.models.memory import ModelLoadError, one_line
 
 log = logging.getLogger(__name__)
 
-DENOISER = "transformer"
+# The pipeline component that holds the denoiser: a transformer (Flux, SD3, PixArt, video
+# models) or a UNet (SDXL, AudioLDM2).
+DENOISERS = ("transformer", "unet")
 
 
-def accelerate_max_memory(limits: dict[str, str]) -> dict[int | str, str]:
+def accelerate_max_memory(limits: dict[str, str | int]) -> dict[int | str, str | int]:
     """Registry keys ("cuda:1", "cpu", "disk") to accelerate's (1, "cpu", "disk")."""
-    converted: dict[int | str, str] = {}
+    converted: dict[int | str, str | int] = {}
     for device, limit in limits.items():
         if device.startswith("cuda:"):
             converted[int(device.split(":", 1)[1])] = limit
@@ -52,12 +54,12 @@ def load_pipeline_parallel_host(
     else:
         if spec.quantization != "none":
             raise ModelLoadError(f"model {spec.name!r}: quantization needs parallelism mode data")
-        denoiser = _load_split_denoiser(spec, models_dir, max_memory, options.offload_folder)
-        pipeline = load_pipeline(spec, models_dir=models_dir, device=None, transformer=denoiser)
+        role, denoiser = _load_split_denoiser(spec, models_dir, max_memory, options.offload_folder)
+        pipeline = load_pipeline(spec, models_dir=models_dir, device=None, **{role: denoiser})
         # Everything but the split denoiser lives on the first device, where the
         # denoiser's accelerate hooks also return their outputs.
         for name, component in pipeline.components.items():
-            if name != DENOISER and isinstance(component, torch.nn.Module):
+            if name != role and isinstance(component, torch.nn.Module):
                 component.to(devices[0])
     return family(
         spec, pipeline, device=devices[0], checkpoint_dir=checkpoint_dir, device_ids=devices
@@ -67,14 +69,27 @@ def load_pipeline_parallel_host(
 def _load_split_denoiser(
     spec: ModelSpec,
     models_dir: Path,
-    max_memory: dict[int | str, str] | None,
+    max_memory: dict[int | str, str | int] | None,
     offload_folder: str | None,
-) -> torch.nn.Module:
+) -> tuple[str, torch.nn.Module]:
+    """The denoiser's component name and the denoiser, its layers placed by accelerate."""
     source = spec.resolved_source(models_dir)
     local = Path(source).is_dir()
     pipeline_class = getattr(diffusers, spec.pipeline, diffusers.DiffusionPipeline)
-    index = pipeline_class.load_config(source, local_files_only=local)
-    library, class_name = index[DENOISER]
+    try:
+        index = pipeline_class.load_config(source, local_files_only=local)
+    except (OSError, ValueError) as exc:
+        raise ModelLoadError(
+            f"model {spec.name!r} (source {source}): cannot read model_index.json: {one_line(exc)}"
+        ) from exc
+    role = next((name for name in DENOISERS if name in index), None)
+    if role is None:
+        raise ModelLoadError(
+            f"model {spec.name!r}: parallelism.device_map {spec.parallelism.device_map} splits "
+            f"the denoiser, and {spec.pipeline} has no {' or '.join(DENOISERS)} component; "
+            "use device_map balanced"
+        )
+    library, class_name = index[role]
     if library != "diffusers":
         raise ModelLoadError(f"model {spec.name!r}: denoiser class {library}.{class_name}")
     model_class = getattr(diffusers, class_name)
@@ -83,13 +98,17 @@ def _load_split_denoiser(
     try:
         denoiser: torch.nn.Module = model_class.from_pretrained(
             source,
-            subfolder=DENOISER,
+            subfolder=role,
             **{dtype_keyword(): TORCH_DTYPES[spec.dtype]},
             device_map=spec.parallelism.device_map,
             max_memory=max_memory,
             offload_folder=offload_folder,
             local_files_only=local,
         )
-    except (OSError, ValueError) as exc:
-        raise ModelLoadError(f"model {spec.name!r}: cannot split {class_name}: {exc}") from exc
-    return denoiser
+    except Exception as exc:
+        # accelerate and diffusers fail a split they cannot make with whatever the layer
+        # placement raised; the worker's one line names the model and the class.
+        raise ModelLoadError(
+            f"model {spec.name!r}: cannot split {class_name}: {one_line(exc)}"
+        ) from exc
+    return role, denoiser

@@ -13,6 +13,7 @@ import pytest
 from mediamesh.common.registry import ModelSpec
 from mediamesh.worker.hosting import load_host
 from mediamesh.worker.models.memory import ModelLoadError
+from mediamesh.worker.residency import estimate_weight_bytes
 
 
 def load_error(spec: ModelSpec, models_dir: Path, tmp_path: Path) -> str:
@@ -99,3 +100,15 @@ def test_a_missing_preview_autoencoder_names_the_entry_and_the_field(
     assert message.startswith(
         f"model 'flux-tiny' field preview.vae: {models_dir / 'taef1-not-there'} does not exist"
     )
+
+
+def test_a_cold_model_with_cut_weights_is_named_by_its_size_estimate(
+    registry_spec: Callable[[str], ModelSpec], models_dir: Path, own_flux: Path
+) -> None:
+    # A model hosted cold counts its weights against the resident limit before loading.
+    cut_transformer_weights(own_flux, lambda header: 8 + header // 2)
+    with pytest.raises(ModelLoadError) as caught:
+        estimate_weight_bytes(flux_from(registry_spec, own_flux), models_dir)
+    message = str(caught.value)
+    assert message.startswith(f"model 'flux-tiny' (source {own_flux}): cannot read the weight")
+    assert "\n" not in message

@@ -107,3 +107,35 @@ def test_deepspeed_backend_reports_the_missing_extra(
     spec = _with_parallelism(registry_spec("flux-tiny"), mode="tensor", size=2, backend="deepspeed")
     with pytest.raises(ModelLoadError, match="optional 'deepspeed' package"):
         load_host(spec, models_dir=models_dir, device="cpu", checkpoint_dir=tmp_path)
+
+
+def test_pipeline_mode_splits_a_unet_denoiser(host_for, models_dir, registry_spec, tmp_path):
+    # SDXL's denoiser is its `unet` component, not a `transformer`.
+    data_host = host_for("sdxl-tiny")
+    job = job_for(data_host.spec, "s", seed=5)
+    (expected,) = [e.data for e in run(data_host, [job]) if isinstance(e, JobFinished)]
+    spec = _with_parallelism(
+        registry_spec("sdxl-tiny"),
+        mode="pipeline",
+        device_map="sequential",
+        max_memory={"cpu": 200_000},
+        offload_folder=str(tmp_path / "offload"),
+    )
+    host = load_host(spec, models_dir=models_dir, device="cpu", checkpoint_dir=tmp_path)
+    try:
+        assert "disk" in set(host.pipeline.unet.hf_device_map.values())
+        events = run(host, [job_for(spec, "s", seed=5)])
+        assert [e.data for e in events if isinstance(e, JobFinished)] == [expected]
+    finally:
+        host.close()
+
+
+def test_pipeline_mode_on_a_folder_without_a_model_index_is_one_line(
+    models_dir, registry_spec, tmp_path
+):
+    empty = tmp_path / "not-a-model"
+    empty.mkdir()
+    spec = _with_parallelism(registry_spec("flux-tiny"), mode="pipeline", device_map="auto")
+    spec = spec.model_copy(update={"source": str(empty)})
+    with pytest.raises(ModelLoadError, match=r"model 'flux-tiny' .*cannot read model_index\.json"):
+        load_host(spec, models_dir=models_dir, device="cpu", checkpoint_dir=tmp_path)

@@ -125,7 +125,7 @@ def test_tensor_devices_must_match_its_size(devices: list[str]) -> None:
     assert "parallelism.size is 2" in message
 
 
-@pytest.mark.parametrize("limit", ["lots", "10", "10TB", "-1GB", "GiB", 1000])
+@pytest.mark.parametrize("limit", ["lots", "10", "10TB", "-1GB", "GiB", 1.5, True, None])
 def test_max_memory_sizes_accelerate_cannot_read_are_refused(limit: object) -> None:
     message = refusal(
         IMAGE, parallelism={"mode": "pipeline", "devices": ["cpu"], "max_memory": {"cpu": limit}}
@@ -137,7 +137,7 @@ def test_max_memory_sizes_accelerate_cannot_read_are_refused(limit: object) -> N
 def test_accepted_max_memory_sizes_are_ones_accelerate_reads() -> None:
     from accelerate.utils import convert_file_size_to_int
 
-    sizes = ["70GiB", "500MB", "600KB", "1.5GB", "2 MiB", "3kib", "0GB"]
+    sizes = ["70GiB", "500MB", "600KB", "1.5GB", "2 MiB", "3kib", "0GB", 10**9, 0]
     entry = accepted(
         IMAGE,
         parallelism={
@@ -147,6 +147,18 @@ def test_accepted_max_memory_sizes_are_ones_accelerate_reads() -> None:
     )
     for size in entry.parallelism.max_memory.values():
         assert convert_file_size_to_int(size) >= 0
+    assert entry.parallelism.max_memory["cuda:7"] == 10**9  # a byte count stays a number
+
+
+def test_negative_byte_counts_are_refused() -> None:
+    message = refusal(IMAGE, parallelism={"mode": "pipeline", "max_memory": {"cpu": -5}})
+    assert "parallelism.max_memory.cpu: -5 bytes; a memory cap cannot be below 0" in message
+
+
+@pytest.mark.parametrize("device", ["gpu0", "cuda:x", "CPU", "cuda:"])
+def test_max_memory_devices_accelerate_cannot_place_are_refused(device: str) -> None:
+    message = refusal(IMAGE, parallelism={"mode": "pipeline", "max_memory": {device: "1GiB"}})
+    assert f"parallelism.max_memory: {device!r} is not a device" in message
 
 
 @pytest.mark.parametrize(
