@@ -113,6 +113,8 @@ KSERVE_RAW_TENSOR = FieldLimit(
         8 * (_BYTES_ELEMENT_HEADER + INPUT_IMAGE.max_bytes),
     )
 )
+# Jobs in one page of a job listing (ListJobs, GET /v1/jobs, GET /v1/videos).
+MAX_JOB_PAGE_SIZE = 100
 # Any string or bytes field with no entry below (a field added without one: tests catch it).
 DEFAULT_LIMIT = FieldLimit(1024)
 
@@ -141,11 +143,13 @@ REQUEST_LIMITS: Mapping[str, Mapping[str, FieldLimit]] = {
     "mediamesh.v1.WatchRequest": {"job_id": JOB_ID},
     "mediamesh.v1.CancelRequest": {"job_id": JOB_ID},
     "mediamesh.v1.GetJobRequest": {"job_id": JOB_ID},
+    "mediamesh.v1.ListJobsRequest": {"models": MODEL_NAME, "after_job_id": JOB_ID},
     "mediamesh.v1.DownloadRequest": {"job_id": JOB_ID},
     # mediamesh.v1.Scheduler
     "mediamesh.v1.SubmitRequest": {"tenant": TENANT},
     "mediamesh.v1.ScopedUploadChunk": {"tenant": TENANT},
     "mediamesh.v1.ScopedJobRequest": {"job_id": JOB_ID, "tenant": TENANT},
+    "mediamesh.v1.ScopedListJobsRequest": {"tenant": TENANT},
     "mediamesh.v1.WorkerRegistration": {"worker_id": WORKER_ID, "address": ADDRESS, "pool": POOL},
     "mediamesh.v1.Device": {"id": DEVICE_ID},
     "mediamesh.v1.HostedModel": {

@@ -32,6 +32,7 @@ from mediamesh.scheduler.core.effects import (
     Transition,
 )
 from mediamesh.scheduler.core.interface import NewJob, SchedulingCore
+from mediamesh.scheduler.core.job_listing import JobPage, JobQuery, list_jobs
 from mediamesh.scheduler.core.jobs import Job, JobState, Priority
 from mediamesh.scheduler.core.units import WorkerInfo
 from mediamesh.scheduler.events import EventHub, WatchEvent, notice_event
@@ -319,6 +320,10 @@ class SchedulerRuntime:
         if job is None or (job.tenant != tenant and not admin):
             raise NotFound(f"job_id: no job {job_id!r}")
         return job
+
+    def list_jobs(self, tenant: str, query: JobQuery, *, admin: bool = False) -> JobPage:
+        """A page of the tenant's jobs (every tenant's for a caller with the admin scope)."""
+        return list_jobs(self.core.jobs, tenant, query, admin=admin)
 
     def cancel(self, job_id: str, tenant: str, *, admin: bool = False) -> Job:
         self.owned_job(job_id, tenant, admin=admin)

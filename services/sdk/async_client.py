@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
 from types import TracebackType
 from typing import Unpack
 
+from mediamesh.common.limits import MAX_JOB_PAGE_SIZE
 from mediamesh.sdk.api.aio import AsyncTransport
 from mediamesh.sdk.base import ClientBase
 from mediamesh.sdk.errors import GatewayError
@@ -24,7 +25,16 @@ from mediamesh.sdk.flow import (
     overload_wait,
 )
 from mediamesh.sdk.options import GenerateOptions, GenerateParams, generate_params
-from mediamesh.sdk.types import Artifact, JobHandle, JobInfo, ModelInfo, UploadHandle
+from mediamesh.sdk.types import (
+    Artifact,
+    JobHandle,
+    JobInfo,
+    JobPage,
+    JobQuery,
+    JobState,
+    ModelInfo,
+    UploadHandle,
+)
 from mediamesh.sdk.uploads import upload_source
 
 
@@ -99,6 +109,36 @@ class AsyncClient(ClientBase):
     async def get(self, job_id: str) -> JobInfo:
         """A job's current state."""
         return await self._transport.get(job_id)
+
+    async def list_jobs(
+        self,
+        *,
+        states: Iterable[JobState | str] = (),
+        models: Iterable[str] = (),
+        page_size: int = 0,
+        after: str | None = None,
+        oldest_first: bool = False,
+    ) -> JobPage:
+        """One page of the caller's jobs (see Client.list_jobs)."""
+        query = JobQuery.of(states, models, page_size, after, oldest_first)
+        return await self._transport.list_jobs(query)
+
+    async def iter_jobs(
+        self,
+        *,
+        states: Iterable[JobState | str] = (),
+        models: Iterable[str] = (),
+        oldest_first: bool = False,
+    ) -> AsyncIterator[JobInfo]:
+        """Every job `list_jobs` would list, fetched a page of 100 at a time."""
+        query = JobQuery.of(states, models, MAX_JOB_PAGE_SIZE, None, oldest_first)
+        while True:
+            page = await self._transport.list_jobs(query)
+            for job in page.jobs:
+                yield job
+            if not page.has_more or page.last_id is None:
+                return
+            query = dataclasses.replace(query, after=page.last_id)
 
     async def list_models(self) -> list[ModelInfo]:
         """The registry's models with their limits and readiness."""

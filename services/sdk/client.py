@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import Unpack
 
+from mediamesh.common.limits import MAX_JOB_PAGE_SIZE
 from mediamesh.sdk.api.blocking import BlockingTransport
 from mediamesh.sdk.base import ClientBase
 from mediamesh.sdk.errors import GatewayError
@@ -24,7 +25,16 @@ from mediamesh.sdk.flow import (
     overload_wait,
 )
 from mediamesh.sdk.options import GenerateOptions, GenerateParams, generate_params
-from mediamesh.sdk.types import Artifact, JobHandle, JobInfo, ModelInfo, UploadHandle
+from mediamesh.sdk.types import (
+    Artifact,
+    JobHandle,
+    JobInfo,
+    JobPage,
+    JobQuery,
+    JobState,
+    ModelInfo,
+    UploadHandle,
+)
 from mediamesh.sdk.uploads import upload_source
 
 
@@ -98,6 +108,37 @@ class Client(ClientBase):
     def get(self, job_id: str) -> JobInfo:
         """A job's current state."""
         return self._transport.get(job_id)
+
+    def list_jobs(
+        self,
+        *,
+        states: Iterable[JobState | str] = (),
+        models: Iterable[str] = (),
+        page_size: int = 0,
+        after: str | None = None,
+        oldest_first: bool = False,
+    ) -> JobPage:
+        """One page of the caller's jobs (every tenant's for an admin key), newest first
+        unless `oldest_first`; continue with `after=page.last_id` while `page.has_more`.
+        A job is listed until the mesh's result retention forgets it."""
+        query = JobQuery.of(states, models, page_size, after, oldest_first)
+        return self._transport.list_jobs(query)
+
+    def iter_jobs(
+        self,
+        *,
+        states: Iterable[JobState | str] = (),
+        models: Iterable[str] = (),
+        oldest_first: bool = False,
+    ) -> Iterator[JobInfo]:
+        """Every job `list_jobs` would list, fetched a page of 100 at a time."""
+        query = JobQuery.of(states, models, MAX_JOB_PAGE_SIZE, None, oldest_first)
+        while True:
+            page = self._transport.list_jobs(query)
+            yield from page.jobs
+            if not page.has_more or page.last_id is None:
+                return
+            query = dataclasses.replace(query, after=page.last_id)
 
     def list_models(self) -> list[ModelInfo]:
         """The registry's models with their limits and readiness."""

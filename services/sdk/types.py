@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
+
+from mediamesh.common.limits import MAX_JOB_PAGE_SIZE
 
 
 class JobState(StrEnum):
@@ -82,6 +85,59 @@ class JobInfo:
     sha256: str = ""
     error_code: str = ""
     error_message: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class JobQuery:
+    """Which jobs a listing holds, and where its page starts (Client.list_jobs)."""
+
+    states: tuple[JobState, ...] = ()
+    models: tuple[str, ...] = ()
+    # At most 100; 0 takes the mesh's default (20).
+    page_size: int = 0
+    # The last job id of the previous page.
+    after: str = ""
+    oldest_first: bool = False
+
+    @classmethod
+    def of(
+        cls,
+        states: Iterable[JobState | str] = (),
+        models: Iterable[str] = (),
+        page_size: int = 0,
+        after: str | None = None,
+        oldest_first: bool = False,
+    ) -> JobQuery:
+        """A query from loosely typed arguments; ValueError naming the one out of range."""
+        parsed = []
+        for value in states:
+            try:
+                state = JobState(str(value).upper())
+                if state is JobState.UNSPECIFIED:
+                    raise ValueError(value)
+                parsed.append(state)
+            except ValueError:
+                choices = ", ".join(s.value for s in JobState if s is not JobState.UNSPECIFIED)
+                raise ValueError(f"states: {value!r} is not a job state; use {choices}") from None
+        if not 0 <= page_size <= MAX_JOB_PAGE_SIZE:
+            raise ValueError(f"page_size: {page_size}; allowed 0..{MAX_JOB_PAGE_SIZE}")
+        if isinstance(models, str):
+            models = (models,)
+        return cls(tuple(parsed), tuple(models), page_size, after or "", oldest_first)
+
+
+@dataclass(frozen=True, slots=True)
+class JobPage:
+    """One page of a job listing, in the order asked for."""
+
+    jobs: list[JobInfo]
+    # More jobs follow: list again with `after=page.last_id`.
+    has_more: bool
+
+    @property
+    def last_id(self) -> str | None:
+        """The id the next page starts after (None for an empty page)."""
+        return self.jobs[-1].job_id if self.jobs else None
 
 
 @dataclass(frozen=True, slots=True)

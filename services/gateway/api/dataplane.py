@@ -13,12 +13,12 @@ import time
 from collections.abc import AsyncIterator
 
 from mediamesh.common.api.requests import request_fields
-from mediamesh.common.generated.v1 import common_pb2, gateway_pb2
+from mediamesh.common.generated.v1 import common_pb2, gateway_pb2, scheduler_pb2
 from mediamesh.common.params import find_model, parse_priority, resolve
 from mediamesh.gateway.api.upstream import Upstream, mesh_errors, scoped
 from mediamesh.gateway.core.tenancy import Caller
 
-# Seconds a unary scheduler call (GetJob, Cancel, ListModels) may take.
+# Seconds a unary scheduler call (GetJob, ListJobs, Cancel, ListModels) may take.
 UNARY_TIMEOUT_S = 10
 
 
@@ -82,6 +82,16 @@ class DataPlane:
         """The state of one of the caller's jobs; NOT_FOUND for another tenant's."""
         async with mesh_errors():
             return await self.up.scheduler.GetJob(scoped(job_id, caller), timeout=UNARY_TIMEOUT_S)
+
+    async def jobs(
+        self, query: gateway_pb2.ListJobsRequest, caller: Caller
+    ) -> gateway_pb2.ListJobsResponse:
+        """A page of the caller's jobs (every tenant's for an admin key)."""
+        request = scheduler_pb2.ScopedListJobsRequest(
+            query=query, tenant=caller.tenant, admin=caller.admin
+        )
+        async with mesh_errors():
+            return await self.up.scheduler.ListJobs(request, timeout=UNARY_TIMEOUT_S)
 
     async def cancel(self, job_id: str, caller: Caller) -> common_pb2.JobInfo:
         """Cancels one of the caller's jobs; answers with its state after cancelling."""

@@ -20,7 +20,7 @@ from google.protobuf.descriptor import FieldDescriptor
 
 from mediamesh.common.api.bounds import check_bounds
 from mediamesh.common.errors import InvalidArgument
-from mediamesh.common.generated.v1 import common_pb2
+from mediamesh.common.generated.v1 import common_pb2, gateway_pb2
 from mediamesh.common.params import find_model
 from mediamesh.common.registry import ModelSpec
 from mediamesh.gateway.api.dataplane import DataPlane
@@ -145,6 +145,29 @@ def _field(name: str) -> FieldDescriptor:
     return field
 
 
+@dataclass(frozen=True)
+class JobListing:
+    """A job listing's filters and page as query parameters give them."""
+
+    # Job state names (any case); empty: every state.
+    states: list[str]
+    models: list[str]
+    limit: int
+    # The last job id of the previous page.
+    after: str | None
+    oldest_first: bool
+
+
+def _job_state(name: str) -> str:
+    """A job state's enum name; InvalidArgument naming the `state` parameter otherwise."""
+    known = [v.name for v in common_pb2.JobState.DESCRIPTOR.values if v.number]
+    if name.upper() not in known:
+        raise InvalidArgument(
+            f"state: {name[:32]!r} is not a job state; use one of {', '.join(known)}"
+        )
+    return name.upper()
+
+
 class JsonPlane:
     """The DataPlane's operations with JSON-ready answers."""
 
@@ -175,6 +198,23 @@ class JsonPlane:
         """One of the caller's jobs."""
         return job_view(await self.plane.job(job_id, caller))
 
+    def model_names(self, modality: str) -> list[str]:
+        """The registry's models of one modality."""
+        return [spec.name for spec in self.plane.up.registry.models if spec.modality == modality]
+
+    async def jobs(self, query: JobListing, caller: Caller) -> tuple[list[JsonObject], bool]:
+        """A page of the caller's jobs as `job` shows each, and whether more follow."""
+        request = gateway_pb2.ListJobsRequest(
+            states=[_job_state(name) for name in query.states],
+            models=query.models,
+            page_size=query.limit,
+            after_job_id=query.after or "",
+            oldest_first=query.oldest_first,
+        )
+        check_bounds(request)
+        page = await self.plane.jobs(request, caller)
+        return [job_view(info) for info in page.jobs], page.has_more
+
     async def cancel(self, job_id: str, caller: Caller) -> JsonObject:
         """Cancels one of the caller's jobs; the job afterwards."""
         return job_view(await self.plane.cancel(job_id, caller))
@@ -200,6 +240,17 @@ class JsonPlane:
         """The job's artifact in chunks from byte `offset`."""
         async for chunk in self.plane.download(job_id, caller, offset):
             yield Chunk(chunk.data, chunk.offset, chunk.total_size, chunk.mime_type, chunk.sha256)
+
+
+def list_page(items: list[JsonObject], has_more: bool, id_field: str) -> JsonObject:
+    """A page of items in OpenAI's list shape, with the ids a next page starts after."""
+    return {
+        "object": "list",
+        "data": items,
+        "has_more": has_more,
+        "first_id": items[0][id_field] if items else None,
+        "last_id": items[-1][id_field] if items else None,
+    }
 
 
 def job_view(info: common_pb2.JobInfo) -> JsonObject:

@@ -71,6 +71,16 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
         """The current state of one of the caller's jobs."""
         return await self.plane.job(request.job_id, reader_of(self.up.tenancy, context))
 
+    async def ListJobs(
+        self,
+        request: gateway_pb2.ListJobsRequest,
+        context: grpc.aio.ServicerContext[
+            gateway_pb2.ListJobsRequest, gateway_pb2.ListJobsResponse
+        ],
+    ) -> gateway_pb2.ListJobsResponse:
+        """A page of the caller's jobs, newest first unless it asks for oldest first."""
+        return await self.plane.jobs(request, reader_of(self.up.tenancy, context))
+
     async def ListModels(
         self,
         request: gateway_pb2.ListModelsRequest,

@@ -5,15 +5,18 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, Literal
 
-from fastapi import APIRouter, Header, Request
+from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from mediamesh.common.errors import InvalidArgument, MeshError
+from mediamesh.common.limits import MAX_JOB_PAGE_SIZE
 from mediamesh.gateway.api.json_plane import (
+    JobListing,
     JsonObject,
     generate_request_schema,
+    list_page,
     request_from_form,
     request_from_json,
 )
@@ -21,7 +24,13 @@ from mediamesh.gateway.http.bodies import is_form, read_form, read_json
 from mediamesh.gateway.http.context import Authorization, context_of, with_links
 from mediamesh.gateway.http.event_ids import EventIds, parse_event_id
 from mediamesh.gateway.http.results import result_response
-from mediamesh.gateway.http.schemas import EVENTS_DESCRIPTION, ErrorBody, JobView, ModelList
+from mediamesh.gateway.http.schemas import (
+    EVENTS_DESCRIPTION,
+    ErrorBody,
+    JobList,
+    JobView,
+    ModelList,
+)
 
 router = APIRouter(tags=["jobs"])
 ERRORS: dict[int | str, dict[str, Any]] = {
@@ -75,6 +84,24 @@ async def submit_job(request: Request, authorization: Authorization = None) -> J
         generate = request_from_json(await read_json(request, context.max_body_bytes))
     job = await context.plane.submit(generate, caller)
     return JSONResponse(with_links(job, str(request.base_url)), status_code=202)
+
+
+@router.get("/v1/jobs", response_model=JobList, responses=ERRORS, summary="List jobs")
+async def list_jobs(
+    request: Request,
+    authorization: Authorization = None,
+    state: list[str] = Query([], description="Only jobs in these states (repeat the parameter)"),
+    model: list[str] = Query([], description="Only jobs of these models (repeat the parameter)"),
+    limit: int = Query(20, ge=1, le=MAX_JOB_PAGE_SIZE, description="Jobs in one page"),
+    after: str | None = Query(None, description="The previous page's last_id"),
+    order: Literal["desc", "asc"] = Query("desc", description="By acceptance time"),
+) -> JsonObject:
+    """The caller's jobs (every tenant's for an admin key), newest first, a page at a time;
+    a job is listed until the scheduler's retention forgets it."""
+    plane = context_of(request).plane
+    listing = JobListing(state, model, limit, after, order == "asc")
+    jobs, has_more = await plane.jobs(listing, plane.reader(authorization))
+    return list_page([with_links(job, str(request.base_url)) for job in jobs], has_more, "job_id")
 
 
 @router.get("/v1/jobs/{job_id}", response_model=JobView, responses=ERRORS, summary="A job")

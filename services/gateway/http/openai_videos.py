@@ -11,22 +11,23 @@ its `seconds` is the clip's real length, frames / fps, so 1 s asked of wan-tiny 
 DELETE cancels a video that has not ended and answers `deleted: true`: no video will be made
 (the object stays readable, failed with error CANCELLED). The mesh cannot delete a job or its
 result before the scheduler's retention does, so DELETE of an ended video answers 409.
-There is no GET /v1/videos: the scheduler does not list a tenant's jobs.
+GET /v1/videos lists the caller's jobs of the registry's video models, a page at a time.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, Field
 
 from mediamesh.common.errors import FailedPrecondition, InvalidArgument
+from mediamesh.common.limits import MAX_JOB_PAGE_SIZE
 from mediamesh.common.output_formats import FPS_RANGE
 from mediamesh.common.registry import ModelSpec
-from mediamesh.gateway.api.json_plane import JsonObject, request_from_form
+from mediamesh.gateway.api.json_plane import JobListing, JsonObject, list_page, request_from_form
 from mediamesh.gateway.http.bodies import is_form, read_form, read_json
 from mediamesh.gateway.http.context import Authorization, context_of
 from mediamesh.gateway.http.errors import error_response
@@ -95,6 +96,16 @@ class VideoObject(BaseModel):
     remixed_from_video_id: str | None
 
 
+class VideoList(BaseModel):
+    """A page of videos, in OpenAI's list shape."""
+
+    object: str = "list"
+    data: list[VideoObject]
+    has_more: bool
+    first_id: str | None
+    last_id: str | None
+
+
 class VideoDeleted(BaseModel):
     """The answer to DELETE of a video that had not ended: it is cancelled, and no video
     will be made."""
@@ -151,6 +162,30 @@ async def create_video(request: Request, authorization: Authorization = None) ->
     with openai_names(VIDEO_NAMES):
         generate = request_from_form({**form, **fields}, {**files, **parts})
         return _video(await plane.submit(generate, caller))
+
+
+@router.get(
+    "/v1/videos",
+    responses={**ERRORS, 200: {"model": VideoList}},
+    summary="List videos (OpenAI-compatible)",
+)
+async def list_videos(
+    request: Request,
+    authorization: Authorization = None,
+    limit: int = Query(20, ge=1, le=MAX_JOB_PAGE_SIZE, description="Videos in one page"),
+    after: str | None = Query(None, description="The previous page's last_id"),
+    order: Literal["desc", "asc"] = Query("desc", description="By creation time"),
+) -> JsonObject:
+    """The caller's videos (jobs of the mesh's video models), newest first unless `order`
+    is `asc`; a video is listed until the scheduler's retention forgets it."""
+    plane = context_of(request).plane
+    caller = plane.reader(authorization)
+    models = plane.model_names("video")
+    if not models:
+        return list_page([], False, "id")
+    listing = JobListing([], models, limit, after, order == "asc")
+    jobs, has_more = await plane.jobs(listing, caller)
+    return list_page([_video(job) for job in jobs], has_more, "id")
 
 
 @router.get(

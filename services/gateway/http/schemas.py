@@ -81,6 +81,17 @@ class JobView(BaseModel):
     )
 
 
+class JobList(BaseModel):
+    """A page of jobs, in OpenAI's list shape: continue with `after` set to `last_id` while
+    `has_more` is true."""
+
+    object: str = "list"
+    data: list[JobView]
+    has_more: bool
+    first_id: str | None
+    last_id: str | None
+
+
 class ModelList(BaseModel):
     """The models, in OpenAI's list shape; each entry also has every ModelInfo field (name,
     modality, limits, ready, inputs, previews, output_formats, ...)."""

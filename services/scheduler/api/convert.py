@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from mediamesh.common.errors import InvalidArgument
 from mediamesh.common.generated.v1 import common_pb2, gateway_pb2, scheduler_pb2
 from mediamesh.common.registry import MODEL_FIELDS, ModelSpec
 from mediamesh.common.warmup import warmup_label
+from mediamesh.scheduler.core.job_listing import JobQuery
 from mediamesh.scheduler.core.jobs import Job, JobState, Priority
 from mediamesh.scheduler.events import WatchEvent
 from mediamesh.scheduler.store.artifacts import SignedUrl, StoredArtifact
@@ -16,6 +18,26 @@ def state(value: JobState) -> str:
     """The wire name of a job state: JobState's values are the proto enum's names, and message
     constructors take an enum by name (rejecting one the proto lacks)."""
     return value.value
+
+
+def job_query(request: gateway_pb2.ListJobsRequest) -> JobQuery:
+    """The core's query for a ListJobs request; InvalidArgument naming a state it lacks."""
+    states: set[JobState] = set()
+    for index, number in enumerate(request.states):
+        name = common_pb2.JobState.Name(number) if number in common_pb2.JobState.values() else ""
+        if name not in JobState.__members__:
+            raise InvalidArgument(
+                f"states[{index}]: {name or number} is not a job state; use one of "
+                f"{', '.join(JobState.__members__)}"
+            )
+        states.add(JobState(name))
+    return JobQuery(
+        states=frozenset(states),
+        models=frozenset(request.models),
+        page_size=request.page_size,
+        after_job_id=request.after_job_id,
+        oldest_first=request.oldest_first,
+    )
 
 
 def result_message(

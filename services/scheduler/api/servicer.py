@@ -193,6 +193,23 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         url = await self.runtime.result_url(job, self.inline_limit)
         return convert.job_info(job, self.runtime.results.get(job.job_id), url)
 
+    async def ListJobs(
+        self,
+        request: scheduler_pb2.ScopedListJobsRequest,
+        context: grpc.aio.ServicerContext[
+            scheduler_pb2.ScopedListJobsRequest, gateway_pb2.ListJobsResponse
+        ],
+    ) -> gateway_pb2.ListJobsResponse:
+        """A page of the tenant's jobs (every tenant's for admin)."""
+        tenant = checked_tenant(request.tenant)
+        query = convert.job_query(request.query)
+        page = self.runtime.list_jobs(tenant, query, admin=request.admin)
+        reply = gateway_pb2.ListJobsResponse(has_more=page.has_more)
+        for job in page.jobs:
+            url = await self.runtime.result_url(job, self.inline_limit)
+            reply.jobs.append(convert.job_info(job, self.runtime.results.get(job.job_id), url))
+        return reply
+
     async def ListModels(
         self,
         request: gateway_pb2.ListModelsRequest,

@@ -12,7 +12,15 @@ from mediamesh.sdk.api import convert
 from mediamesh.sdk.api.channel import blocking_channel, call_metadata
 from mediamesh.sdk.events import Event
 from mediamesh.sdk.options import ClientSettings, GenerateParams
-from mediamesh.sdk.types import Chunk, JobHandle, JobInfo, ModelInfo, UploadHandle
+from mediamesh.sdk.types import (
+    Chunk,
+    JobHandle,
+    JobInfo,
+    JobPage,
+    JobQuery,
+    ModelInfo,
+    UploadHandle,
+)
 from mediamesh.sdk.uploads import UploadSource
 
 
@@ -71,6 +79,11 @@ class BlockingTransport:
         """GetJob."""
         reply = self._unary(self._stub.GetJob, gateway_pb2.GetJobRequest(job_id=job_id))
         return convert.job_info(reply)
+
+    def list_jobs(self, query: JobQuery) -> JobPage:
+        """ListJobs: one page."""
+        reply = self._unary(self._stub.ListJobs, convert.list_jobs_request(query))
+        return convert.job_page(reply)
 
     def list_models(self) -> list[ModelInfo]:
         """ListModels."""

@@ -15,7 +15,7 @@ GATEWAY_SERVICE = "mediamesh.v1.Gateway"
 # Calls that change nothing, or nothing more when repeated: a Cancel of a cancelled or ended
 # job answers its state again. An over-limit answer is retried too, after the server's
 # grpc-retry-pushback-ms.
-IDEMPOTENT_METHODS = ("GetJob", "ListModels", "Cancel")
+IDEMPOTENT_METHODS = ("GetJob", "ListJobs", "ListModels", "Cancel")
 # Safe to repeat only on UNAVAILABLE: Submit and Generate always carry an idempotency key (see
 # options.generate_params), and a stream is retried only before its first message.
 KEYED_OR_STREAMED_METHODS = ("Submit", "Generate", "Watch", "Download")

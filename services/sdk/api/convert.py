@@ -18,6 +18,8 @@ from mediamesh.sdk.types import (
     Chunk,
     JobHandle,
     JobInfo,
+    JobPage,
+    JobQuery,
     JobState,
     ModelInfo,
     ModelLimits,
@@ -114,6 +116,22 @@ def event(message: common_pb2.GenerateEvent) -> Event | None:
 def job_handle(message: gateway_pb2.JobHandle) -> JobHandle:
     """An accepted job."""
     return JobHandle(message.job_id, state(message.state), message.deduplicated)
+
+
+def list_jobs_request(query: JobQuery) -> gateway_pb2.ListJobsRequest:
+    """The ListJobs request of a query."""
+    return gateway_pb2.ListJobsRequest(
+        states=[state.value for state in query.states],
+        models=query.models,
+        page_size=query.page_size,
+        after_job_id=query.after,
+        oldest_first=query.oldest_first,
+    )
+
+
+def job_page(message: gateway_pb2.ListJobsResponse) -> JobPage:
+    """A page of a job listing."""
+    return JobPage([job_info(job) for job in message.jobs], message.has_more)
 
 
 def job_info(message: common_pb2.JobInfo) -> JobInfo:

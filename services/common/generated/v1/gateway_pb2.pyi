@@ -35,6 +35,28 @@ class GetJobRequest(_message.Message):
     job_id: str
     def __init__(self, job_id: _Optional[str] = ...) -> None: ...
 
+class ListJobsRequest(_message.Message):
+    __slots__ = ("states", "models", "page_size", "after_job_id", "oldest_first")
+    STATES_FIELD_NUMBER: _ClassVar[int]
+    MODELS_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    AFTER_JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    OLDEST_FIRST_FIELD_NUMBER: _ClassVar[int]
+    states: _containers.RepeatedScalarFieldContainer[_common_pb2.JobState]
+    models: _containers.RepeatedScalarFieldContainer[str]
+    page_size: int
+    after_job_id: str
+    oldest_first: bool
+    def __init__(self, states: _Optional[_Iterable[_Union[_common_pb2.JobState, str]]] = ..., models: _Optional[_Iterable[str]] = ..., page_size: _Optional[int] = ..., after_job_id: _Optional[str] = ..., oldest_first: _Optional[bool] = ...) -> None: ...
+
+class ListJobsResponse(_message.Message):
+    __slots__ = ("jobs", "has_more")
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    HAS_MORE_FIELD_NUMBER: _ClassVar[int]
+    jobs: _containers.RepeatedCompositeFieldContainer[_common_pb2.JobInfo]
+    has_more: bool
+    def __init__(self, jobs: _Optional[_Iterable[_Union[_common_pb2.JobInfo, _Mapping]]] = ..., has_more: _Optional[bool] = ...) -> None: ...
+
 class ListModelsRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...

@@ -62,6 +62,11 @@ class GatewayStub:
                 request_serializer=mediamesh_dot_v1_dot_gateway__pb2.GetJobRequest.SerializeToString,
                 response_deserializer=mediamesh_dot_v1_dot_common__pb2.JobInfo.FromString,
                 _registered_method=True)
+        self.ListJobs = channel.unary_unary(
+                '/mediamesh.v1.Gateway/ListJobs',
+                request_serializer=mediamesh_dot_v1_dot_gateway__pb2.ListJobsRequest.SerializeToString,
+                response_deserializer=mediamesh_dot_v1_dot_gateway__pb2.ListJobsResponse.FromString,
+                _registered_method=True)
         self.ListModels = channel.unary_unary(
                 '/mediamesh.v1.Gateway/ListModels',
                 request_serializer=mediamesh_dot_v1_dot_gateway__pb2.ListModelsRequest.SerializeToString,
@@ -120,6 +125,15 @@ class GatewayServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListJobs(self, request, context):
+        """The caller's jobs (every tenant's for an admin key), newest first, a page at a time.
+        A job is listed from its acceptance until the scheduler forgets it, when its result's
+        retention ends.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ListModels(self, request, context):
         """Models of the registry with their limits and readiness.
         """
@@ -170,6 +184,11 @@ def add_GatewayServicer_to_server(servicer, server):
                     servicer.GetJob,
                     request_deserializer=mediamesh_dot_v1_dot_gateway__pb2.GetJobRequest.FromString,
                     response_serializer=mediamesh_dot_v1_dot_common__pb2.JobInfo.SerializeToString,
+            ),
+            'ListJobs': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListJobs,
+                    request_deserializer=mediamesh_dot_v1_dot_gateway__pb2.ListJobsRequest.FromString,
+                    response_serializer=mediamesh_dot_v1_dot_gateway__pb2.ListJobsResponse.SerializeToString,
             ),
             'ListModels': grpc.unary_unary_rpc_method_handler(
                     servicer.ListModels,
@@ -324,6 +343,33 @@ class Gateway:
             '/mediamesh.v1.Gateway/GetJob',
             mediamesh_dot_v1_dot_gateway__pb2.GetJobRequest.SerializeToString,
             mediamesh_dot_v1_dot_common__pb2.JobInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListJobs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mediamesh.v1.Gateway/ListJobs',
+            mediamesh_dot_v1_dot_gateway__pb2.ListJobsRequest.SerializeToString,
+            mediamesh_dot_v1_dot_gateway__pb2.ListJobsResponse.FromString,
             options,
             channel_credentials,
             insecure,

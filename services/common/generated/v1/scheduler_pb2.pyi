@@ -36,6 +36,16 @@ class ScopedUploadChunk(_message.Message):
     quota_bytes: int
     def __init__(self, chunk: _Optional[_Union[_gateway_pb2.UploadChunk, _Mapping]] = ..., tenant: _Optional[str] = ..., quota_bytes: _Optional[int] = ...) -> None: ...
 
+class ScopedListJobsRequest(_message.Message):
+    __slots__ = ("query", "tenant", "admin")
+    QUERY_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    ADMIN_FIELD_NUMBER: _ClassVar[int]
+    query: _gateway_pb2.ListJobsRequest
+    tenant: str
+    admin: bool
+    def __init__(self, query: _Optional[_Union[_gateway_pb2.ListJobsRequest, _Mapping]] = ..., tenant: _Optional[str] = ..., admin: _Optional[bool] = ...) -> None: ...
+
 class ScopedJobRequest(_message.Message):
     __slots__ = ("job_id", "tenant", "offset", "admin", "final_only")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]

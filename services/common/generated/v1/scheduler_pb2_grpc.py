@@ -62,6 +62,11 @@ class SchedulerStub:
                 request_serializer=mediamesh_dot_v1_dot_scheduler__pb2.ScopedJobRequest.SerializeToString,
                 response_deserializer=mediamesh_dot_v1_dot_common__pb2.JobInfo.FromString,
                 _registered_method=True)
+        self.ListJobs = channel.unary_unary(
+                '/mediamesh.v1.Scheduler/ListJobs',
+                request_serializer=mediamesh_dot_v1_dot_scheduler__pb2.ScopedListJobsRequest.SerializeToString,
+                response_deserializer=mediamesh_dot_v1_dot_gateway__pb2.ListJobsResponse.FromString,
+                _registered_method=True)
         self.ListModels = channel.unary_unary(
                 '/mediamesh.v1.Scheduler/ListModels',
                 request_serializer=mediamesh_dot_v1_dot_gateway__pb2.ListModelsRequest.SerializeToString,
@@ -132,6 +137,13 @@ class SchedulerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListJobs(self, request, context):
+        """A page of the tenant's jobs (every tenant's for admin); see Gateway.ListJobs.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ListModels(self, request, context):
         """Registry models and whether a live worker hosts each.
         """
@@ -196,6 +208,11 @@ def add_SchedulerServicer_to_server(servicer, server):
                     servicer.GetJob,
                     request_deserializer=mediamesh_dot_v1_dot_scheduler__pb2.ScopedJobRequest.FromString,
                     response_serializer=mediamesh_dot_v1_dot_common__pb2.JobInfo.SerializeToString,
+            ),
+            'ListJobs': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListJobs,
+                    request_deserializer=mediamesh_dot_v1_dot_scheduler__pb2.ScopedListJobsRequest.FromString,
+                    response_serializer=mediamesh_dot_v1_dot_gateway__pb2.ListJobsResponse.SerializeToString,
             ),
             'ListModels': grpc.unary_unary_rpc_method_handler(
                     servicer.ListModels,
@@ -359,6 +376,33 @@ class Scheduler:
             '/mediamesh.v1.Scheduler/GetJob',
             mediamesh_dot_v1_dot_scheduler__pb2.ScopedJobRequest.SerializeToString,
             mediamesh_dot_v1_dot_common__pb2.JobInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListJobs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mediamesh.v1.Scheduler/ListJobs',
+            mediamesh_dot_v1_dot_scheduler__pb2.ScopedListJobsRequest.SerializeToString,
+            mediamesh_dot_v1_dot_gateway__pb2.ListJobsResponse.FromString,
             options,
             channel_credentials,
             insecure,

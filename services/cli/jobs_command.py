@@ -1,0 +1,114 @@
+"""`mediamesh jobs`: the caller's jobs, a page or all of them, as a table or JSON lines."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import itertools
+import json
+import sys
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from mediamesh.cli.gateway_args import add_gateway_arguments, gateway_options
+from mediamesh.common.limits import MAX_JOB_PAGE_SIZE
+
+if TYPE_CHECKING:
+    # The SDK (and grpc with it) loads only when the command runs.
+    from mediamesh.sdk import Client, JobInfo
+
+
+def add_jobs_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    jobs = sub.add_parser(
+        "jobs",
+        help="list your jobs (every tenant's with an admin key), newest first",
+        description="Jobs are listed from acceptance until the scheduler's result retention "
+        "forgets them.",
+    )
+    add_gateway_arguments(jobs)
+    jobs.add_argument(
+        "--state",
+        action="append",
+        default=[],
+        help="only jobs in this state, e.g. running or failed (repeatable)",
+    )
+    jobs.add_argument("--model", action="append", default=[], help="only this model (repeatable)")
+    jobs.add_argument(
+        "--limit",
+        type=int,
+        default=20,
+        help="jobs to show, 0 for every one (fetched 100 a page)",
+    )
+    jobs.add_argument("--after", default=None, help="start after this job id")
+    jobs.add_argument("--oldest-first", action="store_true")
+    jobs.add_argument("--json", action="store_true", help="one JSON object per job")
+    jobs.set_defaults(handler=_cmd_jobs)
+
+
+def _cmd_jobs(args: argparse.Namespace) -> int:
+    from mediamesh.sdk import Client, GatewayError
+
+    if args.limit < 0:
+        print(f"mediamesh: --limit: {args.limit}; allowed 0 (every job) or more", file=sys.stderr)
+        return 2
+    try:
+        with Client(args.gateway, **gateway_options(args)) as client:
+            jobs = list(itertools.islice(_matching(client, args), args.limit or None))
+    except (GatewayError, OSError, ValueError) as exc:
+        print(f"mediamesh: {exc}", file=sys.stderr)
+        return 1
+    if args.json:
+        for job in jobs:
+            print(json.dumps(dataclasses.asdict(job), default=str))
+    else:
+        print(job_table(jobs))
+    return 0
+
+
+def _matching(client: Client, args: argparse.Namespace) -> Iterator[JobInfo]:
+    """The jobs the flags ask for after `--after`, fetched a page at a time as read."""
+    page_size = min(args.limit or MAX_JOB_PAGE_SIZE, MAX_JOB_PAGE_SIZE)
+    after = args.after
+    while True:
+        page = client.list_jobs(
+            states=args.state,
+            models=args.model,
+            page_size=page_size,
+            after=after,
+            oldest_first=args.oldest_first,
+        )
+        yield from page.jobs
+        if not page.has_more or page.last_id is None:
+            return
+        after = page.last_id
+
+
+def job_table(jobs: list[JobInfo]) -> str:
+    """Jobs as aligned columns: id, model, state, progress, acceptance time and outcome."""
+    if not jobs:
+        return "no jobs"
+    rows = [("JOB", "MODEL", "STATE", "STEP", "CREATED (UTC)", "RESULT / ERROR")]
+    for job in jobs:
+        created = datetime.datetime.fromtimestamp(job.created_unix_ms / 1000, datetime.UTC)
+        if job.error_code:
+            outcome = f"{job.error_code}: {job.error_message}"[:80]
+        elif job.mime_type:
+            outcome = f"{job.mime_type}, {job.size_bytes} bytes"
+        else:
+            outcome = ""
+        rows.append(
+            (
+                job.job_id,
+                job.model,
+                str(job.state),
+                f"{job.step}/{job.total_steps}",
+                created.strftime("%Y-%m-%d %H:%M:%S"),
+                outcome,
+            )
+        )
+    widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
+    return "\n".join(
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        for row in rows
+    )
