@@ -137,6 +137,10 @@ class GatewayHttpSettings(Section):
     cors_origins: list[str] = Field(default_factory=list)
 
 
+# Room left in a message for the fields around a result's or a download chunk's bytes.
+MESSAGE_ENVELOPE_BYTES = 64 * 1024
+
+
 class GatewaySettings(Section):
     host: str = "127.0.0.1"
     port: Port = 50051
@@ -159,6 +163,26 @@ class GatewaySettings(Section):
     scheduler_lost_after_s: float = Field(10.0, gt=0)
     # LoRA adapters one request may name (GenerateRequest.adapters, the KServe `adapters`).
     max_adapters_per_request: int = Field(DEFAULT_MAX_ADAPTERS_PER_REQUEST, ge=0, le=64)
+
+    @model_validator(mode="after")
+    def _results_fit_a_message(self) -> GatewaySettings:
+        # A download chunk and an inline result each travel in one message from the scheduler
+        # to the gateway, whose channel refuses any message above max_message_bytes.
+        room = self.max_message_bytes - MESSAGE_ENVELOPE_BYTES
+        for name in ("download_chunk_bytes", "inline_result_limit_bytes"):
+            value = getattr(self, name)
+            if value <= room:
+                continue
+            if name not in self.model_fields_set:
+                # A default that a smaller max_message_bytes leaves no room for shrinks to fit.
+                object.__setattr__(self, name, room)
+                continue
+            raise ValueError(
+                f"gateway.{name}: {value} bytes does not fit in one message of "
+                f"gateway.max_message_bytes ({self.max_message_bytes}) with its "
+                f"{MESSAGE_ENVELOPE_BYTES}-byte envelope; at most {room}"
+            )
+        return self
 
     @field_validator("tenants", mode="after")
     @classmethod

@@ -13,7 +13,7 @@ import grpc
 
 from mediamesh.common.adapters import DEFAULT_MAX_ADAPTERS_PER_REQUEST
 from mediamesh.common.api.status import from_grpc
-from mediamesh.common.errors import PUSHBACK_KEY, RETRY_AFTER_KEY, MeshError
+from mediamesh.common.errors import PUSHBACK_KEY, RETRY_AFTER_KEY, MeshError, StatusCode
 from mediamesh.common.generated.v1 import common_pb2, gateway_pb2, scheduler_pb2, scheduler_pb2_grpc
 from mediamesh.common.registry import Registry
 from mediamesh.gateway.core.tenancy import Caller, Tenancy
@@ -191,6 +191,10 @@ async def relay_errors(context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIter
         await context.abort(exc.code(), exc.details() or "", trailing)
 
 
+# How gRPC core words a message refused for its size on the receiving channel.
+_OVERSIZED = "Received message larger than max"
+
+
 @contextlib.asynccontextmanager
 async def mesh_errors() -> AsyncIterator[None]:
     """Turn a scheduler status into a MeshError, keeping its code, message and retry hint."""
@@ -201,11 +205,16 @@ async def mesh_errors() -> AsyncIterator[None]:
             (v for k, v in (exc.trailing_metadata() or ()) if k == RETRY_AFTER_KEY), "0"
         )
         code = from_grpc(exc.code())
-        raise MeshError(
-            exc.details() or code,
-            code=code,
-            retry_after_s=int(retry_ms) / 1000,
-        ) from None
+        details = exc.details() or ""
+        if code is StatusCode.RESOURCE_EXHAUSTED and _OVERSIZED in details:
+            # The gateway's own channel refused an answer above its message limit: a
+            # configuration to fix, not a load to wait out (RESOURCE_EXHAUSTED would be a 429).
+            raise MeshError(
+                f"the scheduler's answer is larger than gateway.max_message_bytes allows "
+                f"({details}); raise gateway.max_message_bytes",
+                code=StatusCode.INTERNAL,
+            ) from None
+        raise MeshError(details or code, code=code, retry_after_s=int(retry_ms) / 1000) from None
 
 
 # The scheduler ends a job's stream right after one of these.
