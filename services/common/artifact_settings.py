@@ -30,6 +30,11 @@ class ArtifactSettings(BaseModel):
     prefix: str = ""
     # Endpoint of an S3-compatible service; None is AWS S3 in `region`.
     endpoint_url: str | None = None
+    # The same service as clients reach it, when that differs from how the scheduler does
+    # (`http://minio:9000` inside Compose, `https://media.example.com` outside): presigned
+    # URLs are signed for this host, since a SigV4 signature covers the host it names.
+    # None: `endpoint_url`.
+    public_endpoint_url: str | None = None
     region: str = "us-east-1"
     # How long a presigned result URL stays valid.
     url_expiry_s: int = Field(3600, ge=1, le=MAX_URL_EXPIRY_S)
@@ -52,4 +57,19 @@ class ArtifactSettings(BaseModel):
     def _bucket_for_s3(self) -> ArtifactSettings:
         if self.backend == "s3" and not self.bucket:
             raise ValueError("backend s3 needs a bucket")
+        return self
+
+    @model_validator(mode="after")
+    def _endpoints_are_urls(self) -> ArtifactSettings:
+        for name in ("endpoint_url", "public_endpoint_url"):
+            value = getattr(self, name)
+            if value is not None and not value.startswith(("http://", "https://")):
+                raise ValueError(
+                    f"scheduler.artifacts.{name}: {value[:64]!r} is not an http:// or https:// URL"
+                )
+        if self.public_endpoint_url is not None and self.backend != "s3":
+            raise ValueError(
+                "scheduler.artifacts.public_endpoint_url: only the s3 backend signs URLs; "
+                "remove it or set backend: s3"
+            )
         return self

@@ -25,31 +25,41 @@ if TYPE_CHECKING:
     from obstore.store import S3Config
 
 
+def _bucket(
+    settings: ArtifactSettings, endpoint: str | None, environ: Mapping[str, str]
+) -> S3Store:
+    """The configured bucket as seen through `endpoint` (None: AWS S3 in the region)."""
+    # The standard AWS variables, passed on; without them obstore's own credential chain
+    # (instance roles, web identity) applies.
+    config: S3Config = {"region": settings.region}
+    if endpoint:
+        config["endpoint"] = endpoint
+    if key_id := environ.get("AWS_ACCESS_KEY_ID"):
+        config["access_key_id"] = key_id
+    if secret := environ.get("AWS_SECRET_ACCESS_KEY"):
+        config["secret_access_key"] = secret
+    if token := environ.get("AWS_SESSION_TOKEN"):
+        config["session_token"] = token
+    return S3Store(
+        settings.bucket,
+        prefix=settings.prefix.strip("/") or None,
+        config=config,
+        # A local S3-compatible service (MinIO, tests) may speak plain HTTP; AWS never.
+        client_options={"allow_http": bool(endpoint and endpoint.startswith("http://"))},
+    )
+
+
 class S3ArtifactStore:
     """Results as objects in one bucket; presigned GET URLs for clients without credentials."""
 
     signs_urls = True
 
     def __init__(self, settings: ArtifactSettings, environ: Mapping[str, str]) -> None:
-        # The standard AWS variables, passed on; without them obstore's own credential chain
-        # (instance roles, web identity) applies.
-        config: S3Config = {"region": settings.region}
-        endpoint = settings.endpoint_url
-        if endpoint:
-            config["endpoint"] = endpoint
-        if key_id := environ.get("AWS_ACCESS_KEY_ID"):
-            config["access_key_id"] = key_id
-        if secret := environ.get("AWS_SECRET_ACCESS_KEY"):
-            config["secret_access_key"] = secret
-        if token := environ.get("AWS_SESSION_TOKEN"):
-            config["session_token"] = token
-        self._store = S3Store(
-            settings.bucket,
-            prefix=settings.prefix.strip("/") or None,
-            config=config,
-            # A local S3-compatible service (MinIO, tests) may speak plain HTTP; AWS never.
-            client_options={"allow_http": bool(endpoint and endpoint.startswith("http://"))},
-        )
+        self._store = _bucket(settings, settings.endpoint_url, environ)
+        # Signing is local arithmetic: this store never sends a request, it only names the
+        # host that clients will send theirs to.
+        public = settings.public_endpoint_url
+        self._signer = _bucket(settings, public, environ) if public else self._store
         self._expiry = timedelta(seconds=settings.url_expiry_s)
 
     async def write(self, job_id: str, data: bytes, mime_type: str, seed: int) -> StoredArtifact:
@@ -87,7 +97,7 @@ class S3ArtifactStore:
     async def signed_url(self, path: str) -> SignedUrl | None:
         """A presigned GET URL valid for `url_expiry_s`."""
         expires_ms = int((time.time() + self._expiry.total_seconds()) * 1000)
-        url = await obstore.sign_async(self._store, "GET", path, self._expiry)
+        url = await obstore.sign_async(self._signer, "GET", path, self._expiry)
         return SignedUrl(url, expires_ms)
 
     async def delete(self, path: str | None) -> None:

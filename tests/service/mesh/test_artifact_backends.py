@@ -84,3 +84,48 @@ async def test_only_the_s3_backend_signs_urls_and_the_url_serves_the_bytes(
     assert response.content == DATA
     assert response.headers["content-type"] == "image/webp"
     assert f"results/{artifact.path}" in s3.object_keys()
+
+
+async def test_urls_are_signed_for_the_public_endpoint_clients_reach(
+    tmp_path: Path, s3: S3Server
+):
+    # Inside Compose the scheduler reaches the service as http://minio:9000, clients as
+    # another host: a SigV4 signature covers the host, so it must name the public one.
+    public = "http://media.example.test:9000"
+    artifacts = {**s3.artifact_settings(), "public_endpoint_url": public}
+    settings = SchedulerSettings.model_validate(
+        {"artifact_dir": str(tmp_path / "artifacts"), "artifacts": artifacts}
+    )
+    store = build_artifact_store(settings, CREDENTIALS)
+    try:
+        artifact = await store.write("job-4", DATA, "image/png", 4)
+        signed = await store.signed_url(artifact.path)
+        assert signed is not None and signed.url.startswith(f"{public}/{s3.bucket}/results/")
+        assert "X-Amz-Signature=" in signed.url
+        # The scheduler's own reads still go to the endpoint it reaches.
+        assert await store.read(artifact.path) == DATA
+        # The same request through the route clients take (here: the same server).
+        async with httpx.AsyncClient() as client:
+            response = await client.get(signed.url.replace(public, s3.endpoint, 1))
+        assert response.status_code == 200 and response.content == DATA
+    finally:
+        await store.close()
+
+
+@pytest.mark.parametrize(
+    ("artifacts", "words"),
+    [
+        ({"public_endpoint_url": "minio:9000"}, "public_endpoint_url: 'minio:9000' is not"),
+        ({"endpoint_url": "ftp://x"}, "endpoint_url: 'ftp://x' is not an http"),
+    ],
+)
+def test_endpoints_must_be_http_urls(s3: S3Server, artifacts: dict, words: str):
+    with pytest.raises(ValueError, match=words):
+        SchedulerSettings.model_validate({"artifacts": {**s3.artifact_settings(), **artifacts}})
+
+
+def test_only_the_s3_backend_takes_a_public_endpoint():
+    with pytest.raises(ValueError, match="only the s3 backend signs URLs"):
+        SchedulerSettings.model_validate(
+            {"artifacts": {"backend": "local", "public_endpoint_url": "https://x.test"}}
+        )
