@@ -263,3 +263,27 @@ def test_a_video_result_plays_and_downloads(
     assert served.status_code == 200, served.text
     assert target.read_bytes() == served.content
     assert served.content[4:8] == b"ftyp"  # an mp4 container
+
+
+def test_the_list_shows_jobs_other_clients_made_under_the_key(
+    browser: webdriver.Chrome, base_url: str
+) -> None:
+    made = httpx.post(
+        f"{base_url}/v1/jobs",
+        json={"model": MODEL, "prompt": "made by another client", "steps": 1},
+        headers=AUTH,
+        timeout=30,
+    )
+    assert made.status_code == 202, made.text
+    job_id = made.json()["job_id"]
+    open_page(browser, base_url)  # a reload: the list comes from GET /v1/jobs, not the tab
+    wait_until(
+        browser,
+        f"document.querySelector(\"#jobs [data-job-id='{job_id}']\")",
+        30,
+        "the other client's job listed",
+    )
+    listed = browser.find_element(By.CSS_SELECTOR, f"#jobs [data-job-id='{job_id}']")
+    assert listed.text == f"{MODEL}: made by another client"
+    browser.find_element(By.ID, "forget-key").click()
+    assert browser.find_elements(By.CSS_SELECTOR, "#jobs li") == []

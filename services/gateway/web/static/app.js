@@ -83,10 +83,14 @@ function setupKey() {
     else sessionStorage.removeItem(KEY_STORE);
     $("key-status").textContent = key ? "Key in use for this session." : "No key.";
     loadModels();
+    loadJobs();
   });
   $("forget-key").addEventListener("click", () => {
     input.value = "";
     sessionStorage.removeItem(KEY_STORE);
+    // The listed jobs are the forgotten key's tenant's.
+    sessionStorage.removeItem(JOBS_STORE);
+    renderJobs();
     $("key-status").textContent = "Key forgotten.";
   });
 }
@@ -318,7 +322,7 @@ async function submit(event) {
   }
 }
 
-// ---------- the session's jobs ----------
+// ---------- the caller's jobs ----------
 
 function storedJobs() {
   try {
@@ -367,17 +371,26 @@ function renderJobs() {
   }
 }
 
-// States of listed jobs that were still running when the page (re)loaded.
-async function refreshJobs() {
-  for (const job of storedJobs()) {
-    if (FINAL_STATES.has(job.state)) continue;
-    try {
-      const info = await api(`/v1/jobs/${encodeURIComponent(job.job_id)}`);
-      updateStored(job.job_id, info.state);
-    } catch (_) {
-      // Gone (expired from the store) or not ours under the current key: leave it as it was.
-    }
+// The caller's most recent jobs as the gateway lists them: those of every client under this
+// key (the SDK, the command line, another tab), and their states now.
+const LISTED_JOBS = 20;
+
+async function loadJobs() {
+  let page;
+  try {
+    page = await api(`/v1/jobs?limit=${LISTED_JOBS}`);
+  } catch (_) {
+    // No key yet, or the gateway out of reach: the list stays as this session knew it.
+    return;
   }
+  const jobs = page.data.map((job) => ({
+    job_id: job.job_id,
+    model: job.model,
+    prompt: (job.prompt || "").slice(0, 80),
+    state: job.state,
+  }));
+  sessionStorage.setItem(JOBS_STORE, JSON.stringify(jobs));
+  renderJobs();
 }
 
 // ---------- one job on screen ----------
@@ -629,5 +642,5 @@ document.addEventListener("DOMContentLoaded", () => {
   $("cancel").addEventListener("click", cancel);
   renderJobs();
   loadModels();
-  refreshJobs();
+  loadJobs();
 });
