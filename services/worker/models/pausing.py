@@ -6,7 +6,10 @@ the batch that runs meanwhile is the pipeline object: its sampler (whose step in
 history `step` reads) and the pipeline's per-call attributes (`_guidance_scale`,
 `_num_timesteps`, ...). `PipelineAside` hands the other batch a fresh sampler built from the
 same config and puts the paused loop's own sampler and attributes back before it resumes, so
-the resumed loop computes exactly what it would have without the pause.
+the resumed loop computes exactly what it would have without the pause. So are the methods the
+paused call's host patched onto the pipeline for that call (a resumed group's
+`prepare_latents`, the step count hook on `get_timesteps`): left there, the urgent call would
+run them, and start from the paused group's latents.
 """
 
 from __future__ import annotations
@@ -28,8 +31,11 @@ class PipelineAside:
         if pipeline is None:
             return
         self._attributes = {
-            name: value for name, value in vars(pipeline).items() if _per_call(name)
+            name: value for name, value in vars(pipeline).items() if _per_call(pipeline, name)
         }
+        for name in self._attributes:
+            if _patched_method(pipeline, name):
+                del vars(pipeline)[name]
         scheduler = self._scheduler = pipeline.scheduler
         # A fresh instance, not a copy: a resumed loop patches methods onto its instance
         # (checkpoint.resume_schedule), and the other batch must not inherit those.
@@ -45,7 +51,14 @@ class PipelineAside:
         self._scheduler, self._attributes = None, {}
 
 
-def _per_call(name: str) -> bool:
+def _per_call(pipeline: Any, name: str) -> bool:
     # Pipelines keep a call's settings in single-underscore attributes; dunder and config
-    # attributes belong to the object, not to the call.
+    # attributes belong to the object, not to the call. A host's per-call patches shadow
+    # a method of the pipeline's class.
+    if _patched_method(pipeline, name):
+        return True
     return name.startswith("_") and not name.startswith("__") and name != "_internal_dict"
+
+
+def _patched_method(pipeline: Any, name: str) -> bool:
+    return callable(getattr(type(pipeline), name, None)) and callable(vars(pipeline).get(name))

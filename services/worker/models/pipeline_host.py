@@ -99,10 +99,14 @@ class PipelineHost(DiffusionHost):
         tracker: StepTracker,
     ) -> Any:
         arguments = self.call_arguments(jobs, generators)
-        arguments.update(self._step_hook(tracker))
+        # With a strength the loop runs only the tail of the schedule, as long as this call
+        # makes it; without, the job's own steps.
+        tail = "strength" in arguments
+        arguments.update(self._step_hook(tracker, tail))
         first = jobs[0].generation
         with (
             self._resumed_latents(latents, generators),
+            self._counted_tail(tracker, tail),
             cache_for_call(self.step_cache, first.use_cache, first.steps),
         ):
             result = self.pipeline(**arguments)
@@ -163,17 +167,28 @@ class PipelineHost(DiffusionHost):
             return declared
         return default
 
-    def _step_hook(self, tracker: StepTracker) -> dict[str, Any]:
+    def _step_hook(self, tracker: StepTracker, tail: bool) -> dict[str, Any]:
+        """The call's step callback. Which loop iterations end a step is decided at the
+        first one: only then has this call counted its steps (see `_counted_tail`); before
+        the call the pipeline object still holds the previous call's counts."""
         key = self.quirks.latents_key
-        boundaries = StepBoundaries(
-            self.pipeline.scheduler, tracker.total_steps - tracker.start_step
-        )
+        scheduler = self.pipeline.scheduler
+        found: list[StepBoundaries] = []
+
+        def boundaries(pipe: Any) -> StepBoundaries:
+            if not found:
+                if tail and tracker.call_steps is None:
+                    # A pipeline without `get_timesteps`: its loop length, set by this call.
+                    tracker.call_steps = _loop_length(pipe)
+                found.append(StepBoundaries(scheduler, tracker.total_steps - tracker.start_step))
+            return found[0]
+
         if "callback_on_step_end" in self.parameters:
 
             def on_step_end(
                 pipe: Any, index: int, _t: Any, tensors: dict[str, torch.Tensor]
             ) -> dict[str, torch.Tensor]:
-                step = boundaries.completed(index, pipe)
+                step = boundaries(pipe).completed(index, pipe)
                 if step is not None:
                     tracker.on_step(step, tensors[key])
                 return {}
@@ -184,11 +199,41 @@ class PipelineHost(DiffusionHost):
             }
 
         def on_step(index: int, _t: Any, latents: torch.Tensor) -> None:
-            step = boundaries.completed(index)
+            step = boundaries(self.pipeline).completed(index)
             if step is not None:
                 tracker.on_step(step, latents)
 
         return {"callback": on_step, "callback_steps": 1}
+
+    @contextmanager
+    def _counted_tail(self, tracker: StepTracker, tail: bool) -> Iterator[None]:
+        """Records in `tracker.call_steps` the steps this call's loop runs from its image.
+
+        Img2img and inpainting pipelines cut the schedule in `get_timesteps(steps, strength,
+        ...)`, which returns the kept timesteps and their count of steps, the total of their
+        own progress bar. Its rounding is the family's (4 steps at 0.6: 2 on SDXL, which
+        rounds the kept steps down, 3 on Flux and SD3, which round the skipped ones down),
+        and second-order or warm-up schedulers run more loop iterations than steps, so the
+        count is taken from the call rather than worked out from the job.
+        """
+        pipeline = self.pipeline
+        original = getattr(pipeline, "get_timesteps", None)
+        if not tail or not callable(original):
+            yield
+            return
+
+        def get_timesteps(*args: Any, **kwargs: Any) -> Any:
+            result = original(*args, **kwargs)
+            count = result[-1] if isinstance(result, tuple) and result else None
+            if tracker.call_steps is None and type(count) is int and count > 0:
+                tracker.call_steps = count
+            return result
+
+        pipeline.get_timesteps = get_timesteps
+        try:
+            yield
+        finally:
+            vars(pipeline).pop("get_timesteps", None)
 
     @contextmanager
     def _resumed_latents(
@@ -232,6 +277,12 @@ class PipelineHost(DiffusionHost):
         if vocoder is None:
             raise ModelLoadError(f"model {self.spec.name!r}: no sampling rate on vae or vocoder")
         return int(vocoder.config.sampling_rate)
+
+
+def _loop_length(pipeline: Any) -> int | None:
+    """The running call's count of loop iterations (`_num_timesteps`), if it keeps one."""
+    length = getattr(pipeline, "_num_timesteps", None)
+    return length if isinstance(length, int) and length > 0 else None
 
 
 def _last_tokenizer(pipeline: DiffusionPipeline) -> str | None:

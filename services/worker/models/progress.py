@@ -96,18 +96,19 @@ class StepTracker:
     previewer: PreviewHook | None = None
     # The pipeline the loop runs in: what a pause sets aside for the batch that runs meanwhile.
     pipeline: Any = None
+    # Steps of this call's loop when it runs only the tail of the schedule (an input image
+    # with a strength), as the call counted them; None: the job's own steps.
+    call_steps: int | None = None
 
     def __post_init__(self) -> None:
         self.live = [not self.terminals.has(job.job_id) for job in self.jobs]
 
     @property
     def total_steps(self) -> int:
-        # A job with an input image and a strength runs only the tail of the schedule; the
-        # pipeline has counted those steps (`_num_timesteps`) before its loop starts.
-        counted = getattr(self.pipeline, "_num_timesteps", None)
-        if self.jobs[0].generation.strength and isinstance(counted, int) and counted > 0:
-            return counted
-        return self.jobs[0].generation.steps
+        """The steps of the jobs' run. Never read from the pipeline object, which is shared:
+        before a call it holds the previous call's counts, and during a pause the urgent
+        batch's; the host sets `call_steps` from this call itself."""
+        return self.call_steps or self.jobs[0].generation.steps
 
     def mark_step_start(self, *_: Any) -> None:
         """Forward pre-hook on the denoiser: the first call after a boundary starts a step."""
