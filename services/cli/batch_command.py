@@ -1,52 +1,43 @@
 """`mediamesh batch prompts.jsonl --out DIR`: thousands of jobs, resumable at any point.
 
-Each non-blank line is a JSON object with at least `prompt`. Its idempotency key is the file's
-SHA-256 and the line number (and the --model it takes, if it names none), so a re-run submits
-nothing twice: the gateway answers a repeated
-Submit with the job it already has, and the batch re-attaches to it. Results are written as
-they finish, as DIR/<line>.<ext>, each followed by a row in DIR/manifest.jsonl; lines whose
-row says SUCCEEDED (for this very file) are skipped on a re-run.
+Each non-blank line is a JSON object with at least `prompt` (batch_file reads and checks
+them). Each line is sent with an idempotency key made from its own content and number, so a
+re-run submits nothing twice: the gateway answers a repeated Submit with the job it already
+has, and the batch re-attaches to it. Results are written as they finish, as
+DIR/<line>.<ext>, each followed by a row in DIR/manifest.jsonl (batch_manifest says what the
+rows mean: which lines are done, which key retries a failed one, whose folder it is).
+
+A line the mesh refuses or whose job ends without a result is recorded as such and the run
+goes on; a re-run retries it under a new key. What no line could get past stops the run at
+once with exit 2 and records nothing for the lines in flight, so a re-run resumes them: a
+refused API key, or a gateway that answers nothing for UNREACHABLE_AFTER_S (every call
+UNAVAILABLE over that window, whichever line made it) - without that, each line would spend
+its retries on its own, some 38 s each, hours for a large file.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import hashlib
+import dataclasses
 import json
 import os
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from mediamesh.cli.batch_file import BatchFileError, BatchLine, read_batch
+from mediamesh.cli.batch_manifest import MANIFEST, History
 from mediamesh.cli.gateway_args import add_gateway_arguments, gateway_options
 from mediamesh.common.errors import StatusCode
 from mediamesh.common.output_formats import EXTENSIONS
 from mediamesh.sdk import AsyncClient, Error, GatewayError, Result
 
-MANIFEST = "manifest.jsonl"
-# What a line may say, and the JSON type each value must have.
-LINE_FIELDS: dict[str, tuple[type, ...]] = {
-    "prompt": (str,),
-    "negative_prompt": (str,),
-    "model": (str,),
-    "steps": (int,),
-    "seed": (int,),
-    "width": (int,),
-    "height": (int,),
-    "num_frames": (int,),
-    "duration_s": (int, float),
-    "guidance_scale": (int, float),
-    "output_format": (str,),
-    "output_quality": (int,),
-    "fps": (int,),
-    "priority": (str,),
-    "timeout_ms": (int,),
-}
-PRIORITIES = ("REALTIME", "STANDARD", "BATCH")
+__all__ = ["MANIFEST", "BatchFileError", "BatchLine", "BatchRun", "read_batch"]
+
 # Answers that a retry of the same line cannot change.
 PERMANENT_CODES = frozenset(
     {
@@ -60,14 +51,17 @@ PERMANENT_CODES = frozenset(
 # Answers that no line of this batch could get past.
 FATAL_CODES = frozenset({StatusCode.UNAUTHENTICATED})
 TRANSIENT_ATTEMPTS = 8
-
-
-class BatchFileError(ValueError):
-    """A prompts file that cannot be run, naming the line at fault."""
+# Long enough to ride out a gateway restart; shorter than one line's TRANSIENT_ATTEMPTS
+# (35 s of backoff), so an unreachable gateway stops the run before it fails any line.
+UNREACHABLE_AFTER_S = 30.0
 
 
 class FatalBatchError(RuntimeError):
     """The gateway refused the whole batch (e.g. a bad API key)."""
+
+
+class GatewayUnreachableError(FatalBatchError):
+    """No call reached the gateway for UNREACHABLE_AFTER_S."""
 
 
 @dataclass
@@ -81,92 +75,38 @@ class Outcome:
     error_code: str = ""
     error_message: str = ""
 
-
-@dataclass(frozen=True)
-class BatchLine:
-    number: int
-    key: str
-    fields: dict[str, Any]
+    @classmethod
+    def rejected(cls, job_id: str, code: str, message: str) -> Outcome:
+        """A line the mesh (or the checks before sending) refused."""
+        return cls(job_id, "REJECTED", error_code=code, error_message=message)
 
 
 @dataclass
 class Counts:
+    """What a run did, for its summary."""
+
     succeeded: int = 0
     failed: int = 0
     skipped: int = 0
     failures: list[str] = field(default_factory=list)
 
 
-def read_batch(path: Path, default_model: str | None) -> list[BatchLine]:
-    raw = path.read_bytes()
-    digest = hashlib.sha256(raw).hexdigest()[:32]
-    lines = []
-    for number, text in enumerate(raw.decode("utf-8").splitlines(), start=1):
-        if text.strip():
-            fields, model_from_flag = _line_fields(number, text, default_model)
-            key = f"batch:{digest}:{number}"
-            if model_from_flag:
-                # --model is part of such a line's request: another --model is another job.
-                key += f":{fields['model']}"
-            lines.append(BatchLine(number, key, fields))
-    if not lines:
-        raise BatchFileError(f"{path}: no prompts (one JSON object per line)")
-    return lines
-
-
-def _line_fields(number: int, text: str, default_model: str | None) -> tuple[dict[str, Any], bool]:
-    """The line's fields, and whether its model came from --model."""
-    try:
-        fields = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise BatchFileError(f"line {number}: not valid JSON ({exc.msg})") from None
-    if not isinstance(fields, dict):
-        raise BatchFileError(f"line {number}: expected a JSON object")
-    for name, value in fields.items():
-        kinds = LINE_FIELDS.get(name)
-        if kinds is None:
-            raise BatchFileError(
-                f"line {number}: unknown field {name!r}; allowed: {', '.join(LINE_FIELDS)}"
-            )
-        if isinstance(value, bool) or not isinstance(value, kinds):
-            raise BatchFileError(f"line {number}: {name} must be {kinds[0].__name__}")
-    if not fields.get("prompt"):
-        raise BatchFileError(f"line {number}: prompt is required")
-    model_from_flag = "model" not in fields
-    fields.setdefault("model", default_model)
-    if not fields["model"]:
-        raise BatchFileError(f'line {number}: no model; add "model" or pass --model')
-    priority = str(fields.get("priority", "BATCH")).upper()
-    if priority not in PRIORITIES:
-        raise BatchFileError(f"line {number}: priority must be one of {', '.join(PRIORITIES)}")
-    fields["priority"] = priority
-    return fields, model_from_flag
-
-
-def succeeded_lines(out: Path, lines: list[BatchLine]) -> set[int]:
-    """Lines of this file the manifest records as SUCCEEDED, with their result still there."""
-    keys = {line.key: line.number for line in lines}
-    done: set[int] = set()
-    manifest = out / MANIFEST
-    if not manifest.exists():
-        return done
-    for text in manifest.read_text().splitlines():
-        try:
-            row = json.loads(text)
-        except json.JSONDecodeError:
-            continue  # a row cut short when the last run was killed
-        number = keys.get(row.get("key"))
-        if number is not None and row.get("state") == "SUCCEEDED" and (out / row["file"]).exists():
-            done.add(number)
-    return done
-
-
 class BatchRun:
-    def __init__(self, client: AsyncClient, out: Path, manifest: IO[str], bar: Any) -> None:
+    """Runs lines (each with the key to send it with) and records each as it ends."""
+
+    def __init__(
+        self, client: AsyncClient, out: Path, manifest: IO[str], bar: Any, source: str
+    ) -> None:
         self.client, self.out, self.manifest, self.bar = client, out, manifest, bar
+        self.source = source  # the prompts file, as the rows' `input`
         self.counts = Counts()
+        # When the calls began to find the gateway UNAVAILABLE, all of them since; None
+        # while anything gets an answer.
+        self.unreachable_since: float | None = None
 
     async def run(self, todo: list[BatchLine], concurrency: int) -> Counts:
+        """Run `todo`, `concurrency` lines at a time; FatalBatchError (in an ExceptionGroup)
+        stops them all."""
         pending: Iterator[BatchLine] = iter(todo)
 
         async def drain() -> None:
@@ -180,25 +120,34 @@ class BatchRun:
 
     async def _line(self, line: BatchLine) -> None:
         started = time.monotonic()
+        if line.problem:
+            # Checked as the file was read: sending it would only be refused.
+            self._record(line, Outcome.rejected("", "INVALID_ARGUMENT", line.problem), 0.0)
+            return
         job_id = ""
         try:
             job_id = await self._retrying(self._submit, line)
             outcome = await self._retrying(self._follow, job_id)
         except GatewayError as exc:
-            outcome = Outcome(job_id, "REJECTED", error_code=exc.code, error_message=exc.message)
+            outcome = Outcome.rejected(job_id, exc.code, exc.message)
         self._record(line, outcome, time.monotonic() - started)
 
     async def _submit(self, line: BatchLine) -> str:
         """The job id; the same key from the same tenant returns the same job."""
         fields = dict(line.fields)
-        handle = await self.client.submit(
-            fields.pop("model"), fields.pop("prompt"), idempotency_key=line.key, **fields
-        )
+        model, prompt = fields.pop("model"), fields.pop("prompt")
+        try:
+            handle = await self.client.submit(model, prompt, idempotency_key=line.key, **fields)
+        except (TypeError, ValueError) as exc:
+            # The SDK's checks before sending, should one catch what reading the file let
+            # through: the line's refusal, like the gateway's, not the whole run's end.
+            raise GatewayError(StatusCode.INVALID_ARGUMENT, str(exc)) from None
         return handle.job_id
 
     async def _follow(self, job_id: str) -> Outcome:
         """Watch a job to its end (replayed at once if it already ended)."""
         async for event in self.client.watch(job_id):
+            self.unreachable_since = None  # a long job's events are answers too
             if isinstance(event, Result):
                 return Outcome(job_id, "SUCCEEDED", event.data, event.mime_type)
             if isinstance(event, Error):
@@ -208,12 +157,13 @@ class BatchRun:
         # watch ends with a Result or an Error, or raises GatewayError (retried by the caller).
         raise AssertionError(f"the events of job {job_id} ended without an outcome")
 
-    async def _retrying(self, call: Any, *args: Any) -> Any:
+    async def _retrying(self, call: Callable[..., Awaitable[Any]], *args: Any) -> Any:
         failures = 0
         while True:
             try:
-                return await call(*args)
+                answer = await call(*args)
             except GatewayError as exc:
+                self._note_reachability(exc)
                 if exc.code in FATAL_CODES:
                     raise FatalBatchError(f"{exc.code}: {exc.message}") from None
                 if exc.code in PERMANENT_CODES:
@@ -226,6 +176,24 @@ class BatchRun:
                 if failures >= TRANSIENT_ATTEMPTS:
                     raise
                 await asyncio.sleep(min(0.25 * 2**failures, 10))
+            else:
+                self.unreachable_since = None
+                return answer
+
+    def _note_reachability(self, exc: GatewayError) -> None:
+        """GatewayUnreachableError once every call for UNREACHABLE_AFTER_S was UNAVAILABLE."""
+        now = time.monotonic()
+        if exc.code == StatusCode.DEADLINE_EXCEEDED:
+            return  # no answer in time: from a slow gateway, or from none (a dropped route)
+        if exc.code != StatusCode.UNAVAILABLE:
+            self.unreachable_since = None
+        elif self.unreachable_since is None:
+            self.unreachable_since = now
+        elif now - self.unreachable_since >= UNREACHABLE_AFTER_S:
+            raise GatewayUnreachableError(
+                f"gateway unreachable at {self.client.settings.target}: {exc.message} "
+                f"(no answer for {UNREACHABLE_AFTER_S:g} s; stopped, re-run to resume)"
+            ) from None
 
     def _record(self, line: BatchLine, outcome: Outcome, seconds: float) -> None:
         file_name = None
@@ -248,6 +216,7 @@ class BatchRun:
             "file": file_name,
             "seconds": round(seconds, 3),
             "key": line.key,
+            "input": self.source,
         }
         if outcome.state != "SUCCEEDED":
             row["error"] = f"{outcome.error_code}: {outcome.error_message}"
@@ -258,6 +227,7 @@ class BatchRun:
 
 
 def add_batch_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """The `batch` subcommand."""
     batch = sub.add_parser(
         "batch", help="run a JSONL file of prompts as jobs (resumable), results into a folder"
     )
@@ -274,13 +244,39 @@ def _cmd_batch(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     try:
-        lines = read_batch(args.file, args.model)
-    except (OSError, UnicodeDecodeError, BatchFileError) as exc:
+        lines = read_batch(args.file, args.model, str(args.out.resolve()))
+    except (OSError, BatchFileError) as exc:
         print(f"mediamesh batch: {exc}", file=sys.stderr)
         return 2
-    args.out.mkdir(parents=True, exist_ok=True)
-    done = succeeded_lines(args.out, lines)
-    todo = [line for line in lines if line.number not in done]
+    source = str(args.file.resolve())
+    history = History.read(args.out)
+    other = history.other_input(source, lines)
+    if other is not None:
+        print(
+            f"mediamesh batch: {args.out} holds the results of another input, {other}; "
+            "use another --out (or remove that folder to start over)",
+            file=sys.stderr,
+        )
+        return 2
+    replaced = history.replaced(lines)
+    if replaced:
+        shown = ", ".join(map(str, replaced[:10])) + (", ..." if len(replaced) > 10 else "")
+        print(
+            f"mediamesh batch: {len(replaced)} line(s) changed since their results were "
+            f"written (line {shown}): running them again, replacing those results",
+            file=sys.stderr,
+        )
+    try:
+        args.out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        print(f"mediamesh batch: --out {args.out}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    done = [line for line in lines if history.is_done(line)]
+    todo = [
+        dataclasses.replace(line, key=history.attempt_key(line))
+        for line in lines
+        if not history.is_done(line)
+    ]
     bar = tqdm(
         total=len(lines), initial=len(done), unit="job", desc="batch",
         disable=args.quiet, file=sys.stderr,
@@ -289,8 +285,9 @@ def _cmd_batch(args: argparse.Namespace) -> int:
     async def main() -> Counts:
         options = gateway_options(args)
         async with AsyncClient(args.gateway, **options) as client:
-            with (args.out / MANIFEST).open("a") as manifest:
-                return await BatchRun(client, args.out, manifest, bar).run(todo, args.concurrency)
+            with (args.out / MANIFEST).open("a", encoding="utf-8") as manifest:
+                run = BatchRun(client, args.out, manifest, bar, source)
+                return await run.run(todo, args.concurrency)
 
     try:
         counts = asyncio.run(main()) if todo else Counts()
@@ -299,7 +296,7 @@ def _cmd_batch(args: argparse.Namespace) -> int:
         if fatal is None:
             raise
         bar.close()
-        print(f"mediamesh batch: {fatal.exceptions[0]}", file=sys.stderr)
+        print(f"mediamesh batch: {_first(fatal)}", file=sys.stderr)
         return 2
     bar.close()
     counts.skipped = len(done)
@@ -310,3 +307,11 @@ def _cmd_batch(args: argparse.Namespace) -> int:
         f"manifest {args.out / MANIFEST}"
     )
     return 0 if counts.failed == 0 else 1
+
+
+def _first(group: BaseExceptionGroup[FatalBatchError]) -> BaseException:
+    """The first error of a group that may nest groups (a TaskGroup inside a TaskGroup)."""
+    first: BaseException = group
+    while isinstance(first, BaseExceptionGroup):
+        first = first.exceptions[0]
+    return first

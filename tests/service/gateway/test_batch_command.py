@@ -89,7 +89,7 @@ async def test_a_thousand_lines_killed_midway_and_resumed_run_each_line_once(
 @pytest.mark.parametrize(
     ("text", "words"),
     [
-        ('{"prompt": "x"}\nnot json\n', "line 2: not valid JSON"),
+        ('{"prompt": "x"}\nnot json\n', "line 2, column 1: not valid JSON"),
         ('{"prompt": "x", "stepz": 3}\n', "unknown field 'stepz'"),
         ('{"prompt": "x", "steps": "3"}\n', "steps must be int"),
         ('{"steps": 3}\n', "prompt is required"),
@@ -104,7 +104,7 @@ def test_a_bad_prompts_file_is_refused_before_anything_is_submitted(tmp_path, te
         read_batch(path, "echo")
 
 
-def test_keys_come_from_the_file_content_and_line_and_default_to_batch(tmp_path):
+def test_keys_come_from_each_lines_content_and_number_and_default_to_batch(tmp_path):
     path = tmp_path / "prompts.jsonl"
     path.write_text(
         '{"prompt": "a"}\n\n{"prompt": "b", "model": "flux-tiny", "priority": "realtime"}\n'
@@ -117,7 +117,12 @@ def test_keys_come_from_the_file_content_and_line_and_default_to_batch(tmp_path)
     # Another --model is another request for the lines that take it, not for the others.
     other_first, other_second = read_batch(path, "flux-tiny")
     assert other_first.key != first.key and other_second.key == second.key
+    # A line's key is its own: other lines changing, or going, leave it as it is...
     path.write_text('{"prompt": "a"}\n')
-    assert read_batch(path, "echo")[0].key != first.key  # another file, other jobs
+    assert read_batch(path, "echo")[0].key == first.key
+    # ...while the same content on another line, or other content, is another job.
+    path.write_text('\n{"prompt": "a"}\n{"prompt": "a", "seed": 1}\n')
+    moved, changed = read_batch(path, "echo")
+    assert len({moved.key, changed.key, first.key}) == 3
     with pytest.raises(BatchFileError, match="no model"):
         read_batch(path, None)
