@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
 
 from mediamesh.common.errors import PermissionDenied, ResourceExhausted, Unauthenticated
 from mediamesh.common.generation import Priority
@@ -23,14 +24,31 @@ def hash_key(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()
 
 
+class Prepaid:
+    """Submissions already charged to a tenant's rate as one, for `Tenancy.admitted`."""
+
+    def __init__(self, jobs: int) -> None:
+        self.jobs = jobs
+        self.left = jobs
+
+    def spend(self, jobs: int) -> bool:
+        """Whether `jobs` of the prepaid submissions were left (and are now spent)."""
+        if jobs > self.left:
+            return False
+        self.left -= jobs
+        return True
+
+
 @dataclass(frozen=True)
 class Caller:
     """An authenticated caller: its tenant, that tenant's quota, and whether its key carries
-    the admin scope (every tenant's jobs are visible to it, not only its own)."""
+    the admin scope (every tenant's jobs are visible to it, not only its own). `prepaid`:
+    submissions of the current request already charged, within `Tenancy.admitted`."""
 
     tenant: str
     quota: TenantSettings
     admin: bool = False
+    prepaid: Prepaid | None = field(default=None, compare=False, repr=False)
 
 
 class TokenBucket:
@@ -52,6 +70,10 @@ class TokenBucket:
             self.tokens -= count
             return 0.0
         return (count - self.tokens) / self.rate
+
+    def give_back(self, count: int) -> None:
+        """Returns what `take(count)` took, up to the burst."""
+        self.tokens = min(self.burst, self.tokens + min(count, self.burst))
 
 
 class Tenancy:
@@ -87,7 +109,8 @@ class Tenancy:
         return Caller(entry.tenant, quota, admin=ADMIN_SCOPE in entry.scopes)
 
     def admit(self, caller: Caller, model: str, priority: Priority, jobs: int = 1) -> None:
-        """Checks model access, priority ceiling and request rate before submitting `jobs`."""
+        """Checks model access, priority ceiling and request rate before submitting `jobs`;
+        jobs the caller prepaid (`admitted`) take nothing more of the rate."""
         quota = caller.quota
         if quota.allowed_models and model not in quota.allowed_models:
             raise PermissionDenied(
@@ -100,17 +123,40 @@ class Tenancy:
                 f"priority: {priority.name} is above tenant {caller.tenant!r}'s highest "
                 f"allowed priority {ceiling.name}"
             )
+        if caller.prepaid is not None and caller.prepaid.spend(jobs):
+            return
         self.check_rate(caller, jobs)
+
+    @contextmanager
+    def admitted(
+        self, caller: Caller, model: str, priority: Priority, jobs: int
+    ) -> Iterator[Caller]:
+        """Admits `jobs` submissions at once, all or none, and yields the caller to submit
+        them as: its `admit`s take from what was charged here instead of the rate.
+
+        Charging one job at a time would let a request refused at its k-th job leave the first
+        k - 1 running, answered to no one. If none was submitted by the end (the first was
+        refused as invalid before its admission), the charge is given back: a request that
+        made no job costs no rate, as a lone refused job does not."""
+        self.admit(caller, model, priority, jobs)
+        prepaid = Prepaid(jobs)
+        try:
+            yield replace(caller, prepaid=prepaid)
+        finally:
+            if prepaid.left == prepaid.jobs:
+                self._submit_bucket(caller).give_back(jobs)
+            # Spent: the caller cannot outlive the request and submit on this charge again.
+            prepaid.left = 0
 
     def check_rate(self, caller: Caller, jobs: int = 1) -> None:
         """Takes `jobs` tokens of the tenant's submit budget, or RESOURCE_EXHAUSTED."""
         quota = caller.quota
-        bucket = self._bucket(self._buckets, caller.tenant, quota.requests_per_second, quota.burst)
-        wait = bucket.take(jobs)
+        wait = self._submit_bucket(caller).take(jobs)
         if wait > 0:
+            together = f"; this request asks for {jobs} jobs at once" if jobs > 1 else ""
             raise ResourceExhausted(
                 f"rate: tenant {caller.tenant!r} is over {quota.requests_per_second} "
-                f"requests per second (burst {quota.burst})",
+                f"requests per second (burst {quota.burst}){together}",
                 retry_after_s=wait,
             )
 
@@ -128,6 +174,10 @@ class Tenancy:
                 f"reads per second (burst {quota.read_burst})",
                 retry_after_s=wait,
             )
+
+    def _submit_bucket(self, caller: Caller) -> TokenBucket:
+        quota = caller.quota
+        return self._bucket(self._buckets, caller.tenant, quota.requests_per_second, quota.burst)
 
     def _bucket(
         self, buckets: dict[str, TokenBucket], tenant: str, rate: float, burst: int

@@ -30,6 +30,8 @@ def create_app(
     cors_origins: Sequence[str] = (),
 ) -> FastAPI:
     """The HTTP face over `plane`; `ready` says whether the scheduler is reachable."""
+    tenancy = plane.plane.up.tenancy
+    guard = CrossSiteGuard(cors_origins, keyless=tenancy.open)
     app = FastAPI(
         title="mediamesh gateway",
         summary="Submit and follow diffusion jobs over HTTP/JSON; an OpenAI-compatible API",
@@ -37,9 +39,9 @@ def create_app(
         docs_url=None,
         redoc_url=None,
         openapi_url="/openapi.json",
-        dependencies=[Depends(CrossSiteGuard(cors_origins))],
+        dependencies=[Depends(guard)],
     )
-    app.state.context = HttpContext(plane, ready, max_body_bytes)
+    app.state.context = HttpContext(plane, ready, max_body_bytes, tenancy)
     errors.install(app)
     if cors_origins:
         app.add_middleware(

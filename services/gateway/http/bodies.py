@@ -1,17 +1,25 @@
-"""Request bodies within the gateway's message limit: JSON, or multipart form data."""
+"""Request bodies within the gateway's message limit: JSON, or multipart form data.
+
+Routes read their bodies here, after authenticating, rather than declaring a body parameter:
+FastAPI reads and parses such a parameter before the route runs, whatever its size and
+whoever sent it."""
 
 from __future__ import annotations
 
 import json
 from collections import Counter
 from collections.abc import AsyncGenerator, Mapping
+from typing import TypeVar
 from urllib.parse import parse_qsl
 
 from fastapi import Request
+from pydantic import BaseModel, ValidationError
 from starlette.datastructures import UploadFile
 from starlette.formparsers import MultiPartException, MultiPartParser
 
 from mediamesh.common.errors import InvalidArgument, PayloadTooLarge
+
+Model = TypeVar("Model", bound=BaseModel)
 
 
 async def read_body(request: Request, max_bytes: int) -> bytes:
@@ -47,6 +55,19 @@ async def read_json(request: Request, max_bytes: int) -> object:
     except ValueError as exc:
         # Python's own limit on the digits of one integer (4300), which no field needs.
         raise InvalidArgument(f"body: {exc}") from None
+
+
+async def read_model(request: Request, model: type[Model], max_bytes: int) -> Model:
+    """The JSON body as `model`; InvalidArgument naming the first field at fault."""
+    body = await read_json(request, max_bytes)
+    if not isinstance(body, dict):
+        raise InvalidArgument(f"body: expected a JSON object of {model.__name__} fields")
+    try:
+        return model.model_validate(body)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "body"
+        raise InvalidArgument(f"{where}: {first['msg']}") from None
 
 
 def _each_key_once(pairs: list[tuple[str, object]]) -> dict[str, object]:

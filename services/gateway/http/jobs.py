@@ -184,16 +184,25 @@ def _frame(name: str, data: JsonObject, event_id: str | None = None) -> bytes:
     return f"{head}event: {name}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
 
 
+RESULT_RESPONSES: dict[int | str, dict[str, Any]] = {
+    **ERRORS,
+    200: {"content": {"application/octet-stream": {}}, "description": "The bytes"},
+    206: {"description": "One byte range (Range: bytes=...)"},
+    416: {"description": "The range lies outside the result"},
+}
+
+
 @router.get(
     "/v1/jobs/{job_id}/result",
     response_class=Response,
-    responses={
-        **ERRORS,
-        200: {"content": {"application/octet-stream": {}}, "description": "The bytes"},
-        206: {"description": "One byte range (Range: bytes=...)"},
-        416: {"description": "The range lies outside the result"},
-    },
+    responses=RESULT_RESPONSES,
     summary="A job's result bytes",
+)
+@router.head(
+    "/v1/jobs/{job_id}/result",
+    response_class=Response,
+    responses=RESULT_RESPONSES,
+    summary="A job's result: the headers a GET answers with, without the bytes",
 )
 async def job_result(
     job_id: str,
@@ -203,7 +212,8 @@ async def job_result(
 ) -> Response:
     """The result with its content type; `Range` asks for one byte range (206)."""
     plane = context_of(request).plane
-    return await result_response(plane, job_id, plane.reader(authorization), range)
+    caller = plane.reader(authorization)
+    return await result_response(plane, job_id, caller, range, head=request.method == "HEAD")
 
 
 @router.get("/v1/models", response_model=ModelList, responses=ERRORS, summary="Models")

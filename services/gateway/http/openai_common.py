@@ -1,16 +1,19 @@
 """What the OpenAI-compatible routes share: sizes, model choice, the names errors give the
-client's fields, waiting for a job's end."""
+client's fields, admitting and submitting a request's jobs together, waiting for a job's end."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import re
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Awaitable, Iterable, Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 from mediamesh.common.errors import InvalidArgument, MeshError, StatusCode
+from mediamesh.common.params import parse_priority
 from mediamesh.gateway.api.json_plane import JsonObject, JsonPlane
-from mediamesh.gateway.core.tenancy import Caller
+from mediamesh.gateway.core.tenancy import Caller, Tenancy
 
 _SIZE = re.compile(r"(\d+)x(\d+)", re.ASCII)
 # The message heads of the mesh's fields that OpenAI's `size` sets, for `openai_names`.
@@ -102,6 +105,37 @@ def openai_names(heads: Mapping[str, str]) -> Iterator[None]:
             error.message = f"{heads[field]}{rest}"
             error.args = (error.message,)
         raise
+
+
+def admitted(
+    tenancy: Tenancy, caller: Caller, model: JsonObject, priority: str | None, jobs: int
+) -> AbstractContextManager[Caller]:
+    """`jobs` submissions of `model` at `priority` admitted as one (`Tenancy.admitted`): the
+    caller to submit them as, so that a request over the tenant's rate starts none of them."""
+    return tenancy.admitted(caller, model["name"], parse_priority(priority or ""), jobs)
+
+
+async def submit_all(
+    plane: JsonPlane, caller: Caller, submissions: Iterable[Awaitable[JsonObject]]
+) -> list[str]:
+    """The job ids of `submissions`, made one after another. If one fails (or the client
+    leaves), those made before it are cancelled: the answer is an error that names none of
+    them, so no one could fetch what they make."""
+    jobs: list[str] = []
+    try:
+        for submission in submissions:
+            jobs.append((await submission)["job_id"])
+    except BaseException:
+        await asyncio.shield(_cancel_all(plane, caller, jobs))
+        raise
+    return jobs
+
+
+async def _cancel_all(plane: JsonPlane, caller: Caller, jobs: list[str]) -> None:
+    for job_id in jobs:
+        # Best effort: the error that got here is the one the client is owed.
+        with contextlib.suppress(MeshError):
+            await plane.cancel(job_id, caller)
 
 
 async def final_event(plane: JsonPlane, job_id: str, caller: Caller) -> JsonObject:

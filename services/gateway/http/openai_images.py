@@ -6,6 +6,10 @@ and points at where to fetch them (`context.result_url`: the bucket's presigned 
 the local backend this gateway's result endpoint, which needs the same API key). Fields of
 the mesh's own (steps, seed, negative_prompt, guidance_scale, priority) may ride along, as
 the openai client's `extra_body`.
+
+The `n` jobs are admitted together, against the tenant's rate as `n` submissions, before any
+is submitted: over the rate, none starts. Bodies are read after the API key is checked and
+within `gateway.max_message_bytes` (413 above it).
 """
 
 from __future__ import annotations
@@ -25,16 +29,18 @@ from mediamesh.gateway.api.json_plane import (
     request_from_json,
 )
 from mediamesh.gateway.core.tenancy import Caller
-from mediamesh.gateway.http.bodies import read_form
+from mediamesh.gateway.http.bodies import read_form, read_model
 from mediamesh.gateway.http.context import Authorization, context_of, result_url
 from mediamesh.gateway.http.openai_common import (
     SIZE_NAMES,
+    admitted,
     final_event,
     mesh_fields,
     openai_names,
     parse_size,
     pick_model,
     result_bytes,
+    submit_all,
 )
 from mediamesh.gateway.http.schemas import ErrorBody
 
@@ -88,15 +94,21 @@ class ImagesResponse(BaseModel):
     "/v1/images/generations",
     response_model=ImagesResponse,
     response_model_exclude_none=True,
-    responses=ERRORS,
+    responses={**ERRORS, 413: {"model": ErrorBody}},
     summary="Generate images (OpenAI-compatible)",
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": ImageGeneration.model_json_schema()}},
+        }
+    },
 )
-async def generate_images(
-    body: ImageGeneration, request: Request, authorization: Authorization = None
-) -> JsonObject:
+async def generate_images(request: Request, authorization: Authorization = None) -> JsonObject:
     """Runs `n` jobs of the prompt with an image model and answers with their images."""
-    plane = context_of(request).plane
+    context = context_of(request)
+    plane = context.plane
     caller = plane.caller(authorization)
+    body = await read_model(request, ImageGeneration, context.max_body_bytes)
     model = await pick_model(plane, body.model, "image")
     fields = {
         "model": model["name"],
@@ -121,8 +133,11 @@ async def generate_images(
     ]
     for generate in requests:
         generate.result_as_url = _as_url(body.response_format)
-    with openai_names(GENERATION_NAMES):
-        jobs = [(await plane.submit(r, caller))["job_id"] for r in requests]
+    with (
+        openai_names(GENERATION_NAMES),
+        admitted(context.tenancy, caller, model, body.priority, body.n) as paid,
+    ):
+        jobs = await submit_all(plane, caller, (plane.submit(r, paid) for r in requests))
     data = [await _image(plane, job, caller, body.response_format, request) for job in jobs]
     return {"created": int(time.time()), "data": data, "size": body.size}
 
@@ -188,7 +203,8 @@ async def edit_images(request: Request, authorization: Authorization = None) -> 
     with openai_names(EDIT_NAMES):
         generate = request_from_form({**form, **fields}, parts)
         generate.result_as_url = _as_url(response_format)
-        jobs = [(await plane.submit(generate, caller))["job_id"] for _ in range(n)]
+        with admitted(context.tenancy, caller, model, form.get("priority"), n) as paid:
+            jobs = await submit_all(plane, caller, (plane.submit(generate, paid) for _ in range(n)))
     data = [await _image(plane, job, caller, response_format, request) for job in jobs]
     return {"created": int(time.time()), "data": data}
 

@@ -207,6 +207,12 @@ async def get_video(
     responses={**ERRORS, 200: {"content": {"video/mp4": {}}}},
     summary="A video's bytes (OpenAI-compatible)",
 )
+@router.head(
+    "/v1/videos/{video_id}/content",
+    response_class=Response,
+    responses={**ERRORS, 200: {"content": {"video/mp4": {}}}},
+    summary="A video's headers: those a GET answers with, without the bytes",
+)
 async def video_content(
     video_id: str,
     request: Request,
@@ -218,7 +224,8 @@ async def video_content(
         raise InvalidArgument(f"variant: {variant[:32]!r} is not served; only video")
     plane = context_of(request).plane
     caller = plane.reader(authorization)
-    return await result_response(plane, video_id, caller, request.headers.get("range"))
+    head = request.method == "HEAD"
+    return await result_response(plane, video_id, caller, request.headers.get("range"), head)
 
 
 @router.delete(

@@ -1,14 +1,24 @@
-"""Refuses requests that change something when a browser sends them from another site.
+"""Refuses requests that a browser sends on behalf of another site.
 
 A page on any site can make a browser POST a form (multipart, urlencoded or plain text) to
 the gateway without asking first: CORS keeps the page from reading the answer, not the job
 from running. Browsers name the page's origin on such requests; other clients (curl, the SDK,
 the openai package) send none, so they are not affected. Pages on the gateway's own origin
 and on the origins listed in `gateway.http.cors_origins` are allowed.
+
+A gateway without API keys, reached over loopback, also checks the name a request is
+addressed to (`Host`). DNS rebinding lets a page at `attacker.example:PORT` have its name
+resolve to 127.0.0.1: the browser then sends the page's requests, writes and reads alike, to
+this gateway as same-origin ones, `Host` and `Origin` both `attacker.example:PORT`, and lets
+the page read the answers. Only a name the page's site does not control tells them apart:
+localhost, a loopback address, or the host of a configured CORS origin. With keys the check
+is not needed (the rebound page has no key), and a gateway reached on another address runs
+without keys only with `--insecure`, which opens it to whoever can reach it.
 """
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Sequence
 from urllib.parse import urlsplit
 
@@ -18,21 +28,36 @@ from mediamesh.common.errors import PermissionDenied
 
 # Methods a browser sends across sites without asking first only for reads.
 _READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+# The one name browsers and resolvers map to this machine without asking DNS.
+_LOOPBACK_NAME = "localhost"
 
 
 class CrossSiteGuard:
     """A dependency of every route: a write whose Origin is neither this host nor an allowed
-    origin is refused (403) before the route reads its body."""
+    origin is refused (403) before the route reads its body; with `keyless`, so is any
+    request over loopback addressed to a name other than localhost, a loopback address or
+    an allowed origin's host."""
 
-    def __init__(self, allowed_origins: Sequence[str] = ()) -> None:
+    def __init__(self, allowed_origins: Sequence[str] = (), keyless: bool = False) -> None:
         self._any = "*" in allowed_origins
         self._allowed = frozenset(o.rstrip("/").lower() for o in allowed_origins)
+        self._hosts = frozenset(
+            name for o in allowed_origins if o != "*" and (name := urlsplit(o).hostname)
+        )
+        self._keyless = keyless
 
     def __call__(self, request: Request) -> None:
+        host = request.headers.get("host", "")
+        if self._keyless and _over_loopback(request) and not self._names_this_gateway(host):
+            raise PermissionDenied(
+                f"host: {host[:64]!r} is not a name of this gateway; without "
+                "gateway.api_keys it answers only requests to localhost, a loopback address "
+                "or the host of an origin in gateway.http.cors_origins"
+            )
         if request.method in _READ_METHODS:
             return
         origin = request.headers.get("origin")
-        if origin is not None and not self._admits(origin, request.headers.get("host", "")):
+        if origin is not None and not self._admits(origin, host):
             raise PermissionDenied(
                 f"origin: requests from {origin} may not change anything here; serve the "
                 "page from this gateway or add its origin to gateway.http.cors_origins"
@@ -44,3 +69,36 @@ class CrossSiteGuard:
             return True
         # "null" (a sandboxed frame, a file) has no host and never matches.
         return bool(host) and urlsplit(origin).netloc == host.lower()
+
+    def _names_this_gateway(self, host: str) -> bool:
+        name = host_name(host)
+        return name == _LOOPBACK_NAME or is_loopback_address(name) or name in self._hosts
+
+
+def host_name(host: str) -> str:
+    """The name in a `Host` header, in lower case, without its port or an IPv6 address's
+    brackets; empty for none."""
+    host = host.strip().lower()
+    if host.startswith("["):
+        name, bracket, _ = host[1:].partition("]")
+        return name if bracket else ""
+    return host.partition(":")[0]
+
+
+def is_loopback_address(text: str) -> bool:
+    """Whether `text` is an IP address of this machine's loopback interface (127.0.0.0/8,
+    ::1, or 127.x written as an IPv4-mapped IPv6 address)."""
+    try:
+        address = ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped.is_loopback
+    return address.is_loopback
+
+
+def _over_loopback(request: Request) -> bool:
+    """Whether the connection reached the gateway on a loopback address (the address it was
+    accepted on; unknown counts as loopback, the side that checks)."""
+    server = request.scope.get("server")
+    return not server or is_loopback_address(str(server[0]))

@@ -1,7 +1,8 @@
 """Prometheus metrics for the HTTP face, which the gRPC interceptor's metrics never see.
 
 Requests are counted by route template (`/v1/jobs/{job_id}`, not each job's path, so the
-series stay few), method and HTTP status; a path no route matches counts as `unmatched`.
+series stay few), method and HTTP status; a path no route matches counts as `unmatched`, and
+a method outside HTTP's usual ones as `other`.
 """
 
 from __future__ import annotations
@@ -25,6 +26,14 @@ HTTP_LATENCY = Histogram(
     buckets=REQUEST_LATENCY_BUCKETS,
 )
 UNMATCHED = "unmatched"
+# Any client, with no key, may send any token as the method; each would be a new series.
+METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+OTHER_METHOD = "other"
+
+
+def method_label(method: str) -> str:
+    """`method` as the metrics' label: one of METHODS, else `other`."""
+    return method if method in METHODS else OTHER_METHOD
 
 
 class RequestMetrics:
@@ -52,6 +61,6 @@ class RequestMetrics:
         finally:
             # The router leaves the route it matched in the scope.
             route = getattr(scope.get("route"), "path", None) or UNMATCHED
-            method = scope["method"]
+            method = method_label(scope["method"])
             HTTP_REQUESTS.labels(route, method, str(status)).inc()
             HTTP_LATENCY.labels(route, method).observe(time.perf_counter() - started)

@@ -15,9 +15,14 @@ RANGE_NOT_SATISFIABLE = 416
 
 
 async def result_response(
-    plane: JsonPlane, job_id: str, caller: Caller, range_header: str | None
+    plane: JsonPlane,
+    job_id: str,
+    caller: Caller,
+    range_header: str | None,
+    head: bool = False,
 ) -> Response:
-    """The artifact (200), one range of it (206), or 416 for a range outside it.
+    """The artifact (200), one range of it (206), or 416 for a range outside it; with `head`,
+    the same status and headers without the body (HEAD), from the first chunk alone.
 
     Errors before the first byte (no such job, no result yet) raise MeshError, answered as
     JSON by the app's handler.
@@ -47,17 +52,23 @@ async def result_response(
             await chunks.aclose()
             return _unsatisfiable(total)
         low, high = bounds
-        if low >= first.offset + len(first.data):
+        if low >= first.offset + len(first.data) and not head:
             # A suffix range beyond the first chunk: start again where it begins.
             await chunks.aclose()
             chunks = plane.download(job_id, caller, low)
             first = await anext(chunks)
         headers["Content-Range"] = f"bytes {low}-{high}/{total}"
     headers["Content-Length"] = str(high - low + 1)
+    media_type = first.mime_type or "application/octet-stream"
+    status = 200 if wanted is None else 206
+    if head:
+        await chunks.aclose()
+        # The Content-Length set above stays: it is the length a GET would send.
+        return Response(status_code=status, media_type=media_type, headers=headers)
     return StreamingResponse(
         _between(first, chunks, low, high),
-        status_code=200 if wanted is None else 206,
-        media_type=first.mime_type or "application/octet-stream",
+        status_code=status,
+        media_type=media_type,
         headers=headers,
     )
 

@@ -22,6 +22,8 @@ from tests.service.conftest import InProcessMesh, start_mesh, stop_mesh
 from tests.service.gateway.conftest import KEY_A, KEY_B, NO_SPOT_WAIT
 
 KEY_SLOW = "key-of-a-slow-tenant"
+# A tenant whose rate allows three jobs and then almost none.
+KEY_THREE = "key-of-a-tenant-with-burst-3"
 PAGE_ORIGIN = "http://page.example"
 # The gateway's message limit in this mesh, and so the HTTP body limit.
 MAX_BODY = 1024 * 1024
@@ -33,10 +35,12 @@ HTTP_GATEWAY = {
         {"sha256": hash_key(KEY_A), "tenant": "a"},
         {"sha256": hash_key(KEY_B), "tenant": "b"},
         {"sha256": hash_key(KEY_SLOW), "tenant": "slow"},
+        {"sha256": hash_key(KEY_THREE), "tenant": "three"},
     ],
     "tenants": {
         "b": {"allowed_models": ["echo"]},
         "slow": {"requests_per_second": 0.01, "burst": 1},
+        "three": {"requests_per_second": 0.01, "burst": 3},
     },
 }
 

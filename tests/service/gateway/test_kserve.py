@@ -15,7 +15,7 @@ from mediamesh.common.generated.inference import grpc_service_pb2 as pb
 from mediamesh.common.generated.inference import grpc_service_pb2_grpc as pb_grpc
 from mediamesh.gateway.core.tensors import join_bytes_tensor, split_bytes_tensor, unpack_int64
 from tests.service.conftest import start_mesh, stop_mesh
-from tests.service.gateway.conftest import KEY_A, auth, keyed, run_probe
+from tests.service.gateway.conftest import KEY_A, NO_SPOT_WAIT, auth, keyed, run_probe
 
 
 def stub_for(mesh) -> pb_grpc.GRPCInferenceServiceStub:
@@ -100,16 +100,24 @@ async def test_raw_input_contents_request_built_by_hand(keyed_mesh):
     assert [Image.open(io.BytesIO(i)).size for i in images] == [(32, 64), (32, 64)]
 
 
-async def test_typed_bytes_contents_with_a_shared_negative_prompt(keyed_mesh):
-    request = prompt_request("echo", b"one", b"two", raw=False, seed=3)
-    negative = request.inputs.add(name="negative_prompt", datatype="BYTES", shape=[1])
-    negative.contents.bytes_contents.append(b"blurry")
-    request.parameters["priority"].string_param = "BATCH"
-    response = await stub_for(keyed_mesh).ModelInfer(request, metadata=auth(KEY_A))
-    names = [o.name for o in response.outputs]
-    assert names == ["output", "seed"]
-    assert unpack_int64(response.raw_output_contents[1]) == [3, 4]
-    assert {j.priority.name for j in keyed_mesh.core.jobs.values()} == {"BATCH"}
+async def test_typed_bytes_contents_with_a_shared_negative_prompt(tmp_path: Path, models_dir: Path):
+    # sdxl-tiny, not echo: echo uses no negative prompt, so it refuses one.
+    mesh = await start_mesh(
+        tmp_path, models_dir, [["sdxl-tiny"]], gateway=keyed(), scheduler=NO_SPOT_WAIT
+    )
+    try:
+        request = prompt_request("sdxl-tiny", b"one", b"two", raw=False, seed=3)
+        negative = request.inputs.add(name="negative_prompt", datatype="BYTES", shape=[1])
+        negative.contents.bytes_contents.append(b"blurry")
+        request.parameters["priority"].string_param = "BATCH"
+        response = await stub_for(mesh).ModelInfer(request, metadata=auth(KEY_A))
+        names = [o.name for o in response.outputs]
+        assert names == ["output", "seed"]
+        assert unpack_int64(response.raw_output_contents[1]) == [3, 4]
+        assert {j.priority.name for j in mesh.core.jobs.values()} == {"BATCH"}
+        assert {j.params.negative_prompt for j in mesh.core.jobs.values()} == {"blurry"}
+    finally:
+        await stop_mesh(mesh)
 
 
 def _malformed() -> list[tuple[str, pb.ModelInferRequest, str]]:

@@ -101,14 +101,30 @@ async def test_a_field_the_model_does_not_use_is_refused_on_every_path(keyed_mes
     error = await failure(scheduler(keyed_mesh).Submit(submit, timeout=10))
     assert invalid(error, "negative_prompt: model 'flux-tiny'")
     assert not keyed_mesh.core.jobs
-    # A model that takes the field runs the job.
-    echo = common_pb2.GenerateRequest(model="echo", prompt="a fox", negative_prompt="blur")
-    events = [e async for e in gateway.Generate(echo, metadata=auth(KEY_A), timeout=60)]
-    assert events[-1].HasField("result")
+    # Echo uses neither a negative prompt nor guidance: it refuses both, like any model.
+    for unused in ({"negative_prompt": "blur"}, {"guidance_scale": 2.0}):
+        echo = common_pb2.GenerateRequest(model="echo", prompt="a fox", **unused)
+        error = await failure(gateway.Submit(echo, metadata=auth(KEY_A)))
+        assert invalid(error, f"{next(iter(unused))}: model 'echo'")
+    assert not keyed_mesh.core.jobs
     listed = await gateway.ListModels(gateway_pb2.ListModelsRequest(), metadata=auth(KEY_A))
     accepted = {m.name: list(m.accepted_fields) for m in listed.models}
     assert "negative_prompt" not in accepted["flux-tiny"] and "width" in accepted["flux-tiny"]
-    assert "negative_prompt" in accepted["echo"]
+    assert accepted["echo"] == ["prompt", "steps", "seed", "width", "height"]
+    assert "negative_prompt" in accepted["sdxl-tiny"]
+
+
+async def test_a_model_that_takes_the_field_runs_the_job(tmp_path: Path, models_dir: Path):
+    mesh = await start_mesh(tmp_path, models_dir, [["sdxl-tiny"]], gateway=keyed())
+    try:
+        sdxl = common_pb2.GenerateRequest(model="sdxl-tiny", prompt="a fox", negative_prompt="blur")
+        gateway = mesh.gateway_stub()
+        events = [e async for e in gateway.Generate(sdxl, metadata=auth(KEY_A), timeout=60)]
+        assert events[-1].HasField("result")
+        (job,) = mesh.core.jobs.values()
+        assert job.params.negative_prompt == "blur"
+    finally:
+        await stop_mesh(mesh)
 
 
 async def test_a_kserve_timeout_too_large_for_a_job_is_invalid_argument(keyed_mesh):

@@ -95,3 +95,39 @@ def test_reads_have_their_own_budget_that_answers_with_the_wait():
     tenancy.admit(caller, "echo", Priority.STANDARD)
     clock.now += 0.25
     tenancy.check_read(caller)
+
+
+def test_jobs_admitted_together_are_charged_once_all_or_none():
+    clock = Clock()
+    tenancy = Tenancy(settings(requests_per_second=1, burst=3, highest_priority="STANDARD"), clock)
+    caller = tenancy.authenticate("Bearer key-a")
+    with tenancy.admitted(caller, "echo", Priority.STANDARD, 2) as paid:
+        # Each job's own admission takes from the charge, not from the rate again.
+        tenancy.admit(paid, "echo", Priority.STANDARD)
+        tenancy.admit(paid, "echo", Priority.STANDARD)
+    over = r"\(burst 3\); this request asks for 2 jobs"
+    with (
+        pytest.raises(ResourceExhausted, match=over),
+        tenancy.admitted(caller, "echo", Priority.STANDARD, 2),
+    ):
+        pytest.fail("admitted over the rate")
+    # The permissions still hold for each job of a charge.
+    with (
+        tenancy.admitted(caller, "echo", Priority.STANDARD, 1) as paid,
+        pytest.raises(PermissionDenied, match="REALTIME is above"),
+    ):
+        tenancy.admit(paid, "echo", Priority.REALTIME)
+    # That charge made no job, so it was given back; the last token is still there.
+    tenancy.admit(caller, "echo", Priority.STANDARD)
+
+
+def test_a_charge_is_kept_once_a_job_was_admitted_and_is_spent_at_its_end():
+    clock = Clock()
+    tenancy = Tenancy(settings(requests_per_second=1, burst=3), clock)
+    caller = tenancy.authenticate("Bearer key-a")
+    with tenancy.admitted(caller, "echo", Priority.STANDARD, 2) as paid:
+        tenancy.admit(paid, "echo", Priority.STANDARD)
+    # One token left, and the charge's unused job cannot be spent after the request.
+    tenancy.admit(paid, "echo", Priority.STANDARD)
+    with pytest.raises(ResourceExhausted):
+        tenancy.admit(paid, "echo", Priority.STANDARD)
