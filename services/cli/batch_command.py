@@ -122,7 +122,7 @@ class BatchRun:
         started = time.monotonic()
         if line.problem:
             # Checked as the file was read: sending it would only be refused.
-            self._record(line, Outcome.rejected("", "INVALID_ARGUMENT", line.problem), 0.0)
+            self._record(line, Outcome.rejected("", StatusCode.INVALID_ARGUMENT, line.problem), 0.0)
             return
         job_id = ""
         try:

@@ -17,10 +17,11 @@ from mediamesh.common.adapters import (
 )
 from mediamesh.common.errors import InvalidArgument, NotFound
 from mediamesh.common.generation import GenerationParams, Priority
-from mediamesh.common.input_images import check_input_params, resolve_inputs
+from mediamesh.common.input_images import check_input_params, denoising_steps, resolve_inputs
 from mediamesh.common.limits import MAX_SEED, MAX_TIMEOUT_MS
 from mediamesh.common.output_formats import FPS_RANGE, LOSSY_IMAGE_FORMATS, QUALITY_RANGE
-from mediamesh.common.registry import MODEL_FIELDS, ModelSpec, Registry
+from mediamesh.common.registry import CFG_GUIDANCE_FLOOR, MODEL_FIELDS, ModelSpec, Registry
+from mediamesh.common.shown_numbers import shown
 
 
 @dataclass(frozen=True)
@@ -78,9 +79,11 @@ def parse_priority(name: str) -> Priority:
         ) from None
 
 
-def _check_range(field: str, value: float, low: float, high: float) -> None:
+def _check_range(field: str, value: float, low: float, high: float, why: str = "") -> None:
     if not low <= value <= high:
-        raise InvalidArgument(f"{field}: {value} is out of range; allowed {low}..{high}")
+        raise InvalidArgument(
+            f"{field}: {shown(value)} is out of range; allowed {low}..{high}{why}"
+        )
 
 
 def _check_prompt(field: str, text: str, limit: int, required: bool) -> None:
@@ -156,6 +159,7 @@ def check_generation(spec: ModelSpec, params: GenerationParams) -> None:
     _check_prompt("negative_prompt", params.negative_prompt, lim.max_prompt_chars, required=False)
     _check_range("steps", params.steps, 1, lim.max_steps)
     _check_range("guidance_scale", params.guidance_scale, 0.0, lim.max_guidance_scale)
+    check_negative_prompt(spec, params)
     if spec.modality in ("image", "video"):
         for name, value, high in (
             ("width", params.width, lim.max_width),
@@ -182,9 +186,29 @@ def check_generation(spec: ModelSpec, params: GenerationParams) -> None:
     check_preview(spec, params)
 
 
+def check_negative_prompt(spec: ModelSpec, params: GenerationParams) -> None:
+    """InvalidArgument when `params` has a negative prompt that its model would drop: one
+    that acts only through classifier-free guidance, which the pipeline runs only with
+    guidance_scale above 1 (the request's, else the model's default)."""
+    if not params.negative_prompt or not spec.negative_prompt_needs_cfg:
+        return
+    guidance = params.guidance_scale
+    if guidance > CFG_GUIDANCE_FLOOR:
+        return
+    floor = shown(CFG_GUIDANCE_FLOOR).removesuffix(".0")
+    default = " (the model's default)" if guidance == spec.defaults.guidance_scale else ""
+    raise InvalidArgument(
+        f"negative_prompt: takes effect only with guidance_scale above {floor} "
+        f"(classifier-free guidance); this request's guidance_scale is "
+        f"{shown(guidance).removesuffix('.0')}{default}; set guidance_scale above {floor} "
+        "or leave negative_prompt unset"
+    )
+
+
 def check_preview(spec: ModelSpec, params: GenerationParams) -> None:
     """InvalidArgument when `params` asks for previews the model does not make, or at an
-    interval its steps never reach (0 asks for none)."""
+    interval the steps the job runs never reach (0 asks for none): with an input image and
+    a strength below 1 that is only the tail of its schedule."""
     every = params.preview_every_steps
     if not every:
         return
@@ -193,7 +217,14 @@ def check_preview(spec: ModelSpec, params: GenerationParams) -> None:
             f"preview_every_steps: model {spec.name!r} ({spec.pipeline}) has no latent "
             "previews (ModelInfo.previews is false); leave it unset or 0"
         )
-    _check_range("preview_every_steps", every, 0, params.steps)
+    runs = denoising_steps(spec.pipeline, params.steps, params.strength)
+    why = ""
+    if runs != params.steps:
+        why = (
+            f" (this job runs {runs} denoising steps: {params.steps} steps at strength "
+            f"{shown(params.strength)})"
+        )
+    _check_range("preview_every_steps", every, 0, runs, why)
 
 
 def resolve_output(spec: ModelSpec, fields: RequestFields) -> tuple[str, int, int]:

@@ -65,7 +65,9 @@ class LimitParams(Strict):
     max_height: int = Field(0, ge=0)
     size_multiple: int = Field(16, ge=1)
     max_num_frames: int = Field(0, ge=0)
-    # Video models that need (num_frames - 1) % frame_multiple == 0 (Wan: 4).
+    # Video models that need (num_frames - 1) % frame_multiple == 0: Wan 4 (its VAE's
+    # temporal compression), CogVideoX 8 (its VAE decodes N frames only from an odd number
+    # of latent frames, (N - 1) / 4 + 1; other counts come back padded, 5 as 8).
     frame_multiple: int = Field(1, ge=1)
     max_duration_s: float = Field(0.0, ge=0)
     max_guidance_scale: float = Field(20.0, ge=0)
@@ -123,15 +125,49 @@ _MODALITY_FIELDS: dict[str, frozenset[str]] = {
     "video": _COMMON_FIELDS | {"negative_prompt", "width", "height", "num_frames", "strength"},
     "audio": _COMMON_FIELDS | {"negative_prompt", "duration_s"},
 }
+# What the built-in Echo model uses: its step count, its seed (the colour) and its size. It
+# stands in for an image pipeline in tests, and like any model it refuses what it would
+# ignore (a negative prompt, guidance); `prompt` is required of every request.
+ECHO_FIELDS = frozenset({"prompt", "steps", "seed", "width", "height"})
 # What each pipeline family's call takes when diffusers is not installed where the registry
-# is read. Flux is guidance-distilled: it has no negative prompt. The built-in Echo model
-# stands in for any image pipeline in tests.
+# is read. Flux is guidance-distilled: it has no negative prompt.
 _FAMILY_FIELDS: dict[str, frozenset[str]] = {
     "FluxPipeline": _MODALITY_FIELDS["image"] - {"negative_prompt", "strength"},
     "WanPipeline": _MODALITY_FIELDS["video"] - {"strength"},
     "StableAudioPipeline": _MODALITY_FIELDS["audio"],
-    "Echo": _MODALITY_FIELDS["image"] - {"strength"},
+    "Echo": ECHO_FIELDS,
 }
+# Pipelines whose negative prompt is only the unconditional half of classifier-free
+# guidance, which they run only when guidance_scale > CFG_GUIDANCE_FLOOR: each one's
+# `do_classifier_free_guidance` is `guidance_scale > 1` (the UNet families add "and the UNet
+# is not guidance-distilled"), and its `encode_prompt` reads the negative prompt only under
+# that flag. At guidance_scale <= 1 the negative prompt would be dropped, so a request
+# that has one is refused (`params.check_negative_prompt`). Flux is not here: its negative
+# prompt depends on the entry's `true_cfg_scale` (`common.true_cfg`), not on guidance_scale.
+CFG_GUIDANCE_FLOOR = 1.0
+NEGATIVE_PROMPT_NEEDS_CFG = frozenset(
+    {
+        "StableDiffusionPipeline",
+        "StableDiffusionImg2ImgPipeline",
+        "StableDiffusionInpaintPipeline",
+        "StableDiffusionXLPipeline",
+        "StableDiffusionXLImg2ImgPipeline",
+        "StableDiffusionXLInpaintPipeline",
+        "StableDiffusion3Pipeline",
+        "StableDiffusion3Img2ImgPipeline",
+        "StableDiffusion3InpaintPipeline",
+        "PixArtAlphaPipeline",
+        "PixArtSigmaPipeline",
+        "WanPipeline",
+        "WanImageToVideoPipeline",
+        "WanVideoToVideoPipeline",
+        "CogVideoXPipeline",
+        "CogVideoXImageToVideoPipeline",
+        "CogVideoXVideoToVideoPipeline",
+        "StableAudioPipeline",
+        "AudioLDM2Pipeline",
+    }
+)
 
 
 # Pipeline call arguments that come from the request or that the worker owns (progress,
@@ -233,6 +269,14 @@ class ModelSpec(Strict):
         return self
 
     @property
+    def negative_prompt_needs_cfg(self) -> bool:
+        """True when the model uses a negative prompt only with classifier-free guidance,
+        that is with guidance_scale above CFG_GUIDANCE_FLOOR."""
+        return (
+            self.pipeline in NEGATIVE_PROMPT_NEEDS_CFG and "negative_prompt" in self.accepted_fields
+        )
+
+    @property
     def default_strength(self) -> float:
         """The strength of an image request that sets none; 0 for a model without one."""
         takes = "image" in self.inputs and "strength" in self.accepted_fields
@@ -320,6 +364,12 @@ class ModelSpec(Strict):
             )
         if "prompt" not in self.accepted_fields:
             raise ValueError("accepted_fields: must include prompt")
+        unused = sorted(self.accepted_fields - ECHO_FIELDS) if self.pipeline == "Echo" else []
+        if unused:
+            raise ValueError(
+                f"accepted_fields: the builtin Echo does not use {', '.join(unused)}; "
+                f"it uses {', '.join(f for f in MODEL_FIELDS if f in ECHO_FIELDS)}"
+            )
         return self
 
     @model_validator(mode="after")
@@ -389,6 +439,19 @@ class ModelSpec(Strict):
             raise ValueError("defaults.width and defaults.height are required for image and video")
         if self.modality == "video" and d.num_frames == 0:
             raise ValueError("defaults.num_frames is required for video")
+        if self.modality == "video":
+            multiple = lim.frame_multiple
+            for field, frames in (
+                ("defaults.num_frames", d.num_frames),
+                ("limits.max_num_frames", lim.max_num_frames),
+            ):
+                if (frames - 1) % multiple:
+                    below = 1 + (frames - 1) // multiple * multiple
+                    raise ValueError(
+                        f"{field}={frames} is not a count the model makes: (num_frames - 1) "
+                        f"must be a multiple of limits.frame_multiple ({multiple}); "
+                        f"use {below} or {below + multiple}"
+                    )
         if self.modality == "audio" and d.duration_s == 0:
             raise ValueError("defaults.duration_s is required for audio")
         return self

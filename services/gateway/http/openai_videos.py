@@ -2,7 +2,7 @@
 GET /v1/videos/{id} reads it, GET /v1/videos/{id}/content fetches the video, DELETE cancels.
 
 A video's id is its job id. `seconds` becomes `num_frames`: the fewest frames the model
-accepts (its `frame_multiple` rule: Wan's and CogVideoX's VAEs need 4k + 1) that last at
+accepts (its `frame_multiple` rule: Wan's VAE needs 4k + 1, CogVideoX's 8k + 1) that last at
 least `seconds` at `fps` frames per second (the model's own unless the request sets `fps`).
 The video object is built from the scheduler's GetJob alone (the job's prompt, width,
 height, frames and fps), so every gateway replica, and one restarted since, answers the same;

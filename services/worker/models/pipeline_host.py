@@ -12,6 +12,7 @@ the output format is chosen; the step callback is where previews are taken.
 from __future__ import annotations
 
 import inspect
+import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -67,7 +68,9 @@ class PipelineHost(DiffusionHost):
         if attribute is None:
             return None
         # The pipeline would silently round the frame count; a caller must get what it asked.
-        multiple = int(getattr(self.pipeline, attribute, 4))
+        family = int(getattr(self.pipeline, attribute, 4)) * self.quirks.frame_multiple_factor
+        # The entry's own rule may be stricter, never looser, than the family's.
+        multiple = math.lcm(family, self.spec.limits.frame_multiple or 1)
         frames = jobs[0].generation.num_frames
         if frames < 1 or (frames - 1) % multiple != 0:
             return f"{self.spec.name} needs (num_frames - 1) % {multiple} == 0, got {frames}"

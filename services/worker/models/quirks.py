@@ -17,6 +17,9 @@ class FamilyQuirks:
     # Video VAEs compress time: the pipeline needs (num_frames - 1) % multiple == 0 and
     # would silently round other counts. The multiple is this pipeline attribute.
     frame_multiple_attribute: str | None = None
+    # Times that multiple: CogVideoX's VAE decodes N frames only from an odd number of
+    # latent frames ((N - 1) / 4 + 1), so its counts step by 8, and 5 would come back as 8.
+    frame_multiple_factor: int = 1
     # The step callback tensor holding the denoised state, for checkpoints and previews.
     latents_key: str = "latents"
     # The tokenizer that bounds `max_sequence_length` (the text encoder with the longest
@@ -28,9 +31,11 @@ DEFAULT_QUIRKS = FamilyQuirks()
 
 FAMILY_QUIRKS: dict[str, FamilyQuirks] = {
     "WanPipeline": FamilyQuirks(frame_multiple_attribute="vae_scale_factor_temporal"),
-    "CogVideoXPipeline": FamilyQuirks(frame_multiple_attribute="vae_scale_factor_temporal"),
+    "CogVideoXPipeline": FamilyQuirks(
+        frame_multiple_attribute="vae_scale_factor_temporal", frame_multiple_factor=2
+    ),
     "CogVideoXImageToVideoPipeline": FamilyQuirks(
-        frame_multiple_attribute="vae_scale_factor_temporal"
+        frame_multiple_attribute="vae_scale_factor_temporal", frame_multiple_factor=2
     ),
     "LTXPipeline": FamilyQuirks(frame_multiple_attribute="vae_temporal_compression_ratio"),
 }

@@ -86,9 +86,7 @@ async def test_only_the_s3_backend_signs_urls_and_the_url_serves_the_bytes(
     assert f"results/{artifact.path}" in s3.object_keys()
 
 
-async def test_urls_are_signed_for_the_public_endpoint_clients_reach(
-    tmp_path: Path, s3: S3Server
-):
+async def test_urls_are_signed_for_the_public_endpoint_clients_reach(tmp_path: Path, s3: S3Server):
     # Inside Compose the scheduler reaches the service as http://minio:9000, clients as
     # another host: a SigV4 signature covers the host, so it must name the public one.
     public = "http://media.example.test:9000"

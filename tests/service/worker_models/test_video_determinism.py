@@ -34,3 +34,13 @@ def test_the_same_frames_always_give_the_same_mp4(host_for) -> None:
         host.encode = original  # type: ignore[method-assign]
     assert len(bytes_of) >= 3
     assert all(len(encodings) == 1 for encodings in bytes_of.values()), bytes_of
+
+
+def test_a_frame_count_cogvideox_would_round_is_refused_by_the_worker(host_for) -> None:
+    # Its VAE decodes N frames only from an odd number of latent frames: 5 comes back as 8.
+    host = host_for("cogvideox-tiny")
+    refusal = host.validate([job_for(host.spec, "f", num_frames=5)])
+    assert refusal == "cogvideox-tiny needs (num_frames - 1) % 8 == 0, got 5"
+    assert host.validate([job_for(host.spec, "f", num_frames=9)]) is None
+    wan = host_for("wan-tiny")
+    assert wan.validate([job_for(wan.spec, "f", num_frames=5)]) is None
