@@ -1,7 +1,8 @@
 """mediamesh: an async gRPC mesh serving diffusion models, and its Python SDK.
 
-`from mediamesh import Client, AsyncClient` loads the SDK (grpc and the stubs) on first use
-only, so that importing a service or the CLI does not pay for it.
+`from mediamesh import Client, AsyncClient, GatewayError` (and the event types) loads the SDK
+(grpc and the stubs) on first use only, so that importing a service or the CLI does not pay
+for it.
 """
 
 from __future__ import annotations
@@ -9,9 +10,31 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from mediamesh.sdk import AsyncClient, Client
+    from mediamesh.sdk import (
+        AsyncClient,
+        Client,
+        Error,
+        Event,
+        EventLoopError,
+        GatewayError,
+        Notice,
+        Progress,
+        Queued,
+        Result,
+    )
 
-__all__ = ["AsyncClient", "Client"]
+__all__ = [
+    "AsyncClient",
+    "Client",
+    "Error",
+    "Event",
+    "EventLoopError",
+    "GatewayError",
+    "Notice",
+    "Progress",
+    "Queued",
+    "Result",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -128,6 +128,8 @@ def _adapter_argument(text: str) -> tuple[str, float | None]:
 
 
 def _cmd_generate(args: argparse.Namespace) -> int:
+    import uuid
+
     from tqdm import tqdm
 
     from mediamesh.cli.previews import PreviewSaver
@@ -136,6 +138,10 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     bar = tqdm(total=args.steps or None, unit="step", disable=args.quiet, file=sys.stderr)
     previews = PreviewSaver(args.preview_dir)
     final: Result | Error | None = None
+    # Our own key rather than the SDK's hidden one, so that an interrupted run can tell how
+    # to follow the job it started: the same command with the same key re-attaches to it.
+    idempotency_key = args.idempotency_key or f"cli-{uuid.uuid4().hex}"
+    job_id = ""
     try:
         with Client(args.gateway, **gateway_options(args)) as client:
             events = client.generate(
@@ -154,7 +160,7 @@ def _cmd_generate(args: argparse.Namespace) -> int:
                 fps=args.fps,
                 preview_every_steps=args.preview_every_steps,
                 timeout_ms=args.timeout_ms,
-                idempotency_key=args.idempotency_key,
+                idempotency_key=idempotency_key,
                 priority=args.priority,
                 adapters=args.adapter or None,
                 result_as_url=args.result_as_url or None,
@@ -162,6 +168,7 @@ def _cmd_generate(args: argparse.Namespace) -> int:
                 **image_options(client, args),
             )
             for event in events:
+                job_id = event.job_id
                 match event:
                     case Queued(position=position):
                         bar.set_description(f"queued #{position}")
@@ -183,6 +190,24 @@ def _cmd_generate(args: argparse.Namespace) -> int:
         bar.close()
         print(f"mediamesh: {exc}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        # Closing the stream does not cancel the job on the mesh: say which job goes on.
+        bar.close()
+        follow = f"follow it by running the same command with --idempotency-key {idempotency_key}"
+        if job_id:
+            print(
+                f"mediamesh: interrupted; job {job_id} goes on: cancel it with the SDK's "
+                f"Client.cancel({job_id!r}) or DELETE /v1/jobs/{job_id} over HTTP, "
+                f"{follow}, or find it with `mediamesh jobs`",
+                file=sys.stderr,
+            )
+        else:
+            print(
+                f"mediamesh: interrupted before the job was accepted; if it was, it goes on: "
+                f"{follow}, or find it with `mediamesh jobs`",
+                file=sys.stderr,
+            )
+        return 130
     bar.close()
     if not isinstance(final, Result):
         assert final is not None  # generate ends with a Result or an Error, or raises

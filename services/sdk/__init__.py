@@ -6,14 +6,18 @@
             ...
 
 generate and watch yield typed events (Queued, Progress, Notice, then Result or Error);
-failed calls raise GatewayError with the gRPC status code name and the server's retry hint.
-An option value the request cannot carry raises ValueError (out of its range) or TypeError
-(not of its type) naming the option, before anything is sent.
+they re-attach to an accepted job when its stream breaks off with the connection, and
+stopping early does not cancel the job (cancel(job_id) does). Failed calls raise
+GatewayError with the gRPC status code name, the server's retry hint, the refused `field`
+and, for a job's stream, its `job_id`. An AsyncClient belongs to the event loop it was
+created in; anything else raises EventLoopError. An option value the request cannot carry
+raises ValueError (out of its range) or TypeError (not of its type) naming the option,
+before anything is sent.
 """
 
 from mediamesh.sdk.async_client import AsyncClient
 from mediamesh.sdk.client import Client
-from mediamesh.sdk.errors import GatewayError
+from mediamesh.sdk.errors import EventLoopError, GatewayError
 from mediamesh.sdk.events import Error, Event, Notice, Progress, Queued, Result
 from mediamesh.sdk.options import GenerateOptions
 from mediamesh.sdk.types import (
@@ -34,6 +38,7 @@ __all__ = [
     "Client",
     "Error",
     "Event",
+    "EventLoopError",
     "GatewayError",
     "GenerateOptions",
     "JobHandle",

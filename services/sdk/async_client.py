@@ -12,11 +12,12 @@ from typing import Unpack
 from mediamesh.common.limits import MAX_JOB_PAGE_SIZE
 from mediamesh.sdk.api.aio import AsyncTransport
 from mediamesh.sdk.base import ClientBase
-from mediamesh.sdk.errors import GatewayError
+from mediamesh.sdk.errors import EventLoopError, GatewayError
 from mediamesh.sdk.events import Event
 from mediamesh.sdk.flow import (
     DOWNLOAD_ATTEMPTS,
     RESUMABLE_CODES,
+    JobStream,
     checked_artifact,
     ended_early,
     is_final,
@@ -40,18 +41,54 @@ from mediamesh.sdk.uploads import upload_source
 
 class AsyncClient(ClientBase):
     """An asyncio client of mediamesh.v1.Gateway over one grpc.aio channel; see ClientBase for
-    the settings. Create it inside the event loop that uses it; use `async with`, or await
-    close(). Failed calls raise GatewayError.
+    the settings. Use `async with`, or await close(). Failed calls raise GatewayError.
 
-        async with AsyncClient("127.0.0.1:50051", api_key=key) as client:
-            async for event in client.generate("flux-tiny", "a red fox", steps=4):
-                print(event)
+        async def main() -> None:
+            async with AsyncClient("127.0.0.1:50051", api_key=key) as client:
+                async for event in client.generate("flux-tiny", "a red fox", steps=4):
+                    print(event)
+
+        asyncio.run(main())
+
+    The channel belongs to the event loop it was created in: create the client inside that
+    loop, as above, never at module level nor for several `asyncio.run`s. Constructing it
+    without a running loop, or calling it from another loop, raises EventLoopError (a
+    RuntimeError) saying so. Blocking code has Client.
     """
 
-    _transport: AsyncTransport
+    _loop: asyncio.AbstractEventLoop
+    _channel_calls: AsyncTransport
 
     def _open(self) -> None:
-        self._transport = AsyncTransport(self.settings)
+        try:
+            self._loop = asyncio.get_running_loop()
+        except RuntimeError:
+            # grpc.aio would take (or make) a loop that asyncio.run then does not run, and
+            # fail only at the first call, with "Future attached to a different loop".
+            raise EventLoopError(
+                "AsyncClient needs a running event loop: create the AsyncClient inside the "
+                "event loop that uses it, e.g. `async with AsyncClient(...) as client:` in the "
+                "coroutine given to asyncio.run (or use the blocking Client)"
+            ) from None
+        self._channel_calls = AsyncTransport(self.settings)
+
+    @property
+    def _transport(self) -> AsyncTransport:
+        """The calls, from the loop the client was created in; EventLoopError from another."""
+        # Every call passes here, so none can reach the channel from the wrong loop.
+        try:
+            running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is not self._loop:
+            # A later asyncio.run has a new loop; the channel's is closed ("Event loop is
+            # closed") or not running, and cannot be moved.
+            raise EventLoopError(
+                "this AsyncClient was created in another event loop (an earlier asyncio.run?): "
+                "create the AsyncClient inside the event loop that uses it, e.g. "
+                "`async with AsyncClient(...) as client:` in each asyncio.run"
+            )
+        return self._channel_calls
 
     async def __aenter__(self) -> AsyncClient:
         return self
@@ -75,7 +112,13 @@ class AsyncClient(ClientBase):
         the whole artifact, downloaded if it was above the inline limit) or Error.
 
         Options are GenerateRequest's fields, as for Client.generate. Nothing is sent until
-        the first event is awaited.
+        the first event is awaited. A stream that breaks off with the connection after the
+        job was accepted re-attaches with watch, and a GatewayError raised after acceptance
+        carries the `job_id`, as for Client.generate.
+
+        Stopping early does not cancel the job: breaking out of the loop, a timeout
+        (`asyncio.timeout`, `wait_for`) or cancelling the task only closes the stream, and
+        the job runs on to its result. Stop it with `await client.cancel(job_id)`.
         """
         params = generate_params(model, prompt, options)
         return self._follow(self._generate(params))
@@ -98,7 +141,8 @@ class AsyncClient(ClientBase):
 
     def watch(self, job_id: str) -> AsyncIterator[Event]:
         """Yield a job's events from its current state to its Result or Error (replayed at
-        once for a job that already ended)."""
+        once for a job that already ended), re-attaching as generate does when the stream
+        breaks off. Like generate, stopping early leaves the job running: see cancel."""
         return self._follow(self._transport.watch(job_id))
 
     async def cancel(self, job_id: str) -> JobInfo:
@@ -193,12 +237,31 @@ class AsyncClient(ClientBase):
             return
 
     async def _follow(self, events: AsyncIterator[Event]) -> AsyncIterator[Event]:
-        job_id = ""
-        async for event in events:
-            job_id = event.job_id
+        stream = JobStream(self.settings)
+        while True:
+            try:
+                event = await anext(events, None)
+            except GatewayError as exc:
+                broken: GatewayError | None = exc
+            else:
+                broken = ended_early(stream.job_id) if event is None else None
+            if broken is not None:
+                wait = stream.reattach_wait(broken)
+                if wait is None:
+                    raise broken
+                await asyncio.sleep(wait)
+                events = self._transport.watch(stream.job_id, stream.watch_timeout_s())
+                continue
+            assert event is not None
+            if not stream.is_news(event):
+                continue
             if needs_download(event):
-                event = dataclasses.replace(event, data=(await self.download(job_id)).data)
+                try:
+                    artifact = await self.download(event.job_id)
+                except GatewayError as exc:
+                    exc.job_id = event.job_id
+                    raise
+                event = dataclasses.replace(event, data=artifact.data)
             yield event
             if is_final(event):
                 return
-        raise ended_early(job_id)

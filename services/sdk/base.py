@@ -21,12 +21,16 @@ class ClientBase:
     cert_file, key_file: a client certificate and its key, for a gateway that asks for mTLS.
     timeout_s: deadline of each unary call, retries included (None: no deadline).
     stream_timeout_s: deadline of generate, watch and download streams (None: none; a job's
-        own limit is the `timeout_ms` option).
+        own limit is the `timeout_ms` option); re-attachments of generate and watch included.
     keepalive_s: seconds between keepalive pings on an open call.
     max_message_bytes: the largest message sent or received.
     retry_on_overload: submit again, up to overload_retries times, when submit or generate is
         answered RESOURCE_EXHAUSTED with a retry hint of at most max_overload_wait_s; waits
         for the hint (`grpc-retry-pushback-ms`, else `retry-after-ms`).
+    reattach_s: how long generate and watch keep re-attaching (a Watch, backing off as the
+        channel's retries do) to an accepted job whose stream broke off with the connection
+        (UNAVAILABLE), counted from the break and started again by each new event of the job;
+        0 never re-attaches.
     """
 
     def __init__(
@@ -45,6 +49,7 @@ class ClientBase:
         retry_on_overload: bool = False,
         overload_retries: int = 5,
         max_overload_wait_s: float = 30.0,
+        reattach_s: float = 60.0,
     ) -> None:
         self.settings = ClientSettings(
             target=target,
@@ -60,6 +65,7 @@ class ClientBase:
             retry_on_overload=retry_on_overload,
             overload_retries=overload_retries,
             max_overload_wait_s=max_overload_wait_s,
+            reattach_s=reattach_s,
         )
         self._open()
 

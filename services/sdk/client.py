@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Generator, Iterable, Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import Unpack
@@ -17,6 +17,7 @@ from mediamesh.sdk.events import Event
 from mediamesh.sdk.flow import (
     DOWNLOAD_ATTEMPTS,
     RESUMABLE_CODES,
+    JobStream,
     checked_artifact,
     ended_early,
     is_final,
@@ -77,6 +78,16 @@ class Client(ClientBase):
         guidance_scale, duration_s, output_format, output_quality, fps, negative_prompt, priority,
         timeout_ms, idempotency_key).
         Nothing is sent until the first event is read.
+
+        Once the job is accepted (every event carries its `job_id`), a stream that breaks off
+        with the connection (UNAVAILABLE: a gateway restarted, a proxy dropped it) re-attaches
+        with watch, for up to `reattach_s` without news; the events go on without repeats and
+        the Result or Error comes once. A GatewayError raised after acceptance carries the
+        `job_id`.
+
+        Stopping early does not cancel the job: breaking out of the loop, a timeout or Ctrl-C
+        only closes the stream, and the job runs on to its result. Stop it with
+        `client.cancel(job_id)`.
         """
         params = generate_params(model, prompt, options)
         return self._follow(self._generate(params))
@@ -97,7 +108,8 @@ class Client(ClientBase):
 
     def watch(self, job_id: str) -> Iterator[Event]:
         """Yield a job's events from its current state to its Result or Error (replayed at
-        once for a job that already ended)."""
+        once for a job that already ended), re-attaching as generate does when the stream
+        breaks off. Like generate, stopping early leaves the job running: see cancel."""
         return self._follow(self._transport.watch(job_id))
 
     def cancel(self, job_id: str) -> JobInfo:
@@ -190,12 +202,37 @@ class Client(ClientBase):
             return
 
     def _follow(self, events: Iterator[Event]) -> Iterator[Event]:
-        job_id = ""
-        for event in events:
-            job_id = event.job_id
+        stream = JobStream(self.settings)
+        while True:
+            broken = yield from self._relay(events, stream)
+            if broken is None:
+                return
+            wait = stream.reattach_wait(broken)
+            if wait is None:
+                raise broken
+            time.sleep(wait)
+            events = self._transport.watch(stream.job_id, stream.watch_timeout_s())
+
+    def _relay(
+        self, events: Iterator[Event], stream: JobStream
+    ) -> Generator[Event, None, GatewayError | None]:
+        """Yield one stream's news; None once the final event is out, else what broke it."""
+        while True:
+            try:
+                event = next(events, None)
+            except GatewayError as exc:
+                return exc
+            if event is None:
+                return ended_early(stream.job_id)
+            if not stream.is_news(event):
+                continue
             if needs_download(event):
-                event = dataclasses.replace(event, data=self.download(job_id).data)
+                try:
+                    artifact = self.download(event.job_id)
+                except GatewayError as exc:
+                    exc.job_id = event.job_id
+                    raise
+                event = dataclasses.replace(event, data=artifact.data)
             yield event
             if is_final(event):
-                return
-        raise ended_early(job_id)
+                return None

@@ -1,6 +1,18 @@
-"""The one exception the SDK raises for a call the gateway refused or could not finish."""
+"""The exceptions the SDK raises: GatewayError for a call the gateway refused or could not
+finish, EventLoopError for an AsyncClient used outside the event loop it belongs to."""
 
 from __future__ import annotations
+
+
+def field_of(message: str) -> str | None:
+    """The request field a mesh error message names, or None.
+
+    The mesh starts a message about one field with its name (`steps: must be ...`,
+    `adapters.0.scale: ...`); the gateway's HTTP face reads it the same way for OpenAI's
+    `param`. Anything else before a colon (`failed to connect to all addresses; ...`) is not a
+    field name."""
+    head, sep, _ = message.partition(":")
+    return head if sep and head.replace("_", "").replace(".", "").isalnum() else None
 
 
 class GatewayError(Exception):
@@ -9,10 +21,38 @@ class GatewayError(Exception):
     `code` is the gRPC status code name ("RESOURCE_EXHAUSTED", "UNAUTHENTICATED", ...),
     `message` the gateway's reason, and `retry_after_s` how long the gateway asked the caller
     to wait before trying again (0 when it said nothing).
+
+    `field` is the request field the gateway refused ("steps", "image_id", ...) when the
+    message names one, which it does as `field: reason`; else None. Branch on it rather than
+    on the message's wording.
+
+    `job_id` is set when the error ends the stream of a job the gateway had accepted
+    (generate or watch): the job may well go on, so follow it with `watch(job_id)` or stop it
+    with `cancel(job_id)` rather than generating it again. Empty otherwise.
     """
 
-    def __init__(self, code: str, message: str, retry_after_s: float = 0.0) -> None:
-        super().__init__(f"{code}: {message}")
+    def __init__(
+        self, code: str, message: str, retry_after_s: float = 0.0, *, job_id: str = ""
+    ) -> None:
+        # The positional arguments, so that the error pickles (to a worker process and back).
+        super().__init__(code, message, retry_after_s)
         self.code = code
         self.message = message
         self.retry_after_s = retry_after_s
+        self.field = field_of(message)
+        self.job_id = job_id
+
+    def __str__(self) -> str:
+        text = f"{self.code}: {self.message}"
+        if not self.job_id or self.job_id in self.message:
+            return text
+        return f"{text} (job {self.job_id})"
+
+
+class EventLoopError(RuntimeError):
+    """An AsyncClient created without a running event loop, or used from another loop than
+    the one it was created in (a second `asyncio.run`, another thread's loop).
+
+    Its gRPC channel belongs to one event loop for good: create the AsyncClient inside the
+    coroutine that uses it, `async with AsyncClient(...) as client:`, once per `asyncio.run`.
+    """

@@ -17,6 +17,11 @@ from mediamesh.sdk.types import Priority
 
 DEFAULT_TARGET = "127.0.0.1:50051"
 DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+# One backoff for the channel's retry policy (api/channel.py) and for a job's stream that
+# re-attaches with Watch (flow.py): a gateway that is restarting is asked no harder by either.
+RETRY_INITIAL_BACKOFF_S = 0.2
+RETRY_MAX_BACKOFF_S = 5.0
+RETRY_BACKOFF_MULTIPLIER = 2.0
 
 
 @dataclass(frozen=True)
@@ -36,10 +41,15 @@ class ClientSettings:
     retry_on_overload: bool = False
     overload_retries: int = 5
     max_overload_wait_s: float = 30.0
+    reattach_s: float = 60.0
 
     def __post_init__(self) -> None:
         if (self.cert_file is None) != (self.key_file is None):
             raise ValueError("cert_file and key_file go together (a client certificate for mTLS)")
+        if not self.reattach_s >= 0:
+            raise ValueError(
+                f"reattach_s: must be 0 (never) or more seconds, got {self.reattach_s}"
+            )
 
     @property
     def uses_tls(self) -> bool:

@@ -43,8 +43,11 @@ class AsyncTransport:
         except grpc.aio.AioRpcError as exc:
             raise convert.gateway_error(exc) from None
 
-    async def _stream(self, method: Any, request: Any) -> AsyncIterator[Any]:
-        call = method(request, metadata=self._metadata, timeout=self._settings.stream_timeout_s)
+    async def _stream(
+        self, method: Any, request: Any, timeout_s: float | None = None
+    ) -> AsyncIterator[Any]:
+        timeout_s = self._settings.stream_timeout_s if timeout_s is None else timeout_s
+        call = method(request, metadata=self._metadata, timeout=timeout_s)
         try:
             async for message in call:
                 yield message
@@ -53,8 +56,10 @@ class AsyncTransport:
         finally:
             call.cancel()  # a caller that stops reading early must not leave the call open
 
-    async def _events(self, method: Any, request: Any) -> AsyncIterator[Event]:
-        async for message in self._stream(method, request):
+    async def _events(
+        self, method: Any, request: Any, timeout_s: float | None = None
+    ) -> AsyncIterator[Event]:
+        async for message in self._stream(method, request, timeout_s):
             event = convert.event(message)
             if event is not None:
                 yield event
@@ -63,9 +68,11 @@ class AsyncTransport:
         """Generate: submit, then the job's events."""
         return self._events(self._stub.Generate, convert.generate_request(params))
 
-    def watch(self, job_id: str) -> AsyncIterator[Event]:
-        """Watch: the job's current state, then its events to the end."""
-        return self._events(self._stub.Watch, gateway_pb2.WatchRequest(job_id=job_id))
+    def watch(self, job_id: str, timeout_s: float | None = None) -> AsyncIterator[Event]:
+        """Watch: the job's current state, then its events to the end, within timeout_s
+        (None: stream_timeout_s)."""
+        request = gateway_pb2.WatchRequest(job_id=job_id)
+        return self._events(self._stub.Watch, request, timeout_s)
 
     async def submit(self, params: GenerateParams) -> JobHandle:
         """Submit: the job id at once."""

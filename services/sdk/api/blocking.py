@@ -43,8 +43,9 @@ class BlockingTransport:
         except grpc.RpcError as exc:
             raise convert.gateway_error(exc) from None
 
-    def _stream(self, method: Any, request: Any) -> Iterator[Any]:
-        call = method(request, metadata=self._metadata, timeout=self._settings.stream_timeout_s)
+    def _stream(self, method: Any, request: Any, timeout_s: float | None = None) -> Iterator[Any]:
+        timeout_s = self._settings.stream_timeout_s if timeout_s is None else timeout_s
+        call = method(request, metadata=self._metadata, timeout=timeout_s)
         try:
             yield from call
         except grpc.RpcError as exc:
@@ -52,8 +53,8 @@ class BlockingTransport:
         finally:
             call.cancel()  # a caller that stops reading early must not leave the call open
 
-    def _events(self, method: Any, request: Any) -> Iterator[Event]:
-        for message in self._stream(method, request):
+    def _events(self, method: Any, request: Any, timeout_s: float | None = None) -> Iterator[Event]:
+        for message in self._stream(method, request, timeout_s):
             event = convert.event(message)
             if event is not None:
                 yield event
@@ -62,9 +63,11 @@ class BlockingTransport:
         """Generate: submit, then the job's events."""
         return self._events(self._stub.Generate, convert.generate_request(params))
 
-    def watch(self, job_id: str) -> Iterator[Event]:
-        """Watch: the job's current state, then its events to the end."""
-        return self._events(self._stub.Watch, gateway_pb2.WatchRequest(job_id=job_id))
+    def watch(self, job_id: str, timeout_s: float | None = None) -> Iterator[Event]:
+        """Watch: the job's current state, then its events to the end, within timeout_s
+        (None: stream_timeout_s)."""
+        request = gateway_pb2.WatchRequest(job_id=job_id)
+        return self._events(self._stub.Watch, request, timeout_s)
 
     def submit(self, params: GenerateParams) -> JobHandle:
         """Submit: the job id at once."""

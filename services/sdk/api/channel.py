@@ -9,7 +9,12 @@ from typing import Any
 import grpc
 
 from mediamesh.common.errors import StatusCode
-from mediamesh.sdk.options import ClientSettings
+from mediamesh.sdk.options import (
+    RETRY_BACKOFF_MULTIPLIER,
+    RETRY_INITIAL_BACKOFF_S,
+    RETRY_MAX_BACKOFF_S,
+    ClientSettings,
+)
 
 GATEWAY_SERVICE = "mediamesh.v1.Gateway"
 # Calls that change nothing, or nothing more when repeated: a Cancel of a cancelled or ended
@@ -24,9 +29,9 @@ KEYED_OR_STREAMED_METHODS = ("Submit", "Generate", "Watch", "Download")
 def _retry_policy(codes: list[str]) -> dict[str, Any]:
     return {
         "maxAttempts": 5,  # gRPC's own ceiling
-        "initialBackoff": "0.2s",
-        "maxBackoff": "5s",
-        "backoffMultiplier": 2,
+        "initialBackoff": f"{RETRY_INITIAL_BACKOFF_S:g}s",
+        "maxBackoff": f"{RETRY_MAX_BACKOFF_S:g}s",
+        "backoffMultiplier": RETRY_BACKOFF_MULTIPLIER,
         "retryableStatusCodes": codes,
     }
 
