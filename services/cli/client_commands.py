@@ -130,115 +130,61 @@ def _adapter_argument(text: str) -> tuple[str, float | None]:
 def _cmd_generate(args: argparse.Namespace) -> int:
     import uuid
 
-    from tqdm import tqdm
+    from mediamesh.cli.following import JobOnTerminal, still_running
+    from mediamesh.sdk import Client, GatewayError
 
-    from mediamesh.cli.previews import PreviewSaver
-    from mediamesh.sdk import Client, Error, GatewayError, Notice, Progress, Queued, Result
-
-    bar = tqdm(total=args.steps or None, unit="step", disable=args.quiet, file=sys.stderr)
-    previews = PreviewSaver(args.preview_dir)
-    final: Result | Error | None = None
-    # Our own key rather than the SDK's hidden one, so that an interrupted run can tell how
-    # to follow the job it started: the same command with the same key re-attaches to it.
+    terminal = JobOnTerminal(args.quiet, args.steps, args.preview_dir)
+    # Our own key rather than the SDK's hidden one, so that an interruption before the first
+    # event can still tell how to reach the job: the same command and key re-attach to it.
     idempotency_key = args.idempotency_key or f"cli-{uuid.uuid4().hex}"
-    job_id = ""
     try:
         with Client(args.gateway, **gateway_options(args)) as client:
-            events = client.generate(
-                args.model,
-                args.prompt,
-                negative_prompt=args.negative_prompt,
-                steps=args.steps,
-                seed=args.seed,
-                width=args.width,
-                height=args.height,
-                num_frames=args.num_frames,
-                guidance_scale=args.guidance_scale,
-                duration_s=args.duration,
-                output_format=args.output_format,
-                output_quality=args.output_quality,
-                fps=args.fps,
-                preview_every_steps=args.preview_every_steps,
-                timeout_ms=args.timeout_ms,
-                idempotency_key=idempotency_key,
-                priority=args.priority,
-                adapters=args.adapter or None,
-                result_as_url=args.result_as_url or None,
-                webhook={"url": args.webhook} if args.webhook else None,
-                **image_options(client, args),
+            terminal.follow(
+                client.generate(
+                    args.model,
+                    args.prompt,
+                    negative_prompt=args.negative_prompt,
+                    steps=args.steps,
+                    seed=args.seed,
+                    width=args.width,
+                    height=args.height,
+                    num_frames=args.num_frames,
+                    guidance_scale=args.guidance_scale,
+                    duration_s=args.duration,
+                    output_format=args.output_format,
+                    output_quality=args.output_quality,
+                    fps=args.fps,
+                    preview_every_steps=args.preview_every_steps,
+                    timeout_ms=args.timeout_ms,
+                    idempotency_key=idempotency_key,
+                    priority=args.priority,
+                    adapters=args.adapter or None,
+                    result_as_url=args.result_as_url or None,
+                    webhook={"url": args.webhook} if args.webhook else None,
+                    **image_options(client, args),
+                )
             )
-            for event in events:
-                job_id = event.job_id
-                match event:
-                    case Queued(position=position):
-                        bar.set_description(f"queued #{position}")
-                    case Progress(step=step, total_steps=total):
-                        bar.total = total
-                        bar.set_description("denoising")
-                        bar.n = step
-                        if event.preview:
-                            previews.take(event)
-                            bar.set_postfix_str(f"previews: {previews.count}")
-                        bar.refresh()
-                    case Notice(kind=kind, message=message):
-                        bar.write(f"{kind}: {message}")
-                    case Result() | Error():
-                        final = event
     except (GatewayError, OSError, ValueError) as exc:
         # OSError and ValueError: a certificate file that cannot be read or is half given;
         # ValueError also an option out of its range (`--steps -3`), naming it.
-        bar.close()
+        terminal.close()
         print(f"mediamesh: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         # Closing the stream does not cancel the job on the mesh: say which job goes on.
-        bar.close()
-        follow = f"follow it by running the same command with --idempotency-key {idempotency_key}"
-        if job_id:
-            print(
-                f"mediamesh: interrupted; job {job_id} goes on: cancel it with the SDK's "
-                f"Client.cancel({job_id!r}) or DELETE /v1/jobs/{job_id} over HTTP, "
-                f"{follow}, or find it with `mediamesh jobs`",
-                file=sys.stderr,
-            )
+        terminal.close()
+        if terminal.job_id:
+            print(f"mediamesh: {still_running(terminal.job_id, args.out)}", file=sys.stderr)
         else:
             print(
-                f"mediamesh: interrupted before the job was accepted; if it was, it goes on: "
-                f"{follow}, or find it with `mediamesh jobs`",
+                "mediamesh: interrupted before the job was accepted; if it was, it goes on: "
+                f"run the same command with --idempotency-key {idempotency_key} to follow it, "
+                "or find it with `mediamesh jobs`",
                 file=sys.stderr,
             )
         return 130
-    bar.close()
-    if not isinstance(final, Result):
-        assert final is not None  # generate ends with a Result or an Error, or raises
-        print(
-            f"mediamesh: job {final.job_id} {final.state}: {final.code} {final.message}",
-            file=sys.stderr,
-        )
-        return 1
-    if final.url and not final.data:
-        print(f"{final.url} ({final.mime_type}, {final.size_bytes} bytes, seed {final.seed})")
-        return 0
-    out = result_path(args.out, final.mime_type)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_bytes(final.data)
-    print(f"{out} ({final.mime_type}, {len(final.data)} bytes, seed {final.seed})")
-    if args.preview_every_steps:
-        where = f" (in {args.preview_dir})" if args.preview_dir and previews.count else ""
-        print(f"previews: {previews.count}{where}")
-    return 0
-
-
-def result_path(out: Path, mime_type: str) -> Path:
-    """`out` with the extension of the result's format, so a webp is never saved as .png."""
-    from mediamesh.common.output_formats import extension_for
-
-    extension = extension_for(mime_type)
-    # jpeg results are named .jpg, but a caller's own .jpeg is just as right.
-    same = {extension, "jpeg"} if extension == "jpg" else {extension}
-    if out.suffix.lower().lstrip(".") in same:
-        return out
-    return out.with_name(f"{out.stem if out.suffix else out.name}.{extension}")
+    terminal.close()
+    return terminal.report(args.out, bool(args.preview_every_steps))
 
 
 def _status_text(args: argparse.Namespace) -> str:

@@ -92,10 +92,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     from mediamesh.cli import client_commands
     from mediamesh.cli.batch_command import add_batch_command
-    from mediamesh.cli.jobs_command import add_jobs_command
+    from mediamesh.cli.job_commands import add_job_commands
 
     client_commands.add_commands(sub)
-    add_jobs_command(sub)
+    add_job_commands(sub)
     from mediamesh.cli.simulate_command import add_simulate_command
 
     add_simulate_command(sub)

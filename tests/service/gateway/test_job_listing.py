@@ -172,3 +172,30 @@ async def test_the_jobs_command_prints_a_table_and_json_lines(http_mesh, jobs_of
     assert code == 1 and "after_job_id: no job 'no-such-job'" in capsys.readouterr().err
     code = await asyncio.to_thread(cli_main, ["jobs", *gateway, "--state", "done"])
     assert code == 1 and "states: 'done' is not a job state" in capsys.readouterr().err
+
+
+async def test_watch_writes_a_jobs_result_and_cancel_stops_one(
+    http_mesh,  # noqa: F811
+    jobs_of_a,
+    tmp_path,
+    capsys,
+):
+    gateway = ["--gateway", f"127.0.0.1:{http_mesh.gateway.port}", "--api-key", KEY_A]
+    out = tmp_path / "watched"
+    code = await asyncio.to_thread(
+        cli_main, ["watch", jobs_of_a[0], *gateway, "--out", str(out), "--quiet"]
+    )
+    assert code == 0, capsys.readouterr().err
+    assert (tmp_path / "watched.png").read_bytes().startswith(b"\x89PNG")
+    assert capsys.readouterr().out.startswith(f"{tmp_path / 'watched.png'} (image/png")
+
+    stub = http_mesh.gateway_stub()
+    slow = common_pb2.GenerateRequest(model="flux-tiny", prompt="slow", steps=50)
+    handle = await stub.Submit(slow, metadata=auth(KEY_A))
+    code = await asyncio.to_thread(cli_main, ["cancel", handle.job_id, *gateway])
+    assert (code, capsys.readouterr().out) == (0, f"job {handle.job_id} CANCELLED\n")
+    # An ended job stays as it ended: cancel says so and exits 1.
+    code = await asyncio.to_thread(cli_main, ["cancel", jobs_of_a[0], *gateway])
+    assert (code, capsys.readouterr().out) == (1, f"job {jobs_of_a[0]} SUCCEEDED\n")
+    code = await asyncio.to_thread(cli_main, ["cancel", jobs_of_a[0], "--gateway", gateway[1]])
+    assert code == 1 and "UNAUTHENTICATED" in capsys.readouterr().err

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from mediamesh.cli.client_commands import result_path
+from mediamesh.cli.following import result_path
 
 
 @pytest.mark.parametrize(

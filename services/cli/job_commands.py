@@ -1,4 +1,5 @@
-"""`mediamesh jobs`: the caller's jobs, a page or all of them, as a table or JSON lines."""
+"""Commands about jobs already made: `mediamesh jobs` lists them (a page or all, as a table
+or JSON lines), `mediamesh watch` follows one to its result, `mediamesh cancel` stops one."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import itertools
 import json
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from mediamesh.cli.gateway_args import add_gateway_arguments, gateway_options
@@ -19,7 +21,7 @@ if TYPE_CHECKING:
     from mediamesh.sdk import Client, JobInfo
 
 
-def add_jobs_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_job_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     jobs = sub.add_parser(
         "jobs",
         help="list your jobs (every tenant's with an admin key), newest first",
@@ -44,6 +46,62 @@ def add_jobs_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     jobs.add_argument("--oldest-first", action="store_true")
     jobs.add_argument("--json", action="store_true", help="one JSON object per job")
     jobs.set_defaults(handler=_cmd_jobs)
+
+    watch = sub.add_parser(
+        "watch", help="follow a job to its end with a progress bar and write its result"
+    )
+    add_gateway_arguments(watch)
+    watch.add_argument("job_id")
+    watch.add_argument(
+        "--out",
+        type=Path,
+        required=True,
+        help="file to write the result to; its extension is set to the result's format",
+    )
+    watch.add_argument(
+        "--preview-dir", type=Path, help="save each latent preview here as step-NNNN.<ext>"
+    )
+    watch.add_argument("--quiet", action="store_true", help="no progress bar")
+    watch.set_defaults(handler=_cmd_watch)
+
+    cancel = sub.add_parser("cancel", help="cancel a job (a running one stops at its next step)")
+    add_gateway_arguments(cancel)
+    cancel.add_argument("job_id")
+    cancel.set_defaults(handler=_cmd_cancel)
+
+
+def _cmd_watch(args: argparse.Namespace) -> int:
+    from mediamesh.cli.following import JobOnTerminal, still_running
+    from mediamesh.sdk import Client, GatewayError
+
+    terminal = JobOnTerminal(args.quiet, None, args.preview_dir)
+    try:
+        with Client(args.gateway, **gateway_options(args)) as client:
+            terminal.follow(client.watch(args.job_id))
+    except (GatewayError, OSError, ValueError) as exc:
+        terminal.close()
+        print(f"mediamesh: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        terminal.close()
+        print(f"mediamesh: {still_running(args.job_id, args.out)}", file=sys.stderr)
+        return 130
+    terminal.close()
+    return terminal.report(args.out, args.preview_dir is not None)
+
+
+def _cmd_cancel(args: argparse.Namespace) -> int:
+    from mediamesh.sdk import Client, GatewayError, JobState
+
+    try:
+        with Client(args.gateway, **gateway_options(args)) as client:
+            job = client.cancel(args.job_id)
+    except (GatewayError, OSError, ValueError) as exc:
+        print(f"mediamesh: {exc}", file=sys.stderr)
+        return 1
+    # Cancelling a job that has ended changes nothing: its state says which happened.
+    print(f"job {job.job_id} {job.state}")
+    return 0 if job.state is JobState.CANCELLED else 1
 
 
 def _cmd_jobs(args: argparse.Namespace) -> int:
