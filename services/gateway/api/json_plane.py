@@ -25,7 +25,7 @@ from mediamesh.common.params import find_model
 from mediamesh.common.registry import ModelSpec
 from mediamesh.gateway.api.dataplane import DataPlane
 from mediamesh.gateway.api.json_checks import check_json_message
-from mediamesh.gateway.core.tenancy import Caller
+from mediamesh.gateway.core.tenancy import Caller, Tenancy
 
 JsonObject = dict[str, Any]
 _REQUEST = common_pb2.GenerateRequest.DESCRIPTOR
@@ -178,6 +178,12 @@ class JsonPlane:
         """The registry entry the gateway checks `model`'s requests against, for a rule its
         ModelInfo does not carry (a video model's frame multiple); NotFound for none."""
         return find_model(self.plane.up.registry, model)
+
+    @property
+    def tenancy(self) -> Tenancy:
+        """The gateway's API keys and quotas, for a route that admits several jobs at once
+        or needs to know whether keys are required."""
+        return self.plane.up.tenancy
 
     def caller(self, authorization: str | None) -> Caller:
         """The caller an `Authorization: Bearer <key>` header names."""

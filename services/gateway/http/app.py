@@ -30,8 +30,7 @@ def create_app(
     cors_origins: Sequence[str] = (),
 ) -> FastAPI:
     """The HTTP face over `plane`; `ready` says whether the scheduler is reachable."""
-    tenancy = plane.plane.up.tenancy
-    guard = CrossSiteGuard(cors_origins, keyless=tenancy.open)
+    guard = CrossSiteGuard(cors_origins, keyless=plane.tenancy.open)
     app = FastAPI(
         title="mediamesh gateway",
         summary="Submit and follow diffusion jobs over HTTP/JSON; an OpenAI-compatible API",
@@ -41,7 +40,7 @@ def create_app(
         openapi_url="/openapi.json",
         dependencies=[Depends(guard)],
     )
-    app.state.context = HttpContext(plane, ready, max_body_bytes, tenancy)
+    app.state.context = HttpContext(plane, ready, max_body_bytes)
     errors.install(app)
     if cors_origins:
         app.add_middleware(

@@ -1,5 +1,4 @@
-"""What every route reaches through the app: the plane, the tenancy, the body limit,
-readiness."""
+"""What every route reaches through the app: the plane, the body limit, readiness."""
 
 from __future__ import annotations
 
@@ -10,7 +9,6 @@ from typing import Annotated, Any
 from fastapi import Header, Request
 
 from mediamesh.gateway.api.json_plane import JsonPlane
-from mediamesh.gateway.core.tenancy import Tenancy
 
 # The API key, exactly as on gRPC: `Authorization: Bearer <key>`.
 Authorization = Annotated[
@@ -26,8 +24,6 @@ class HttpContext:
     # Whether the gateway can reach its scheduler (the gRPC health answer, too).
     ready: Callable[[], bool]
     max_body_bytes: int
-    # The plane's own, for admitting the jobs of one request together.
-    tenancy: Tenancy
 
 
 def context_of(request: Request) -> HttpContext:

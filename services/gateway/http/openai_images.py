@@ -135,7 +135,7 @@ async def generate_images(request: Request, authorization: Authorization = None)
         generate.result_as_url = _as_url(body.response_format)
     with (
         openai_names(GENERATION_NAMES),
-        admitted(context.tenancy, caller, model, body.priority, body.n) as paid,
+        admitted(context.plane.tenancy, caller, model, body.priority, body.n) as paid,
     ):
         jobs = await submit_all(plane, caller, (plane.submit(r, paid) for r in requests))
     data = [await _image(plane, job, caller, body.response_format, request) for job in jobs]
@@ -203,7 +203,7 @@ async def edit_images(request: Request, authorization: Authorization = None) -> 
     with openai_names(EDIT_NAMES):
         generate = request_from_form({**form, **fields}, parts)
         generate.result_as_url = _as_url(response_format)
-        with admitted(context.tenancy, caller, model, form.get("priority"), n) as paid:
+        with admitted(context.plane.tenancy, caller, model, form.get("priority"), n) as paid:
             jobs = await submit_all(plane, caller, (plane.submit(generate, paid) for _ in range(n)))
     data = [await _image(plane, job, caller, response_format, request) for job in jobs]
     return {"created": int(time.time()), "data": data}
