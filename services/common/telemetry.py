@@ -155,6 +155,17 @@ def request_trace_carrier(metadata: Mapping[str, str | bytes]) -> dict[str, str]
     return {TRACEPARENT: carrier[TRACEPARENT]} if TRACEPARENT in carrier else {}
 
 
+def forwarded_trace(headers: Mapping[str, str | bytes]) -> tuple[tuple[str, str], ...]:
+    """The caller's `traceparent`, as metadata for this process's own calls on its behalf,
+    when this process does not trace: a tracing one propagates its own span, a child of the
+    caller's, through the client interceptor; one that does not would otherwise drop the
+    caller's trace, and the next hop's log lines could not name it."""
+    if _tracing_enabled:
+        return ()
+    carrier = request_trace_carrier(headers)
+    return tuple(carrier.items())
+
+
 def context_from(carrier: dict[str, str] | None) -> Context | None:
     return propagate.extract(carrier) if carrier else None
 

@@ -25,6 +25,7 @@ from mediamesh.common.params import find_model
 from mediamesh.common.registry import ModelSpec
 from mediamesh.gateway.api.dataplane import DataPlane
 from mediamesh.gateway.api.json_checks import check_json_message
+from mediamesh.gateway.api.upstream import with_trace
 from mediamesh.gateway.core.tenancy import Caller, Tenancy
 
 JsonObject = dict[str, Any]
@@ -185,9 +186,11 @@ class JsonPlane:
         or needs to know whether keys are required."""
         return self.plane.up.tenancy
 
-    def caller(self, authorization: str | None) -> Caller:
-        """The caller an `Authorization: Bearer <key>` header names."""
-        return self.plane.caller(authorization)
+    def caller(self, authorization: str | None, traceparent: str | None = None) -> Caller:
+        """The caller an `Authorization: Bearer <key>` header names, carrying the request's
+        `traceparent` header to forward with the jobs it submits."""
+        caller = self.plane.caller(authorization)
+        return with_trace(caller, {"traceparent": traceparent}) if traceparent else caller
 
     def reader(self, authorization: str | None) -> Caller:
         """The caller of a read, charged to its tenant's read budget."""

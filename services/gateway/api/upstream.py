@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncGenerator, AsyncIterator
-from dataclasses import dataclass
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from dataclasses import dataclass, replace
 from typing import Any
 
 import grpc
@@ -16,6 +16,7 @@ from mediamesh.common.api.status import from_grpc
 from mediamesh.common.errors import PUSHBACK_KEY, RETRY_AFTER_KEY, MeshError, StatusCode
 from mediamesh.common.generated.v1 import common_pb2, gateway_pb2, scheduler_pb2, scheduler_pb2_grpc
 from mediamesh.common.registry import Registry
+from mediamesh.common.telemetry import forwarded_trace
 from mediamesh.gateway.core.tenancy import Caller, Tenancy
 
 SUBMIT_TIMEOUT_S = 30
@@ -62,7 +63,9 @@ class Upstream:
         """Submit for an authenticated, admitted caller; scheduler errors raise MeshError."""
         async with mesh_errors():
             return await self.scheduler.Submit(
-                submit_request(request, caller, deadline_ms), timeout=SUBMIT_TIMEOUT_S
+                submit_request(request, caller, deadline_ms),
+                timeout=SUBMIT_TIMEOUT_S,
+                metadata=caller.trace_metadata or None,
             )
 
     async def submit_and_watch(
@@ -77,7 +80,7 @@ class Upstream:
         the job's state when queued (naming the job) and then its final event alone."""
         submit = submit_request(request, caller, deadline_ms)
         submit.final_only = final_only
-        call = self.scheduler.SubmitAndWatch(submit)
+        call = self.scheduler.SubmitAndWatch(submit, metadata=caller.trace_metadata or None)
         try:
             async with mesh_errors():
                 async for event in call:
@@ -167,7 +170,14 @@ def caller_of(tenancy: Tenancy, context: grpc.aio.ServicerContext[Any, Any]) -> 
     metadata = dict(context.invocation_metadata() or ())
     authorization = metadata.get("authorization")
     # Only keys ending in "-bin" carry bytes.
-    return tenancy.authenticate(authorization if isinstance(authorization, str) else None)
+    caller = tenancy.authenticate(authorization if isinstance(authorization, str) else None)
+    return with_trace(caller, metadata)
+
+
+def with_trace(caller: Caller, headers: Mapping[str, str | bytes]) -> Caller:
+    """`caller` carrying the trace context its request came with, to forward upstream."""
+    trace_metadata = forwarded_trace(headers)
+    return replace(caller, trace_metadata=trace_metadata) if trace_metadata else caller
 
 
 def reader_of(tenancy: Tenancy, context: grpc.aio.ServicerContext[Any, Any]) -> Caller:

@@ -43,12 +43,16 @@ class Prepaid:
 class Caller:
     """An authenticated caller: its tenant, that tenant's quota, and whether its key carries
     the admin scope (every tenant's jobs are visible to it, not only its own). `prepaid`:
-    submissions of the current request already charged, within `Tenancy.admitted`."""
+    submissions of the current request already charged, within `Tenancy.admitted`;
+    `trace_metadata`: the request's trace context, to forward."""
 
     tenant: str
     quota: TenantSettings
     admin: bool = False
     prepaid: Prepaid | None = field(default=None, compare=False, repr=False)
+    # The caller's trace (W3C `traceparent`) for the gateway to pass on when it does not
+    # trace itself (`common.telemetry.forwarded_trace`).
+    trace_metadata: tuple[tuple[str, str], ...] = field(default=(), compare=False, repr=False)
 
 
 class TokenBucket:

@@ -76,7 +76,7 @@ async def submit_job(request: Request, authorization: Authorization = None) -> J
     """Submits a GenerateRequest (JSON with bytes as base64, or multipart with file parts) and
     answers 202 with the job at once; follow it with `/events`."""
     context = context_of(request)
-    caller = context.plane.caller(authorization)
+    caller = context.plane.caller(authorization, request.headers.get("traceparent"))
     if is_form(request):
         fields, files = await read_form(request, context.max_body_bytes)
         generate = request_from_form(fields, files)

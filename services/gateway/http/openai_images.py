@@ -107,7 +107,7 @@ async def generate_images(request: Request, authorization: Authorization = None)
     """Runs `n` jobs of the prompt with an image model and answers with their images."""
     context = context_of(request)
     plane = context.plane
-    caller = plane.caller(authorization)
+    caller = plane.caller(authorization, request.headers.get("traceparent"))
     body = await read_model(request, ImageGeneration, context.max_body_bytes)
     model = await pick_model(plane, body.model, "image")
     fields = {
@@ -176,7 +176,7 @@ async def edit_images(request: Request, authorization: Authorization = None) -> 
     than one image."""
     context = context_of(request)
     plane = context.plane
-    caller = plane.caller(authorization)
+    caller = plane.caller(authorization, request.headers.get("traceparent"))
     form, files = await read_form(request, context.max_body_bytes, {"image[]": "image"})
     image = files.get("image")
     prompt = form.pop("prompt", None)

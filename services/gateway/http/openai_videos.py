@@ -132,7 +132,7 @@ async def create_video(request: Request, authorization: Authorization = None) ->
     """Starts a video job; answers with the video object (status `queued`)."""
     context = context_of(request)
     plane = context.plane
-    caller = plane.caller(authorization)
+    caller = plane.caller(authorization, request.headers.get("traceparent"))
     if is_form(request):
         form, files = await read_form(request, context.max_body_bytes)
     else:

@@ -11,6 +11,7 @@ import logging
 from pathlib import Path
 
 import grpc
+import httpx
 import pytest
 from opentelemetry import trace
 from opentelemetry.trace import NonRecordingSpan, SpanContext
@@ -107,3 +108,40 @@ async def test_at_info_a_job_logs_its_acceptance_and_its_end_only(
     assert states == ["QUEUED", "SUCCEEDED"]
     end = next(line for line in job_lines(caplog) if line["state"] == "SUCCEEDED")
     assert end["worker"] and end["batch"], end
+
+
+async def test_a_gateway_that_does_not_trace_forwards_its_callers_trace(
+    tmp_path: Path, models_dir: Path
+) -> None:
+    # Neither gateway nor scheduler traces here: only the caller's own traceparent can name
+    # the job's trace, so the gateway must pass it on with every call that makes a job.
+    mesh = await start_mesh(tmp_path, models_dir, [], gateway={"http_port": 0})
+    try:
+        stub = mesh.gateway_stub()
+        parent = "00f067aa0ba902b7"
+        ids = {}
+        for name, trace_id in TRACES.items():
+            header = (("traceparent", f"00-{trace_id}-{parent}-01"),)
+            request = common_pb2.GenerateRequest(model="echo", prompt=name)
+            if name == "first":
+                ids[trace_id] = (await stub.Submit(request, metadata=header, timeout=10)).job_id
+            else:
+                stream = stub.Generate(request, metadata=header, timeout=10)
+                ids[trace_id] = (await stream.read()).job_id
+                stream.cancel()
+        third = "5c4d2b1a0f9e8d7c6b5a493827161504"
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{mesh.gateway.http_port}") as http:
+            made = await http.post(
+                "/v1/jobs",
+                json={"model": "echo", "prompt": "third"},
+                headers={"traceparent": f"00-{third}-{parent}-01"},
+            )
+        assert made.status_code == 202, made.text
+        ids[third] = made.json()["job_id"]
+        untraced = await stub.Submit(common_pb2.GenerateRequest(model="echo", prompt="none"))
+        for trace_id, job_id in ids.items():
+            carrier = mesh.core.jobs[job_id].trace_carrier
+            assert carrier["traceparent"].split("-")[1] == trace_id, (trace_id, carrier)
+        assert mesh.core.jobs[untraced.job_id].trace_carrier == {}
+    finally:
+        await stop_mesh(mesh)
