@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from mediamesh.cli.batch_file import BatchFileError, BatchLine, read_batch
-from mediamesh.cli.batch_manifest import MANIFEST, History
+from mediamesh.cli.batch_manifest import MANIFEST, FolderBusyError, History, folder_lock
 from mediamesh.cli.gateway_args import add_gateway_arguments, gateway_options
 from mediamesh.common.errors import StatusCode
 from mediamesh.common.output_formats import EXTENSIONS
@@ -241,13 +241,28 @@ def add_batch_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
 
 def _cmd_batch(args: argparse.Namespace) -> int:
-    from tqdm import tqdm
-
     try:
         lines = read_batch(args.file, args.model, str(args.out.resolve()))
     except (OSError, BatchFileError) as exc:
         print(f"mediamesh batch: {exc}", file=sys.stderr)
         return 2
+    try:
+        args.out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        print(f"mediamesh batch: --out {args.out}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    try:
+        with folder_lock(args.out):
+            return _run_into_folder(args, lines)
+    except FolderBusyError as exc:
+        print(f"mediamesh batch: {exc}", file=sys.stderr)
+        return 2
+
+
+def _run_into_folder(args: argparse.Namespace, lines: list[BatchLine]) -> int:
+    """The run, with the output folder to itself (see `folder_lock`)."""
+    from tqdm import tqdm
+
     source = str(args.file.resolve())
     history = History.read(args.out)
     other = history.other_input(source, lines)
@@ -266,11 +281,6 @@ def _cmd_batch(args: argparse.Namespace) -> int:
             f"written (line {shown}): running them again, replacing those results",
             file=sys.stderr,
         )
-    try:
-        args.out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        print(f"mediamesh batch: --out {args.out}: {exc.strerror or exc}", file=sys.stderr)
-        return 2
     done = [line for line in lines if history.is_done(line)]
     todo = [
         dataclasses.replace(line, key=history.attempt_key(line))

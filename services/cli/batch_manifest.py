@@ -25,10 +25,12 @@ results were written run again, and the run says how many results they replace.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import re
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,9 +38,34 @@ from typing import Any
 from mediamesh.cli.batch_file import BatchLine
 
 MANIFEST = "manifest.jsonl"
+# Held for a whole run: two runs writing one folder would number each other's results.
+LOCK = ".lock"
 _RETRY_SUFFIX = re.compile(r":retry\d+$")
 # What `input` reads as for rows written before the manifest recorded it.
 UNKNOWN_INPUT = "an input not recorded (a manifest of an older mediamesh batch)"
+
+
+class FolderBusyError(RuntimeError):
+    """Another `mediamesh batch` is writing to the output folder."""
+
+
+@contextmanager
+def folder_lock(out: Path) -> Iterator[None]:
+    """The output folder to this run alone, until it ends; FolderBusyError while another
+    run (of this input or another) holds it. An advisory lock of the kernel's: it goes with
+    the process, so a run killed outright leaves nothing to clean up."""
+    with (out / LOCK).open("a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise FolderBusyError(
+                f"another mediamesh batch is writing to {out}; wait for it to end, or use "
+                "another --out"
+            ) from None
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def key_of_line(attempt_key: str) -> str:

@@ -174,7 +174,8 @@ def _cmd_generate(args: argparse.Namespace) -> int:
         # Closing the stream does not cancel the job on the mesh: say which job goes on.
         terminal.close()
         if terminal.job_id:
-            print(f"mediamesh: {still_running(terminal.job_id, args.out)}", file=sys.stderr)
+            going_on = still_running(terminal.job_id, args.out, args.gateway)
+            print(f"mediamesh: {going_on}", file=sys.stderr)
         else:
             print(
                 "mediamesh: interrupted before the job was accepted; if it was, it goes on: "

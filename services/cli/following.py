@@ -3,12 +3,15 @@ progress bar, notices and previews as the events come, then the result written t
 
 from __future__ import annotations
 
+import shlex
 import sys
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 from tqdm import tqdm
 
+from mediamesh.cli.gateway_args import DEFAULT_GATEWAY
 from mediamesh.cli.previews import PreviewSaver
 from mediamesh.common.output_formats import extension_for
 from mediamesh.sdk import Error, Event, Notice, Progress, Queued, Result
@@ -19,15 +22,27 @@ class JobOnTerminal:
     so an interrupted follow can still name its job."""
 
     def __init__(self, quiet: bool, steps: int | None, preview_dir: Path | None) -> None:
-        self.bar = tqdm(total=steps or None, unit="step", disable=quiet, file=sys.stderr)
+        self._quiet, self._steps = quiet, steps
+        # Drawn at the first event: a job that cannot be followed shows no empty bar.
+        self._bar: tqdm[Any] | None = None
         self.previews = PreviewSaver(preview_dir)
         self.job_id = ""
         self.final: Result | Error | None = None
 
+    @property
+    def bar(self) -> tqdm[Any]:
+        """The progress bar, drawn from the first time it is asked for."""
+        bar = self._bar
+        if bar is None:
+            total = self._steps or None
+            bar = tqdm(total=total, unit="step", disable=self._quiet, file=sys.stderr)
+            self._bar = bar
+        return bar
+
     def follow(self, events: Iterable[Event]) -> None:
         """Draws every event until the Result or Error (which `final` then holds)."""
-        bar = self.bar
         for event in events:
+            bar = self.bar
             self.job_id = event.job_id
             match event:
                 case Queued(position=position):
@@ -46,8 +61,9 @@ class JobOnTerminal:
                     self.final = event
 
     def close(self) -> None:
-        """Ends the progress bar's line."""
-        self.bar.close()
+        """Ends the progress bar's line, if one was drawn."""
+        if self._bar is not None:
+            self._bar.close()
 
     def report(self, out: Path, previews_asked: bool) -> int:
         """Writes the Result to `out` (its extension set to the result's format) and prints
@@ -74,11 +90,13 @@ class JobOnTerminal:
         return 0
 
 
-def still_running(job_id: str, out: Path) -> str:
-    """What to tell a user who interrupted the follow of `job_id`: the job goes on."""
+def still_running(job_id: str, out: Path, gateway: str = DEFAULT_GATEWAY) -> str:
+    """What to tell a user who interrupted the follow of `job_id`: the job goes on, and the
+    commands (ready to paste; the API key stays out of them) that follow or stop it."""
+    reach = "" if gateway == DEFAULT_GATEWAY else f" --gateway {shlex.quote(gateway)}"
     return (
-        f"interrupted; job {job_id} goes on: `mediamesh watch {job_id} --out {out}` follows it "
-        f"again, `mediamesh cancel {job_id}` stops it"
+        f"interrupted; job {job_id} goes on: `mediamesh watch {job_id}{reach} --out "
+        f"{shlex.quote(str(out))}` follows it again, `mediamesh cancel {job_id}{reach}` stops it"
     )
 
 

@@ -7,11 +7,14 @@ import os
 from pathlib import Path
 from typing import TypedDict
 
+# Where client commands find a gateway without --gateway or MEDIAMESH_GATEWAY_ADDRESS.
+DEFAULT_GATEWAY = "127.0.0.1:50051"
+
 
 def add_gateway_arguments(cmd: argparse.ArgumentParser) -> None:
     """--gateway, --api-key and the TLS/mTLS flags, read by `gateway_options`."""
     cmd.add_argument(
-        "--gateway", default=os.environ.get("MEDIAMESH_GATEWAY_ADDRESS", "127.0.0.1:50051")
+        "--gateway", default=os.environ.get("MEDIAMESH_GATEWAY_ADDRESS", DEFAULT_GATEWAY)
     )
     cmd.add_argument("--api-key", default=os.environ.get("MEDIAMESH_API_KEY"))
     cmd.add_argument("--tls", action="store_true", help="TLS with the system's root certificates")

@@ -84,7 +84,8 @@ def _cmd_watch(args: argparse.Namespace) -> int:
         return 1
     except KeyboardInterrupt:
         terminal.close()
-        print(f"mediamesh: {still_running(args.job_id, args.out)}", file=sys.stderr)
+        going_on = still_running(args.job_id, args.out, args.gateway)
+        print(f"mediamesh: {going_on}", file=sys.stderr)
         return 130
     terminal.close()
     return terminal.report(args.out, args.preview_dir is not None)
@@ -143,10 +144,13 @@ def _matching(client: Client, args: argparse.Namespace) -> Iterator[JobInfo]:
 
 
 def job_table(jobs: list[JobInfo]) -> str:
-    """Jobs as aligned columns: id, model, state, progress, acceptance time and outcome."""
+    """Jobs as aligned columns: id, model, state, progress, acceptance time and outcome, and
+    the tenant when the list holds several (an admin key's)."""
     if not jobs:
         return "no jobs"
-    rows = [("JOB", "MODEL", "STATE", "STEP", "CREATED (UTC)", "RESULT / ERROR")]
+    tenants = len({job.tenant for job in jobs}) > 1
+    header = ("JOB", *(("TENANT",) if tenants else ()), "MODEL", "STATE", "STEP")
+    rows = [(*header, "CREATED (UTC)", "RESULT / ERROR")]
     for job in jobs:
         created = datetime.datetime.fromtimestamp(job.created_unix_ms / 1000, datetime.UTC)
         if job.error_code:
@@ -158,6 +162,7 @@ def job_table(jobs: list[JobInfo]) -> str:
         rows.append(
             (
                 job.job_id,
+                *((job.tenant,) if tenants else ()),
                 job.model,
                 str(job.state),
                 f"{job.step}/{job.total_steps}",

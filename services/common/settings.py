@@ -391,6 +391,10 @@ class WorkerSettings(Section):
         return self.advertise_address or f"{self.host}:{self.port}"
 
 
+# Bind addresses that mean every interface: a client on this host dials loopback instead.
+_ANY_ADDRESS = frozenset({"0.0.0.0", "::", "[::]", ""})
+
+
 class MeshConfig(Section):
     """One file configures the whole mesh; each process takes its own section."""
 
@@ -414,13 +418,31 @@ class MeshConfig(Section):
     # variable, a section can (MEDIAMESH_WORKER__WORKER_ID from the pod's name).
     worker: WorkerSettings | None = None
 
+    @model_validator(mode="after")
+    def _clients_dial_this_scheduler(self) -> MeshConfig:
+        # A scheduler moved to another port (or host) in this file is where its gateway and
+        # workers go, unless they name an address of their own (a Service name, another
+        # host): otherwise they dial the default port and wait there, silently, forever.
+        target = self.scheduler_dial_address
+        sections = [self.gateway, *self.workers, *([self.worker] if self.worker else [])]
+        for section in sections:
+            if "scheduler_address" not in section.model_fields_set:
+                object.__setattr__(section, "scheduler_address", target)
+        return self
+
+    @property
+    def scheduler_dial_address(self) -> str:
+        """Where a client on this host reaches the scheduler this file configures."""
+        host = self.scheduler.host
+        return f"{'127.0.0.1' if host in _ANY_ADDRESS else host}:{self.scheduler.port}"
+
     def standalone_worker(self, worker_id: str | None = None) -> WorkerSettings:
         """The settings `mediamesh worker` starts from, before its flags: the `workers` entry
         named `worker_id`, else the `worker` section, else the defaults."""
         named = [w for w in self.workers if worker_id is not None and w.worker_id == worker_id]
         if named:
             return named[0]
-        base = self.worker or WorkerSettings()
+        base = self.worker or WorkerSettings(scheduler_address=self.scheduler_dial_address)
         if worker_id is None:
             return base
         return base.model_copy(update={"worker_id": worker_id})

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from mediamesh.cli.batch_manifest import folder_lock
 from mediamesh.cli.main import main as cli_main
 from mediamesh.common.work import JobParams
 from mediamesh.worker.core import call_hooks
@@ -157,3 +158,20 @@ async def test_the_same_file_into_another_folder_is_another_batch(tmp_path, echo
     # Its own jobs, not the first folder's returned again under the same keys.
     assert len(first) == len(second) == 2 and first.isdisjoint(second)
     assert len(echo_mesh.core.jobs) == 4
+
+
+async def test_a_second_run_into_a_folder_in_use_is_refused(tmp_path, echo_mesh, capsys):
+    # Two runs writing one folder would number each other's results (line 1 of each input
+    # is 1.png); the second is refused while the first holds the folder.
+    prompts = write_lines(tmp_path / "b.jsonl", {"prompt": "b1"})
+    out = tmp_path / "out"
+    out.mkdir()
+    with folder_lock(out):
+        code, stdout, stderr = await batch(echo_mesh, capsys, prompts, out)
+    assert code == 2 and not stdout
+    assert stderr.strip() == (
+        f"mediamesh batch: another mediamesh batch is writing to {out}; wait for it to end, "
+        "or use another --out"
+    )
+    assert not (out / "manifest.jsonl").exists() and not echo_mesh.core.jobs
+    assert (await batch(echo_mesh, capsys, prompts, out))[0] == 0  # free again afterwards

@@ -52,8 +52,8 @@ def test_interrupted_after_acceptance_names_the_job_and_how_to_cancel_or_follow(
     line = lines[0]
     out = tmp_path / "o.png"
     assert line == (
-        f"mediamesh: interrupted; job j-42 goes on: `mediamesh watch j-42 --out {out}` "
-        "follows it again, `mediamesh cancel j-42` stops it"
+        "mediamesh: interrupted; job j-42 goes on: `mediamesh watch j-42 --gateway 127.0.0.1:9 "
+        f"--out {out}` follows it again, `mediamesh cancel j-42 --gateway 127.0.0.1:9` stops it"
     )
 
 

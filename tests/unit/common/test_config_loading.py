@@ -225,3 +225,24 @@ def test_worker_flags_beat_its_variables_which_beat_the_file(tmp_path: Path):
     args = build_parser().parse_args(["worker", "--config", str(path), "--port", "50080"])
     worker = worker_settings(config, args)
     assert (worker.port, worker.pool, worker.device) == (50080, "spot", "cpu")
+
+
+def test_clients_dial_the_scheduler_the_file_configures() -> None:
+    # Moving the scheduler's port used to leave its gateway and workers dialling the
+    # default one, waiting there without a word.
+    moved = MeshConfig.model_validate({"scheduler": {"port": 47452}})
+    assert moved.gateway.scheduler_address == "127.0.0.1:47452"
+    assert {w.scheduler_address for w in moved.workers} == {"127.0.0.1:47452"}
+    assert moved.standalone_worker().scheduler_address == "127.0.0.1:47452"
+    everywhere = MeshConfig.model_validate(
+        {
+            "scheduler": {"host": "0.0.0.0", "port": 1234},
+            "workers": [{"worker_id": "a", "scheduler_address": "sched.svc:50052"}, {}],
+        }
+    )
+    assert everywhere.gateway.scheduler_address == "127.0.0.1:1234"
+    assert [w.scheduler_address for w in everywhere.workers] == [
+        "sched.svc:50052",
+        "127.0.0.1:1234",
+    ]
+    assert MeshConfig().gateway.scheduler_address == "127.0.0.1:50052"
