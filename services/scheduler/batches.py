@@ -40,6 +40,11 @@ class BatchUndelivered(Exception):
     batch code ran), so none of its jobs started there."""
 
 
+class WorkerGone(Exception):
+    """The worker took the batch, then its stream broke with the connection (the process
+    died, or the network between them did): nothing more will come of the batch there."""
+
+
 class WorkerLink(Protocol):
     """How the scheduler reaches workers (gRPC in the service, in-process in tests)."""
 
@@ -128,6 +133,18 @@ class BatchRunner:
                     exc,
                 )
                 self.core.batch_undelivered(batch_id, f"worker unreachable: {exc}")
+            except WorkerGone as exc:
+                # Given up on at once, before the batch's end requeues its jobs: a worker
+                # still registered would be handed them straight back, a second batch its
+                # death would cost them (one more lost worker out of their max_attempts).
+                log.warning(
+                    "batch %s lost its worker %s (%s); its jobs go back to the front of the "
+                    "line and the worker must register again",
+                    batch_id,
+                    dispatch.worker_id,
+                    exc,
+                )
+                self.core.worker_lost(dispatch.worker_id, f"batch stream broke: {exc}")
             except Exception as exc:
                 log.warning(
                     "batch %s on %s ended with an error: %s", batch_id, dispatch.worker_id, exc
@@ -214,5 +231,8 @@ class BatchRunner:
                 )
             if job is not None and event.kind == "paused":
                 metrics.PAUSES.labels(job.priority.name).inc()
+                core.job_paused(event.job_id, batch_id)
+            elif event.kind == "resumed":
+                core.job_resumed(event.job_id)
             if job is not None:
                 self.hub.publish(notice_event(job, event.kind, event.message))

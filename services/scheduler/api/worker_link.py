@@ -13,7 +13,7 @@ from mediamesh.common.channels import internal_channel
 from mediamesh.common.credentials import InternalCredentials
 from mediamesh.common.generated.v1 import worker_pb2, worker_pb2_grpc
 from mediamesh.common.work import JobParams, WorkerEvent
-from mediamesh.scheduler.batches import BatchUndelivered
+from mediamesh.scheduler.batches import BatchUndelivered, WorkerGone
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +49,8 @@ class GrpcWorkerLink:
         those of one message together; `pause_batch_id` names a batch there to pause for it
         (urgent work).
 
-        Raises BatchUndelivered when the worker never took the batch; other RPC errors propagate.
+        Raises BatchUndelivered when the worker never took the batch, WorkerGone when its
+        connection broke after; other RPC errors propagate.
         Closing the iterator cancels the call.
         """
         request = worker_pb2.RunBatchRequest(
@@ -64,10 +65,16 @@ class GrpcWorkerLink:
             if metadata.get(worker_wire.BATCH_ACCEPTED_KEY) is None:
                 code = await call.code()
                 raise BatchUndelivered(f"{code.name}: {await call.details()}")
-            async for message in call:
-                events = worker_wire.worker_events(message)
-                if events:
-                    yield events
+            try:
+                async for message in call:
+                    events = worker_wire.worker_events(message)
+                    if events:
+                        yield events
+            except grpc.aio.AioRpcError as exc:
+                # How gRPC reports a peer gone mid-call (reset, socket closed, GOAWAY).
+                if exc.code() == grpc.StatusCode.UNAVAILABLE:
+                    raise WorkerGone(f"{exc.code().name}: {exc.details()}") from exc
+                raise
         finally:
             call.cancel()
 
