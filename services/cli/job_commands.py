@@ -164,7 +164,7 @@ def job_table(jobs: list[JobInfo]) -> str:
                 job.job_id,
                 *((job.tenant,) if tenants else ()),
                 job.model,
-                str(job.state),
+                f"{job.state} (paused)" if job.paused else str(job.state),
                 f"{job.step}/{job.total_steps}",
                 created.strftime("%Y-%m-%d %H:%M:%S"),
                 outcome,

@@ -25,6 +25,7 @@ def render(status: Any) -> str:
             f"{q.oldest_wait_s:.1f}",
             f"{q.sla_s:.0f}",
             str(q.running),
+            str(q.paused),
         ]
         for q in status.queues
     ]
@@ -46,7 +47,16 @@ def render(status: Any) -> str:
         [
             "QUEUES",
             _table(
-                ["queue", "depth", "by priority", "work s", "oldest wait s", "sla s", "running"],
+                [
+                    "queue",
+                    "depth",
+                    "by priority",
+                    "work s",
+                    "oldest wait s",
+                    "sla s",
+                    "running",
+                    "paused",
+                ],
                 queues,
             ),
             "",

@@ -53,7 +53,15 @@ BATCH_SIZE = Histogram(
     ["model"],
     buckets=(1, 2, 3, 4, 6, 8, 16, 32),
 )
-JOBS = Counter("mediamesh_jobs", "Jobs accepted and ended, by state.", ["queue", "state"])
+# ACCEPTED counts acceptances; RECOVERED the unfinished jobs a restarted scheduler took back
+# from its store, which this process then ends without having accepted them. Kept apart so
+# that ACCEPTED stays a rate of new work, while ACCEPTED + RECOVERED - the ended states is
+# what this process holds (it went negative after a restart with ACCEPTED alone).
+JOBS = Counter(
+    "mediamesh_jobs",
+    "Jobs accepted, taken back from the store after a restart (RECOVERED), and ended, by state.",
+    ["queue", "state"],
+)
 DEVICE_LOAD = Gauge(
     "mediamesh_device_load",
     "Device-seconds of work dispatched or running on a worker's devices.",
@@ -97,7 +105,7 @@ ON_DEMAND_COST = Gauge(
 def declare_series(queues: list[str]) -> None:
     """Create every label set at 0, so the first event shows in rate() and increase()."""
     for queue in queues:
-        for state in ("ACCEPTED", *(end for end in JobState if end.terminal)):
+        for state in ("ACCEPTED", "RECOVERED", *(end for end in JobState if end.terminal)):
             JOBS.labels(queue, state)
         SPOT_FALLBACKS.labels(queue)
     for priority in ("REALTIME", "STANDARD", "BATCH"):

@@ -125,11 +125,15 @@ class SchedulerRuntime:
             if result:
                 self.results[job.job_id] = StoredArtifact(**result)
             was_unfinished = not job.state.terminal
+            # Read before `restore`, which queues the job again and clears where it ran.
+            previous = (job.state, job.worker_id or job.last_worker_id, job.batch_id or "")
             self.core.restore(job)
             if was_unfinished:
                 self.checkpoints.seen(job)
                 restored += 1
                 self.writer.save(job)
+                self._log_recovered(job, *previous)
+                metrics.JOBS.labels(job.queue, "RECOVERED").inc()
         self.writer.start()
         self.webhooks.start(await self.store.load_deliveries())
         if restored:
@@ -142,6 +146,25 @@ class SchedulerRuntime:
         self._loop_task = asyncio.create_task(self._dispatch_loop(), name="dispatch-loop")
         self._housekeeping_task = asyncio.create_task(self._housekeeping(), name="housekeeping")
         self._gauges_task = asyncio.create_task(self._publish_gauges(), name="gauges")
+
+    @staticmethod
+    def _log_recovered(job: Job, state: JobState, worker: str, batch: str) -> None:
+        """The requeue line of a job taken back from the store: no Transition carries it,
+        since `restore` queues the job without one, and the count alone named no job."""
+        log_job(
+            log,
+            "job queued",
+            job.trace_carrier,
+            job_id=job.job_id,
+            tenant=job.tenant,
+            model=job.model,
+            state=job.state.value,
+            previous_state=state.value,
+            attempt=job.attempts,
+            worker=worker,
+            batch=batch,
+            reason="recovered after a scheduler restart",
+        )
 
     async def stop(self) -> None:
         for task in (self._loop_task, self._housekeeping_task, self._gauges_task, *self._tasks):
@@ -260,8 +283,8 @@ class SchedulerRuntime:
             tenant=job.tenant,
             model=job.model,
             state=state.value,
-            worker=job.worker_id or "",
-            batch=job.batch_id or "",
+            worker=effect.worker_id,
+            batch=effect.batch_id,
             reason=effect.reason,
         )
         if state is JobState.QUEUED:

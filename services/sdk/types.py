@@ -79,6 +79,9 @@ class JobInfo:
     height: int = 0
     num_frames: int = 0
     fps: int = 0
+    # Its batch is paused at a step boundary on its worker while more urgent work runs; it
+    # resumes there. The state stays RUNNING meanwhile, which alone would read as stuck.
+    paused: bool = False
     # Result metadata once SUCCEEDED (the bytes come from watch or download).
     mime_type: str = ""
     size_bytes: int = 0

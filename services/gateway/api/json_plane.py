@@ -285,6 +285,7 @@ def job_view(info: common_pb2.JobInfo) -> JsonObject:
         "height": info.height,
         "num_frames": info.num_frames,
         "fps": info.fps,
+        "paused": info.paused,
         "result": _result_view(info.result) if info.HasField("result") else None,
         "error": _error_view(info.error) if info.HasField("error") else None,
     }

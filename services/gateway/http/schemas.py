@@ -73,6 +73,11 @@ class JobView(BaseModel):
     height: int
     num_frames: int
     fps: int
+    paused: bool = Field(
+        False,
+        description="Its batch is paused at a step boundary on its worker while more urgent "
+        "work runs; it resumes there. state stays RUNNING meanwhile.",
+    )
     result: ResultView | None
     error: JobError | None
     links: JobLinks

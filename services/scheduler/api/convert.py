@@ -98,10 +98,14 @@ def generate_event(
 
 
 def job_info(
-    job: Job, artifact: StoredArtifact | None, url: SignedUrl | None = None
+    job: Job,
+    artifact: StoredArtifact | None,
+    url: SignedUrl | None = None,
+    paused: bool = False,
 ) -> common_pb2.JobInfo:
     """The JobInfo of `job`; a succeeded job's result is always a reference, never inline
-    bytes, with its presigned `url` when there is one."""
+    bytes, with its presigned `url` when there is one. `paused` is the core's word
+    (`SchedulingCore.is_paused`): the job itself does not record it."""
     p = job.params
     info = common_pb2.JobInfo(
         job_id=job.job_id,
@@ -123,6 +127,7 @@ def job_info(
         height=p.height,
         num_frames=p.num_frames,
         fps=p.fps,
+        paused=paused,
     )
     if artifact is not None and job.state is JobState.SUCCEEDED:
         info.result.CopyFrom(result_message(artifact, 0, None, url))

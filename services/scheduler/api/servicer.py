@@ -180,7 +180,13 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         tenant = checked_tenant(request.tenant)
         job = self.runtime.cancel(request.job_id, tenant, admin=request.admin)
         url = await self.runtime.result_url(job, self.inline_limit)
-        return convert.job_info(job, self.runtime.results.get(job.job_id), url)
+        return self._job_info(job, url)
+
+    def _job_info(self, job: Job, url: SignedUrl | None) -> common_pb2.JobInfo:
+        core = self.runtime.core
+        return convert.job_info(
+            job, self.runtime.results.get(job.job_id), url, paused=core.is_paused(job)
+        )
 
     async def GetJob(
         self,
@@ -191,7 +197,7 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         tenant = checked_tenant(request.tenant)
         job = self.runtime.owned_job(request.job_id, tenant, admin=request.admin)
         url = await self.runtime.result_url(job, self.inline_limit)
-        return convert.job_info(job, self.runtime.results.get(job.job_id), url)
+        return self._job_info(job, url)
 
     async def ListJobs(
         self,
@@ -207,7 +213,7 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         reply = gateway_pb2.ListJobsResponse(has_more=page.has_more)
         for job in page.jobs:
             url = await self.runtime.result_url(job, self.inline_limit)
-            reply.jobs.append(convert.job_info(job, self.runtime.results.get(job.job_id), url))
+            reply.jobs.append(self._job_info(job, url))
         return reply
 
     async def ListModels(
@@ -391,6 +397,7 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         status = scheduler_pb2.MeshStatus()
         for name, queue in self.runtime.settings.queues.items():
             by_priority = {p.name: core.depth[(name, p)] for p in Priority}
+            paused = core.paused_count(name)
             status.queues.append(
                 scheduler_pb2.QueueStatus(
                     name=name,
@@ -399,7 +406,10 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
                     work_s=core.work_s[name],
                     oldest_wait_s=core.oldest_wait_s(name),
                     sla_s=queue.sla_s,
-                    running=core.running[name],
+                    # Paused jobs hold a slot but compute nothing: counted apart, so
+                    # that running says what is computing now.
+                    running=core.running[name] - paused,
+                    paused=paused,
                 )
             )
         for unit in core.units.values():

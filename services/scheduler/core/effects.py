@@ -18,6 +18,10 @@ class Transition(NamedTuple):
     job: Job
     state: JobState
     reason: str = ""
+    # The job's worker and batch when it entered `state`: by the time the owner applies the
+    # effect, a requeued job may already be dispatched again, elsewhere.
+    worker_id: str = ""
+    batch_id: str = ""
 
 
 class Dispatch(NamedTuple):

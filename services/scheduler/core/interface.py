@@ -257,6 +257,14 @@ class SchedulingCore(Protocol):
         """A running job saved a checkpoint it can resume from."""
         ...
 
+    def job_paused(self, job_id: str, batch_id: str) -> None:
+        """A job of a batch paused at a step boundary for more urgent work."""
+        ...
+
+    def job_resumed(self, job_id: str) -> None:
+        """A job resumed on its worker after a pause, or from a checkpoint."""
+        ...
+
     def batch_size(self, batch_id: str) -> int:
         """Jobs the batch was dispatched with (1 when unknown)."""
         ...
@@ -285,6 +293,15 @@ class SchedulingCore(Protocol):
 
     def queued_jobs(self, model: str) -> list[Job]:
         """A model's queued jobs, in no particular order."""
+        ...
+
+    def is_paused(self, job: Job) -> bool:
+        """Whether the job's batch is paused at a step boundary on its worker now."""
+        ...
+
+    def paused_count(self, queue: str) -> int:
+        """Jobs of a queue whose batch is paused at a step boundary now (counted in
+        `running` too)."""
         ...
 
 

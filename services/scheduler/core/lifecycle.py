@@ -206,11 +206,13 @@ class JobLifecycle:
     def _requeue_front(self, job: Job, kind: str, message: str) -> None:
         job.at_front = True
         job.enqueued_at = self._clock()
+        self._outbox.emit(Notice(job, kind, message))
+        # Recorded while the job still names the worker and batch it leaves: its log line
+        # says where it was lost, not where it goes next.
+        self._outbox.transition(job, JobState.QUEUED, message)
         job.worker_id = job.batch_id = None
         self._backlog.add(job)
         self._inflight.watch_limit(job)
-        self._outbox.emit(Notice(job, kind, message))
-        self._outbox.transition(job, JobState.QUEUED, message)
 
     def _finish(self, job: Job, state: JobState, reason: str = "") -> None:
         job.finished_at = self._clock()

@@ -15,7 +15,9 @@ class Outbox:
     def transition(self, job: Job, state: JobState, reason: str = "") -> None:
         """Move a job to `state` and tell the owner (to persist it and publish it)."""
         job.state = state
-        self._effects.append(Transition(job, state, reason))
+        self._effects.append(
+            Transition(job, state, reason, job.worker_id or "", job.batch_id or "")
+        )
 
     def emit(self, effect: Effect) -> None:
         """Queue any other effect (dispatch, cancel, notice, progress)."""

@@ -54,6 +54,10 @@ class Pauser:
         self._paused_for: dict[str, str] = {}
         # Read-only outside this class: batches paused, by the class of the urgent job.
         self.pauses: dict[Priority, int] = dict.fromkeys(Priority, 0)
+        # Job id -> the batch its worker said it paused in, until it says it resumed. The
+        # worker's word, not `_paused_for`: a pause asked for happens only at the next step
+        # boundary, and not at all when the batch ends or the worker declines first.
+        self._halted: dict[str, str] = {}
 
     @property
     def enabled(self) -> bool:
@@ -91,6 +95,39 @@ class Pauser:
             self.pauses[urgent.priority] += 1
             dispatched.append(dispatch)
         return dispatched
+
+    def job_paused(self, job_id: str, batch_id: str) -> None:
+        """The worker paused `job_id` of `batch_id` at a step boundary (its notice)."""
+        job = self._table.jobs.get(job_id)
+        # A late notice of a batch the job has left since must not mark its new run.
+        if job is not None and job.batch_id == batch_id:
+            self._halted[job_id] = batch_id
+
+    def job_resumed(self, job_id: str) -> None:
+        """The worker resumed `job_id` where it paused (or from a checkpoint elsewhere)."""
+        self._halted.pop(job_id, None)
+
+    def is_paused(self, job: Job) -> bool:
+        """Whether `job`'s batch is paused at a step boundary on its worker now."""
+        # A job that ended, was requeued or moved to another batch while paused gets no
+        # resume notice: its record then names a batch it is no longer running in.
+        return (
+            job.state is JobState.RUNNING
+            and job.batch_id is not None
+            and self._halted.get(job.job_id) == job.batch_id
+        )
+
+    def paused_count(self, queue: str) -> int:
+        """Jobs of `queue` paused now; drops the records `is_paused` no longer honours."""
+        jobs = self._table.jobs
+        count = 0
+        for job_id in list(self._halted):
+            job = jobs.get(job_id)
+            if job is None or not self.is_paused(job):
+                del self._halted[job_id]
+            elif job.queue == queue:
+                count += 1
+        return count
 
     def _forget_ended(self) -> None:
         batch = self._inflight.batch

@@ -109,7 +109,7 @@ class SchedulerCore:
             outbox,
         )
         pauser = Pauser(self.specs, policy.pausing, policy.queues, table, backlog, inflight)
-        dispatcher.pauser = pauser
+        dispatcher.pauser = self._pauser = pauser
         dispatcher.residency = self.residency
         dispatcher.window_when_idle = policy.dispatching.window_when_idle
         self.jobs = table.jobs
@@ -259,6 +259,15 @@ class SchedulerCore:
         """A running job saved a checkpoint it can resume from."""
         self._lifecycle.job_checkpointed(job_id, batch_id, checkpoint, step)
 
+    def job_paused(self, job_id: str, batch_id: str) -> None:
+        """A job of a batch paused at a step boundary for more urgent work (its worker's
+        notice); see `Pauser.job_paused`."""
+        self._pauser.job_paused(job_id, batch_id)
+
+    def job_resumed(self, job_id: str) -> None:
+        """A job resumed on its worker after a pause, or from a checkpoint."""
+        self._pauser.job_resumed(job_id)
+
     def batch_size(self, batch_id: str) -> int:
         """Jobs the batch was dispatched with (1 when unknown)."""
         return self._lifecycle.batch_size(batch_id)
@@ -290,3 +299,12 @@ class SchedulerCore:
     def queued_jobs(self, model: str) -> list[Job]:
         """A model's queued jobs, in no particular order."""
         return self._backlog.queued_jobs(model)
+
+    def is_paused(self, job: Job) -> bool:
+        """Whether the job's batch is paused at a step boundary on its worker now."""
+        return self._pauser.is_paused(job)
+
+    def paused_count(self, queue: str) -> int:
+        """Jobs of a queue whose batch is paused at a step boundary now (counted in
+        `running`, which holds every job dispatched or running)."""
+        return self._pauser.paused_count(queue)

@@ -159,6 +159,7 @@ def job_info(message: common_pb2.JobInfo) -> JobInfo:
         height=message.height,
         num_frames=message.num_frames,
         fps=message.fps,
+        paused=message.paused,
         mime_type=message.result.mime_type,
         size_bytes=message.result.artifact.size_bytes,
         sha256=message.result.artifact.sha256,

@@ -145,3 +145,29 @@ async def test_a_gateway_that_does_not_trace_forwards_its_callers_trace(
         assert mesh.core.jobs[untraced.job_id].trace_carrier == {}
     finally:
         await stop_mesh(mesh)
+
+
+async def test_a_restarted_scheduler_logs_each_job_it_takes_back(
+    tmp_path: Path, models_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="mediamesh.scheduler")
+    # No worker: the jobs are still queued when the scheduler stops.
+    mesh = await start_mesh(tmp_path, models_dir, [])
+    try:
+        trace_of = {await submit_under(mesh, t, name): t for name, t in TRACES.items()}
+    finally:
+        await stop_mesh(mesh)
+    caplog.clear()
+    mesh = await start_mesh(tmp_path, models_dir, [])
+    await stop_mesh(mesh)
+    recovered = [
+        record
+        for record in caplog.records
+        if getattr(record, "fields", {}).get("reason") == "recovered after a scheduler restart"
+    ]
+    assert sorted(r.fields["job_id"] for r in recovered) == sorted(trace_of)  # type: ignore[attr-defined]
+    for record in recovered:
+        line = record.fields  # type: ignore[attr-defined]
+        assert record.levelno == logging.INFO and record.name == "mediamesh.scheduler"
+        assert line["state"] == "QUEUED" and line["previous_state"] == "QUEUED", line
+        assert line["attempt"] == 0 and line["trace_id"] == trace_of[line["job_id"]], line

@@ -6,9 +6,15 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
+import grpc
 from prometheus_client import REGISTRY
 
-from mediamesh.common.generated.v1 import common_pb2
+from mediamesh.common.generated.v1 import (
+    common_pb2,
+    gateway_pb2,
+    scheduler_pb2,
+    scheduler_pb2_grpc,
+)
 from mediamesh.scheduler.core.jobs import Priority
 from tests.service.conftest import start_mesh, stop_mesh
 
@@ -93,5 +99,58 @@ async def test_realtime_job_pauses_a_long_batch_batch_which_then_ends_unchanged(
             quiet_notices = [e.notice.kind for e in quiet_run if e.HasField("notice")]
             assert "paused" not in quiet_notices
             assert paused_run[-1].result.data == quiet_run[-1].result.data
+    finally:
+        await stop_mesh(mesh)
+
+
+async def test_a_paused_job_reads_paused_in_get_job_and_apart_from_running_in_status(
+    tmp_path, models_dir
+) -> None:
+    mesh = await start_mesh(tmp_path, models_dir, [["flux-tiny"]], scheduler=SCHEDULER)
+    try:
+        stub = mesh.gateway_stub()
+        channel = grpc.aio.insecure_channel(f"127.0.0.1:{mesh.scheduler.port}")
+        mesh.channels.append(channel)
+        scheduler = scheduler_pb2_grpc.SchedulerStub(channel)
+        bulk = [asyncio.create_task(collect(stub.Generate(r))) for r in bulk_requests()]
+        core = mesh.core
+        for _ in range(1500):
+            jobs = [j for j in core.jobs.values() if j.priority is Priority.BATCH]
+            if len(jobs) == 2 and all(j.step >= 3 for j in jobs):
+                break
+            await asyncio.sleep(0.01)
+        else:
+            raise AssertionError("the BATCH batch did not get going")
+        watched = jobs[0]
+        # Long enough (about a second) to be seen running while the BATCH batch waits.
+        urgent = common_pb2.GenerateRequest(
+            model="flux-tiny", prompt="now", steps=50, width=256, height=256, seed=9
+        )
+        urgent.priority = common_pb2.REALTIME
+        urgent_run = asyncio.create_task(collect(stub.Generate(urgent)))
+        seen: tuple[common_pb2.JobInfo, scheduler_pb2.MeshStatus] | None = None
+        while seen is None and not urgent_run.done():
+            # A job pauses at most once here (pause_max_per_job 1): paused before and after
+            # the calls means paused while they were answered.
+            before = core.is_paused(watched)
+            info = await stub.GetJob(gateway_pb2.GetJobRequest(job_id=watched.job_id))
+            status = await scheduler.GetStatus(scheduler_pb2.GetStatusRequest())
+            if before and core.is_paused(watched):
+                seen = (info, status)
+            await asyncio.sleep(0.005)
+        assert seen is not None, "the BATCH batch was never seen paused"
+        info, status = seen
+        assert info.state == common_pb2.RUNNING and info.paused
+        [image] = [q for q in status.queues if q.name == "image"]
+        # Three jobs hold the worker, one of them computing.
+        assert (image.running, image.paused) == (1, 2)
+
+        await asyncio.wait_for(urgent_run, 60)
+        await asyncio.wait_for(asyncio.gather(*bulk), 120)
+        info = await stub.GetJob(gateway_pb2.GetJobRequest(job_id=watched.job_id))
+        assert info.state == common_pb2.SUCCEEDED and not info.paused
+        status = await scheduler.GetStatus(scheduler_pb2.GetStatusRequest())
+        [image] = [q for q in status.queues if q.name == "image"]
+        assert (image.running, image.paused) == (0, 0)
     finally:
         await stop_mesh(mesh)

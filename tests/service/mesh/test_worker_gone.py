@@ -5,6 +5,7 @@ cost them, one more lost worker out of their max_attempts)."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 
 from mediamesh.common.generated.v1 import common_pb2
@@ -41,7 +42,10 @@ class BreaksOnce:
         await self._link.close()
 
 
-async def test_a_broken_batch_stream_drops_the_worker_and_counts_one_loss(tmp_path, models_dir):
+async def test_a_broken_batch_stream_drops_the_worker_and_counts_one_loss(
+    tmp_path, models_dir, caplog
+):
+    caplog.set_level(logging.INFO, logger="mediamesh.scheduler")
     mesh = await start_mesh(tmp_path, models_dir, [["echo"]])
     try:
         batches = mesh.scheduler.runtime.batches
@@ -57,5 +61,12 @@ async def test_a_broken_batch_stream_drops_the_worker_and_counts_one_loss(tmp_pa
         # Its second run waited for the worker to register again.
         await until(lambda: worker_id in mesh.core.units)
         assert mesh.core.units[worker_id].info is not registration
+        # The requeue's log line names where the job was lost, not where it went next.
+        (requeued,) = [
+            r.fields  # type: ignore[attr-defined]
+            for r in caplog.records
+            if getattr(r, "fields", {}).get("reason", "").startswith(f"worker {worker_id} lost")
+        ]
+        assert (requeued["worker"], requeued["batch"]) == (worker_id, link.broken[0])
     finally:
         await stop_mesh(mesh)

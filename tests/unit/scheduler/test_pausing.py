@@ -249,3 +249,44 @@ def test_the_batch_beside_an_encoding_one_keeps_the_first_steps_guard():
     core.take_effects()
     submit(core, priority=Priority.REALTIME, seed=99)
     assert core.schedule() == []
+
+
+def test_a_job_reads_paused_from_its_workers_notice_until_it_resumes():
+    clock = FakeClock()
+    core = make_core(clock)
+    paused, bulk = running_bulk(core, clock)
+    submit(core, priority=Priority.REALTIME)
+    clock.advance(1)
+    [urgent] = core.schedule()
+    assert urgent.pauses == paused.batch_id
+    # Asked, not done: the batch computes until its next step boundary.
+    assert not any(core.is_paused(j) for j in bulk)
+    assert core.paused_count("image") == 0
+    for job in bulk:
+        core.job_paused(job.job_id, paused.batch_id)
+    assert all(core.is_paused(j) and j.state is JobState.RUNNING for j in bulk)
+    assert core.paused_count("image") == 2
+    # `running` still holds them: a status that shows what computes takes them out.
+    assert core.running["image"] == 3
+    for job in bulk:
+        core.job_resumed(job.job_id)
+    assert not any(core.is_paused(j) for j in bulk)
+    assert core.paused_count("image") == 0
+
+
+def test_a_paused_job_that_leaves_its_batch_is_no_longer_paused():
+    clock = FakeClock()
+    core = make_core(clock)
+    paused, bulk = running_bulk(core, clock)
+    submit(core, priority=Priority.REALTIME)
+    clock.advance(1)
+    core.schedule()
+    for job in bulk:
+        core.job_paused(job.job_id, paused.batch_id)
+    # No resume notice comes from a lost worker; the jobs go back in line.
+    core.worker_lost("w0", "gone")
+    assert not any(core.is_paused(j) for j in bulk)
+    assert core.paused_count("image") == 0
+    # A late notice of the batch the job left does not mark it either.
+    core.job_paused(bulk[0].job_id, paused.batch_id)
+    assert not core.is_paused(bulk[0])

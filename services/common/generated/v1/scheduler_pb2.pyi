@@ -180,7 +180,7 @@ class GetStatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class QueueStatus(_message.Message):
-    __slots__ = ("name", "depth", "depth_by_priority", "work_s", "oldest_wait_s", "sla_s", "running")
+    __slots__ = ("name", "depth", "depth_by_priority", "work_s", "oldest_wait_s", "sla_s", "running", "paused")
     class DepthByPriorityEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -195,6 +195,7 @@ class QueueStatus(_message.Message):
     OLDEST_WAIT_S_FIELD_NUMBER: _ClassVar[int]
     SLA_S_FIELD_NUMBER: _ClassVar[int]
     RUNNING_FIELD_NUMBER: _ClassVar[int]
+    PAUSED_FIELD_NUMBER: _ClassVar[int]
     name: str
     depth: int
     depth_by_priority: _containers.ScalarMap[str, int]
@@ -202,7 +203,8 @@ class QueueStatus(_message.Message):
     oldest_wait_s: float
     sla_s: float
     running: int
-    def __init__(self, name: _Optional[str] = ..., depth: _Optional[int] = ..., depth_by_priority: _Optional[_Mapping[str, int]] = ..., work_s: _Optional[float] = ..., oldest_wait_s: _Optional[float] = ..., sla_s: _Optional[float] = ..., running: _Optional[int] = ...) -> None: ...
+    paused: int
+    def __init__(self, name: _Optional[str] = ..., depth: _Optional[int] = ..., depth_by_priority: _Optional[_Mapping[str, int]] = ..., work_s: _Optional[float] = ..., oldest_wait_s: _Optional[float] = ..., sla_s: _Optional[float] = ..., running: _Optional[int] = ..., paused: _Optional[int] = ...) -> None: ...
 
 class WorkerSummary(_message.Message):
     __slots__ = ("worker_id", "pool", "devices", "models", "load_s", "state", "address", "adapters", "warming")
