@@ -16,20 +16,21 @@ from mediamesh.common.work import JobParams, StepDone, WorkerEvent
 from mediamesh.scheduler.batches import WorkerLink
 from mediamesh.scheduler.core.jobs import JobState
 from tests.service.conftest import start_mesh, stop_mesh
+from tests.service.mesh.link_wrappers import ForwardingLink
 
 # Longer than the old fixed wait, so only an acknowledgement gets the events through.
 EVENT_DELAY_S = 0.4
 
 
-class SlowScheduler:
+class SlowScheduler(ForwardingLink):
     """The real link, with the scheduler taking EVENT_DELAY_S over each event it reads."""
 
     def __init__(self, link: WorkerLink) -> None:
-        self._link = link
+        super().__init__(link)
         self.first_step = asyncio.Event()
 
     async def run_batch(
-        self, address: str, batch_id: str, model: str, jobs: list[JobParams]
+        self, address: str, batch_id: str, model: str, jobs: list[JobParams], **options: str
     ) -> AsyncIterator[list[WorkerEvent]]:
         async for events in self._link.run_batch(address, batch_id, model, jobs):
             for event in events:
@@ -37,15 +38,6 @@ class SlowScheduler:
                     self.first_step.set()
                 await asyncio.sleep(EVENT_DELAY_S)
                 yield [event]
-
-    def reset(self, address: str) -> None:
-        self._link.reset(address)
-
-    async def cancel(self, address: str, job_ids: list[str]) -> None:
-        await self._link.cancel(address, job_ids)
-
-    async def close(self) -> None:
-        await self._link.close()
 
 
 async def until(predicate: Callable[[], bool], timeout: float = 30.0) -> None:

@@ -24,6 +24,7 @@ from mediamesh.scheduler.batches import WorkerLink
 from mediamesh.scheduler.core.jobs import Job, JobState
 from mediamesh.scheduler.store.job_store import JobStore
 from tests.service.conftest import InProcessMesh, start_mesh, stop_mesh
+from tests.service.mesh.link_wrappers import ForwardingLink
 
 
 class FailingStore(JobStore):
@@ -50,27 +51,18 @@ class FailingStore(JobStore):
         await super().save_many(rows, *others)
 
 
-class RecordingLink:
+class RecordingLink(ForwardingLink):
     """The real link to the workers, noting every batch the scheduler sends."""
 
     def __init__(self, link: WorkerLink) -> None:
-        self._link = link
+        super().__init__(link)
         self.batches: list[list[str]] = []
 
     def run_batch(
-        self, address: str, batch_id: str, model: str, jobs: list[JobParams]
+        self, address: str, batch_id: str, model: str, jobs: list[JobParams], **options: str
     ) -> AsyncIterator[list[WorkerEvent]]:
         self.batches.append([job.job_id for job in jobs])
-        return self._link.run_batch(address, batch_id, model, jobs)
-
-    def reset(self, address: str) -> None:
-        self._link.reset(address)
-
-    async def cancel(self, address: str, job_ids: list[str]) -> None:
-        await self._link.cancel(address, job_ids)
-
-    async def close(self) -> None:
-        await self._link.close()
+        return super().run_batch(address, batch_id, model, jobs, **options)
 
 
 def failures(op: str) -> float:

@@ -12,15 +12,16 @@ from mediamesh.common.generated.v1 import common_pb2
 from mediamesh.common.work import JobParams, WorkerEvent
 from mediamesh.scheduler.batches import WorkerGone, WorkerLink
 from tests.service.conftest import start_mesh, stop_mesh
+from tests.service.mesh.link_wrappers import ForwardingLink
 from tests.service.mesh.test_unreachable_worker import result_state, until
 
 
-class BreaksOnce:
+class BreaksOnce(ForwardingLink):
     """The real link, whose first batch loses its connection after its first events, as
     when the worker is killed mid-batch while its registration still stands."""
 
     def __init__(self, link: WorkerLink) -> None:
-        self._link = link
+        super().__init__(link)
         self.broken: list[str] = []
 
     async def run_batch(
@@ -31,15 +32,6 @@ class BreaksOnce:
             if not self.broken:
                 self.broken.append(batch_id)
                 raise WorkerGone("UNAVAILABLE: Socket closed")
-
-    def reset(self, address: str) -> None:
-        self._link.reset(address)
-
-    async def cancel(self, address: str, job_ids: list[str]) -> None:
-        await self._link.cancel(address, job_ids)
-
-    async def close(self) -> None:
-        await self._link.close()
 
 
 async def test_a_broken_batch_stream_drops_the_worker_and_counts_one_loss(
