@@ -127,20 +127,13 @@ def _cmd_jobs(args: argparse.Namespace) -> int:
 
 def _matching(client: Client, args: argparse.Namespace) -> Iterator[JobInfo]:
     """The jobs the flags ask for after `--after`, fetched a page at a time as read."""
-    page_size = min(args.limit or MAX_JOB_PAGE_SIZE, MAX_JOB_PAGE_SIZE)
-    after = args.after
-    while True:
-        page = client.list_jobs(
-            states=args.state,
-            models=args.model,
-            page_size=page_size,
-            after=after,
-            oldest_first=args.oldest_first,
-        )
-        yield from page.jobs
-        if not page.has_more or page.last_id is None:
-            return
-        after = page.last_id
+    return client.iter_jobs(
+        states=args.state,
+        models=args.model,
+        oldest_first=args.oldest_first,
+        after=args.after,
+        page_size=min(args.limit or MAX_JOB_PAGE_SIZE, MAX_JOB_PAGE_SIZE),
+    )
 
 
 def job_table(jobs: list[JobInfo]) -> str:

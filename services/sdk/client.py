@@ -142,9 +142,12 @@ class Client(ClientBase):
         states: Iterable[JobState | str] = (),
         models: Iterable[str] = (),
         oldest_first: bool = False,
+        after: str | None = None,
+        page_size: int = MAX_JOB_PAGE_SIZE,
     ) -> Iterator[JobInfo]:
-        """Every job `list_jobs` would list, fetched a page of 100 at a time."""
-        query = JobQuery.of(states, models, MAX_JOB_PAGE_SIZE, None, oldest_first)
+        """Every job `list_jobs` would list (after `after`), fetched `page_size` at a time
+        as the caller reads on."""
+        query = JobQuery.of(states, models, page_size, after, oldest_first)
         while True:
             page = self._transport.list_jobs(query)
             yield from page.jobs
