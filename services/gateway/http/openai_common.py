@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import re
 from collections.abc import Awaitable, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
@@ -15,7 +16,10 @@ from mediamesh.common.params import parse_priority
 from mediamesh.gateway.api.json_plane import JsonObject, JsonPlane
 from mediamesh.gateway.core.tenancy import Caller, Tenancy
 
+log = logging.getLogger("mediamesh.gateway.openai")
 _SIZE = re.compile(r"(\d+)x(\d+)", re.ASCII)
+# OpenAI sets no bound on `user`; one here keeps a caller's string out of the logs' bulk.
+MAX_END_USER_CHARS = 256
 # The message heads of the mesh's fields that OpenAI's `size` sets, for `openai_names`.
 SIZE_NAMES = {"width": "size: width", "height": "size: height"}
 
@@ -152,6 +156,21 @@ async def final_event(plane: JsonPlane, job_id: str, caller: Caller) -> JsonObje
 async def result_bytes(plane: JsonPlane, job_id: str, caller: Caller) -> bytes:
     """The whole result of a finished job."""
     return b"".join([chunk.data async for chunk in plane.download(job_id, caller)])
+
+
+def checked_end_user(user: str | None) -> str | None:
+    """OpenAI's `user` (the caller's own end user), within its bound; 400 beyond it."""
+    if user is not None and len(user) > MAX_END_USER_CHARS:
+        raise InvalidArgument(f"user: {len(user)} characters; at most {MAX_END_USER_CHARS}")
+    return user or None
+
+
+def log_end_user(route: str, caller: Caller, user: str | None, jobs: list[str]) -> None:
+    """One line tying the jobs an OpenAI request made to the end user it names: what OpenAI
+    has the field for (tracing abuse to a product's user), here for the operator's logs."""
+    if user:
+        fields = {"route": route, "tenant": caller.tenant, "end_user": user, "jobs": jobs}
+        log.info("openai request for an end user", extra={"fields": fields})
 
 
 def mesh_fields(extra: dict[str, Any]) -> JsonObject:

@@ -32,9 +32,12 @@ from mediamesh.gateway.core.tenancy import Caller
 from mediamesh.gateway.http.bodies import read_form, read_model
 from mediamesh.gateway.http.context import Authorization, context_of, result_url
 from mediamesh.gateway.http.openai_common import (
+    MAX_END_USER_CHARS,
     SIZE_NAMES,
     admitted,
+    checked_end_user,
     final_event,
+    log_end_user,
     mesh_fields,
     openai_names,
     parse_size,
@@ -66,7 +69,11 @@ class ImageGeneration(BaseModel):
     response_format: ResponseFormat = "b64_json"
     output_format: Literal["png", "jpeg", "webp"] | None = None
     output_compression: int | None = Field(None, ge=0, le=100)
-    user: str | None = Field(None, description="Accepted and not used")
+    user: str | None = Field(
+        None,
+        description="Your end user's id: logged by the gateway with the jobs it made",
+        max_length=MAX_END_USER_CHARS,
+    )
     steps: int | None = None
     seed: int | None = None
     negative_prompt: str | None = None
@@ -138,6 +145,7 @@ async def generate_images(request: Request, authorization: Authorization = None)
         admitted(context.plane.tenancy, caller, model, body.priority, body.n) as paid,
     ):
         jobs = await submit_all(plane, caller, (plane.submit(r, paid) for r in requests))
+    log_end_user("/v1/images/generations", caller, body.user, jobs)
     data = [await _image(plane, job, caller, body.response_format, request) for job in jobs]
     return {"created": int(time.time()), "data": data, "size": body.size}
 
@@ -192,7 +200,7 @@ async def edit_images(request: Request, authorization: Authorization = None) -> 
     response_format: ResponseFormat = "url" if requested_format == "url" else "b64_json"
     n = _count(form.pop("n", "1"))
     size = parse_size(form.pop("size", None), model)
-    form.pop("user", None)
+    user = checked_end_user(form.pop("user", None))
     fields = {"model": model["name"], "prompt": prompt, **{k: str(v) for k, v in size.items()}}
     unknown = sorted(set(files) - {"image", "mask"})
     if unknown:
@@ -205,6 +213,7 @@ async def edit_images(request: Request, authorization: Authorization = None) -> 
         generate.result_as_url = _as_url(response_format)
         with admitted(context.plane.tenancy, caller, model, form.get("priority"), n) as paid:
             jobs = await submit_all(plane, caller, (plane.submit(generate, paid) for _ in range(n)))
+    log_end_user("/v1/images/edits", caller, user, jobs)
     data = [await _image(plane, job, caller, response_format, request) for job in jobs]
     return {"created": int(time.time()), "data": data}
 

@@ -4,6 +4,7 @@ client sent (`param`) and the limit; `seconds` becomes a frame count the model a
 from __future__ import annotations
 
 import base64
+import logging
 from collections.abc import Awaitable
 
 import httpx
@@ -263,4 +264,39 @@ async def test_an_ended_video_is_not_claimed_deleted(
     # It was not deleted, and the answer did not say so.
     assert (await client.videos.retrieve(video.id)).status == "completed"
     assert len((await client.videos.download_content(video.id)).read()) > 100
+    await client.close()
+
+
+async def test_the_end_user_is_logged_with_the_jobs_it_made(
+    http_mesh: InProcessMesh,  # noqa: F811
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    client = openai_client(http_mesh)
+    caplog.set_level(logging.INFO, logger="mediamesh.gateway.openai")
+    made = await client.images.generate(
+        model="flux-tiny", prompt="x", n=2, user="end-user-7", extra_body={"steps": 1}
+    )
+    edited = await client.images.edit(
+        model="flux-img2img-tiny", prompt="x", image=("in.png", png_bytes(), "image/png"),
+        user="end-user-8", extra_body={"steps": 2},
+    )  # fmt: skip
+    assert len(made.data or []) == 2 and len(edited.data or []) == 1
+    lines = [r for r in caplog.records if r.name == "mediamesh.gateway.openai"]
+    fields = [getattr(r, "fields") for r in lines]
+    assert [(f["route"], f["end_user"], len(f["jobs"])) for f in fields] == [
+        ("/v1/images/generations", "end-user-7", 2),
+        ("/v1/images/edits", "end-user-8", 1),
+    ]
+    assert all(f["tenant"] for f in fields)
+    # Unbounded strings stay out of the logs: the field and its bound in the 400.
+    for call in (
+        client.images.generate(model="flux-tiny", prompt="x", user="u" * 257),
+        client.images.edit(
+            model="flux-img2img-tiny", prompt="x", image=("in.png", png_bytes(), "image/png"),
+            user="u" * 257,
+        ),
+    ):  # fmt: skip
+        with pytest.raises(openai.BadRequestError) as refused:
+            await call
+        assert refused.value.param == "user" and "256" in refused.value.message
     await client.close()
