@@ -75,6 +75,10 @@ class DiffusionHost:
         """A reason the jobs cannot run on this model, or None."""
         return None
 
+    def refusal(self, job: JobParams) -> str | None:
+        """Why this one job cannot run on this model, or None; the batch's others still run."""
+        return None
+
     def group_key(self, job: JobParams) -> tuple[Any, ...]:
         """Jobs with different keys run in separate pipeline calls."""
         return ()
@@ -119,6 +123,10 @@ class DiffusionHost:
             torch.cuda.empty_cache()
 
     def _run(self, jobs: list[JobParams], control: ControlView, terminals: Terminals) -> None:
+        refused = {job.job_id: reason for job in jobs if (reason := self.refusal(job))}
+        for job_id, reason in refused.items():
+            terminals.send(job_id, JobFailed(job_id, StatusCode.INVALID_ARGUMENT, reason))
+        jobs = [job for job in jobs if job.job_id not in refused]
         if not jobs:
             return
         problem = _shape_mismatch(jobs) or self.validate(jobs)

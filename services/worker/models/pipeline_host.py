@@ -60,6 +60,13 @@ class PipelineHost(DiffusionHost):
                 "callback_on_step_end nor callback, so steps cannot be observed or stopped"
             )
         self.step_cache = StepCache(spec, pipeline, self.denoiser) if spec.cache else None
+        # A guidance-distilled UNet (LCM and the like) takes guidance as an embedding, and
+        # its pipeline then never runs classifier-free guidance, whatever the scale: the
+        # negative prompt, only CFG's unconditional half, would be dropped.
+        unet_config = getattr(getattr(pipeline, "unet", None), "config", None)
+        self.guidance_distilled = spec.negative_prompt_needs_cfg and (
+            getattr(unet_config, "time_cond_proj_dim", None) is not None
+        )
 
     # Family hooks -------------------------------------------------------------------
 
@@ -74,6 +81,15 @@ class PipelineHost(DiffusionHost):
         frames = jobs[0].generation.num_frames
         if frames < 1 or (frames - 1) % multiple != 0:
             return f"{self.spec.name} needs (num_frames - 1) % {multiple} == 0, got {frames}"
+        return None
+
+    def refusal(self, job: JobParams) -> str | None:
+        if job.generation.negative_prompt and self.guidance_distilled:
+            return (
+                f"negative_prompt: {self.spec.name}'s UNet is guidance-distilled "
+                "(time_cond_proj_dim is set), so it runs no classifier-free guidance and "
+                "would drop a negative prompt; leave negative_prompt unset"
+            )
         return None
 
     def group_key(self, job: JobParams) -> tuple[Any, ...]:
