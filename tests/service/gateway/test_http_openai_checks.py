@@ -282,7 +282,7 @@ async def test_the_end_user_is_logged_with_the_jobs_it_made(
     )  # fmt: skip
     assert len(made.data or []) == 2 and len(edited.data or []) == 1
     lines = [r for r in caplog.records if r.name == "mediamesh.gateway.openai"]
-    fields = [getattr(r, "fields") for r in lines]
+    fields = [r.fields for r in lines]
     assert [(f["route"], f["end_user"], len(f["jobs"])) for f in fields] == [
         ("/v1/images/generations", "end-user-7", 2),
         ("/v1/images/edits", "end-user-8", 1),
