@@ -12,11 +12,7 @@ def check_context_degrees(mode: str, ulysses: int, ring: int, devices: int) -> N
     `devices` is the number of listed devices; 0 means one rank per degree on the worker's
     own device."""
     if mode != "context":
-        if ulysses != 1 or ring != 1:
-            raise ValueError(
-                f"parallelism.ulysses/ring: only context mode splits the sequence, not {mode} mode"
-            )
-        return
+        return  # set outside context mode, they are refused with the other modes' fields
     ranks = ulysses * ring
     if ranks < 2:
         raise ValueError(

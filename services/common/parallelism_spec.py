@@ -6,12 +6,20 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from mediamesh.common.context_spec import check_context_degrees
 
-# The modes that read each mode-specific parallelism field (ulysses and ring: context mode,
-# checked in `common.context_spec`). Set outside them, a field would change nothing.
+# The modes that read each mode-specific parallelism field. Set outside them, a field would
+# change nothing.
 MODE_FIELDS: dict[str, tuple[str, ...]] = {
     "devices": ("pipeline", "tensor", "context"),
     "device_map": ("pipeline",),
@@ -19,6 +27,8 @@ MODE_FIELDS: dict[str, tuple[str, ...]] = {
     "offload_folder": ("pipeline",),
     "size": ("tensor",),
     "backend": ("tensor",),
+    "ulysses": ("context",),
+    "ring": ("context",),
 }
 # accelerate's `max_memory` sizes (`accelerate.utils.convert_file_size_to_int`): a number and
 # a decimal or binary unit, or a whole number of bytes. Matched here because importing
@@ -48,13 +58,12 @@ def check_memory_device(field: str, device: object) -> None:
 
 
 def check_mode_fields(options: ParallelismSpec) -> None:
-    """ValueError naming each field set to other than its default outside the modes that
-    read it. A value equal to the default is let through: a spec dumped and read again (as a
-    tensor-parallel helper rank does) carries every field."""
+    """ValueError naming each field set outside the modes that read it, even to its default
+    value: the entry's author meant something by it that this mode will not do. (A dumped
+    spec leaves those fields out, so it reads back: `ParallelismSpec._mode_fields_only`.)"""
     misplaced: list[str] = []
     for field, modes in MODE_FIELDS.items():
-        default = ParallelismSpec.model_fields[field].get_default(call_default_factory=True)
-        if options.mode not in modes and getattr(options, field) != default:
+        if options.mode not in modes and field in options.model_fields_set:
             takers = " or ".join((", ".join(modes[:-1]), modes[-1])) if modes[1:] else modes[0]
             misplaced.append(f"parallelism.{field}: only {takers} mode takes it")
     if misplaced:
@@ -102,6 +111,14 @@ class ParallelismSpec(BaseModel):
                 "every rank on the worker's device"
             )
         return self
+
+    @model_serializer(mode="wrap")
+    def _mode_fields_only(self, dump: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # Fields this mode does not read can only hold their defaults (validation refuses
+        # them set); leaving them out lets a dump, as a tensor-parallel helper rank gets
+        # its entry, read back without being refused as set outside their mode.
+        dumped: dict[str, Any] = dump(self)
+        return {k: v for k, v in dumped.items() if self.mode in MODE_FIELDS.get(k, (self.mode,))}
 
     @field_validator("max_memory", mode="before")
     @classmethod

@@ -41,7 +41,7 @@ def test_degrees_multiply_into_the_group_size() -> None:
             {"mode": "context", "ulysses": 2, "devices": ["cuda:0", "cuda:1", "cuda:2"]},
             r"parallelism.devices: 3 devices listed, but ulysses \* ring = 2 \* 1 = 2",
         ),
-        ({"mode": "tensor", "ulysses": 2}, "parallelism.ulysses/ring: only context mode"),
+        ({"mode": "tensor", "ulysses": 2}, "parallelism.ulysses: only context mode takes it"),
         ({"mode": "sequence"}, "mode: Input should be"),
     ],
 )

@@ -82,6 +82,13 @@ def accepted(entry: dict[str, Any], **changes: Any) -> Any:
             {"mode": "tensor", "size": 2, "device_map": "sequential"},
             ["parallelism.device_map: only pipeline mode takes it, not tensor mode"],
         ),
+        # Set to the default value is still set: the author expected it to do something.
+        ({"mode": "data", "device_map": "balanced"}, ["parallelism.device_map: only pipeline"]),
+        ({"mode": "data", "size": 1}, ["parallelism.size: only tensor mode takes it"]),
+        ({"mode": "pipeline", "backend": "torch"}, ["parallelism.backend: only tensor mode"]),
+        ({"mode": "data", "devices": []}, ["parallelism.devices: only pipeline, tensor"]),
+        ({"mode": "tensor", "ulysses": 2}, ["parallelism.ulysses: only context mode takes it"]),
+        ({"mode": "data", "ring": 1}, ["parallelism.ring: only context mode takes it"]),
     ],
 )
 def test_a_parallelism_field_outside_its_mode_is_refused(
@@ -112,10 +119,16 @@ def test_each_mode_takes_its_own_fields() -> None:
 
 
 def test_entries_dumped_with_every_field_read_back() -> None:
-    # A tensor-parallel helper rank rebuilds its spec from `model_dump()`, defaults and all.
+    # A tensor-parallel helper rank rebuilds its spec from `model_dump()`, defaults and all;
+    # a dumped spec leaves out the fields its mode does not read.
     for spec in load_registry().models:
-        again = parse_registry({"models": [spec.model_dump(mode="json")]}).models[0]
-        assert again == spec
+        for dumped in (spec.model_dump(mode="json"), spec.model_dump()):
+            again = parse_registry({"models": [dumped]}).models[0]
+            assert again == spec
+    for options in ({"mode": "pipeline", "device_map": "auto"}, {"mode": "tensor", "size": 2}):
+        spec = accepted(IMAGE, parallelism=options)
+        assert parse_registry({"models": [spec.model_dump()]}).models[0] == spec
+        assert spec.parallelism.model_dump().keys() >= options.keys()
 
 
 @pytest.mark.parametrize("devices", [["cpu", "cpu", "cpu"], ["cpu"]])
