@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from pathlib import Path
 from types import TracebackType
 from typing import Unpack
@@ -121,7 +121,7 @@ class AsyncClient(ClientBase):
         the job runs on to its result. Stop it with `await client.cancel(job_id)`.
         """
         params = generate_params(model, prompt, options)
-        return self._follow(self._generate(params))
+        return self._follow(self._generate(params), resend=lambda: self._generate(params))
 
     async def submit(
         self, model: str, prompt: str, **options: Unpack[GenerateOptions]
@@ -143,7 +143,7 @@ class AsyncClient(ClientBase):
         """Yield a job's events from its current state to its Result or Error (replayed at
         once for a job that already ended), re-attaching as generate does when the stream
         breaks off. Like generate, stopping early leaves the job running: see cancel."""
-        return self._follow(self._transport.watch(job_id))
+        return self._follow(self._transport.watch(job_id), job_id=job_id)
 
     async def cancel(self, job_id: str) -> JobInfo:
         """Cancel a job (a queued one at once, a running one at its next step); cancelling an
@@ -239,8 +239,14 @@ class AsyncClient(ClientBase):
                     yield event
             return
 
-    async def _follow(self, events: AsyncIterator[Event]) -> AsyncIterator[Event]:
-        stream = JobStream(self.settings)
+    async def _follow(
+        self,
+        events: AsyncIterator[Event],
+        *,
+        job_id: str = "",
+        resend: Callable[[], AsyncIterator[Event]] | None = None,
+    ) -> AsyncIterator[Event]:
+        stream = JobStream(self.settings, job_id=job_id, resendable=resend is not None)
         while True:
             try:
                 event = await anext(events, None)
@@ -253,7 +259,10 @@ class AsyncClient(ClientBase):
                 if wait is None:
                     raise broken
                 await asyncio.sleep(wait)
-                events = self._transport.watch(stream.job_id, stream.watch_timeout_s())
+                if stream.job_id or resend is None:
+                    events = self._transport.watch(stream.job_id, stream.watch_timeout_s())
+                else:
+                    events = resend()
                 continue
             assert event is not None
             if not stream.is_news(event):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Generator, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import Unpack
@@ -90,7 +90,7 @@ class Client(ClientBase):
         `client.cancel(job_id)`.
         """
         params = generate_params(model, prompt, options)
-        return self._follow(self._generate(params))
+        return self._follow(self._generate(params), resend=lambda: self._generate(params))
 
     def submit(self, model: str, prompt: str, **options: Unpack[GenerateOptions]) -> JobHandle:
         """Accept a job and return its handle at once; follow it with watch."""
@@ -110,7 +110,7 @@ class Client(ClientBase):
         """Yield a job's events from its current state to its Result or Error (replayed at
         once for a job that already ended), re-attaching as generate does when the stream
         breaks off. Like generate, stopping early leaves the job running: see cancel."""
-        return self._follow(self._transport.watch(job_id))
+        return self._follow(self._transport.watch(job_id), job_id=job_id)
 
     def cancel(self, job_id: str) -> JobInfo:
         """Cancel a job (a queued one at once, a running one at its next step); cancelling an
@@ -204,8 +204,14 @@ class Client(ClientBase):
                 yield from events
             return
 
-    def _follow(self, events: Iterator[Event]) -> Iterator[Event]:
-        stream = JobStream(self.settings)
+    def _follow(
+        self,
+        events: Iterator[Event],
+        *,
+        job_id: str = "",
+        resend: Callable[[], Iterator[Event]] | None = None,
+    ) -> Iterator[Event]:
+        stream = JobStream(self.settings, job_id=job_id, resendable=resend is not None)
         while True:
             broken = yield from self._relay(events, stream)
             if broken is None:
@@ -214,7 +220,10 @@ class Client(ClientBase):
             if wait is None:
                 raise broken
             time.sleep(wait)
-            events = self._transport.watch(stream.job_id, stream.watch_timeout_s())
+            if stream.job_id or resend is None:
+                events = self._transport.watch(stream.job_id, stream.watch_timeout_s())
+            else:
+                events = resend()
 
     def _relay(
         self, events: Iterator[Event], stream: JobStream

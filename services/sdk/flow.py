@@ -92,17 +92,27 @@ class JobStream:
     Re-attaching backs off as the channel's own retries do (full jitter), and gives up when
     `reattach_s` pass without news of the job, or when the caller's `stream_timeout_s`,
     counted from the first stream, would run out: it bounds the whole follow, not each Watch.
+
+    A stream that breaks before its first event names no job. With `resendable` (a Generate,
+    which always carries an idempotency key) the same request is sent again: the scheduler
+    then either makes the job, if the first never arrived, or follows the one it made.
     """
 
     def __init__(
-        self, settings: ClientSettings, clock: Callable[[], float] = time.monotonic
+        self,
+        settings: ClientSettings,
+        clock: Callable[[], float] = time.monotonic,
+        *,
+        job_id: str = "",
+        resendable: bool = False,
     ) -> None:
         self._reattach_s = settings.reattach_s
         self._clock = clock
         self._ends_at = (
             None if settings.stream_timeout_s is None else clock() + settings.stream_timeout_s
         )
-        self.job_id = ""
+        self._resendable = resendable
+        self.job_id = job_id
         self._last: Event | None = None
         self._progress = (0, 0)  # the furthest (attempt, step) delivered
         self._notices: set[tuple[int, str]] = set()  # (attempt, kind) of those delivered
@@ -139,10 +149,12 @@ class JobStream:
 
     def reattach_wait(self, error: GatewayError) -> float | None:
         """Seconds to wait before watching the job again, now that `error` broke its stream;
-        None to raise `error`, which then names the job when one was accepted."""
-        if not self.job_id:
+        None to raise `error`, which then names the job when one was accepted. With no job
+        id yet, the wait is before sending the request again (`resendable`)."""
+        if self.job_id:
+            error.job_id = self.job_id
+        elif not self._resendable:
             return None  # no event yet: whether a job was accepted, and which, is unknown
-        error.job_id = self.job_id
         if error.code not in REATTACH_CODES or self._reattach_s <= 0:
             return None
         now = self._clock()

@@ -187,3 +187,37 @@ async def test_giving_up_raises_an_error_that_names_the_job(sdk_mesh: InProcessM
     async with AsyncClient(address_of(sdk_mesh), api_key=KEY_A) as client:
         rest = [e async for e in client.watch(job_id)]
     assert isinstance(rest[-1], Result) and rest[-1].job_id == job_id
+
+
+@pytest.mark.parametrize("client_kind", ["async", "blocking"])
+async def test_generate_keeps_trying_a_gateway_that_is_down_when_it_is_called(
+    sdk_mesh: InProcessMesh, client_kind: str
+) -> None:
+    # Down longer than the channel's own five attempts last (under 3.2 s of backoff): the
+    # request, with its idempotency key, is sent again until the gateway is back.
+    proxy = CuttableProxy(address_of(sdk_mesh))
+    await proxy.open()
+    await proxy.cut()
+    before = jobs_of_tenant_a(sdk_mesh)
+    quick: GenerateOptions = {"steps": 2, "seed": 5}
+
+    async def follow_async() -> list[Event]:
+        async with AsyncClient(proxy.address, api_key=KEY_A) as client:
+            return [e async for e in client.generate("flux-tiny", "a fox", **quick)]
+
+    def follow_blocking() -> list[Event]:
+        with Client(proxy.address, api_key=KEY_A) as client:
+            return list(client.generate("flux-tiny", "a fox", **quick))
+
+    following = asyncio.create_task(
+        follow_async() if client_kind == "async" else asyncio.to_thread(follow_blocking)
+    )
+    await asyncio.sleep(4.5)
+    assert not following.done(), "gave up while the gateway was down"
+    await proxy.open()
+    try:
+        events = await asyncio.wait_for(following, 60)
+    finally:
+        await proxy.cut()
+    check_once(events)
+    assert jobs_of_tenant_a(sdk_mesh) == before + 1

@@ -126,6 +126,30 @@ def test_nothing_is_reattached_before_a_job_id_nor_with_reattach_s_zero() -> Non
         ClientSettings(reattach_s=-1)
 
 
+def test_a_keyed_request_broken_before_its_first_event_is_sent_again() -> None:
+    clock = Clock()
+    stream = JobStream(ClientSettings(reattach_s=5), clock, resendable=True)
+    error = GatewayError("UNAVAILABLE", "down")
+    waits = []
+    while (wait := stream.reattach_wait(error)) is not None:
+        waits.append(wait)
+        clock.now += wait + 0.5
+    assert waits and clock.now - 100 <= 5 + RETRY_MAX_BACKOFF_S + 0.5
+    assert error.job_id == ""  # none was named: the caller cannot know one
+    # A refusal is not resent, nor anything with reattach_s 0.
+    assert JobStream(ClientSettings(), resendable=True).reattach_wait(LOST) is not None
+    refused = GatewayError("INVALID_ARGUMENT", "steps: no")
+    assert JobStream(ClientSettings(), resendable=True).reattach_wait(refused) is None
+    never = JobStream(ClientSettings(reattach_s=0), resendable=True)
+    assert never.reattach_wait(GatewayError("UNAVAILABLE", "down")) is None
+
+
+def test_a_watch_names_its_job_before_any_event() -> None:
+    stream = JobStream(ClientSettings(), job_id=JOB)
+    error = GatewayError("UNAVAILABLE", "down")
+    assert stream.reattach_wait(error) is not None and error.job_id == JOB
+
+
 def test_stream_timeout_s_bounds_the_whole_follow_not_each_watch() -> None:
     clock = Clock()
     stream = JobStream(ClientSettings(stream_timeout_s=20), clock)
