@@ -32,7 +32,8 @@ def error_response(error: MeshError, path: str = "") -> JSONResponse:
         body = {
             "error": {
                 "message": error.message,
-                "type": str(error.code).lower(),
+                # OpenAI's two kinds: the request's fault or the server's.
+                "type": "server_error" if status >= 500 else "invalid_request_error",
                 "code": str(error.code),
                 "param": _field_of(error.message),
             }

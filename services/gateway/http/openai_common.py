@@ -9,14 +9,18 @@ import logging
 import re
 from collections.abc import Awaitable, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
-from typing import Any
+from typing import Any, TypeVar
+
+from starlette.requests import Request
 
 from mediamesh.common.errors import InvalidArgument, MeshError, StatusCode
+from mediamesh.common.limits import MAX_SEED
 from mediamesh.common.params import parse_priority
 from mediamesh.gateway.api.json_plane import JsonObject, JsonPlane
 from mediamesh.gateway.core.tenancy import Caller, Tenancy
 
 log = logging.getLogger("mediamesh.gateway.openai")
+T = TypeVar("T")
 _SIZE = re.compile(r"(\d+)x(\d+)", re.ASCII)
 # OpenAI sets no bound on `user`; one here keeps a caller's string out of the logs' bulk.
 MAX_END_USER_CHARS = 256
@@ -133,6 +137,48 @@ async def submit_all(
         await asyncio.shield(_cancel_all(plane, caller, jobs))
         raise
     return jobs
+
+
+async def answered_or_cancelled(
+    request: Request, plane: JsonPlane, caller: Caller, jobs: list[str], answer: Awaitable[T]
+) -> T:
+    """`answer`, built from `jobs`' results; if the client leaves first, or building it
+    fails, the jobs are cancelled. Their ids were never given to the client, so nobody could
+    fetch what they went on to make (and the openai client's retries would stack copies)."""
+    answering = asyncio.ensure_future(answer)
+    leaving = asyncio.ensure_future(_client_left(request))
+    try:
+        await asyncio.wait({answering, leaving}, return_when=asyncio.FIRST_COMPLETED)
+        if not answering.done():
+            answering.cancel()
+            raise MeshError("the client closed the connection", code=StatusCode.CANCELLED)
+        return answering.result()
+    except BaseException:
+        answering.cancel()
+        await asyncio.shield(_cancel_all(plane, caller, jobs))
+        raise
+    finally:
+        leaving.cancel()
+
+
+async def _client_left(request: Request) -> None:
+    """Returns when the client disconnects. The body has been read by then, so the server
+    has nothing else to hand over on this channel."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+def image_seeds(seed: int | None, n: int) -> list[int | None]:
+    """The seed of each of `n` images: `seed + index`, so that they differ, as one would ask
+    of a batch; none when the request leaves the seed to the mesh."""
+    if seed is None:
+        return [None] * n
+    if seed + n - 1 > MAX_SEED and seed <= MAX_SEED:
+        raise InvalidArgument(
+            f"seed: {seed} out of range; image i of n uses seed + i, so with n={n} at most "
+            f"{MAX_SEED - n + 1}"
+        )
+    return [seed + index for index in range(n)]
 
 
 async def _cancel_all(plane: JsonPlane, caller: Caller, jobs: list[str]) -> None:

@@ -35,8 +35,10 @@ from mediamesh.gateway.http.openai_common import (
     MAX_END_USER_CHARS,
     SIZE_NAMES,
     admitted,
+    answered_or_cancelled,
     checked_end_user,
     final_event,
+    image_seeds,
     log_end_user,
     mesh_fields,
     openai_names,
@@ -54,7 +56,7 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 }
 # The mesh's fields these routes set from OpenAI's, as their errors name them.
 GENERATION_NAMES = {**SIZE_NAMES, "output_quality": "output_compression:"}
-EDIT_NAMES = {**SIZE_NAMES, "mask_image": "mask:"}
+EDIT_NAMES = {**SIZE_NAMES, "mask_image": "mask:", "output_quality": "output_compression:"}
 
 
 class ImageGeneration(BaseModel):
@@ -133,10 +135,8 @@ async def generate_images(request: Request, authorization: Authorization = None)
         ),
     }
     requests = [
-        request_from_json(
-            mesh_fields({**fields, "seed": None if body.seed is None else body.seed + index})
-        )
-        for index in range(body.n)
+        request_from_json(mesh_fields({**fields, "seed": seed}))
+        for seed in image_seeds(body.seed, body.n)
     ]
     for generate in requests:
         generate.result_as_url = _as_url(body.response_format)
@@ -146,7 +146,8 @@ async def generate_images(request: Request, authorization: Authorization = None)
     ):
         jobs = await submit_all(plane, caller, (plane.submit(r, paid) for r in requests))
     log_end_user("/v1/images/generations", caller, body.user, jobs)
-    data = [await _image(plane, job, caller, body.response_format, request) for job in jobs]
+    images = _images(plane, jobs, caller, body.response_format, request)
+    data = await answered_or_cancelled(request, plane, caller, jobs, images)
     return {"created": int(time.time()), "data": data, "size": body.size}
 
 
@@ -201,6 +202,9 @@ async def edit_images(request: Request, authorization: Authorization = None) -> 
     n = _count(form.pop("n", "1"))
     size = parse_size(form.pop("size", None), model)
     user = checked_end_user(form.pop("user", None))
+    seeds = image_seeds(_seed(form.pop("seed", None)), n)
+    if "output_compression" in form:
+        form["output_quality"] = form.pop("output_compression")
     fields = {"model": model["name"], "prompt": prompt, **{k: str(v) for k, v in size.items()}}
     unknown = sorted(set(files) - {"image", "mask"})
     if unknown:
@@ -209,12 +213,16 @@ async def edit_images(request: Request, authorization: Authorization = None) -> 
     if "mask" in files:
         parts["mask_image"] = files["mask"]
     with openai_names(EDIT_NAMES):
-        generate = request_from_form({**form, **fields}, parts)
-        generate.result_as_url = _as_url(response_format)
+        requests = []
+        for seed in seeds:
+            seeded = {} if seed is None else {"seed": str(seed)}
+            requests.append(request_from_form({**form, **fields, **seeded}, parts))
+            requests[-1].result_as_url = _as_url(response_format)
         with admitted(context.plane.tenancy, caller, model, form.get("priority"), n) as paid:
-            jobs = await submit_all(plane, caller, (plane.submit(generate, paid) for _ in range(n)))
+            jobs = await submit_all(plane, caller, (plane.submit(r, paid) for r in requests))
     log_end_user("/v1/images/edits", caller, user, jobs)
-    data = [await _image(plane, job, caller, response_format, request) for job in jobs]
+    images = _images(plane, jobs, caller, response_format, request)
+    data = await answered_or_cancelled(request, plane, caller, jobs, images)
     return {"created": int(time.time()), "data": data}
 
 
@@ -230,6 +238,25 @@ def _count(text: str) -> int:
     if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= 10:
         raise InvalidArgument(f"n: {text[:16]!r}; allowed 1..10")
     return int(text)
+
+
+def _seed(text: str | None) -> int | None:
+    """A form's seed as a number, so that each image's can be derived from it."""
+    if text is None:
+        return None
+    if not (text.isascii() and text.isdigit()):
+        raise InvalidArgument(f"seed: {text[:32]!r} is not a whole number >= 0")
+    return int(text)
+
+
+async def _images(
+    plane: JsonPlane,
+    jobs: list[str],
+    caller: Caller,
+    response_format: ResponseFormat,
+    request: Request,
+) -> list[JsonObject]:
+    return [await _image(plane, job, caller, response_format, request) for job in jobs]
 
 
 async def _image(

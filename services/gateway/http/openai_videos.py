@@ -23,11 +23,18 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, Field
 
-from mediamesh.common.errors import FailedPrecondition, InvalidArgument
+from mediamesh.common.errors import FailedPrecondition, InvalidArgument, NotFound
 from mediamesh.common.limits import MAX_JOB_PAGE_SIZE
 from mediamesh.common.output_formats import FPS_RANGE
 from mediamesh.common.registry import ModelSpec
-from mediamesh.gateway.api.json_plane import JobListing, JsonObject, list_page, request_from_form
+from mediamesh.gateway.api.json_plane import (
+    JobListing,
+    JsonObject,
+    JsonPlane,
+    list_page,
+    request_from_form,
+)
+from mediamesh.gateway.core.tenancy import Caller
 from mediamesh.gateway.http.bodies import is_form, read_form, read_json
 from mediamesh.gateway.http.context import Authorization, context_of
 from mediamesh.gateway.http.errors import error_response
@@ -198,7 +205,7 @@ async def get_video(
 ) -> JsonObject:
     """The video's status and progress."""
     plane = context_of(request).plane
-    return _video(await plane.job(video_id, plane.reader(authorization)))
+    return _video(await _video_job(plane, video_id, plane.reader(authorization)))
 
 
 @router.get(
@@ -224,6 +231,7 @@ async def video_content(
         raise InvalidArgument(f"variant: {variant[:32]!r} is not served; only video")
     plane = context_of(request).plane
     caller = plane.reader(authorization)
+    await _video_job(plane, video_id, caller)
     head = request.method == "HEAD"
     return await result_response(plane, video_id, caller, request.headers.get("range"), head)
 
@@ -240,9 +248,11 @@ async def delete_video(
     """Cancels the video's job if it has not ended; 409 for an ended one, which the mesh
     keeps until its retention removes it."""
     plane = context_of(request).plane
+    caller = plane.reader(authorization)
+    await _video_job(plane, video_id, caller)
     # Decided from the state Cancel answers with, not one read before: the job may end
     # between the two.
-    job = await plane.cancel(video_id, plane.reader(authorization))
+    job = await plane.cancel(video_id, caller)
     if job["state"] == "CANCELLED":
         return {"id": video_id, "object": "video.deleted", "deleted": True}
     ended = FailedPrecondition(
@@ -290,6 +300,18 @@ def _fps(text: str | None, spec: ModelSpec) -> int:
     if not (text.isascii() and text.isdigit()) or not low <= int(text) <= high:
         raise InvalidArgument(f"fps: {text[:16]!r}; allowed a whole number {low}..{high}")
     return int(text)
+
+
+async def _video_job(plane: JsonPlane, video_id: str, caller: Caller) -> JsonObject:
+    """The caller's job `video_id`, if it is a video: these routes neither show nor cancel
+    another kind of job, as their list does not list one."""
+    job = await plane.job(video_id, caller)
+    if job["model"] not in plane.model_names("video"):
+        raise NotFound(
+            f"video_id: {video_id!r} is a job of {job['model']}, not of a video model; "
+            f"it is at /v1/jobs/{video_id}"
+        )
+    return job
 
 
 def _video(job: JsonObject) -> JsonObject:

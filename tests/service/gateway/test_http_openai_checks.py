@@ -3,6 +3,7 @@ client sent (`param`) and the limit; `seconds` becomes a frame count the model a
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import logging
 from collections.abc import Awaitable
@@ -300,3 +301,95 @@ async def test_the_end_user_is_logged_with_the_jobs_it_made(
             await call
         assert refused.value.param == "user" and "256" in refused.value.message
     await client.close()
+
+
+async def test_each_edited_image_gets_its_own_seed(
+    http_mesh: InProcessMesh,  # noqa: F811
+) -> None:
+    client = openai_client(http_mesh)
+    edited = await client.images.edit(
+        model="flux-img2img-tiny", prompt="seeded edit", n=2,
+        image=("in.png", png_bytes(), "image/png"), extra_body={"seed": 5, "steps": 2},
+    )  # fmt: skip
+    images = [base64.b64decode(d.b64_json or "") for d in edited.data or []]
+    assert len(images) == 2 and images[0] != images[1]
+    async with httpx.AsyncClient(base_url=base_url(http_mesh), timeout=60) as http:
+        page = await http.get("/v1/jobs", headers=bearer(KEY_A), params={"limit": 10})
+    seeds = sorted(j["seed"] for j in page.json()["data"] if j["prompt"] == "seeded edit")
+    assert seeds == ["5", "6"]  # 64-bit numbers are strings in JSON, as protobuf maps them
+    top = 2**63 - 1
+    for call in (
+        client.images.generate(model="flux-tiny", prompt="x", n=2, extra_body={"seed": top}),
+        client.images.edit(
+            model="flux-img2img-tiny", prompt="x", n=2, image=("in.png", png_bytes(), "image/png"),
+            extra_body={"seed": top},
+        ),
+    ):  # fmt: skip
+        with pytest.raises(openai.BadRequestError) as refused:
+            await call
+        assert refused.value.param == "seed"
+        assert f"at most {top - 1}" in refused.value.message
+        assert isinstance(refused.value.body, dict)
+        assert refused.value.body["type"] == "invalid_request_error"
+    await client.close()
+
+
+async def test_edits_take_output_compression_as_generations_do(
+    http_mesh: InProcessMesh,  # noqa: F811
+) -> None:
+    async with httpx.AsyncClient(base_url=base_url(http_mesh), timeout=60) as http:
+        form = {"prompt": "x", "model": "flux-img2img-tiny", "steps": "2"}
+        image = {"image": ("in.png", png_bytes(), "image/png")}
+        jpeg = await http.post(
+            "/v1/images/edits",
+            headers=bearer(KEY_A),
+            data={**form, "output_format": "jpeg", "output_compression": "40"},
+            files=image,
+        )
+        assert jpeg.status_code == 200, jpeg.text
+        assert base64.b64decode(jpeg.json()["data"][0]["b64_json"]).startswith(b"\xff\xd8")
+        png = await http.post(
+            "/v1/images/edits", headers=bearer(KEY_A), data={**form, "output_compression": "40"},
+            files=image,
+        )  # fmt: skip
+        assert png.status_code == 400 and png.json()["error"]["param"] == "output_compression"
+
+
+async def test_a_client_that_leaves_cancels_the_images_it_asked_for(
+    http_mesh: InProcessMesh,  # noqa: F811
+) -> None:
+    body = {
+        "model": "flux-tiny", "prompt": "left behind", "n": 2, "size": "512x512", "steps": 50,
+    }  # fmt: skip
+    async with httpx.AsyncClient(base_url=base_url(http_mesh), timeout=1.5) as http:
+        with pytest.raises(httpx.ReadTimeout):
+            await http.post("/v1/images/generations", headers=bearer(KEY_A), json=body)
+    async with httpx.AsyncClient(base_url=base_url(http_mesh), timeout=60) as http:
+        for _ in range(100):
+            page = await http.get("/v1/jobs", headers=bearer(KEY_A), params={"limit": 10})
+            mine = [j for j in page.json()["data"] if j["prompt"] == "left behind"]
+            if len(mine) == 2 and all(j["state"] == "CANCELLED" for j in mine):
+                break
+            await asyncio.sleep(0.2)
+        assert [j["state"] for j in mine] == ["CANCELLED", "CANCELLED"], mine
+
+
+async def test_video_routes_serve_only_videos(
+    http_mesh: InProcessMesh,  # noqa: F811
+) -> None:
+    async with httpx.AsyncClient(base_url=base_url(http_mesh), timeout=60) as http:
+        made = await http.post(
+            "/v1/jobs", headers=bearer(KEY_A), json={"model": "echo", "prompt": "x"}
+        )
+        job_id = made.json()["job_id"]
+        for method, path in (
+            ("GET", f"/v1/videos/{job_id}"),
+            ("GET", f"/v1/videos/{job_id}/content"),
+            ("DELETE", f"/v1/videos/{job_id}"),
+        ):
+            answer = await http.request(method, path, headers=bearer(KEY_A))
+            assert answer.status_code == 404, (path, answer.text)
+            assert answer.json()["error"]["param"] == "video_id"
+            assert "not of a video model" in answer.json()["error"]["message"]
+        job = (await http.get(f"/v1/jobs/{job_id}", headers=bearer(KEY_A))).json()
+        assert job["state"] != "CANCELLED"
