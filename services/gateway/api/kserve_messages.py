@@ -9,12 +9,13 @@ from mediamesh.common.generated.inference import grpc_service_pb2 as pb
 from mediamesh.common.registry import ModelSpec
 from mediamesh.gateway.core.inference_call import (
     MODEL_VERSION,
+    OUTPUTS,
     InputTensor,
     OutputTensor,
     ParamValue,
+    RequestedOutput,
     TensorSpec,
     model_inputs,
-    model_outputs,
 )
 
 FINAL_FLAG = "triton_final_response"
@@ -68,14 +69,15 @@ def input_tensors(request: pb.ModelInferRequest) -> list[InputTensor]:
                 elements=tuple(contents.bytes_contents),
                 raw=raw[index] if raw else None,
                 other_contents=any(len(getattr(contents, f)) for f in _NON_BYTES_CONTENTS),
+                parameter_names=tuple(tensor.parameters),
             )
         )
     return tensors
 
 
-def requested_outputs(request: pb.ModelInferRequest) -> list[str]:
-    """The names of the outputs the request asks for; empty means all."""
-    return [output.name for output in request.outputs]
+def requested_outputs(request: pb.ModelInferRequest) -> list[RequestedOutput]:
+    """The outputs the request asks for, with their parameters' names; empty means all."""
+    return [RequestedOutput(output.name, tuple(output.parameters)) for output in request.outputs]
 
 
 def infer_response(
@@ -118,7 +120,10 @@ def stream_error(request: pb.ModelInferRequest, message: str) -> pb.ModelStreamI
 
 
 def model_metadata(spec: ModelSpec) -> pb.ModelMetadataResponse:
-    """The ModelMetadataResponse describing `spec`'s tensors, its one version and its pipeline."""
+    """The ModelMetadataResponse describing `spec`'s tensors, its one version and its pipeline.
+
+    The outputs are those a request may ask for; ModelStreamInfer's `preview` is not one.
+    """
 
     def tensor(t: TensorSpec) -> pb.ModelMetadataResponse.TensorMetadata:
         return pb.ModelMetadataResponse.TensorMetadata(
@@ -130,5 +135,5 @@ def model_metadata(spec: ModelSpec) -> pb.ModelMetadataResponse:
         versions=[MODEL_VERSION],
         platform=f"mediamesh_{spec.pipeline}",
         inputs=[tensor(t) for t in model_inputs(spec)],
-        outputs=[tensor(t) for t in model_outputs(spec)],
+        outputs=[tensor(t) for t in OUTPUTS],
     )

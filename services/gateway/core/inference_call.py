@@ -30,7 +30,8 @@ ParamValue = bool | int | float | str
 PROMPT, NEGATIVE_PROMPT = "prompt", "negative_prompt"
 OUTPUT, SEED = "output", "seed"
 # Output of ModelStreamInfer's per-step responses: the step's latent preview (BYTES, one
-# element, parameter mime_type), when the request set parameter preview_every_steps.
+# element, parameter mime_type), when the request set parameter preview_every_steps. Not in
+# the model metadata: that lists what a request may ask for, and no request can ask for this.
 PREVIEW = "preview"
 MODEL_VERSION = "1"
 # Parameters the client libraries add for their own protocol handling, never for the model.
@@ -80,14 +81,6 @@ OUTPUTS = (TensorSpec(OUTPUT, "BYTES", (-1,)), TensorSpec(SEED, "INT64", (-1,)))
 IMAGE_INPUTS = ("image", "mask_image")
 
 
-def model_outputs(spec: ModelSpec) -> tuple[TensorSpec, ...]:
-    """The outputs `spec` can answer with: the results and seeds, and on ModelStreamInfer's
-    progress responses a `preview` image when the model offers previews."""
-    if not spec.preview.enabled:
-        return OUTPUTS
-    return (*OUTPUTS, TensorSpec(PREVIEW, "BYTES", (1,)))
-
-
 def model_inputs(spec: ModelSpec) -> tuple[TensorSpec, ...]:
     """The inputs `spec` takes: the prompts (a negative one only where the model uses it),
     and the input images it lists."""
@@ -109,6 +102,15 @@ class InputTensor:
     raw: bytes | None = None
     # True when the typed contents hold values of a non-BYTES kind.
     other_contents: bool = False
+    parameter_names: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class RequestedOutput:
+    """One output a request asks for, with the names of the parameters it set on it."""
+
+    name: str
+    parameter_names: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -153,7 +155,7 @@ def parse_call(
     spec: ModelSpec,
     inputs: Sequence[InputTensor],
     parameters: Mapping[str, ParamValue],
-    requested_outputs: Sequence[str],
+    requested_outputs: Sequence[RequestedOutput],
     max_adapters: int = DEFAULT_MAX_ADAPTERS_PER_REQUEST,
 ) -> InferCall:
     """Validates an inference request for `spec` and turns it into one job per prompt element.
@@ -221,6 +223,9 @@ def _inputs_by_name(spec: ModelSpec, inputs: Sequence[InputTensor]) -> dict[str,
             )
         if tensor.name in by_name:
             raise InvalidArgument(f"{tensor.name}: sent more than once")
+        # Before the contents: a shared-memory input has none, and "needs 1 elements, got 0"
+        # would hide the reason it is refused.
+        _refuse_tensor_parameters("inputs", tensor.name, tensor.parameter_names)
         by_name[tensor.name] = tensor
     return by_name
 
@@ -356,20 +361,52 @@ def parse_priority_parameter(value: ParamValue) -> str:
     return _PRIORITY_LEVELS[level - 1]
 
 
-def _outputs(model: str, requested: Sequence[str]) -> tuple[str, ...]:
+# Where a tensor's data travels instead of the Triton extensions its parameters would ask for.
+_TENSOR_DATA = {
+    "inputs": "send the elements in contents.bytes_contents or raw_input_contents",
+    "outputs": "each comes back whole in raw_output_contents",
+}
+
+
+def _refuse_tensor_parameters(kind: str, tensor: str, parameter_names: Sequence[str]) -> None:
+    """INVALID_ARGUMENT naming `<kind>.<tensor>.parameters.<key>` if any parameter is set.
+
+    None is honoured, so every one is refused: an answer that ignored one would read as if
+    it had been honoured (plain data where shared memory or classes were asked for).
+    """
+    if not parameter_names:
+        return
+    key = min(parameter_names)
+    if key.startswith("shared_memory_"):
+        reason = "shared memory is not supported"
+    elif key == "classification":
+        reason = "classification is not supported"
+    elif key.startswith("binary_data"):
+        reason = f"{key} is an HTTP extension, not part of the gRPC protocol"
+    else:
+        reason = "unknown parameter"
+    raise InvalidArgument(
+        f"{kind}.{tensor}.parameters.{key}: {reason}; {kind} take no parameters "
+        f"({_TENSOR_DATA[kind]})"
+    )
+
+
+def _outputs(model: str, requested: Sequence[RequestedOutput]) -> tuple[str, ...]:
     known = tuple(t.name for t in OUTPUTS)
-    for name in requested:
-        if name == PREVIEW:
+    for output in requested:
+        if output.name == PREVIEW:
             raise InvalidArgument(
                 f"outputs: '{PREVIEW}' comes on ModelStreamInfer's progress responses when "
-                "parameters.preview_every_steps is set; it cannot be requested as an output"
+                "parameters.preview_every_steps is set; it cannot be requested as an output "
+                f"(outputs are {', '.join(known)})"
             )
-        if name not in known:
+        if output.name not in known:
             raise InvalidArgument(
-                f"unexpected inference output '{name}' for model '{model}'; "
+                f"unexpected inference output '{output.name}' for model '{model}'; "
                 f"outputs are {', '.join(known)}"
             )
-    return tuple(dict.fromkeys(requested)) or known
+        _refuse_tensor_parameters("outputs", output.name, output.parameter_names)
+    return tuple(dict.fromkeys(o.name for o in requested)) or known
 
 
 def encode_outputs(results: Sequence[ElementResult], wanted: Sequence[str]) -> list[OutputTensor]:

@@ -120,12 +120,62 @@ def errors(client: triton.InferenceServerClient, headers: dict) -> dict:
     return found
 
 
+def tensor_parameters(client: triton.InferenceServerClient, headers: dict) -> dict:
+    """Every output the metadata lists, asked for by name; then tensor parameters the client
+    sets for shared memory and classification, and one of its own, each on its own call."""
+    listed = [t.name for t in client.get_model_metadata("flux-tiny", headers=headers).outputs]
+    result = client.infer(
+        "flux-tiny",
+        [_prompts("a fox")],
+        outputs=[triton.InferRequestedOutput(name) for name in listed],
+        parameters={"steps": 1, "seed": 5},
+        headers=headers,
+        client_timeout=120,
+    )
+    answered = [o.name for o in result.get_response().outputs]
+
+    shared_output = triton.InferRequestedOutput("output")
+    shared_output.set_shared_memory("o0", 1024)
+    shared_input = triton.InferInput("prompt", [1], "BYTES")
+    shared_input.set_shared_memory("i0", 16)
+    tagged_input = _prompts("x")
+    tagged_input._get_tensor().parameters["foo"].string_param = "bar"
+    calls: dict[str, Callable[[], object]] = {
+        "classification": lambda: client.infer(
+            "flux-tiny",
+            [_prompts("x")],
+            outputs=[triton.InferRequestedOutput("seed", class_count=2)],
+            headers=headers,
+        ),
+        "shared_output": lambda: client.infer(
+            "flux-tiny", [_prompts("x")], outputs=[shared_output], headers=headers
+        ),
+        "shared_input": lambda: client.infer("flux-tiny", [shared_input], headers=headers),
+        "input_parameter": lambda: client.infer("flux-tiny", [tagged_input], headers=headers),
+    }
+    refused: dict[str, dict | None] = {}
+    for name, call in calls.items():
+        try:
+            call()
+            refused[name] = None
+        except InferenceServerException as exc:
+            refused[name] = _error(exc)
+    return {"listed": listed, "answered": answered, "refused": refused}
+
+
 def echo(client: triton.InferenceServerClient, headers: dict) -> dict:
     result = client.infer("echo", [_prompts("hello")], headers=headers, priority=3)
     return {"sizes": _images(result)}
 
 
-SCENARIOS = {"health": health, "infer": infer, "stream": stream, "errors": errors, "echo": echo}
+SCENARIOS = {
+    "health": health,
+    "infer": infer,
+    "stream": stream,
+    "errors": errors,
+    "echo": echo,
+    "tensor_parameters": tensor_parameters,
+}
 
 
 def main() -> None:

@@ -7,8 +7,10 @@ import pytest
 from mediamesh.common.errors import InvalidArgument, MeshError, NotFound
 from mediamesh.common.registry import load_registry
 from mediamesh.gateway.core.inference_call import (
+    OUTPUTS,
     ElementResult,
     InputTensor,
+    RequestedOutput,
     check_version,
     encode_outputs,
     job_failure,
@@ -74,8 +76,8 @@ def test_each_element_becomes_a_job_with_seed_plus_index():
 
 
 def test_typed_and_raw_contents_give_the_same_call():
-    typed = parse_call(FLUX, [prompts("x", "y")], {}, ["output"])
-    raw = parse_call(FLUX, [prompts("x", "y", raw=True)], {}, ["output"])
+    typed = parse_call(FLUX, [prompts("x", "y")], {}, [RequestedOutput("output")])
+    raw = parse_call(FLUX, [prompts("x", "y", raw=True)], {}, [RequestedOutput("output")])
     assert [e.prompt for e in typed.elements] == [e.prompt for e in raw.elements]
     assert typed.outputs == ("output",)
 
@@ -196,7 +198,7 @@ def test_client_protocol_parameters_are_ignored():
         (FLUX, [prompts("x")], {"priority": 7}, [], "priority: 7 is out of range; allowed 1..3"),
         (FLUX, [prompts("x")], {"timeout": -5}, [], "timeout: -5 is negative"),
         (FLUX, [prompts("x")], {"stepz": 4}, [], "unknown parameter 'stepz'"),
-        (FLUX, [prompts("x")], {}, ["image"], "unexpected inference output 'image'"),
+        (FLUX, [prompts("x")], {}, [RequestedOutput("image")], "unexpected inference output"),
     ],
 )
 def test_every_bad_request_is_invalid_argument_naming_the_field(
@@ -204,6 +206,61 @@ def test_every_bad_request_is_invalid_argument_naming_the_field(
 ):
     with pytest.raises(InvalidArgument) as caught:
         parse_call(spec, inputs, parameters, outputs)
+    assert words in caught.value.message
+
+
+def test_every_listed_output_can_be_requested_and_the_preview_is_not_listed():
+    # flux-tiny offers previews, yet they are no output a request can name.
+    assert FLUX.preview.enabled
+    listed = [RequestedOutput(t.name) for t in OUTPUTS]
+    assert parse_call(FLUX, [prompts("x")], {}, listed).outputs == ("output", "seed")
+    with pytest.raises(InvalidArgument) as caught:
+        parse_call(FLUX, [prompts("x")], {}, [RequestedOutput("preview")])
+    assert "ModelStreamInfer's progress responses" in caught.value.message
+
+
+def shared_memory_prompt() -> InputTensor:
+    # What tritonclient's InferInput.set_shared_memory sends: parameters, and no contents.
+    names = ("shared_memory_region", "shared_memory_byte_size")
+    return InputTensor("prompt", "BYTES", (1,), parameter_names=names)
+
+
+@pytest.mark.parametrize(
+    ("inputs", "outputs", "words"),
+    [
+        (
+            [shared_memory_prompt()],
+            [],
+            "inputs.prompt.parameters.shared_memory_byte_size: shared memory is not supported; "
+            "inputs take no parameters",
+        ),
+        (
+            [InputTensor("prompt", "BYTES", (1,), (b"x",), parameter_names=("foo",))],
+            [],
+            "inputs.prompt.parameters.foo: unknown parameter; inputs take no parameters",
+        ),
+        (
+            [prompts("x")],
+            [RequestedOutput("seed", ("classification",))],
+            "outputs.seed.parameters.classification: classification is not supported; "
+            "outputs take no parameters",
+        ),
+        (
+            [prompts("x")],
+            [RequestedOutput("output", ("shared_memory_region",))],
+            "outputs.output.parameters.shared_memory_region: shared memory is not supported",
+        ),
+        (
+            [prompts("x")],
+            [RequestedOutput("output", ("binary_data",))],
+            "outputs.output.parameters.binary_data: binary_data is an HTTP extension",
+        ),
+    ],
+    ids=["shared-memory input", "input parameter", "classification", "output shm", "binary_data"],
+)
+def test_tensor_parameters_are_refused_naming_the_tensor_and_key(inputs, outputs, words):
+    with pytest.raises(InvalidArgument) as caught:
+        parse_call(FLUX, inputs, {}, outputs)
     assert words in caught.value.message
 
 
