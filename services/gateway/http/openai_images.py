@@ -147,8 +147,8 @@ async def generate_images(request: Request, authorization: Authorization = None)
         jobs = await submit_all(plane, caller, (plane.submit(r, paid) for r in requests))
     log_end_user("/v1/images/generations", caller, body.user, jobs)
     images = _images(plane, jobs, caller, body.response_format, request)
-    data = await answered_or_cancelled(request, plane, caller, jobs, images)
-    return {"created": int(time.time()), "data": data, "size": body.size}
+    answer = await answered_or_cancelled(request, plane, caller, jobs, images)
+    return {**answer, "size": body.size}
 
 
 @router.post(
@@ -222,8 +222,7 @@ async def edit_images(request: Request, authorization: Authorization = None) -> 
             jobs = await submit_all(plane, caller, (plane.submit(r, paid) for r in requests))
     log_end_user("/v1/images/edits", caller, user, jobs)
     images = _images(plane, jobs, caller, response_format, request)
-    data = await answered_or_cancelled(request, plane, caller, jobs, images)
-    return {"created": int(time.time()), "data": data}
+    return await answered_or_cancelled(request, plane, caller, jobs, images)
 
 
 def _as_url(response_format: ResponseFormat) -> bool:
@@ -255,15 +254,25 @@ async def _images(
     caller: Caller,
     response_format: ResponseFormat,
     request: Request,
-) -> list[JsonObject]:
-    return [await _image(plane, job, caller, response_format, request) for job in jobs]
+) -> JsonObject:
+    """The images answer: each job's image, and their format as OpenAI names it."""
+    data, formats = [], set()
+    for job in jobs:
+        image, mime_type = await _image(plane, job, caller, response_format, request)
+        data.append(image)
+        formats.add(mime_type.removeprefix("image/"))
+    # One request's images share their format; should they not, none is claimed for all.
+    output_format = formats.pop() if len(formats) == 1 else None
+    return {"created": int(time.time()), "data": data, "output_format": output_format}
 
 
 async def _image(
     plane: JsonPlane, job_id: str, caller: Caller, response_format: ResponseFormat, request: Request
-) -> JsonObject:
+) -> tuple[JsonObject, str]:
+    """One job's image as the answer carries it, and its MIME type."""
     event = await final_event(plane, job_id, caller)
+    mime_type = str(event.get("mime_type", ""))
     if response_format == "url":
-        return {"url": result_url(str(request.base_url), job_id, event.get("url"))}
+        return {"url": result_url(str(request.base_url), job_id, event.get("url"))}, mime_type
     data = await result_bytes(plane, job_id, caller)
-    return {"b64_json": base64.b64encode(data).decode()}
+    return {"b64_json": base64.b64encode(data).decode()}, mime_type
