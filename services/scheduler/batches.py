@@ -207,8 +207,8 @@ class BatchRunner:
             job = core.jobs.get(event.job_id)
             unit = core.units.get(job.worker_id) if job and job.worker_id else None
             pool = unit.pool if unit else ""
-            core.job_preempted(event.job_id, batch_id, event.checkpoint, event.step)
-            metrics.PREEMPTIONS.labels(pool or "unknown").inc()
+            if core.job_preempted(event.job_id, batch_id, event.checkpoint, event.step):
+                metrics.PREEMPTIONS.labels(pool or "unknown").inc()
         elif isinstance(event, JobCheckpointed):
             core.job_checkpointed(event.job_id, batch_id, event.checkpoint, event.step)
             job = core.jobs.get(event.job_id)

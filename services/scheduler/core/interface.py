@@ -248,9 +248,9 @@ class SchedulingCore(Protocol):
         """A job of a batch failed (or was cancelled, code CANCELLED) on its worker."""
         ...
 
-    def job_preempted(self, job_id: str, batch_id: str, checkpoint: str, step: int) -> None:
+    def job_preempted(self, job_id: str, batch_id: str, checkpoint: str, step: int) -> bool:
         """A job of a batch stopped at `step` and saved `checkpoint`; it goes back first in
-        line."""
+        line. Whether it had run: one handed back unstarted is no preemption."""
         ...
 
     def job_checkpointed(self, job_id: str, batch_id: str, checkpoint: str, step: int) -> None:

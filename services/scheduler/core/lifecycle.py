@@ -115,16 +115,24 @@ class JobLifecycle:
         state = JobState.CANCELLED if code == StatusCode.CANCELLED else JobState.FAILED
         self._finish(job, state, message)
 
-    def job_preempted(self, job_id: str, batch_id: str, checkpoint: str, step: int) -> None:
-        """A job stopped at `step` and saved `checkpoint`; it goes back first in line."""
+    def job_preempted(self, job_id: str, batch_id: str, checkpoint: str, step: int) -> bool:
+        """A job stopped at `step` and saved `checkpoint`; it goes back first in line.
+
+        Returns whether it was preempted, that is stopped after running: a draining worker
+        hands back the jobs it never started with the checkpoint they came with (or none),
+        which costs them nothing, and their step stays where that checkpoint left it."""
         job = self._in_batch(job_id, batch_id)
         if job is None:
-            return
+            return False
         self._inflight.release(job)
+        if (checkpoint or None) == job.checkpoint:
+            self._requeue_front(job, "requeued", "handed back before it ran: its worker drains")
+            return False
         job.checkpoint = checkpoint or None
         job.step = step
         self.preemptions[self._inflight.pool_of(job.worker_id) or ""] += 1
         self._requeue_front(job, "preempted", f"preempted at step {step}; checkpoint saved")
+        return True
 
     def job_checkpointed(self, job_id: str, batch_id: str, checkpoint: str, step: int) -> None:
         """A running job saved a checkpoint it can resume from."""

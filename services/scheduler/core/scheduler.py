@@ -244,9 +244,11 @@ class SchedulerCore:
         """A job of a batch failed (or was cancelled, code CANCELLED) on its worker."""
         self._lifecycle.job_failed(job_id, batch_id, code, message)
 
-    def job_preempted(self, job_id: str, batch_id: str, checkpoint: str, step: int) -> None:
-        """A job stopped at `step` and saved `checkpoint`; it goes back first in line."""
-        self._lifecycle.job_preempted(job_id, batch_id, checkpoint, step)
+    def job_preempted(self, job_id: str, batch_id: str, checkpoint: str, step: int) -> bool:
+        """A job stopped at `step` and saved `checkpoint`; it goes back first in line.
+        Whether it had run (a job handed back unstarted keeps its step and counts no
+        preemption)."""
+        return self._lifecycle.job_preempted(job_id, batch_id, checkpoint, step)
 
     def batch_fitted(self, job_id: str, fitted: int) -> bool:
         """The job's batch ran out of memory and is retried in batches of at most `fitted`:

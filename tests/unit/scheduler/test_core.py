@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from mediamesh.common.errors import StatusCode
-from mediamesh.scheduler.core.effects import CancelOnWorker, Dispatch
+from mediamesh.scheduler.core.effects import CancelOnWorker, Dispatch, Notice
 from mediamesh.scheduler.core.jobs import JobState, Priority, TenantQuota
 from mediamesh.scheduler.core.policy import DispatchPolicy
 from mediamesh.scheduler.core.scheduler import Accepted, Rejection
@@ -496,3 +496,32 @@ def test_no_batching_sends_jobs_one_by_one_at_once():
     submit(core)
     dispatches = core.schedule()
     assert [len(d.jobs) for d in dispatches] == [1, 1]
+
+
+def test_a_job_handed_back_unstarted_is_no_preemption_and_keeps_its_step():
+    clock = FakeClock()
+    core = make_core(clock)
+    core.register_worker(worker("spot0", pool="spot"))
+    job = submit(core, priority=Priority.BATCH, steps=8)
+    clock.advance(1)
+    [first] = core.schedule()
+    assert core.job_preempted(job.job_id, first.batch_id, "/ckpt/job-step5.pt", 5)
+    core.batch_ended(first.batch_id)
+    core.take_effects()
+    [second] = core.schedule()
+    # The worker drains before the job's resumed attempt runs: the same checkpoint comes back.
+    assert not core.job_preempted(job.job_id, second.batch_id, "/ckpt/job-step5.pt", 0)
+    core.batch_ended(second.batch_id)
+    assert job.state is JobState.QUEUED
+    assert (job.checkpoint, job.step) == ("/ckpt/job-step5.pt", 5)
+    assert sum(core.preemptions.values()) == 1
+    notices = [e for e in core.take_effects() if isinstance(e, Notice)]
+    assert [(n.kind, n.message) for n in notices] == [
+        ("requeued", "handed back before it ran: its worker drains")
+    ]
+    # And one that never had a checkpoint comes back with none.
+    fresh = submit(core, priority=Priority.BATCH, steps=8)
+    clock.advance(1)
+    batches = {j.job_id: d for d in core.schedule() for j in d.jobs}
+    assert not core.job_preempted(fresh.job_id, batches[fresh.job_id].batch_id, "", 0)
+    assert fresh.checkpoint is None and sum(core.preemptions.values()) == 1
