@@ -7,6 +7,7 @@ Nothing here reads the environment at import time: the process entry points call
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Literal, TypeVar
@@ -41,11 +42,19 @@ _Value = TypeVar("_Value")
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
+DEFAULT_OTLP_ENDPOINT = "http://127.0.0.1:4317"
+# The standard OpenTelemetry variables `load_mesh_config` reads when telemetry.otlp_endpoint
+# is not set, the traces-only one first as the OpenTelemetry spec orders them: the exporter
+# is given its endpoint, so it would not read them itself.
+OTEL_ENDPOINT_VARIABLES = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
+
+
 class TelemetrySettings(Section):
     # "none" keeps tracing off; "console" prints spans; "otlp" exports to otlp_endpoint;
     # "file" appends spans as JSON lines to trace_file (what the tests read).
     traces: Literal["none", "console", "otlp", "file"] = "none"
-    otlp_endpoint: str = "http://127.0.0.1:4317"
+    # Unset: the OTEL_ENDPOINT_VARIABLES, else this default.
+    otlp_endpoint: str = DEFAULT_OTLP_ENDPOINT
     trace_file: Path | None = None
     log_format: Literal["text", "json"] = "text"
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = "INFO"
@@ -456,6 +465,18 @@ def load_mesh_config(
     """The mesh config from `path` (None: defaults), then MEDIAMESH_* variables of `environ`
     (None: this process's environment), then dotted `overrides` (flags), highest last.
 
+    An unset telemetry.otlp_endpoint is taken from the standard OpenTelemetry variables
+    (OTEL_ENDPOINT_VARIABLES) of the same `environ`, when one is set.
+
     Raises ConfigError with one line naming the file line or variable at fault.
     """
-    return load_layered(MeshConfig, path, overrides, environ)
+    environ = os.environ if environ is None else environ
+    config = load_layered(MeshConfig, path, overrides, environ)
+    if "otlp_endpoint" in config.telemetry.model_fields_set:
+        return config
+    for name in OTEL_ENDPOINT_VARIABLES:
+        endpoint = environ.get(name, "").strip()
+        if endpoint:
+            telemetry = config.telemetry.model_copy(update={"otlp_endpoint": endpoint})
+            return config.model_copy(update={"telemetry": telemetry})
+    return config

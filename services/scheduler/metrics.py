@@ -126,23 +126,34 @@ def forget_worker(worker_id: str, devices: Iterable[str]) -> None:
         DEVICE_LOAD.remove(worker_id, device)
 
 
+# Below this, a sum of seconds is float residue, not work.
+_RESIDUE_S = 1e-9
+
+
+def _settled(seconds: float) -> float:
+    """`seconds`, or 0 when it is what is left of adding and taking away the same work:
+    the core keeps running sums, and a drained queue read 2.66e-15 (or a tiny negative),
+    which dashboards and KEDA show as work that is not there."""
+    return 0.0 if abs(seconds) < _RESIDUE_S else seconds
+
+
 def publish_gauges(core: SchedulingCore, queues: list[str]) -> None:
     """Set every gauge from the core's incremental counters (cheap: no job is scanned)."""
     for (queue, priority), depth in core.depth.items():
         QUEUE_DEPTH.labels(queue, priority.name).set(depth)
     for queue in queues:
-        QUEUE_WORK.labels(queue).set(core.work_s[queue])
+        QUEUE_WORK.labels(queue).set(_settled(core.work_s[queue]))
         QUEUE_OLDEST.labels(queue).set(core.oldest_wait_s(queue))
         for pool in ("on-demand", "spot"):
-            QUEUE_POOL_WORK.labels(queue, pool).set(core.pool_work_s[(queue, pool)])
-            QUEUE_POOL_DEMAND.labels(queue, pool).set(core.pool_demand_s(queue, pool))
+            QUEUE_POOL_WORK.labels(queue, pool).set(_settled(core.pool_work_s[(queue, pool)]))
+            QUEUE_POOL_DEMAND.labels(queue, pool).set(_settled(core.pool_demand_s(queue, pool)))
     states: dict[tuple[str, str], int] = {
         (p, s): 0 for p in ("on-demand", "spot") for s in ("ready", "busy", "draining")
     }
     for unit in core.units.values():
         states[(unit.pool, unit.state)] = states.get((unit.pool, unit.state), 0) + 1
         for device in unit.info.devices:
-            DEVICE_LOAD.labels(unit.worker_id, device).set(unit.load_s)
+            DEVICE_LOAD.labels(unit.worker_id, device).set(_settled(unit.load_s))
     for (pool, state), count in states.items():
         WORKERS.labels(pool, state).set(count)
     ON_DEMAND_COST.set(core.ledger.on_demand_cost())

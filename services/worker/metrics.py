@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Gauge, Histogram
+import threading
+import time
+from collections.abc import Callable, Iterable
+
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram, Metric
 
 STEP_SECONDS = Histogram(
     "mediamesh_worker_step_seconds",
@@ -29,9 +33,101 @@ DEVICE_MEMORY_FREE = Gauge(
 )
 DEVICE_UTILIZATION = Gauge(
     "mediamesh_worker_device_busy_ratio",
-    "1 while a batch runs on the device, 0 when idle (averaged by rate() over time).",
+    "1 while a batch holds the device, 0 when idle (avg_over_time() for utilisation; "
+    "mediamesh_worker_device_busy_seconds_total with rate() sees every hold between scrapes).",
     ["device"],
 )
+
+
+class _OnScrape:
+    """A collector that exposes nothing and calls `action` whenever the registry is read."""
+
+    def __init__(self, action: Callable[[], None]) -> None:
+        self._action = action
+
+    def describe(self) -> list[Metric]:
+        return []
+
+    def collect(self) -> list[Metric]:
+        self._action()
+        return []
+
+
+# Registered before the counter: a scrape collects in registration order, so the hold in
+# progress is credited first and a batch that holds the device for minutes shows as busy
+# all along rather than in one jump when it ends.
+REGISTRY.register(_OnScrape(lambda: DEVICE_BUSY.credit()))
+DEVICE_BUSY_SECONDS = Counter(
+    "mediamesh_worker_device_busy_seconds",
+    "Seconds a batch held the device (rate() is the busy ratio).",
+    ["device"],
+)
+
+
+class DeviceBusy:
+    """Publishes which devices a batch holds: the busy gauge and the busy-seconds counter.
+
+    Holds are counted per device, so a device shared by two runtimes of one process (the
+    in-process test meshes) is busy while either holds it and its seconds never add up
+    to more than the wall time.
+    """
+
+    def __init__(
+        self, gauge: Gauge, seconds: Counter, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._gauge = gauge
+        self._seconds = seconds
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._holders: dict[str, int] = {}
+        # When each held device's time was last added to the counter.
+        self._credited_at: dict[str, float] = {}
+
+    def declare(self, devices: Iterable[str]) -> None:
+        """Idle series for `devices`, so the first hold shows in rate()."""
+        with self._lock:
+            for device in devices:
+                if not self._holders.get(device):
+                    self._gauge.labels(device).set(0)
+                self._seconds.labels(device)
+
+    def hold(self, devices: Iterable[str]) -> None:
+        with self._lock:
+            now = self._clock()
+            for device in devices:
+                count = self._holders.get(device, 0)
+                if count == 0:
+                    self._credited_at[device] = now
+                    self._gauge.labels(device).set(1)
+                self._holders[device] = count + 1
+
+    def release(self, devices: Iterable[str]) -> None:
+        with self._lock:
+            now = self._clock()
+            for device in devices:
+                count = self._holders.get(device, 0)
+                if count == 0:
+                    continue
+                if count == 1:
+                    self._credit(device, now)
+                    del self._credited_at[device]
+                    self._gauge.labels(device).set(0)
+                self._holders[device] = count - 1
+
+    def credit(self) -> None:
+        """Add the time of the holds in progress to the counter."""
+        with self._lock:
+            now = self._clock()
+            for device in self._credited_at:
+                self._credit(device, now)
+
+    def _credit(self, device: str, now: float) -> None:
+        self._seconds.labels(device).inc(max(0.0, now - self._credited_at[device]))
+        self._credited_at[device] = now
+
+
+# Annotated: the scrape hook above names it before it exists, and mypy cannot infer it there.
+DEVICE_BUSY: DeviceBusy = DeviceBusy(DEVICE_UTILIZATION, DEVICE_BUSY_SECONDS)
 ADAPTER_LOADS = Counter(
     "mediamesh_adapter_loads",
     "LoRA adapters loaded into a model's pipeline (first use, or again after an eviction).",

@@ -90,7 +90,12 @@ class WorkerRuntime:
         # A device runs one batch at a time: each batch has a thread, the gate decides
         # which one computes (urgent first, then a paused batch, then in arrival order).
         self._device = ThreadPoolExecutor(max_workers=BATCH_THREADS, thread_name_prefix="device")
-        self.gate = DeviceGate()
+        # The devices of each batch in line or running, and those the holder of the gate
+        # computes on: busy is measured from the gate, so that a batch given ahead of time
+        # and waiting in line does not count, nor one that left the device to encode.
+        self._batch_devices: dict[str, list[str]] = {}
+        self._held_devices: list[str] = []
+        self.gate = DeviceGate(on_hand_over=self._device_handed_over)
         self._running: dict[str, _Running] = {}
         self._lock = threading.Lock()
         self.draining = False
@@ -104,8 +109,7 @@ class WorkerRuntime:
         # The scheduler may still be applying a batch's last events when the worker
         # leaves, so it asks the scheduler about these before closing its session.
         self.ended_batches: deque[str] = deque(maxlen=ENDED_BATCHES_KEPT)
-        for device in {d for h in hosts.values() for d in h.device_ids}:
-            metrics.DEVICE_UTILIZATION.labels(device).set(0)
+        metrics.DEVICE_BUSY.declare({d for h in hosts.values() for d in h.device_ids})
         for reason in ("preempted", "periodic"):
             metrics.CHECKPOINTS.labels(reason)
         self.state_changed = asyncio.Event()
@@ -193,6 +197,7 @@ class WorkerRuntime:
         running = _Running(batch_id, model, control, [j.job_id for j in jobs])
         # In line before the pause is asked for, so the paused batch finds it waiting.
         paused = self._pausable(pause_batch_id, host)
+        self._batch_devices[batch_id] = list(host.device_ids)
         self.gate.enqueue(batch_id, Rank.URGENT if paused is not None else Rank.NORMAL)
         if paused is not None:
             paused.control.request_pause()
@@ -204,8 +209,6 @@ class WorkerRuntime:
 
         def run() -> None:
             started = time.perf_counter()
-            for device in host.device_ids:
-                metrics.DEVICE_UTILIZATION.labels(device).set(1)
             try:
                 self.gate.acquire(batch_id)
                 try:
@@ -213,8 +216,6 @@ class WorkerRuntime:
                 finally:
                     self.gate.release(batch_id)
             finally:
-                for device in host.device_ids:
-                    metrics.DEVICE_UTILIZATION.labels(device).set(0)
                 metrics.BATCH_SECONDS.labels(model).observe(time.perf_counter() - started)
                 emit.put(None)
 
@@ -248,12 +249,24 @@ class WorkerRuntime:
             finally:
                 # A batch whose thread never started (shut down) must not block the line.
                 self.gate.withdraw(batch_id)
+                self._batch_devices.pop(batch_id, None)
                 span.end()
                 self._running.pop(batch_id, None)
                 self.state_changed.set()
                 # Draining may have begun while the batch ran (`draining` was False above).
                 if self.drain_started.is_set() and not self._running:
                     self.drained.set()
+
+    def _device_handed_over(self, previous: str | None, holder: str | None) -> None:
+        # Under the gate's lock, in whichever thread takes or gives up the device. The
+        # devices released are those recorded when the device was taken: the batch's entry
+        # may be gone by then (its caller left while its thread still ran).
+        if previous is not None:
+            metrics.DEVICE_BUSY.release(self._held_devices)
+            self._held_devices = []
+        if holder is not None:
+            self._held_devices = self._batch_devices.get(holder, [])
+            metrics.DEVICE_BUSY.hold(self._held_devices)
 
     @staticmethod
     def _count(model: str, span: Span, events: list[WorkerEvent]) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import threading
+from collections.abc import Callable
 from enum import IntEnum
 
 
@@ -24,11 +25,19 @@ class Rank(IntEnum):
 
 
 class DeviceGate:
-    """A lock over the device whose waiters go in (rank, arrival) order."""
+    """A lock over the device whose waiters go in (rank, arrival) order.
 
-    def __init__(self) -> None:
+    `on_hand_over(previous, holder)` is called each time the device changes hands (either
+    may be None: the device was or is now free), under the gate's lock so that the calls
+    come in the order the hand-overs happened; it must be quick and not call the gate.
+    """
+
+    def __init__(
+        self, on_hand_over: Callable[[str | None, str | None], None] | None = None
+    ) -> None:
         self._cond = threading.Condition()
         self._holder: str | None = None
+        self._on_hand_over = on_hand_over
         self._waiting: list[tuple[int, int, str]] = []
         self._arrivals = itertools.count()
 
@@ -59,13 +68,13 @@ class DeviceGate:
         with self._cond:
             self._cond.wait_for(lambda: self._is_next(batch_id))
             heapq.heappop(self._waiting)
-            self._holder = batch_id
+            self._hold(batch_id)
 
     def release(self, batch_id: str) -> None:
         """The batch no longer uses the device."""
         with self._cond:
             if self._holder == batch_id:
-                self._holder = None
+                self._hold(None)
                 self._cond.notify_all()
 
     def urgent_waiting(self) -> bool:
@@ -78,12 +87,18 @@ class DeviceGate:
         back before any ordinary batch. Returns holding the device again."""
         with self._cond:
             if self._holder == batch_id:
-                self._holder = None
+                self._hold(None)
             heapq.heappush(self._waiting, (Rank.RESUMING, next(self._arrivals), batch_id))
             self._cond.notify_all()
             self._cond.wait_for(lambda: self._is_next(batch_id))
             heapq.heappop(self._waiting)
-            self._holder = batch_id
+            self._hold(batch_id)
+
+    def _hold(self, holder: str | None) -> None:
+        """Called with the lock held."""
+        previous, self._holder = self._holder, holder
+        if self._on_hand_over is not None and previous != holder:
+            self._on_hand_over(previous, holder)
 
     def _is_next(self, batch_id: str) -> bool:
         return self._holder is None and bool(self._waiting) and self._waiting[0][2] == batch_id

@@ -38,17 +38,98 @@ def checkpoint_parameters(name: str, model_dir: Path, source: str) -> int:
 
 
 def device_memory(device: str) -> tuple[int, int]:
-    """(total_bytes, free_bytes) of a device: CUDA from the driver, CPU from /proc/meminfo."""
+    """(total_bytes, free_bytes) of a device: CUDA from the driver, CPU from `host_memory`."""
     target = torch.device(device)
     if target.type == "cuda":
         free, total = torch.cuda.mem_get_info(target)
         return int(total), int(free)
+    return host_memory()
+
+
+def host_memory(
+    proc: Path = Path("/proc"), cgroup_root: Path = Path("/sys/fs/cgroup")
+) -> tuple[int, int]:
+    """(total_bytes, free_bytes) this process may use: its memory cgroup's limit when it has
+    one (a container, a k8s pod), else the host's, from /proc/meminfo.
+
+    Inside a memory-limited container /proc/meminfo is still the node's: the worker reported
+    the node's RAM as its device memory, and `check_fits` judged a model against memory the
+    cgroup's OOM killer would not let it have.
+    """
+    total, free = _meminfo(proc / "meminfo")
+    limits = _cgroup_limits(proc / "self" / "cgroup", cgroup_root, total)
+    if not limits:
+        return total, free
+    # The tightest of the cgroup and its ancestors; never more than the host has.
+    return min(total, *(limit for limit, _ in limits)), min(free, *(room for _, room in limits))
+
+
+def _meminfo(path: Path) -> tuple[int, int]:
     fields: dict[str, int] = {}
-    with open("/proc/meminfo") as meminfo:
-        for line in meminfo:
-            name, _, rest = line.partition(":")
+    for line in path.read_text().splitlines():
+        name, _, rest = line.partition(":")
+        if rest.split():
             fields[name] = int(rest.split()[0]) * 1024
     return fields["MemTotal"], fields.get("MemAvailable", fields["MemFree"])
+
+
+def _cgroup_limits(self_cgroup: Path, root: Path, host_total: int) -> list[tuple[int, int]]:
+    """(limit, bytes left under it) of each memory-limited cgroup from this process's own up
+    to the root of the mount; empty when none limits memory or none can be read."""
+    try:
+        lines = self_cgroup.read_text().splitlines()
+    except OSError:
+        return []
+    entries = [line.split(":", 2) for line in lines if line.count(":") >= 2]
+    v1 = [entry for entry in entries if "memory" in entry[1].split(",")]
+    v2 = [entry for entry in entries if entry[0] == "0" and not entry[1]]
+    if v1:
+        # cgroup v1 (or hybrid: memory is still a v1 controller beside the unified tree).
+        base, names = root / "memory", ("memory.limit_in_bytes", "memory.usage_in_bytes")
+        inactive, relative = "total_inactive_file", v1[0][2]
+    elif v2 and (root / "cgroup.controllers").is_file():
+        base, names = root, ("memory.max", "memory.current")
+        inactive, relative = "inactive_file", v2[0][2]
+    else:
+        return []
+    own = base / relative.strip("/")
+    # A container with its own cgroup namespace, or with its cgroup mounted at the root,
+    # names a path the mount does not have: the root of the mount is its cgroup then.
+    folder = own if own.is_dir() else base
+    found = []
+    while True:
+        limit = _read_bytes(folder / names[0])
+        # v1 writes "no limit" as a huge number rather than "max".
+        if limit is not None and limit < host_total:
+            usage = _read_bytes(folder / names[1])
+            if usage is not None:
+                # Inactive page cache (the weight files read at load) is reclaimed before
+                # the OOM killer acts: the working set is what counts, as the kubelet's.
+                working = max(0, usage - _stat(folder / "memory.stat", inactive))
+                found.append((limit, max(0, limit - working)))
+        if folder == base or base not in folder.parents:
+            return found
+        folder = folder.parent
+
+
+def _read_bytes(path: Path) -> int | None:
+    """An integer file of cgroupfs; None when absent, unreadable or "max" (no limit)."""
+    try:
+        text = path.read_text().strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None
+
+
+def _stat(path: Path, name: str) -> int:
+    try:
+        for line in path.read_text().splitlines():
+            key, _, value = line.partition(" ")
+            if key == name and value.strip().isdigit():
+                return int(value)
+    except OSError:
+        pass
+    return 0
 
 
 def weight_parameters(model_dir: Path) -> int:
