@@ -12,6 +12,7 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from typing import Protocol
 
+from mediamesh.common.errors import StatusCode
 from mediamesh.common.settings import SchedulerSettings
 from mediamesh.common.work import (
     JobCheckpointed,
@@ -194,9 +195,17 @@ class BatchRunner:
             job = core.jobs.get(event.job_id)
             if job is None or job.batch_id != batch_id or not job.state.in_flight:
                 return
-            artifact = await self.artifacts.write(
-                event.job_id, event.data, event.mime_type, event.seed
-            )
+            try:
+                artifact = await self.artifacts.write(
+                    event.job_id, event.data, event.mime_type, event.seed
+                )
+            except Exception as exc:  # the rest of the batch must still be heard
+                metrics.RESULT_WRITE_FAILURES.inc()
+                log.error("the result of job %s could not be stored: %s", event.job_id, exc)
+                # The detail stays in the log: it may name internal hosts.
+                message = "the result was made but could not be stored; submit the job again"
+                core.job_failed(event.job_id, batch_id, StatusCode.UNAVAILABLE, message)
+                return
             self.results[event.job_id] = artifact
             if core.job_succeeded(event.job_id, batch_id) is None:
                 self.results.pop(event.job_id, None)

@@ -87,6 +87,15 @@ STORE_WRITE_FAILURES = Counter(
     "(a state change, retried until it lands).",
     ["op"],
 )
+RESULT_STORE_FALLBACKS = Counter(
+    "mediamesh_result_store_fallbacks",
+    "Results the artifact backend could not take (an unreachable bucket or a full disk), "
+    "kept in the job store instead.",
+)
+RESULT_WRITE_FAILURES = Counter(
+    "mediamesh_result_write_failures",
+    "Results no store could keep: each failed its job UNAVAILABLE.",
+)
 WEBHOOK_ATTEMPTS = Counter(
     "mediamesh_webhook_attempts",
     "Webhook delivery attempts by outcome: `delivered` (a 2xx answer), `retry` (failed, to be "

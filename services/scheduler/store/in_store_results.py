@@ -8,7 +8,12 @@ admitting, queueing and dispatching the job together. A result of up to
 extra thread hop, and a restart never finds a succeeded job without its bytes.
 
 Results larger than that, and every result when `max_bytes` is 0, go to the backend as
-before. A presigned URL needs an object the backend can sign, so a result kept here that
+before. When the backend cannot take one (a bucket that is unreachable, even after its
+client's retries), the result is kept here all the same: the work that made it is done,
+and a job store that can take the job's end can take its bytes (SQLite holds up to 1 GB
+in a value, beyond any message a worker may send).
+
+A presigned URL needs an object the backend can sign, so a result kept here that
 is wanted as a URL is copied to the backend once, and the copy is recorded in the store
 so that its deletion (at retention) deletes the copy too.
 """
@@ -16,12 +21,15 @@ so that its deletion (at retention) deletes the copy too.
 from __future__ import annotations
 
 import hashlib
+import logging
 from collections.abc import AsyncIterator
 
+from mediamesh.scheduler import metrics
 from mediamesh.scheduler.store.artifacts import ArtifactStore, SignedUrl, StoredArtifact
 from mediamesh.scheduler.store.job_store import JobStore
 from mediamesh.scheduler.store.writer import StoreWriter
 
+log = logging.getLogger("mediamesh.scheduler")
 # The path of a result kept in the store, "jobstore:<job id>/<mime type>": never a file path
 # or an object key, and with what a copy to the backend needs after a restart.
 IN_STORE_PREFIX = "jobstore:"
@@ -55,9 +63,20 @@ class InStoreResults:
         return self.backend.signs_urls
 
     async def write(self, job_id: str, data: bytes, mime_type: str, seed: int) -> StoredArtifact:
-        """Queue a small result to the store's writer; hand a larger one to the backend."""
+        """Queue a small result to the store's writer; hand a larger one to the backend,
+        or keep it here too when the backend fails."""
         if len(data) > self.max_bytes:
-            return await self.backend.write(job_id, data, mime_type, seed)
+            try:
+                return await self.backend.write(job_id, data, mime_type, seed)
+            except Exception as exc:  # each backend fails its own way (OSError, obstore's)
+                metrics.RESULT_STORE_FALLBACKS.inc()
+                log.error(
+                    "the artifact store could not take the result of job %s (%d bytes): %s; "
+                    "it is kept in the job store instead",
+                    job_id,
+                    len(data),
+                    exc,
+                )
         self.writer.save_result(job_id, data)
         digest = hashlib.sha256(data).hexdigest()
         return StoredArtifact(in_store_path(job_id, mime_type), mime_type, len(data), digest, seed)
