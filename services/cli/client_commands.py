@@ -278,5 +278,6 @@ def _cmd_drain(args: argparse.Namespace) -> int:
         reason = why_unreachable(exc, args, "worker", args.address)
         print(f"mediamesh: drain failed: {reason}", file=sys.stderr)
         return 1
-    print(f"draining; jobs being checkpointed: {', '.join(preempted) or 'none'}")
+    # Jobs past their last step are not among them: they finish on this worker.
+    print(f"draining; jobs stopped to resume elsewhere: {', '.join(preempted) or 'none'}")
     return 0

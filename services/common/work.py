@@ -66,11 +66,14 @@ class JobFailed:
 
 @dataclass(frozen=True)
 class JobPreempted:
-    """A job stopped at `step` and left a checkpoint to resume from: terminal for this run."""
+    """A job stopped at `step` and left a checkpoint to resume from: terminal for this run.
+    `wrote_checkpoint` is False for a job handed back before it ran, with the checkpoint it
+    came with (or none)."""
 
     job_id: str
     checkpoint: str
     step: int
+    wrote_checkpoint: bool = True
 
 
 @dataclass(frozen=True)

@@ -72,6 +72,8 @@ class _Running:
     model: str
     control: BatchControl
     job_ids: list[str] = field(default_factory=list)
+    # Jobs past their last step: a drain lets them finish rather than checkpoint them.
+    finishing: set[str] = field(default_factory=set)
 
 
 class WorkerRuntime:
@@ -166,7 +168,10 @@ class WorkerRuntime:
         host = self.hosts.get(model)
         if self.draining:
             # Hand the jobs straight back, keeping any checkpoint, rather than fail them.
-            yield [JobPreempted(job.job_id, job.resume_checkpoint or "", 0) for job in jobs]
+            yield [
+                JobPreempted(job.job_id, job.resume_checkpoint or "", 0, wrote_checkpoint=False)
+                for job in jobs
+            ]
             return
         if host is None:
             message = f"model {model!r} not hosted"
@@ -235,6 +240,9 @@ class WorkerRuntime:
                     ended = True
                     group.pop()
                 ready = [event for event in group if event is not None]
+                running.finishing.update(
+                    e.job_id for e in ready if isinstance(e, StepDone) and e.step >= e.total_steps
+                )
                 self._count(model, span, ready)
                 if ready:
                     yield ready
@@ -279,7 +287,7 @@ class WorkerRuntime:
                 if event.step_seconds > 0 and event.step != last_step:
                     metrics.STEP_SECONDS.labels(model).observe(event.step_seconds)
                 last_step = event.step
-            elif isinstance(event, JobPreempted):
+            elif isinstance(event, JobPreempted) and event.wrote_checkpoint:
                 metrics.CHECKPOINTS.labels("preempted").inc()
             elif isinstance(event, JobCheckpointed):
                 metrics.CHECKPOINTS.labels("periodic").inc()
@@ -318,10 +326,16 @@ class WorkerRuntime:
         self.faulted.set()
 
     def start_drain(self) -> list[str]:
-        """Stop taking batches and ask running ones to checkpoint at their next step."""
+        """Stop taking batches and ask running ones to checkpoint at their next step; the
+        jobs that stops (not those past their last step, which finish here)."""
         self.draining = True
         self.drain_started.set()
-        preempting = self.running_jobs
+        preempting = [
+            job_id
+            for running in self._running.values()
+            for job_id in running.job_ids
+            if job_id not in running.finishing
+        ]
         for running in self._running.values():
             running.control.preempt()
         if not self._running:

@@ -186,7 +186,8 @@ class DiffusionHost:
             elif control.preempt_requested:
                 # Nothing ran yet: the job goes back with the checkpoint it came with, if any.
                 reference = job.resume_checkpoint if checkpoints else ""
-                terminals.send(job.job_id, JobPreempted(job.job_id, reference or "", step))
+                back = JobPreempted(job.job_id, reference or "", step, wrote_checkpoint=False)
+                terminals.send(job.job_id, back)
             else:
                 waiting.append(index)
         if not waiting:

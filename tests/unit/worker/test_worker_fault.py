@@ -55,7 +55,7 @@ async def test_a_lost_device_group_faults_the_worker_instead_of_failing_jobs() -
 
         # A batch sent before the scheduler heard of it goes straight back, checkpoint kept.
         events = await collect(runtime, "b2", [job("b")])
-        assert events == [JobPreempted("b", "ckpt", 0)]
+        assert events == [JobPreempted("b", "ckpt", 0, wrote_checkpoint=False)]
         assert not any(isinstance(e, JobFailed) for e in events)
         assert host.batches == 1
         assert list(runtime.ended_batches) == ["b1", "b2"]
