@@ -17,8 +17,12 @@ from mediamesh.common.metrics import RPC_LATENCY, RPC_REQUESTS
 log = logging.getLogger(__name__)
 
 INTERNAL_TOKEN_KEY = "x-mediamesh-token"
-# Probes and grpcurl must work without credentials.
-_OPEN_PREFIXES = ("/grpc.health.v1.Health/", "/grpc.reflection.")
+# Probes (the kubelet's, load balancers') send no credential. Reflection is not open: it
+# describes the whole internal API, so grpcurl needs `-H 'x-mediamesh-token: ...'` there.
+_HEALTH_PREFIX = "/grpc.health.v1.Health/"
+# A wrong token fails every call its holder makes; one line a minute says so without letting
+# a scanner fill the log.
+REFUSAL_LOG_EVERY_S = 60.0
 
 # The interceptor serves every service, so requests and responses are of any message type.
 # (Quoted: grpc's classes are generic only in their type stubs.)
@@ -55,6 +59,7 @@ class ServiceInterceptor(grpc.aio.ServerInterceptor):
 
     def __init__(self, internal_token: str | None = None) -> None:
         self._token = internal_token
+        self._refusal_logged_at: float | None = None
 
     async def intercept_service(
         self,
@@ -66,11 +71,36 @@ class ServiceInterceptor(grpc.aio.ServerInterceptor):
             return handler
         method = details.method
         service, name = _split(method)
-        authorised = self._token is None or method.startswith(_OPEN_PREFIXES)
+        authorised = self._authorised(method, details)
         if not authorised:
-            sent = dict(details.invocation_metadata or ()).get(INTERNAL_TOKEN_KEY, "")
-            authorised = hmac.compare_digest(str(sent), self._token or "")
+            self._log_refusal(method)
         return _wrap(handler, service, name, authorised)
+
+    def _authorised(self, method: str, details: grpc.HandlerCallDetails) -> bool:
+        if self._token is None:
+            return True
+        sent = dict(details.invocation_metadata or ()).get(INTERNAL_TOKEN_KEY)
+        if sent is None:
+            return method.startswith(_HEALTH_PREFIX)
+        # Health too refuses a wrong token: only mesh services send one, and the gateway's
+        # readiness asks Health with its token, so a gateway holding the wrong one turns
+        # NOT_SERVING instead of passing its probe while the scheduler refuses its calls.
+        return hmac.compare_digest(str(sent), self._token)
+
+    def _log_refusal(self, method: str) -> None:
+        now = time.monotonic()
+        if self._refusal_logged_at is not None and (
+            now - self._refusal_logged_at < REFUSAL_LOG_EVERY_S
+        ):
+            return
+        self._refusal_logged_at = now
+        log.warning(
+            "refused a call to %s: missing or wrong %s; a mesh service calling here needs "
+            "this service's internal_auth token (logged at most once every %.0f s)",
+            method,
+            INTERNAL_TOKEN_KEY,
+            REFUSAL_LOG_EVERY_S,
+        )
 
 
 def _wrap(handler: Handler, service: str, name: str, authorised: bool) -> Handler:

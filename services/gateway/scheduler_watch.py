@@ -3,6 +3,12 @@
 A gateway without a scheduler can only answer UNAVAILABLE. Reporting NOT_SERVING once the
 scheduler has been gone for a while lets readiness (Kubernetes, a load balancer) send
 callers to a gateway that can still reach one.
+
+A scheduler that refuses the gateway's credential is as good as lost: every call fails. The
+probe asks over the gateway's internal channel, which presents the internal token (and the
+internal_tls certificate) on every call, Health included, and the scheduler refuses a wrong
+token even on Health, so such a gateway turns NOT_SERVING as well; an open probe alone would
+pass while every caller got an error.
 """
 
 from __future__ import annotations
@@ -50,7 +56,10 @@ class SchedulerWatch:
                 await self._set_serving(True)
         elif self.serving and now - self._last_answer >= self.lost_after_s:
             log.warning(
-                "no answer from the scheduler for %.1f s; reporting NOT_SERVING",
+                "no SERVING answer from the scheduler (gateway.scheduler_address) for %.1f s: "
+                "it is down or unreachable, or it refuses the gateway's internal_auth token or "
+                "internal_tls certificate (the scheduler's log names a refused token); "
+                "reporting NOT_SERVING",
                 now - self._last_answer,
             )
             self.serving = False

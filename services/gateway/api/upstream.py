@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+import re
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -18,6 +20,8 @@ from mediamesh.common.generated.v1 import common_pb2, gateway_pb2, scheduler_pb2
 from mediamesh.common.registry import Registry
 from mediamesh.common.telemetry import forwarded_trace
 from mediamesh.gateway.core.tenancy import Caller, Tenancy
+
+log = logging.getLogger("mediamesh.gateway")
 
 SUBMIT_TIMEOUT_S = 30
 # Longest one upload may stream (30 MB over a slow link).
@@ -187,9 +191,86 @@ def reader_of(tenancy: Tenancy, context: grpc.aio.ServicerContext[Any, Any]) -> 
     return caller
 
 
+# What callers get instead of the scheduler's refusal of the gateway's own credential: theirs
+# was fine, and the scheduler's wording names the internal header.
+REFUSED_MESSAGE = (
+    "the mesh is misconfigured: the scheduler refused the gateway's credentials; "
+    "see the gateway's log"
+)
+# What callers get instead of gRPC's account of a failed connection, which names the
+# scheduler's internal address.
+UNREACHABLE_MESSAGE = "the scheduler is unreachable; retry"
+# Such failures repeat on every request; one line per kind and minute says as much.
+LOG_EVERY_S = 60.0
+_REFUSALS = (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED)
+# gRPC's own wording when the scheduler never answered (no connection, or one that broke).
+# An UNAVAILABLE the scheduler itself sends ("the job store cannot take new jobs") says none
+# of this and reaches callers as it is.
+_NO_ANSWER = re.compile(
+    r"failed to connect|socket closed|connection reset|broken pipe|goaway|keepalive watchdog|"
+    r"dns resolution failed|empty address list|cancelling all calls|ipv4:|ipv6:|unix:",
+    re.IGNORECASE,
+)
+
+
+class LogThrottle:
+    """Lets one log line of each kind through per `every_s`."""
+
+    def __init__(self, every_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.every_s = every_s
+        self._clock = clock
+        self._last: dict[str, float] = {}
+
+    def due(self, kind: str) -> bool:
+        """Whether a line of `kind` may be logged now; if so, the next waits `every_s`."""
+        now = self._clock()
+        last = self._last.get(kind)
+        if last is not None and now - last < self.every_s:
+            return False
+        self._last[kind] = now
+        return True
+
+
+# Module-wide: relay_errors and mesh_errors wrap calls wherever the gateway makes them.
+throttle = LogThrottle(LOG_EVERY_S)
+
+
+def outward(exc: grpc.aio.AioRpcError) -> tuple[grpc.StatusCode, str] | None:
+    """The status and message a caller gets in place of a scheduler error that describes the
+    mesh's insides (the gateway's credential refused, the scheduler not reachable), logged
+    here in full; None for any other error, which callers get as it is."""
+    code, details = exc.code(), exc.details() or ""
+    if code in _REFUSALS:
+        if throttle.due("refused"):
+            log.error(
+                "the scheduler (gateway.scheduler_address) refused the gateway's internal "
+                "credential: %s: %s. Its internal_auth token (token or token_file) must be the "
+                "scheduler's, and with internal_tls its cert_file must be signed by the "
+                "scheduler's ca_file; until then every caller gets UNAVAILABLE "
+                "(logged at most once every %.0f s)",
+                code.name,
+                details,
+                throttle.every_s,
+            )
+        return grpc.StatusCode.UNAVAILABLE, REFUSED_MESSAGE
+    if code == grpc.StatusCode.UNAVAILABLE and _NO_ANSWER.search(details):
+        if throttle.due("unreachable"):
+            log.warning(
+                "the scheduler (gateway.scheduler_address) is unreachable: %s. If it is up, "
+                "check that internal_tls matches it (a certificate it refuses looks like this); "
+                "callers get %r (logged at most once every %.0f s)",
+                details,
+                UNREACHABLE_MESSAGE,
+                throttle.every_s,
+            )
+        return grpc.StatusCode.UNAVAILABLE, UNREACHABLE_MESSAGE
+    return None
+
+
 @contextlib.asynccontextmanager
 async def relay_errors(context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[None]:
-    """Pass the scheduler's status, message and retry hint through to the caller unchanged."""
+    """Pass the scheduler's status, message and retry hint through to the caller, except what
+    `outward` rewords."""
     try:
         yield
     except grpc.aio.AioRpcError as exc:
@@ -198,7 +279,8 @@ async def relay_errors(context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIter
             for k, v in (exc.trailing_metadata() or ())
             if k in (RETRY_AFTER_KEY, PUSHBACK_KEY)
         )
-        await context.abort(exc.code(), exc.details() or "", trailing)
+        code, details = outward(exc) or (exc.code(), exc.details() or "")
+        await context.abort(code, details, trailing)
 
 
 # How gRPC core words a message refused for its size on the receiving channel.
@@ -207,13 +289,17 @@ _OVERSIZED = "Received message larger than max"
 
 @contextlib.asynccontextmanager
 async def mesh_errors() -> AsyncIterator[None]:
-    """Turn a scheduler status into a MeshError, keeping its code, message and retry hint."""
+    """Turn a scheduler status into a MeshError, keeping its code, message and retry hint,
+    except what `outward` rewords."""
     try:
         yield
     except grpc.aio.AioRpcError as exc:
         retry_ms = next(
             (v for k, v in (exc.trailing_metadata() or ()) if k == RETRY_AFTER_KEY), "0"
         )
+        reworded = outward(exc)
+        if reworded is not None:
+            raise MeshError(reworded[1], code=from_grpc(reworded[0])) from None
         code = from_grpc(exc.code())
         details = exc.details() or ""
         if code is StatusCode.RESOURCE_EXHAUSTED and _OVERSIZED in details:

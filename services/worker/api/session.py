@@ -16,6 +16,11 @@ from mediamesh.worker.runtime import WorkerRuntime
 
 log = logging.getLogger("mediamesh.worker")
 
+# A refused credential or an unreachable scheduler fails every retry: the first failure is
+# logged, then one a minute.
+FAILED_ATTACH_LOG_EVERY_S = 60.0
+_REFUSALS = (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED)
+
 
 class SchedulerSession:
     """Keeps the worker attached to the scheduler: registers, heartbeats, and reconnects with
@@ -42,6 +47,8 @@ class SchedulerSession:
         self._settling: tuple[list[str], asyncio.Future[list[str]]] | None = None
         # The registration changed (warm-up ended) and the scheduler has not seen it yet.
         self._reregister = False
+        # When each kind of failed attach was last logged (monotonic s).
+        self._logged_at: dict[str, float] = {}
 
     def update_registration(self, registration: scheduler_pb2.WorkerRegistration) -> None:
         """Registers again with `registration` on the open stream (or the next one)."""
@@ -93,8 +100,10 @@ class SchedulerSession:
                 await self._attach(scheduler_pb2_grpc.SchedulerStub(channel))
                 backoff = 0.2
             except grpc.aio.AioRpcError as exc:
-                if self.registered.is_set():
+                if self.registered.is_set() and exc.code() not in _REFUSALS:
                     log.warning("lost the scheduler at %s: %s", self.address, exc.code().name)
+                else:
+                    self._log_failed_attach(exc)
             except Exception as exc:
                 # A write to a call the scheduler already ended raises InvalidStateError, not
                 # an RPC error; any such failure must lead to a reconnect, never end the session.
@@ -104,6 +113,37 @@ class SchedulerSession:
                 await channel.close()
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, 5.0)
+
+    def _log_failed_attach(self, exc: grpc.aio.AioRpcError) -> None:
+        # Retrying goes on regardless: the operator may fix the secret, the scheduler restart.
+        refused = exc.code() in _REFUSALS
+        kind = "refused" if refused else "unreachable"
+        now = asyncio.get_running_loop().time()
+        last = self._logged_at.get(kind)
+        if last is not None and now - last < FAILED_ATTACH_LOG_EVERY_S:
+            return
+        self._logged_at[kind] = now
+        if refused:
+            log.error(
+                "the scheduler at %s refused this worker's internal credential (%s: %s): its "
+                "internal_auth token (token or token_file) must be the scheduler's, and with "
+                "internal_tls its cert_file must be signed by the scheduler's ca_file; "
+                "retrying (logged at most once every %.0f s)",
+                self.address,
+                exc.code().name,
+                exc.details(),
+                FAILED_ATTACH_LOG_EVERY_S,
+            )
+        else:
+            # A certificate the scheduler refuses ends the handshake: it looks like this too.
+            log.warning(
+                "cannot attach to the scheduler at %s (%s: %s); if it is up, check that "
+                "internal_tls matches it; retrying (logged at most once every %.0f s)",
+                self.address,
+                exc.code().name,
+                exc.details(),
+                FAILED_ATTACH_LOG_EVERY_S,
+            )
 
     async def _attach(self, stub: scheduler_pb2_grpc.SchedulerStub) -> None:
         # Writes go through the call object rather than a request generator, so cancelling
@@ -116,6 +156,7 @@ class SchedulerSession:
             if reply is grpc.aio.EOF or not reply.registered:
                 return
             self.registered.set()
+            self._logged_at.clear()  # a failure after this one is news at once
             log.info("registered with the scheduler at %s", self.address)
             every = reply.heartbeat_interval_s or 1.0
             while True:

@@ -308,8 +308,8 @@ async def test_kserve_image_inputs(mesh):
     kserve = pb_grpc.GRPCInferenceServiceStub(channel)
     meta = await kserve.ModelMetadata(pb.ModelMetadataRequest(name=INPAINT), metadata=auth(KEY_A))
     assert [t.name for t in meta.inputs] == ["prompt", "negative_prompt", "image", "mask_image"]
-    # Progress responses of ModelStreamInfer carry previews for models that offer them.
-    assert [t.name for t in meta.outputs] == ["output", "seed", "preview"]
+    # The outputs a request may ask for; ModelStreamInfer's step previews are not one.
+    assert [t.name for t in meta.outputs] == ["output", "seed"]
 
     reply = await kserve.ModelInfer(
         infer(IMG2IMG, [image_bytes(), image_bytes(color=(0, 0, 200))], prompts=2, strength=0.5),
