@@ -28,14 +28,16 @@ def load(
     return config, load_registry(config.registry_path)
 
 
-def _prepare(
-    config: MeshConfig, service: str, section: str, metrics_host: str, metrics_port: int | None
-) -> None:
-    """Logging, tracing and the metrics listener, which comes first so that a worker loading
-    its models for minutes can be scraped meanwhile; a port it cannot have is one line."""
+def _prepare(config: MeshConfig, service: str) -> None:
     setup_logging(config.telemetry, service)
     setup_tracing(config.telemetry, service)
-    serve_metrics(section, metrics_host, metrics_port)
+
+
+def _metrics(section: str, host: str, port: int | None) -> Callable[[], None]:
+    """What a service calls once its fail-closed check passed: the metrics listener, before
+    anything slow, so that a worker loading its models for minutes can be scraped meanwhile
+    (a port it cannot have is one line)."""
+    return lambda: serve_metrics(section, host, port)
 
 
 async def _started(section: str, start: Callable[[], Awaitable[_S]]) -> _S:
@@ -64,16 +66,22 @@ def run_scheduler(config: MeshConfig, registry: Registry) -> None:
     from mediamesh.scheduler.main import start_scheduler
 
     s = config.scheduler
-    _prepare(config, "scheduler", "scheduler", s.host, s.metrics_port)
-    _run_until_signalled("scheduler", lambda: start_scheduler(config, registry))
+    _prepare(config, "scheduler")
+    metrics = _metrics("scheduler", s.metrics_host, s.metrics_port)
+    _run_until_signalled(
+        "scheduler", lambda: start_scheduler(config, registry, after_exposure_check=metrics)
+    )
 
 
 def run_gateway(config: MeshConfig, registry: Registry) -> None:
     from mediamesh.gateway.main import start_gateway
 
     g = config.gateway
-    _prepare(config, "gateway", "gateway", g.host, g.metrics_port)
-    _run_until_signalled("gateway", lambda: start_gateway(config, registry))
+    _prepare(config, "gateway")
+    metrics = _metrics("gateway", g.metrics_host, g.metrics_port)
+    _run_until_signalled(
+        "gateway", lambda: start_gateway(config, registry, after_exposure_check=metrics)
+    )
 
 
 def run_worker(config: MeshConfig, registry: Registry, worker: WorkerSettings) -> int:
@@ -81,11 +89,15 @@ def run_worker(config: MeshConfig, registry: Registry, worker: WorkerSettings) -
     is not 0 when the worker left because it cannot work (its supervisor restarts it)."""
     from mediamesh.worker.main import start_worker
 
-    _prepare(config, f"worker {worker.worker_id}", "worker", worker.host, worker.metrics_port)
+    _prepare(config, f"worker {worker.worker_id}")
+    metrics = _metrics("worker", worker.metrics_host, worker.metrics_port)
 
     async def serve() -> int:
         stop = stop_event_on_signals()
-        service = await _started("worker", lambda: start_worker(config, registry, worker))
+        service = await _started(
+            "worker",
+            lambda: start_worker(config, registry, worker, after_exposure_check=metrics),
+        )
         signalled = asyncio.create_task(stop.wait())
         drained = asyncio.create_task(service.exit_requested.wait())
         await asyncio.wait({signalled, drained}, return_when=asyncio.FIRST_COMPLETED)

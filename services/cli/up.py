@@ -117,8 +117,9 @@ def _revealed(value: object) -> object:
 
 class Mesh:
     def __init__(self, config: MeshConfig, run_dir: Path, restart: bool = True) -> None:
-        if config.internal_auth.resolve() is None:
-            # Internal services never run open: mint a token for this mesh's lifetime.
+        if not config.internal_auth.configured:
+            # Internal services never run open: mint a token for this mesh's lifetime. One
+            # configured but empty is refused below (from_config), never replaced or ignored.
             auth = InternalAuthSettings(token=SecretStr(secrets.token_urlsafe(24)))
             config = config.model_copy(update={"internal_auth": auth})
         # All on this host: CPU workers without torch_threads share its cores, less one.

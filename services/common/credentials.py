@@ -14,6 +14,12 @@ from typing import Any
 
 import grpc
 
+from mediamesh.common.secret_files import (
+    check_ca,
+    check_key_pair,
+    read_setting_file,
+    warn_if_shared,
+)
 from mediamesh.common.settings import ConfigError, InternalTlsSettings, MeshConfig
 
 # What the scheduler and workers say when they would serve every caller.
@@ -24,12 +30,7 @@ NO_INTERNAL_CREDENTIAL = (
 
 
 def _read(path: Path | None, setting: str) -> bytes | None:
-    if path is None:
-        return None
-    try:
-        return path.read_bytes()
-    except OSError as exc:
-        raise ConfigError(f"{setting}: cannot read {path}: {exc.strerror}") from None
+    return None if path is None else read_setting_file(path, setting)
 
 
 @dataclass(frozen=True)
@@ -45,22 +46,29 @@ class InternalCredentials:
 
     @classmethod
     def from_config(cls, config: MeshConfig) -> InternalCredentials:
-        """The credential `config` describes (`internal_auth`, `internal_tls`)."""
-        try:
-            token = config.internal_auth.resolve()
-        except OSError as exc:
-            raise ConfigError(
-                f"internal_auth.token_file: cannot read {config.internal_auth.token_file}: "
-                f"{exc.strerror}"
-            ) from None
+        """The credential `config` describes (`internal_auth`, `internal_tls`); ConfigError
+        naming the field when a file cannot be read or holds no usable token, certificate or
+        key, checked here because gRPC would report it only as a failed bind or call."""
+        auth = config.internal_auth
+        token = auth.resolve()
+        if auth.token_file is not None:
+            warn_if_shared(auth.token_file, "internal_auth.token_file")
         tls: InternalTlsSettings = config.internal_tls
-        return cls(
-            token=token or None,
+        credentials = cls(
+            token=token,
             ca=_read(tls.ca_file, "internal_tls.ca_file"),
             cert=_read(tls.cert_file, "internal_tls.cert_file"),
             key=_read(tls.key_file, "internal_tls.key_file"),
             server_name=tls.server_name,
         )
+        if tls.ca_file is not None:
+            check_ca(tls.ca_file, "internal_tls.ca_file")
+        if tls.cert_file is not None and tls.key_file is not None:
+            warn_if_shared(tls.key_file, "internal_tls.key_file")
+            check_key_pair(
+                tls.cert_file, tls.key_file, "internal_tls.cert_file", "internal_tls.key_file"
+            )
+        return credentials
 
     @property
     def tls(self) -> bool:

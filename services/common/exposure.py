@@ -22,8 +22,10 @@ def is_loopback(host: str) -> bool:
     """Whether `host` is a loopback name or address (anything else may be reachable)."""
     if host == "localhost":
         return True
+    # An IPv6 address as it is written with a port (`[::1]`), which binds like the bare one.
+    bare = host[1:-1] if host.startswith("[") and host.endswith("]") else host
     try:
-        return ipaddress.ip_address(host).is_loopback
+        return ipaddress.ip_address(bare).is_loopback
     except ValueError:
         return False
 

@@ -19,6 +19,7 @@ from mediamesh.common.api.health import (
 )
 from mediamesh.common.interceptors import ServiceInterceptor
 from mediamesh.common.listeners import ListenError, refuse_taken
+from mediamesh.common.secret_files import check_key_pair, read_setting_file, warn_if_shared
 from mediamesh.common.settings import TlsSettings
 from mediamesh.common.telemetry import server_tracing_interceptors
 
@@ -68,11 +69,18 @@ KEEPALIVE_OPTIONS = [("grpc.http2.min_ping_interval_without_data_ms", 20_000)]
 
 
 def public_tls(tls: TlsSettings | None) -> grpc.ServerCredentials | None:
-    """Server-side TLS for a public listener (the gateway's), None when not configured."""
+    """Server-side TLS for a public listener (the gateway's), None when not configured.
+    ConfigError naming `gateway.tls.cert_file` or `key_file` when a file cannot be read or
+    the pair is unusable: gRPC would only say that it could not bind the port."""
     if tls is None or not tls.enabled:
         return None
     assert tls.cert_file is not None and tls.key_file is not None
-    return grpc.ssl_server_credentials([(tls.key_file.read_bytes(), tls.cert_file.read_bytes())])
+    cert_setting, key_setting = "gateway.tls.cert_file", "gateway.tls.key_file"
+    cert = read_setting_file(tls.cert_file, cert_setting)
+    key = read_setting_file(tls.key_file, key_setting)
+    warn_if_shared(tls.key_file, key_setting)
+    check_key_pair(tls.cert_file, tls.key_file, cert_setting, key_setting)
+    return grpc.ssl_server_credentials([(key, cert)])
 
 
 async def start_server(

@@ -23,6 +23,7 @@ from mediamesh.common.adapters import (
 from mediamesh.common.artifact_settings import ArtifactSettings
 from mediamesh.common.config_loader import ConfigError as ConfigError
 from mediamesh.common.config_loader import json_or_csv, load_layered
+from mediamesh.common.secret_files import read_setting_file
 from mediamesh.common.tenants import TENANT_PATTERN, is_tenant_name
 from mediamesh.common.webhook_settings import WebhookSettings
 
@@ -65,18 +66,58 @@ class TelemetrySettings(Section):
         return value.upper() if isinstance(value, str) and value.upper() in _LOG_LEVELS else value
 
 
+def _token_problem(token: str) -> str | None:
+    """Why `token` cannot be the internal credential, or None."""
+    if not token.strip():
+        # An empty token authenticates nothing: servers would take it for no token at all.
+        return "is empty"
+    # It travels as gRPC metadata, which carries printable ASCII only; and a server comparing
+    # it with a non-ASCII token would fail every call instead of refusing the start.
+    bad = next((i for i, c in enumerate(token) if not " " <= c <= "~"), None)
+    if bad is not None:
+        return f"has a character outside printable ASCII at position {bad + 1}"
+    return None
+
+
 class InternalAuthSettings(Section):
-    """The mesh's shared credential for scheduler and worker calls."""
+    """The mesh's shared credential for scheduler and worker calls: `token`, or `token_file`
+    holding it (surrounding whitespace stripped), never both."""
 
     token: SecretStr | None = None
     token_file: Path | None = None
 
+    @field_validator("token", mode="after")
+    @classmethod
+    def _usable_token(cls, value: SecretStr | None) -> SecretStr | None:
+        problem = None if value is None else _token_problem(value.get_secret_value())
+        if problem:
+            raise ValueError(f"the token {problem}")
+        return value
+
+    @model_validator(mode="after")
+    def _one_source(self) -> InternalAuthSettings:
+        if self.token is not None and self.token_file is not None:
+            raise ValueError("set token or token_file, not both")
+        return self
+
+    @property
+    def configured(self) -> bool:
+        """Whether a token is configured (its file is read by `resolve`)."""
+        return self.token is not None or self.token_file is not None
+
     def resolve(self) -> str | None:
+        """The token, None when none is configured; ConfigError naming the field when its file
+        cannot be read, is empty or holds what cannot be a token."""
         if self.token is not None:
             return self.token.get_secret_value()
-        if self.token_file is not None:
-            return self.token_file.read_text().strip()
-        return None
+        if self.token_file is None:
+            return None
+        setting = "internal_auth.token_file"
+        token = read_setting_file(self.token_file, setting).decode(errors="replace").strip()
+        problem = _token_problem(token)
+        if problem:
+            raise ConfigError(f"{setting}: the token in {self.token_file} {problem}")
+        return token
 
 
 class InternalTlsSettings(Section):
@@ -106,6 +147,13 @@ class InternalTlsSettings(Section):
 class TlsSettings(Section):
     cert_file: Path | None = None
     key_file: Path | None = None
+
+    @model_validator(mode="after")
+    def _cert_with_key(self) -> TlsSettings:
+        # Either alone would serve plaintext while the config asks for TLS.
+        if (self.cert_file is None) != (self.key_file is None):
+            raise ValueError("cert_file and key_file go together")
+        return self
 
     @property
     def enabled(self) -> bool:
@@ -158,6 +206,9 @@ class GatewaySettings(Section):
     http_port: Port | None = 8080
     http: GatewayHttpSettings = Field(default_factory=GatewayHttpSettings)
     metrics_port: Port | None = 9401
+    # /metrics takes no credential: loopback unless the operator chooses otherwise (a
+    # Prometheus in another container or pod needs 0.0.0.0).
+    metrics_host: str = "127.0.0.1"
     scheduler_address: str = "127.0.0.1:50052"
     api_keys: list[ApiKeySettings] = Field(default_factory=list)
     tenants: dict[str, TenantSettings] = Field(default_factory=dict)
@@ -191,6 +242,29 @@ class GatewaySettings(Section):
                 f"gateway.max_message_bytes ({self.max_message_bytes}) with its "
                 f"{MESSAGE_ENVELOPE_BYTES}-byte envelope; at most {room}"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _keys_are_unambiguous(self) -> GatewaySettings:
+        # A repeated hash would silently give its key the tenant and scopes of the last entry.
+        first: dict[str, int] = {}
+        for index, key in enumerate(self.api_keys):
+            if key.sha256 in first:
+                raise ValueError(
+                    f"gateway.api_keys[{index}].sha256: the same key as "
+                    f"gateway.api_keys[{first[key.sha256]}]"
+                )
+            first[key.sha256] = index
+        # With quotas configured, a key whose tenant has none is a typo, not a tenant meant to
+        # run on the default quota (every model, REALTIME, 100 requests a second).
+        if not self.tenants:
+            return self
+        for index, key in enumerate(self.api_keys):
+            if key.tenant not in self.tenants:
+                raise ValueError(
+                    f"gateway.api_keys[{index}].tenant: {key.tenant!r} has no entry in "
+                    f"gateway.tenants (tenants: {', '.join(sorted(self.tenants))})"
+                )
         return self
 
     @field_validator("tenants", mode="after")
@@ -265,6 +339,8 @@ class SchedulerSettings(Section):
     host: str = "127.0.0.1"
     port: Port = 50052
     metrics_port: Port | None = 9402
+    # As the gateway's: loopback unless chosen otherwise.
+    metrics_host: str = "127.0.0.1"
     store_path: Path = Path(".mediamesh/state/jobs.sqlite3")
     artifact_dir: Path = Path(".mediamesh/artifacts")
     # Results on local disk (under artifact_dir) or in an S3-compatible bucket; checkpoints
@@ -363,6 +439,8 @@ class WorkerSettings(Section):
     # Address the scheduler dials; defaults to host:port.
     advertise_address: str | None = None
     metrics_port: Port | None = 9410
+    # As the gateway's: loopback unless chosen otherwise.
+    metrics_host: str = "127.0.0.1"
     scheduler_address: str = "127.0.0.1:50052"
     pool: Pool = "on-demand"
     device: str = "cpu"

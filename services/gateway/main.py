@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from mediamesh.common.api.health import answers_serving
@@ -54,7 +55,14 @@ class GatewayService:
         await self.channel.close()  # type: ignore[attr-defined]
 
 
-async def start_gateway(config: MeshConfig, registry: Registry) -> GatewayService:
+async def start_gateway(
+    config: MeshConfig,
+    registry: Registry,
+    *,
+    after_exposure_check: Callable[[], None] | None = None,
+) -> GatewayService:
+    """Start the gateway; `after_exposure_check` runs once the fail-closed check and the TLS
+    files passed, before anything binds (the process opens its metrics listener there)."""
     g = config.gateway
     tenancy = Tenancy(g, time.monotonic)
     refuse_open_off_loopback(
@@ -64,9 +72,13 @@ async def start_gateway(config: MeshConfig, registry: Registry) -> GatewayServic
         insecure=g.insecure,
         missing="no gateway.api_keys are configured",
     )
-    channel = internal_channel(
-        g.scheduler_address, InternalCredentials.from_config(config), g.max_message_bytes
-    )
+    # Every credential file is checked before anything binds: one that cannot be used is a
+    # one-line refusal, not a port gRPC "could not bind".
+    tls = public_tls(g.tls)
+    internal = InternalCredentials.from_config(config)
+    if after_exposure_check is not None:
+        after_exposure_check()
+    channel = internal_channel(g.scheduler_address, internal, g.max_message_bytes)
     upstream = Upstream.over(
         channel,
         registry,
@@ -81,7 +93,7 @@ async def start_gateway(config: MeshConfig, registry: Registry) -> GatewayServic
         host=g.host,
         port=g.port,
         max_message_bytes=g.max_message_bytes,
-        credentials=public_tls(g.tls),
+        credentials=tls,
     )
     watch = SchedulerWatch(
         lambda timeout: answers_serving(channel, timeout),

@@ -6,6 +6,7 @@ import logging
 import os
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from mediamesh.common.credentials import NO_INTERNAL_CREDENTIAL, InternalCredentials
@@ -49,9 +50,13 @@ async def start_scheduler(
     registry: Registry,
     link: WorkerLink | None = None,
     store: JobStore | None = None,
+    *,
+    after_exposure_check: Callable[[], None] | None = None,
 ) -> SchedulerService:
     """Start the scheduler; `link` and `store` replace the gRPC link to workers and the
-    SQLite store at `scheduler.store_path` (tests pass fakes that fail on demand)."""
+    SQLite store at `scheduler.store_path` (tests pass fakes that fail on demand).
+    `after_exposure_check` runs once the fail-closed check and the credential passed, before
+    anything binds (the process opens its metrics listener there)."""
     s = config.scheduler
     credentials = InternalCredentials.from_config(config)
     refuse_open_off_loopback(
@@ -62,6 +67,8 @@ async def start_scheduler(
         missing=NO_INTERNAL_CREDENTIAL,
     )
     server_credentials = credentials.server_credentials()
+    if after_exposure_check is not None:
+        after_exposure_check()
     core = SchedulerCore(registry.models, core_policy(s), time.time, new_job_id)
     runtime = SchedulerRuntime(
         core,

@@ -199,8 +199,15 @@ async def _report_memory(devices: list[str], runtime: WorkerRuntime) -> None:
 
 
 async def start_worker(
-    config: MeshConfig, registry: Registry, worker: WorkerSettings
+    config: MeshConfig,
+    registry: Registry,
+    worker: WorkerSettings,
+    *,
+    after_exposure_check: Callable[[], None] | None = None,
 ) -> WorkerService:
+    """Start the worker; `after_exposure_check` runs once the fail-closed check and the
+    credential passed, before the models load (the process opens its metrics listener there,
+    to be scraped while they do)."""
     if not worker.allow_downloads:
         go_offline()
     credentials = InternalCredentials.from_config(config)
@@ -213,6 +220,8 @@ async def start_worker(
         missing=NO_INTERNAL_CREDENTIAL,
     )
     server_credentials = credentials.server_credentials()
+    if after_exposure_check is not None:
+        after_exposure_check()
     specs = hosted_specs(registry, worker)
     hosts, residency = await asyncio.to_thread(load_hosts, config, worker, specs)
     warming = needs_warmup(hosts)

@@ -26,13 +26,15 @@ NO_SPOT_WAIT = {
 
 
 def keyed(**tenants: dict) -> dict:
-    """Gateway settings with KEY_A for tenant a and KEY_B for tenant b."""
+    """Gateway settings with KEY_A for tenant a and KEY_B for tenant b, with the quotas given
+    by tenant; once one tenant has quotas every key's tenant needs an entry, so the other gets
+    the defaults."""
     return {
         "api_keys": [
             {"sha256": hash_key(KEY_A), "tenant": "a"},
             {"sha256": hash_key(KEY_B), "tenant": "b"},
         ],
-        "tenants": tenants,
+        "tenants": {"a": {}, "b": {}, **tenants} if tenants else {},
     }
 
 

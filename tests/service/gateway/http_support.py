@@ -38,6 +38,7 @@ HTTP_GATEWAY = {
         {"sha256": hash_key(KEY_THREE), "tenant": "three"},
     ],
     "tenants": {
+        "a": {},
         "b": {"allowed_models": ["echo"]},
         "slow": {"requests_per_second": 0.01, "burst": 1},
         "three": {"requests_per_second": 0.01, "burst": 3},

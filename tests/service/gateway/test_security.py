@@ -79,6 +79,31 @@ def self_signed(folder: Path) -> tuple[Path, Path]:
     return cert, key
 
 
+@pytest.mark.parametrize("fault", ["missing", "mismatched"])
+def test_an_unusable_tls_key_is_one_line_naming_it_not_the_port(tmp_path: Path, fault: str):
+    cert, key = self_signed(tmp_path)
+    if fault == "missing":
+        key = tmp_path / "gone.pem"
+        expected = f"mediamesh: gateway.tls.key_file: cannot read {key}: No such file or directory"
+    else:
+        other = tmp_path / "other"
+        other.mkdir()
+        _, key = self_signed(other)
+        expected = "mediamesh: gateway.tls.key_file: does not match gateway.tls.cert_file"
+    config = tmp_path / "mesh.yaml"
+    config.write_text(
+        "gateway: {port: 0, http_port: null, metrics_port: null, "
+        f"tls: {{cert_file: {cert}, key_file: {key}}}}}\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "mediamesh.cli.main", "gateway", "--config", str(config)],
+        capture_output=True, text=True, timeout=60, cwd=ROOT,
+    )  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip().splitlines()[-1] == expected
+    assert "Traceback" not in result.stderr
+
+
 async def test_tls_on_the_public_listener_for_both_apis(tmp_path: Path, models_dir: Path):
     cert, key = self_signed(tmp_path)
     tls = {"tls": {"cert_file": str(cert), "key_file": str(key)}}

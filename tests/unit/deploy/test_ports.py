@@ -66,6 +66,8 @@ def test_config_files_use_the_default_ports(path):
             assert port_of(worker.advertise_address) == WORKER.port
     for section in (config.gateway, config.scheduler, *every_worker):
         assert section.host == "0.0.0.0", "containers must bind every interface"
+        # /metrics defaults to loopback; Prometheus scrapes from its own container or pod.
+        assert section.metrics_host == "0.0.0.0", "Prometheus could not reach /metrics"
 
 
 def test_command_addresses_target_the_right_port():
