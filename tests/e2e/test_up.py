@@ -9,6 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 from PIL import Image
 
 from tests.conftest import ROOT
@@ -66,7 +67,17 @@ def test_up_generate_grpcurl_and_clean_stop(launch, tmp_path: Path):
     services = grpcurl(mesh.gateway, "list").split()
     assert {"mediamesh.v1.Gateway", "grpc.health.v1.Health"} <= set(services)
     assert "rpc Generate" in grpcurl(mesh.gateway, "describe", "mediamesh.v1.Gateway")
-    assert "mediamesh.v1.Scheduler" in grpcurl(mesh.scheduler, "list")
+    # The scheduler's reflection describes the internal API, so it needs the mesh's token
+    # (minted by `mediamesh up` into the run's config, mode 0600).
+    refused = subprocess.run(
+        [GRPCURL, "-plaintext", mesh.scheduler, "list"], capture_output=True, text=True, timeout=60
+    )
+    assert refused.returncode != 0 and "Unauthenticated" in refused.stderr
+    run_config = yaml.safe_load((mesh.run_dir / "mesh.yaml").read_text())
+    token = run_config["internal_auth"]["token"]
+    assert "mediamesh.v1.Scheduler" in grpcurl(
+        "-H", f"x-mediamesh-token: {token}", mesh.scheduler, "list"
+    )
     body = json.dumps({"model": "flux-tiny", "prompt": "a red fox", "steps": 3, "seed": 5})
     stream = grpcurl("-d", body, mesh.gateway, "mediamesh.v1.Gateway/Generate")
     events = [json.loads(chunk) for chunk in _json_objects(stream)]
