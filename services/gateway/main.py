@@ -14,6 +14,7 @@ from mediamesh.common.channels import internal_channel
 from mediamesh.common.credentials import InternalCredentials
 from mediamesh.common.exposure import InsecureBindError as InsecureBindError
 from mediamesh.common.exposure import refuse_open_off_loopback
+from mediamesh.common.interceptors import INTERNAL_TOKEN_KEY
 from mediamesh.common.registry import Registry
 from mediamesh.common.server import RunningServer, public_tls, start_server
 from mediamesh.common.settings import MeshConfig
@@ -95,8 +96,12 @@ async def start_gateway(
         max_message_bytes=g.max_message_bytes,
         credentials=tls,
     )
+    # A gateway without a token still presents one, empty, to its readiness probe: Health is
+    # open only to callers that send none, so a scheduler that wants a token refuses it, and
+    # the gateway turns NOT_SERVING instead of passing its probe while every call fails.
+    probe_metadata = () if internal.token else ((INTERNAL_TOKEN_KEY, ""),)
     watch = SchedulerWatch(
-        lambda timeout: answers_serving(channel, timeout),
+        lambda timeout: answers_serving(channel, timeout, metadata=probe_metadata),
         server.set_serving,
         g.scheduler_lost_after_s,
     )

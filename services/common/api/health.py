@@ -69,13 +69,21 @@ async def mark_alive(health: HealthServicer) -> None:
     await health.set(LIVENESS_SERVICE, health_pb2.HealthCheckResponse.SERVING)
 
 
-async def answers_serving(channel: grpc.aio.Channel, timeout: float, service: str = "") -> bool:
+async def answers_serving(
+    channel: grpc.aio.Channel,
+    timeout: float,
+    service: str = "",
+    metadata: tuple[tuple[str, str], ...] = (),
+) -> bool:
     """Whether the server behind `channel` reports SERVING for `service` within `timeout`
     seconds; False when it reports otherwise or does not answer."""
     try:
         # typeshed's HealthStub declares no rpc methods; the generated class has them.
         reply = await health_pb2_grpc.HealthStub(channel).Check(  # type: ignore[attr-defined]
-            health_pb2.HealthCheckRequest(service=service), timeout=timeout, wait_for_ready=True
+            health_pb2.HealthCheckRequest(service=service),
+            timeout=timeout,
+            wait_for_ready=True,
+            metadata=metadata or None,
         )
     except grpc.aio.AioRpcError:
         return False

@@ -116,6 +116,20 @@ async def test_a_refused_gateway_token_is_logged_unready_and_unavailable_to_call
         await stop_mesh(mesh)
 
 
+async def test_a_gateway_without_a_token_is_unready_before_a_scheduler_that_wants_one(
+    tmp_path: Path, models_dir: Path
+) -> None:
+    mesh = await start_mesh(tmp_path, models_dir, [], token="right-token")
+    scheduler = f"127.0.0.1:{mesh.scheduler.port}"
+    tokenless = await start_gateway(gateway_config(mesh.config, None, scheduler), load_registry())
+    try:
+        await until_not_ready(tokenless)
+        assert await gateway_health(tokenless) == health_pb2.HealthCheckResponse.NOT_SERVING
+    finally:
+        await tokenless.stop(0)
+        await stop_mesh(mesh)
+
+
 async def test_a_gateway_with_the_right_token_stays_ready(tmp_path: Path, models_dir: Path) -> None:
     mesh = await start_mesh(
         tmp_path, models_dir, [], token="right-token", gateway={"scheduler_lost_after_s": 0.3}
