@@ -12,6 +12,7 @@ import grpc
 
 from mediamesh.common.api.status import from_grpc, to_grpc
 from mediamesh.common.errors import PUSHBACK_KEY, RETRY_AFTER_KEY, MeshError, StatusCode
+from mediamesh.common.log_throttle import LogThrottle
 from mediamesh.common.metrics import RPC_LATENCY, RPC_REQUESTS
 
 log = logging.getLogger(__name__)
@@ -20,9 +21,6 @@ INTERNAL_TOKEN_KEY = "x-mediamesh-token"
 # Probes (the kubelet's, load balancers') send no credential. Reflection is not open: it
 # describes the whole internal API, so grpcurl needs `-H 'x-mediamesh-token: ...'` there.
 _HEALTH_PREFIX = "/grpc.health.v1.Health/"
-# A wrong token fails every call its holder makes; one line a minute says so without letting
-# a scanner fill the log.
-REFUSAL_LOG_EVERY_S = 60.0
 
 # The interceptor serves every service, so requests and responses are of any message type.
 # (Quoted: grpc's classes are generic only in their type stubs.)
@@ -59,7 +57,9 @@ class ServiceInterceptor(grpc.aio.ServerInterceptor):
 
     def __init__(self, internal_token: str | None = None) -> None:
         self._token = internal_token
-        self._refusal_logged_at: float | None = None
+        # A wrong token fails every call its holder makes; one line a minute says so without
+        # letting a scanner fill the log.
+        self._refusal_log = LogThrottle()
 
     async def intercept_service(
         self,
@@ -88,18 +88,14 @@ class ServiceInterceptor(grpc.aio.ServerInterceptor):
         return hmac.compare_digest(str(sent), self._token)
 
     def _log_refusal(self, method: str) -> None:
-        now = time.monotonic()
-        if self._refusal_logged_at is not None and (
-            now - self._refusal_logged_at < REFUSAL_LOG_EVERY_S
-        ):
+        if not self._refusal_log.due():
             return
-        self._refusal_logged_at = now
         log.warning(
             "refused a call to %s: missing or wrong %s; a mesh service calling here needs "
             "this service's internal_auth token (logged at most once every %.0f s)",
             method,
             INTERNAL_TOKEN_KEY,
-            REFUSAL_LOG_EVERY_S,
+            self._refusal_log.every_s,
         )
 
 

@@ -7,7 +7,7 @@ import contextlib
 import logging
 import re
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -17,6 +17,7 @@ from mediamesh.common.adapters import DEFAULT_MAX_ADAPTERS_PER_REQUEST
 from mediamesh.common.api.status import from_grpc
 from mediamesh.common.errors import PUSHBACK_KEY, RETRY_AFTER_KEY, MeshError, StatusCode
 from mediamesh.common.generated.v1 import common_pb2, gateway_pb2, scheduler_pb2, scheduler_pb2_grpc
+from mediamesh.common.log_throttle import LOG_EVERY_S, LogThrottle
 from mediamesh.common.registry import Registry
 from mediamesh.common.telemetry import forwarded_trace
 from mediamesh.gateway.core.tenancy import Caller, Tenancy
@@ -200,8 +201,6 @@ REFUSED_MESSAGE = (
 # What callers get instead of gRPC's account of a failed connection, which names the
 # scheduler's internal address.
 UNREACHABLE_MESSAGE = "the scheduler is unreachable; retry"
-# Such failures repeat on every request; one line per kind and minute says as much.
-LOG_EVERY_S = 60.0
 _REFUSALS = (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED)
 # gRPC's own wording when the scheduler never answered (no connection, or one that broke).
 # An UNAVAILABLE the scheduler itself sends ("the job store cannot take new jobs") says none
@@ -211,24 +210,6 @@ _NO_ANSWER = re.compile(
     r"dns resolution failed|empty address list|cancelling all calls|ipv4:|ipv6:|unix:",
     re.IGNORECASE,
 )
-
-
-class LogThrottle:
-    """Lets one log line of each kind through per `every_s`."""
-
-    def __init__(self, every_s: float, clock: Callable[[], float] = time.monotonic) -> None:
-        self.every_s = every_s
-        self._clock = clock
-        self._last: dict[str, float] = {}
-
-    def due(self, kind: str) -> bool:
-        """Whether a line of `kind` may be logged now; if so, the next waits `every_s`."""
-        now = self._clock()
-        last = self._last.get(kind)
-        if last is not None and now - last < self.every_s:
-            return False
-        self._last[kind] = now
-        return True
 
 
 # Module-wide: relay_errors and mesh_errors wrap calls wherever the gateway makes them.

@@ -11,14 +11,12 @@ from mediamesh.common.aio import wait_event
 from mediamesh.common.channels import internal_channel
 from mediamesh.common.credentials import InternalCredentials
 from mediamesh.common.generated.v1 import scheduler_pb2, scheduler_pb2_grpc
+from mediamesh.common.log_throttle import LogThrottle
 from mediamesh.worker.api.registration import model_adapters, model_residency
 from mediamesh.worker.runtime import WorkerRuntime
 
 log = logging.getLogger("mediamesh.worker")
 
-# A refused credential or an unreachable scheduler fails every retry: the first failure is
-# logged, then one a minute.
-FAILED_ATTACH_LOG_EVERY_S = 60.0
 _REFUSALS = (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED)
 
 
@@ -47,8 +45,9 @@ class SchedulerSession:
         self._settling: tuple[list[str], asyncio.Future[list[str]]] | None = None
         # The registration changed (warm-up ended) and the scheduler has not seen it yet.
         self._reregister = False
-        # When each kind of failed attach was last logged (monotonic s).
-        self._logged_at: dict[str, float] = {}
+        # A refused credential or an unreachable scheduler fails every retry: the first
+        # failure of each kind is logged, then one a minute.
+        self._failed_attach_log = LogThrottle()
 
     def update_registration(self, registration: scheduler_pb2.WorkerRegistration) -> None:
         """Registers again with `registration` on the open stream (or the next one)."""
@@ -118,11 +117,8 @@ class SchedulerSession:
         # Retrying goes on regardless: the operator may fix the secret, the scheduler restart.
         refused = exc.code() in _REFUSALS
         kind = "refused" if refused else "unreachable"
-        now = asyncio.get_running_loop().time()
-        last = self._logged_at.get(kind)
-        if last is not None and now - last < FAILED_ATTACH_LOG_EVERY_S:
+        if not self._failed_attach_log.due(kind):
             return
-        self._logged_at[kind] = now
         if refused:
             log.error(
                 "the scheduler at %s refused this worker's internal credential (%s: %s): its "
@@ -132,7 +128,7 @@ class SchedulerSession:
                 self.address,
                 exc.code().name,
                 exc.details(),
-                FAILED_ATTACH_LOG_EVERY_S,
+                self._failed_attach_log.every_s,
             )
         else:
             # A certificate the scheduler refuses ends the handshake: it looks like this too.
@@ -142,7 +138,7 @@ class SchedulerSession:
                 self.address,
                 exc.code().name,
                 exc.details(),
-                FAILED_ATTACH_LOG_EVERY_S,
+                self._failed_attach_log.every_s,
             )
 
     async def _attach(self, stub: scheduler_pb2_grpc.SchedulerStub) -> None:
@@ -156,7 +152,7 @@ class SchedulerSession:
             if reply is grpc.aio.EOF or not reply.registered:
                 return
             self.registered.set()
-            self._logged_at.clear()  # a failure after this one is news at once
+            self._failed_attach_log.reset()  # a failure after this one is news at once
             log.info("registered with the scheduler at %s", self.address)
             every = reply.heartbeat_interval_s or 1.0
             while True:
