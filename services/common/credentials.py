@@ -9,14 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import grpc
 
 from mediamesh.common.secret_files import (
     check_ca,
-    check_key_pair,
+    read_key_pair,
     read_setting_file,
     warn_if_shared,
 )
@@ -27,10 +26,6 @@ NO_INTERNAL_CREDENTIAL = (
     "no internal credential is configured (internal_auth.token or token_file, or "
     "internal_tls with ca_file for mutual TLS)"
 )
-
-
-def _read(path: Path | None, setting: str) -> bytes | None:
-    return None if path is None else read_setting_file(path, setting)
 
 
 @dataclass(frozen=True)
@@ -54,21 +49,16 @@ class InternalCredentials:
         if auth.token_file is not None:
             warn_if_shared(auth.token_file, "internal_auth.token_file")
         tls: InternalTlsSettings = config.internal_tls
-        credentials = cls(
-            token=token,
-            ca=_read(tls.ca_file, "internal_tls.ca_file"),
-            cert=_read(tls.cert_file, "internal_tls.cert_file"),
-            key=_read(tls.key_file, "internal_tls.key_file"),
-            server_name=tls.server_name,
-        )
+        ca = cert = key = None
         if tls.ca_file is not None:
+            ca = read_setting_file(tls.ca_file, "internal_tls.ca_file")
             check_ca(tls.ca_file, "internal_tls.ca_file")
+        # The settings refuse one file of the pair without the other.
         if tls.cert_file is not None and tls.key_file is not None:
-            warn_if_shared(tls.key_file, "internal_tls.key_file")
-            check_key_pair(
+            cert, key = read_key_pair(
                 tls.cert_file, tls.key_file, "internal_tls.cert_file", "internal_tls.key_file"
             )
-        return credentials
+        return cls(token=token, ca=ca, cert=cert, key=key, server_name=tls.server_name)
 
     @property
     def tls(self) -> bool:

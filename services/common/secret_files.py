@@ -81,5 +81,16 @@ def check_key_pair(cert: Path, key: Path, cert_setting: str, key_setting: str) -
         ) from None
 
 
+def read_key_pair(
+    cert: Path, key: Path, cert_setting: str, key_setting: str
+) -> tuple[bytes, bytes]:
+    """The PEM bytes of a certificate and its key, each read, the key's sharing warned of,
+    and the pair checked (`check_key_pair`); ConfigError naming the setting at fault."""
+    pem = read_setting_file(cert, cert_setting), read_setting_file(key, key_setting)
+    warn_if_shared(key, key_setting)
+    check_key_pair(cert, key, cert_setting, key_setting)
+    return pem
+
+
 def _why(exc: ssl.SSLError) -> str:
     return str(exc.reason or exc.strerror or exc).lower().replace("_", " ")

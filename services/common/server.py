@@ -19,7 +19,7 @@ from mediamesh.common.api.health import (
 )
 from mediamesh.common.interceptors import ServiceInterceptor
 from mediamesh.common.listeners import ListenError, refuse_taken
-from mediamesh.common.secret_files import check_key_pair, read_setting_file, warn_if_shared
+from mediamesh.common.secret_files import read_key_pair
 from mediamesh.common.settings import TlsSettings
 from mediamesh.common.telemetry import server_tracing_interceptors
 
@@ -75,11 +75,9 @@ def public_tls(tls: TlsSettings | None) -> grpc.ServerCredentials | None:
     if tls is None or not tls.enabled:
         return None
     assert tls.cert_file is not None and tls.key_file is not None
-    cert_setting, key_setting = "gateway.tls.cert_file", "gateway.tls.key_file"
-    cert = read_setting_file(tls.cert_file, cert_setting)
-    key = read_setting_file(tls.key_file, key_setting)
-    warn_if_shared(tls.key_file, key_setting)
-    check_key_pair(tls.cert_file, tls.key_file, cert_setting, key_setting)
+    cert, key = read_key_pair(
+        tls.cert_file, tls.key_file, "gateway.tls.cert_file", "gateway.tls.key_file"
+    )
     return grpc.ssl_server_credentials([(key, cert)])
 
 
