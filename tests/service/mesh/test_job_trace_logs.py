@@ -46,17 +46,23 @@ async def submit_under(mesh: InProcessMesh, trace_id: str, prompt: str) -> str:
     return handle.job_id
 
 
+async def queued_then_stopped(tmp_path: Path, models_dir: Path) -> dict[str, str]:
+    """A job per trace submitted to a mesh without workers, which is then stopped with them
+    still queued; job id -> trace id."""
+    mesh = await start_mesh(tmp_path, models_dir, [])
+    try:
+        return {await submit_under(mesh, t, name): t for name, t in TRACES.items()}
+    finally:
+        await stop_mesh(mesh)
+
+
 async def test_every_line_about_a_job_carries_its_own_trace_id_across_a_restart(
     tmp_path: Path, models_dir: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     # DEBUG: dispatch lines, written by whichever task forms the batch, are the hard case.
     caplog.set_level(logging.DEBUG, logger="mediamesh.scheduler")
     # No worker yet: both jobs wait in the queue through the restart.
-    mesh = await start_mesh(tmp_path, models_dir, [])
-    try:
-        trace_of = {await submit_under(mesh, t, name): t for name, t in TRACES.items()}
-    finally:
-        await stop_mesh(mesh)
+    trace_of = await queued_then_stopped(tmp_path, models_dir)
     before = job_lines(caplog)
     assert sorted(line["job_id"] for line in before) == sorted(trace_of)
     caplog.clear()
@@ -151,12 +157,7 @@ async def test_a_restarted_scheduler_logs_each_job_it_takes_back(
     tmp_path: Path, models_dir: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, logger="mediamesh.scheduler")
-    # No worker: the jobs are still queued when the scheduler stops.
-    mesh = await start_mesh(tmp_path, models_dir, [])
-    try:
-        trace_of = {await submit_under(mesh, t, name): t for name, t in TRACES.items()}
-    finally:
-        await stop_mesh(mesh)
+    trace_of = await queued_then_stopped(tmp_path, models_dir)
     caplog.clear()
     mesh = await start_mesh(tmp_path, models_dir, [])
     await stop_mesh(mesh)
