@@ -210,7 +210,7 @@ def resolve_inputs(
         return params
     value = spec.default_strength if strength is None else strength
     if "strength" in spec.accepted_fields:
-        check_strength(value, params.steps)
+        check_strength(value, params.steps, spec.pipeline)
     found = {
         name: probe_image(input_field(name, ids.get(name, "")), data, spec.limits.max_input_pixels)
         for name, data in images.items()
@@ -237,16 +237,18 @@ def resolve_inputs(
     return params
 
 
-def check_strength(strength: float, steps: int) -> None:
-    """InvalidArgument unless 0 < strength <= 1 leaves at least one denoising step."""
+def check_strength(strength: float, steps: int, pipeline: str) -> None:
+    """InvalidArgument unless 0 < strength <= 1 leaves at least one denoising step, counted
+    as `pipeline` counts them: Flux-style pipelines (FRACTIONAL_START) run at least one for
+    any strength above 0, Stable Diffusion's round steps * strength down."""
     if not 0 < strength <= 1:
         raise InvalidArgument(
             f"strength: {shown(strength)} is out of range; allowed 0 < strength <= 1"
         )
-    if int(steps * strength) < 1:
+    if denoising_steps(pipeline, steps, strength) < 1:
         raise InvalidArgument(
             f"strength: {shown(strength)} with {steps} steps leaves no denoising step; "
-            "steps * strength must be at least 1"
+            f"{pipeline} needs steps * strength of at least 1"
         )
 
 
@@ -283,4 +285,4 @@ def check_input_params(spec: ModelSpec, params: GenerationParams) -> None:
         if value is not None and value.width:
             _check_pixels(name, value.width, value.height, spec.limits.max_input_pixels)
     if params.image is not None and "strength" in spec.accepted_fields:
-        check_strength(params.strength, params.steps)
+        check_strength(params.strength, params.steps, spec.pipeline)

@@ -80,3 +80,20 @@ def test_each_job_reports_the_steps_of_its_own_call(host_for, model: str) -> Non
             assert len(of(events, job_id, JobFinished)) == 1, events
     finally:
         hook.remove()
+
+
+def test_flux_runs_one_step_where_sdxl_would_run_none(host_for) -> None:
+    # 4 steps at 0.1: the gateway admits this for Flux (check_strength), so the pipeline
+    # must really denoise once and report one step.
+    host = host_for("flux-img2img-tiny")
+    calls: list[int] = []
+    hook = host.denoiser.register_forward_pre_hook(lambda *_: calls.append(1))
+    try:
+        image = _input(image_bytes(color=(20, 160, 90)))
+        job = job_for(host.spec, "flux-low-strength", 7, steps=4, strength=0.1, image=image)
+        events = run(host, [job])
+    finally:
+        hook.remove()
+    assert len(calls) == 1
+    assert [(e.step, e.total_steps) for e in of(events, "flux-low-strength", StepDone)] == [(1, 1)]
+    assert len(of(events, "flux-low-strength", JobFinished)) == 1

@@ -110,6 +110,20 @@ def test_resolve_sets_image_strength_and_size() -> None:
     assert flux.strength == 0.6 and (flux.width, flux.height) == (64, 64)
 
 
+def test_a_low_strength_runs_where_its_pipeline_would_run_a_step() -> None:
+    # Flux starts its schedule at a fractional offset rounded down, so 4 steps at strength
+    # 0.1 still denoise once; Stable Diffusion XL rounds 4 * 0.1 down to no step at all.
+    flux = resolve(
+        find_model(REGISTRY, "flux-img2img-tiny"),
+        fields("flux-img2img-tiny", image=image_bytes(), strength=0.1),
+    )
+    assert flux.strength == pytest.approx(0.1)
+    assert refused("sdxl-img2img-tiny", image=image_bytes(), strength=0.1) == (
+        "strength: 0.1 with 4 steps leaves no denoising step; "
+        "StableDiffusionXLImg2ImgPipeline needs steps * strength of at least 1"
+    )
+
+
 @pytest.mark.parametrize(
     ("model", "values", "words"),
     [
