@@ -72,7 +72,11 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         required=True,
         help="file to write the result to; its extension is set to the result's format",
     )
-    gen.add_argument("--quiet", action="store_true", help="no progress bar")
+    gen.add_argument(
+        "--quiet",
+        action="store_true",
+        help="no progress bar and no notices: print only the result's path, or the error",
+    )
     gen.set_defaults(handler=_cmd_generate)
 
     for name, help_text in (("status", "print queues and workers"), ("top", "live status")):

@@ -22,6 +22,7 @@ class JobOnTerminal:
     so an interrupted follow can still name its job."""
 
     def __init__(self, quiet: bool, steps: int | None, preview_dir: Path | None) -> None:
+        # quiet: no progress bar and no notices (dispatched, resumed, ...), only the outcome.
         self._quiet, self._steps = quiet, steps
         # Drawn at the first event: a job that cannot be followed shows no empty bar.
         self._bar: tqdm[Any] | None = None
@@ -55,7 +56,9 @@ class JobOnTerminal:
                         self.previews.take(event)
                         bar.set_postfix_str(f"previews: {self.previews.count}")
                     bar.refresh()
-                case Notice(kind=kind, message=message):
+                case Notice(kind=kind, message=message) if not self._quiet:
+                    # tqdm writes even with its bar disabled; --quiet promises only the
+                    # result's path or the error.
                     bar.write(f"{kind}: {message}")
                 case Result() | Error():
                     self.final = event

@@ -60,16 +60,32 @@ def pull_models(
     return lines
 
 
+# The columns of `mediamesh models list`, one per `model_rows` cell.
+MODEL_COLUMNS = (
+    "model",
+    "pipeline",
+    "accepted fields",
+    "inputs",
+    "output formats",
+    "preemption",
+    "previews",
+    "adapters",
+)
+
+
 def model_rows(registry: Registry, models_dir: Path) -> list[list[str]]:
-    """One row per model: name, pipeline, accepted fields, formats, preemption, previews."""
+    """One row per model, a cell per MODEL_COLUMNS: "-" where a model has no inputs or
+    adapters, or its preemption is unknown (a hub model not pulled yet)."""
     return [
         [
             spec.name,
             spec.pipeline,
             ",".join(f for f in MODEL_FIELDS if f in spec.accepted_fields),
+            ",".join(spec.inputs) or "-",
             ",".join(spec.output_formats),
             preemption_of(spec, models_dir) or "-",
             "yes" if spec.preview.enabled else "no",
+            ",".join(a.name for a in spec.adapters) or "-",
         ]
         for spec in registry.models
     ]
@@ -95,8 +111,7 @@ def _cmd_list(args: argparse.Namespace) -> int:
     from mediamesh.cli.services import load
 
     config, registry = load(args.config)
-    headers = ["model", "pipeline", "accepted fields", "output formats", "preemption", "previews"]
-    print(_table(headers, model_rows(registry, config.models_dir)))
+    print(_table(list(MODEL_COLUMNS), model_rows(registry, config.models_dir)))
     return 0
 
 

@@ -183,6 +183,8 @@ def resolve_inputs(
     ids: dict[str, str],
     strength: float | None,
     from_uploads: Collection[str] = (),
+    *,
+    size_set: bool,
 ) -> GenerationParams:
     """`params` with the request's input images and strength checked and set.
 
@@ -190,6 +192,10 @@ def resolve_inputs(
     none). An input named only by id cannot be looked at here (the gateway's case); the
     scheduler reads the upload's bytes into `images` before it calls this, keeping the id,
     and lists the input in `from_uploads`. Errors name the field the caller set.
+
+    `size_set` says the caller set width or height. Without either, the job's size is the
+    input image's (see `_size_from_image`); with them, a model that takes width and height
+    resizes its input to them.
     """
     for name in ("image", "mask_image"):
         field = input_field(name, ids.get(name, ""))
@@ -232,8 +238,10 @@ def resolve_inputs(
             f"({image.width}x{image.height} px)"
         )
     params = replace(params, image=image, mask_image=mask, strength=value)
-    if image is not None and "width" not in spec.accepted_fields:
-        params = _size_from_image(spec, params, image, input_field("image", ids.get("image", "")))
+    takes_size = "width" in spec.accepted_fields
+    if image is not None and spec.modality != "audio" and not (takes_size and size_set):
+        field = input_field("image", ids.get("image", ""))
+        params = _size_from_image(spec, params, image, field, resizable=takes_size)
     return params
 
 
@@ -253,10 +261,12 @@ def check_strength(strength: float, steps: int, pipeline: str) -> None:
 
 
 def _size_from_image(
-    spec: ModelSpec, params: GenerationParams, image: InputImage, field: str
+    spec: ModelSpec, params: GenerationParams, image: InputImage, field: str, *, resizable: bool
 ) -> GenerationParams:
-    # The pipeline makes its output at the input's size (it takes no width or height), so
-    # the input is held to the output's limits, and the job's size is the input's.
+    # The job's size is the input's, so the input is held to the output's limits. Either the
+    # pipeline makes its output at the input's size (it takes no width or height), or it
+    # does take them (`resizable`) and the caller set neither: the entry's default size
+    # would then squash an input of any other shape into it.
     lim = spec.limits
     width, height = image.width, image.height
     fits = (
@@ -265,11 +275,18 @@ def _size_from_image(
         and width % lim.size_multiple == 0
         and height % lim.size_multiple == 0
     )
-    if not fits:
+    if not fits and not resizable:
         raise InvalidArgument(
             f"{field}: {width}x{height} px; {spec.name} makes its result at the input's size, "
             f"which must be a multiple of {lim.size_multiple} px up to "
             f"{lim.max_width}x{lim.max_height} px"
+        )
+    if not fits:
+        raise InvalidArgument(
+            f"{field}: {width}x{height} px; without width and height {spec.name} makes its "
+            f"result at the input's size, which must be a multiple of {lim.size_multiple} px "
+            f"up to {lim.max_width}x{lim.max_height} px; set width and height to have the "
+            "input resized"
         )
     return replace(params, width=width, height=height)
 

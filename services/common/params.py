@@ -136,6 +136,7 @@ def resolve(
         {"image": fields.image_id, "mask_image": fields.mask_image_id},
         fields.strength,
         fields.from_uploads,
+        size_set=fields.width is not None or fields.height is not None,
     )
     check_generation(spec, params)
     output_format, quality, fps = resolve_output(spec, fields)

@@ -3,6 +3,8 @@
 The worker resumes a job when the checkpoint carries the scheduler's step counter
 (`_step_index`) at the step the job reached, or when the scheduler derives everything from
 the timestep it is given (DDIM, DDPM): `worker.models.checkpoint` decides it at run time.
+A job with an input image and a strength (img2img, inpainting) always restarts: it runs
+only the tail of its schedule, which a checkpoint cannot resume into.
 This module answers the same question without torch, for ListModels: the scheduler class
 comes from the model folder's `scheduler/scheduler_config.json` (a local folder, or the
 hub cache's copy of a hub id) or from the registry entry's `scheduler` field, and the
@@ -36,6 +38,11 @@ def preemption_table(specs: list[ModelSpec], models_dir: Path) -> dict[str, Pree
 
 def preemption_of(spec: ModelSpec, models_dir: Path) -> Preemption:
     """What a preempted job of `spec` does (see the module docstring)."""
+    if "image" in spec.inputs and "strength" in spec.accepted_fields:
+        # An img2img or inpainting job runs only the tail of its schedule, cut by its
+        # strength; a checkpoint counts the job's own steps, so the worker cannot resume
+        # into that tail and restarts the job whatever its scheduler keeps.
+        return "restart"
     scheduler = scheduler_class_of(spec, models_dir)
     if scheduler is None:
         return ""

@@ -59,11 +59,17 @@ class DefaultParams(Strict):
     strength: float = Field(0.8, gt=0, le=1)
 
 
+# The size multiple of an image or video entry that sets none.
+DEFAULT_SIZE_MULTIPLE = 16
+
+
 class LimitParams(Strict):
     max_steps: int = Field(50, ge=1)
     max_width: int = Field(0, ge=0)
     max_height: int = Field(0, ge=0)
-    size_multiple: int = Field(16, ge=1)
+    # Width and height must be multiples of this; 0 where size does not apply (audio),
+    # as max_width and max_height are 0 there. Image and video entries need at least 1.
+    size_multiple: int = Field(DEFAULT_SIZE_MULTIPLE, ge=0)
     max_num_frames: int = Field(0, ge=0)
     # Video models that need (num_frames - 1) % frame_multiple == 0: Wan 4 (its VAE's
     # temporal compression), CogVideoX 8 (its VAE decodes N frames only from an odd number
@@ -297,6 +303,36 @@ class ModelSpec(Strict):
 
     @model_validator(mode="before")
     @classmethod
+    def _no_size_multiple_for_audio(cls, data: Any) -> Any:
+        # Audio has no width or height: its size multiple is 0, like its max_width, so that
+        # ListModels reports no size rule for it. The image default (16) is taken as unset,
+        # as a dumped older entry carries it; any other value is refused, never ignored.
+        if not isinstance(data, dict) or data.get("modality") != "audio":
+            return data
+        limits = data.get("limits") or {}
+        if isinstance(limits, LimitParams):
+            limits = limits.model_dump()
+        if not isinstance(limits, dict):
+            return data
+        given = limits.get("size_multiple", DEFAULT_SIZE_MULTIPLE)
+        if given not in (0, DEFAULT_SIZE_MULTIPLE):
+            raise ValueError(
+                f"limits.size_multiple: audio models have no width or height; leave "
+                f"limits.size_multiple unset (got {given})"
+            )
+        return {**data, "limits": {**limits, "size_multiple": 0}}
+
+    @model_validator(mode="after")
+    def _size_multiple_for_pictures(self) -> ModelSpec:
+        if self.modality != "audio" and self.limits.size_multiple < 1:
+            raise ValueError(
+                f"limits.size_multiple: {self.modality} models need a size multiple of at "
+                f"least 1, got {self.limits.size_multiple}"
+            )
+        return self
+
+    @model_validator(mode="before")
+    @classmethod
     def _modality_output_formats(cls, data: Any) -> Any:
         # The modality decides which formats exist, so the entry's own list and default are
         # filled in here, before the frozen OutputSpec is built.
@@ -409,7 +445,14 @@ class ModelSpec(Strict):
 
     @model_validator(mode="after")
     def _load_options_fit(self) -> ModelSpec:
-        check_load_options(self)
+        sized = self
+        if not self.limits.size_multiple:
+            # The warm-up check holds widths to the size multiple with `%`; an audio entry's
+            # shapes have no width (0, and max_width 0 refuses any other), so any multiple
+            # passes them, and 1 keeps that check from dividing by 0.
+            unit = self.limits.model_copy(update={"size_multiple": 1})
+            sized = self.model_copy(update={"limits": unit})
+        check_load_options(sized)
         return self
 
     @model_validator(mode="after")

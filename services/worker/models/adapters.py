@@ -8,11 +8,16 @@ one method other threads call: it reads a snapshot under a lock.
 
 Loads never reach the network: a hub adapter loads from its cached snapshot folder, filled
 by `mediamesh models pull` and checked at start by `hub_source.fetch_if_allowed`.
+
+A load must leave the base model as it was: one that changes it (a Flux Control LoRA widens
+the transformer's input layer, see `base_changes`) or fails halfway is undone, so that only
+the job that asked for the adapter fails, and later jobs run on the model they always did.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from collections import OrderedDict
@@ -23,11 +28,13 @@ from diffusers import DiffusionPipeline
 
 from mediamesh.common.adapter_hub import is_hub_adapter
 from mediamesh.common.adapters import AdapterSpec
-from mediamesh.common.errors import FailedPrecondition
+from mediamesh.common.errors import FailedPrecondition, MeshError
 from mediamesh.common.generation import AdapterScale
 from mediamesh.common.registry import ModelSpec
+from mediamesh.worker.models.base_changes import BaseSnapshot, widens_control_input
 from mediamesh.worker.models.hub_source import adapter_missing_message, cached_adapter
 from mediamesh.worker.models.memory import ModelLoadError
+from mediamesh.worker.models.out_of_memory import is_out_of_memory
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +43,51 @@ class AdapterLoadError(FailedPrecondition):
     """An adapter's weights could not be loaded; the message names the adapter and source.
 
     FAILED_PRECONDITION: the job was valid, the model's configuration is what is wrong."""
+
+
+class BaseModelChanged(MeshError):
+    """A LoRA load changed the base model and it could not be put back: every job of the
+    model fails with this (INTERNAL) rather than on a tensor size, until a restart."""
+
+
+# How torch words a tensor that does not fit its parameter (`load_state_dict`'s "size
+# mismatch for ..."; other loaders name the shapes).
+_SHAPE_MISMATCH = re.compile(r"size mismatch|shape", re.IGNORECASE)
+# diffusers' default weight file names, in the order `load_lora_weights` tries them
+# (after any other *.safetensors, then *.bin, in the folder).
+_DEFAULT_WEIGHTS = ("pytorch_lora_weights.safetensors", "pytorch_lora_weights.bin")
+# Files diffusers never takes for a LoRA's weights when it guesses in a folder.
+_NOT_WEIGHTS = ("scheduler", "optimizer", "checkpoint")
+
+
+def _missing_weights(source: Path, weight_name: str | None) -> str | None:
+    """Why a folder `source` holds no weights diffusers would load, naming what it looks
+    for; None for a file, a folder that has some, or an entry that names its file (then
+    diffusers' own error names that file)."""
+    if weight_name or not source.is_dir():
+        return None
+    found = [
+        entry.name
+        for entry in source.iterdir()
+        if entry.is_file()
+        and entry.name.endswith((".safetensors", ".bin"))
+        and not any(word in entry.name for word in _NOT_WEIGHTS)
+    ]
+    if found:
+        return None
+    return (
+        f"{source} holds no LoRA weights: looked for a *.safetensors file, then a *.bin file "
+        f"({' or '.join(_DEFAULT_WEIGHTS)}); put the weights there or name the file in the "
+        "adapter's weight_name"
+    )
+
+
+def _first_useful_line(text: str) -> str:
+    """The line of a torch error that says what is wrong: "Error(s) in loading state_dict
+    for Linear:" only introduces the "size mismatch for ..." lines that follow it."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    telling = [line for line in lines if not line.endswith(":")]
+    return (telling or lines or [text])[0].rstrip(".")
 
 
 def refuse_unusable_adapters(spec: ModelSpec, models_dir: Path) -> None:
@@ -120,6 +172,8 @@ class AdapterCache:
         self._enabled = True
         # Loads done since start, for tests and the status of this cache.
         self.loads = 0
+        # Why the model is unusable: a load changed its base weights beyond putting back.
+        self._broken = ""
 
     def loaded(self) -> list[tuple[str, float]]:
         """(name, load seconds) of the adapters loaded now, least recently used first."""
@@ -128,6 +182,8 @@ class AdapterCache:
 
     def activate(self, adapters: tuple[AdapterScale, ...]) -> None:
         """Make exactly `adapters`, at their scales, apply to the next pipeline call."""
+        if self._broken:
+            raise BaseModelChanged(self._broken)
         if not adapters:
             if self._loaded and self._enabled:
                 # Adapters stay loaded for later groups; they only stop applying.
@@ -158,12 +214,26 @@ class AdapterCache:
         if spec.weight_name:
             options["weight_name"] = spec.weight_name
         started = self._clock()
+        before = BaseSnapshot.take(self.pipeline)
         try:
             self.pipeline.load_lora_weights(str(source), adapter_name=name, **options)
-        except (OSError, ValueError) as exc:
+        except Exception as exc:
+            # A load that fails halfway may have widened layers already (see base_changes).
+            self._undo(name, before)
+            error = self._load_error(name, spec, source, exc)
+            if error is exc:
+                raise
+            raise error from exc
+        changes = before.changes(self.pipeline)
+        if changes:
+            self._undo(name, before)
+            control = " (a Control LoRA)" if widens_control_input(changes) else ""
             raise AdapterLoadError(
-                f"adapter {name!r} of model {self.spec.name!r}: cannot load {source}: {exc}"
-            ) from exc
+                f"adapter {name!r} of model {self.spec.name!r} "
+                f"(source {spec.resolved_source(self.models_dir)}) changes the base model: "
+                f"{', '.join(changes)}{control}; not supported, so it was unloaded and the "
+                "model left as it was"
+            )
         if not self._present(name):
             # diffusers loads a LoRA whose keys match no layer without a word; set_adapters
             # would then fail with a bare ValueError.
@@ -179,6 +249,49 @@ class AdapterCache:
         log.info("loaded adapter %s of %s in %.3fs", name, self.spec.name, seconds)
         if self._observe is not None:
             self._observe(self.spec.name, seconds)
+
+    def _undo(self, name: str, before: BaseSnapshot) -> None:
+        """Takes the adapter `name` out again and puts back what its load changed in the base
+        model; a model that cannot be put back fails every later job (`activate`)."""
+        try:
+            if self._present(name):
+                self.pipeline.delete_adapters(name)
+            before.restore(self.pipeline)
+            left = before.changes(self.pipeline)
+        except Exception as exc:
+            log.exception("undoing the load of adapter %s of %s failed", name, self.spec.name)
+            left = [f"undoing it failed: {exc}"]
+        if left:
+            self._broken = (
+                f"model {self.spec.name!r} was changed by loading adapter {name!r} "
+                f"({', '.join(left)}) and could not be put back; restart the worker"
+            )
+            log.error("%s", self._broken)
+
+    def _load_error(
+        self, name: str, adapter: AdapterSpec, source: Path, exc: Exception
+    ) -> Exception:
+        """The error a job gets for a load that raised `exc`: FAILED_PRECONDITION naming the
+        adapter for a file that cannot be read or whose shapes do not fit the model; an
+        allocation failure or anything unforeseen as it is."""
+        where = f"adapter {name!r} of model {self.spec.name!r}"
+        if isinstance(exc, OSError | ValueError):
+            # diffusers names only the last file it tried ("no file named
+            # pytorch_lora_weights.bin") when a folder has none, though it looked for
+            # safetensors first.
+            named = "no file named" in str(exc)
+            missing = _missing_weights(source, adapter.weight_name) if named else None
+            return AdapterLoadError(f"{where}: {missing or f'cannot load {source}: {exc}'}")
+        if not isinstance(exc, RuntimeError) or is_out_of_memory(exc):
+            return exc
+        line = _first_useful_line(str(exc))
+        if _SHAPE_MISMATCH.search(str(exc)):
+            return AdapterLoadError(
+                f"{where} (source {adapter.resolved_source(self.models_dir)}): its weights' "
+                "shapes do not fit the model "
+                f"({line}); is it a LoRA for another size of this model family?"
+            )
+        return AdapterLoadError(f"{where}: cannot load {source}: {line}")
 
     def _local_source(self, adapter: AdapterSpec) -> Path:
         if is_hub_adapter(adapter, self.models_dir):

@@ -22,13 +22,15 @@ import torch
 from diffusers import DiffusionPipeline
 
 from mediamesh.common.registry import ModelSpec
+from mediamesh.common.shown_numbers import shown
 from mediamesh.common.work import JobParams
 from mediamesh.worker.models.diffusion import DiffusionHost
 from mediamesh.worker.models.encode import encode_result
 from mediamesh.worker.models.inputs import image_arguments
 from mediamesh.worker.models.memory import ModelLoadError
 from mediamesh.worker.models.progress import StepTracker
-from mediamesh.worker.models.quirks import quirks_for
+from mediamesh.worker.models.prompt_window import overlong, token_windows
+from mediamesh.worker.models.quirks import GUIDANCE_BY_EMBEDDING, quirks_for
 from mediamesh.worker.models.step_boundaries import StepBoundaries
 from mediamesh.worker.models.step_cache import StepCache, cache_for_call
 
@@ -67,6 +69,17 @@ class PipelineHost(DiffusionHost):
         self.guidance_distilled = spec.negative_prompt_needs_cfg and (
             getattr(unet_config, "time_cond_proj_dim", None) is not None
         )
+        # A Flux-style pipeline passes guidance_scale only to the transformer's guidance
+        # embedding; a checkpoint without one (FLUX.1-schnell style) would ignore it.
+        transformer_config = getattr(getattr(pipeline, "transformer", None), "config", None)
+        self.guidance_ignored = (
+            type(pipeline).__name__ in GUIDANCE_BY_EMBEDDING
+            and "guidance_scale" in spec.accepted_fields
+            and getattr(transformer_config, "guidance_embeds", None) is False
+        )
+        self.token_windows = token_windows(
+            pipeline, self._sequence_tokenizer(), self._sequence_length()
+        )
 
     # Family hooks -------------------------------------------------------------------
 
@@ -84,12 +97,26 @@ class PipelineHost(DiffusionHost):
         return None
 
     def refusal(self, job: JobParams) -> str | None:
-        if job.generation.negative_prompt and self.guidance_distilled:
+        generation = job.generation
+        if generation.negative_prompt and self.guidance_distilled:
             return (
                 f"negative_prompt: {self.spec.name}'s UNet is guidance-distilled "
                 "(time_cond_proj_dim is set), so it runs no classifier-free guidance and "
                 "would drop a negative prompt; leave negative_prompt unset"
             )
+        # A job carries its resolved guidance only: one at the entry's default is what an
+        # unset guidance_scale resolves to, and runs; only another value was asked for.
+        if self.guidance_ignored and generation.guidance_scale != self.spec.defaults.guidance_scale:
+            return (
+                f"guidance_scale: {self.spec.name}'s transformer has no guidance embedding "
+                f"(guidance_embeds is false, a FLUX.1-schnell-style checkpoint), so "
+                f"{self.spec.pipeline} would ignore guidance_scale "
+                f"{shown(generation.guidance_scale)}; leave guidance_scale unset"
+            )
+        for field in ("prompt", "negative_prompt"):
+            reason = overlong(field, getattr(generation, field), self.token_windows, self.spec.name)
+            if reason:
+                return reason
         return None
 
     def group_key(self, job: JobParams) -> tuple[Any, ...]:
@@ -173,11 +200,24 @@ class PipelineHost(DiffusionHost):
                 arguments["max_sequence_length"] = budget
         return arguments
 
+    def _sequence_tokenizer(self) -> str | None:
+        """The tokenizer whose length the call's `max_sequence_length` sets."""
+        return self.quirks.sequence_tokenizer or _last_tokenizer(self.pipeline)
+
+    def _sequence_length(self) -> int | None:
+        """The `max_sequence_length` every call passes (None: the call takes none)."""
+        fixed = self.spec.call_kwargs.get("max_sequence_length")
+        if isinstance(fixed, int):
+            return fixed
+        if "max_sequence_length" not in self.parameters:
+            return None
+        return self._sequence_budget()
+
     def _sequence_budget(self) -> int | None:
         """The call's default sequence length, cut to what the text encoder's tokenizer
         declares (tiny and some real tokenizers are shorter than the pipeline default)."""
         default = self.parameters["max_sequence_length"].default
-        name = self.quirks.sequence_tokenizer or _last_tokenizer(self.pipeline)
+        name = self._sequence_tokenizer()
         tokenizer = getattr(self.pipeline, name, None) if name else None
         declared = getattr(tokenizer, "model_max_length", None)
         if not isinstance(default, int):

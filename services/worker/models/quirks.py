@@ -41,6 +41,26 @@ FAMILY_QUIRKS: dict[str, FamilyQuirks] = {
 }
 
 
+# Pipelines whose `guidance_scale` reaches the model only through the transformer's guidance
+# embedding (`if self.transformer.config.guidance_embeds`), never as classifier-free
+# guidance: on a transformer without that embedding (FLUX.1-schnell) it does nothing. Not
+# the ControlNet variants, whose ControlNet may have an embedding of its own, nor Chroma,
+# which runs classifier-free guidance with it.
+GUIDANCE_BY_EMBEDDING = frozenset(
+    {
+        "FluxPipeline",
+        "FluxImg2ImgPipeline",
+        "FluxInpaintPipeline",
+        "FluxFillPipeline",
+        "FluxControlPipeline",
+        "FluxControlImg2ImgPipeline",
+        "FluxControlInpaintPipeline",
+        "FluxKontextPipeline",
+        "FluxKontextInpaintPipeline",
+    }
+)
+
+
 def quirks_for(pipeline: str) -> FamilyQuirks:
     """The family's quirks; families without any get the defaults."""
     return FAMILY_QUIRKS.get(pipeline, DEFAULT_QUIRKS)

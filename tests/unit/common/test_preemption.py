@@ -77,7 +77,7 @@ def test_models_list_shows_pipeline_fields_formats_and_preemption(tmp_path: Path
 
     _model_folder(tmp_path / "sdxl-tiny", "PNDMScheduler")
     rows = {row[0]: row for row in model_rows(load_registry(), tmp_path)}
-    _name, pipeline, fields, formats, preemption, _previews = rows["sdxl-tiny"]
+    _name, pipeline, fields, _inputs, formats, preemption, _previews, _adapters = rows["sdxl-tiny"]
     assert pipeline == "StableDiffusionXLPipeline" and "negative_prompt" in fields.split(",")
     assert formats.split(",")[0] == "png" and preemption == "restart"
-    assert rows["flux-tiny"][4] == "-"  # not built in tmp_path: unknown
+    assert rows["flux-tiny"][5] == "-"  # not built in tmp_path: unknown
