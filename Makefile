@@ -52,8 +52,8 @@ run: setup models
 
 # System packages the tests run (Debian names): installed with apt-get when `make test` runs
 # as root, otherwise it stops with one line naming them. Chromium and its driver run the web
-# page's test in a real headless browser.
-SYSTEM_PACKAGES := prometheus chromium chromium-driver
+# page's test in a real headless browser; Node runs the page's script against scripted answers.
+SYSTEM_PACKAGES := prometheus chromium chromium-driver nodejs
 
 system-deps:
 	bash scripts/system-deps $(SYSTEM_PACKAGES)

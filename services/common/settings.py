@@ -11,6 +11,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Literal, TypeVar
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import NoDecode
@@ -192,6 +193,38 @@ class GatewayHttpSettings(Section):
     # Origins a browser page may call the HTTP face from (CORS); empty: same origin only.
     # "*" allows any origin.
     cors_origins: list[str] = Field(default_factory=list)
+    # The URL clients reach the face at ("https://mesh.example.com", a path prefix allowed):
+    # absolute links, such as a result's URL, start with it. Unset, they start with the
+    # request's own scheme and Host, which are wrong behind a TLS proxy and are the
+    # caller's to choose.
+    public_url: str | None = None
+
+    @field_validator("public_url", mode="after")
+    @classmethod
+    def _a_base_url(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        problem = _base_url_problem(value)
+        if problem:
+            raise ValueError(f"{value[:100]!r} {problem}")
+        return value.rstrip("/")
+
+
+def _base_url_problem(url: str) -> str | None:
+    """Why `url` cannot be the start of the links the HTTP face gives out, or None."""
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 (raises ValueError for a port that is not one)
+    except ValueError as exc:
+        return f"is not a URL ({exc})"
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return "is not an http:// or https:// URL with a host"
+    if "?" in url or "#" in url:
+        # Links are made by appending a path; a query or fragment would end up before it.
+        return "has a query or fragment; give the scheme, host, port and path only"
+    if parts.username is not None:
+        return "has credentials; links would hand them to every caller"
+    return None
 
 
 # Room left in a message for the fields around a result's or a download chunk's bytes.

@@ -118,6 +118,7 @@ async def start_gateway(
                     ready=lambda: watch.serving,
                     max_body_bytes=g.max_message_bytes,
                     cors_origins=g.http.cors_origins,
+                    public_url=g.http.public_url,
                 ),
                 g.host,
                 g.http_port,

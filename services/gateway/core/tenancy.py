@@ -64,9 +64,11 @@ class TokenBucket:
         self.updated = clock()
 
     def take(self, count: int = 1) -> float:
-        """0 when `count` tokens were taken, else seconds until they are available."""
-        # More than the burst could never be granted; the whole bucket is the most one call pays.
-        count = min(count, self.burst)
+        """0 when `count` tokens were taken, else seconds until they are available.
+        ValueError for more than the burst: the bucket never holds that many, so no wait
+        would be enough (callers refuse such a request before asking)."""
+        if count > self.burst:
+            raise ValueError(f"{count} tokens asked of a bucket that holds at most {self.burst}")
         now = self.clock()
         self.tokens = min(self.burst, self.tokens + (now - self.updated) * self.rate)
         self.updated = now
@@ -77,7 +79,7 @@ class TokenBucket:
 
     def give_back(self, count: int) -> None:
         """Returns what `take(count)` took, up to the burst."""
-        self.tokens = min(self.burst, self.tokens + min(count, self.burst))
+        self.tokens = min(self.burst, self.tokens + count)
 
 
 class Tenancy:
@@ -112,9 +114,17 @@ class Tenancy:
         quota = self._tenants.get(entry.tenant, TenantSettings())
         return Caller(entry.tenant, quota, admin=ADMIN_SCOPE in entry.scopes)
 
-    def admit(self, caller: Caller, model: str, priority: Priority, jobs: int = 1) -> None:
+    def admit(
+        self,
+        caller: Caller,
+        model: str,
+        priority: Priority,
+        jobs: int = 1,
+        counted_by: str = "jobs",
+    ) -> None:
         """Checks model access, priority ceiling and request rate before submitting `jobs`;
-        jobs the caller prepaid (`admitted`) take nothing more of the rate."""
+        jobs the caller prepaid (`admitted`) take nothing more of the rate. `counted_by` is
+        the request field that set `jobs` (OpenAI's `n`), which a refusal of too many names."""
         quota = caller.quota
         if quota.allowed_models and model not in quota.allowed_models:
             raise PermissionDenied(
@@ -129,11 +139,11 @@ class Tenancy:
             )
         if caller.prepaid is not None and caller.prepaid.spend(jobs):
             return
-        self.check_rate(caller, jobs)
+        self.check_rate(caller, jobs, counted_by)
 
     @contextmanager
     def admitted(
-        self, caller: Caller, model: str, priority: Priority, jobs: int
+        self, caller: Caller, model: str, priority: Priority, jobs: int, counted_by: str = "jobs"
     ) -> Iterator[Caller]:
         """Admits `jobs` submissions at once, all or none, and yields the caller to submit
         them as: its `admit`s take from what was charged here instead of the rate.
@@ -142,7 +152,7 @@ class Tenancy:
         k - 1 running, answered to no one. If none was submitted by the end (the first was
         refused as invalid before its admission), the charge is given back: a request that
         made no job costs no rate, as a lone refused job does not."""
-        self.admit(caller, model, priority, jobs)
+        self.admit(caller, model, priority, jobs, counted_by)
         prepaid = Prepaid(jobs)
         try:
             yield replace(caller, prepaid=prepaid)
@@ -152,9 +162,18 @@ class Tenancy:
             # Spent: the caller cannot outlive the request and submit on this charge again.
             prepaid.left = 0
 
-    def check_rate(self, caller: Caller, jobs: int = 1) -> None:
-        """Takes `jobs` tokens of the tenant's submit budget, or RESOURCE_EXHAUSTED."""
+    def check_rate(self, caller: Caller, jobs: int = 1, counted_by: str = "jobs") -> None:
+        """Takes `jobs` tokens of the tenant's submit budget, or RESOURCE_EXHAUSTED: with the
+        wait until they are free, or with none when `jobs` is over the tenant's burst."""
         quota = caller.quota
+        if jobs > quota.burst:
+            # Charging only the burst would let one request make more jobs than the rate
+            # allows; waiting would not help either, as the bucket never holds more: no wait.
+            raise ResourceExhausted(
+                f"{counted_by}: this request asks for {jobs} jobs at once, more than tenant "
+                f"{caller.tenant!r}'s burst of {quota.burst}, so it can never be admitted; "
+                f"ask for at most {quota.burst} in one request"
+            )
         wait = self._submit_bucket(caller).take(jobs)
         if wait > 0:
             together = f"; this request asks for {jobs} jobs at once" if jobs > 1 else ""

@@ -15,11 +15,32 @@ from mediamesh.gateway.http.docs_page import DOCS_HTML
 from mediamesh.gateway.http.origins import CrossSiteGuard
 from mediamesh.gateway.http.request_metrics import RequestMetrics
 from mediamesh.gateway.http.schemas import Health
+from mediamesh.gateway.http.security_headers import SecurityHeaders
 from mediamesh.gateway.web import page as web_page
 
-# Headers a browser page on another origin may send and read (CORS).
-ALLOWED_HEADERS = ["Authorization", "Content-Type", "Last-Event-ID", "Range"]
-EXPOSED_HEADERS = ["Retry-After", "Content-Range", "Accept-Ranges", "Content-Length", "ETag"]
+# Headers a browser page on another origin may send and read (CORS). The trace context
+# (W3C traceparent, tracestate) is what a page's OpenTelemetry instrumentation adds to every
+# request: the gateway reads it, and a preflight that refused it would fail the request.
+ALLOWED_HEADERS = [
+    "Authorization",
+    "Content-Type",
+    "Last-Event-ID",
+    "Range",
+    "If-None-Match",
+    "traceparent",
+    "tracestate",
+]
+EXPOSED_HEADERS = [
+    "Retry-After",
+    "Content-Range",
+    "Accept-Ranges",
+    "Content-Length",
+    "ETag",
+    "Content-Disposition",
+    "WWW-Authenticate",
+]
+# HEAD reads a result's length and type before fetching it (documented for results).
+ALLOWED_METHODS = ["GET", "HEAD", "POST", "DELETE"]
 
 
 def create_app(
@@ -28,8 +49,10 @@ def create_app(
     ready: Callable[[], bool],
     max_body_bytes: int,
     cors_origins: Sequence[str] = (),
+    public_url: str | None = None,
 ) -> FastAPI:
-    """The HTTP face over `plane`; `ready` says whether the scheduler is reachable."""
+    """The HTTP face over `plane`; `ready` says whether the scheduler is reachable,
+    `public_url` (gateway.http.public_url) where clients reach it, for absolute links."""
     guard = CrossSiteGuard(cors_origins, keyless=plane.tenancy.open)
     app = FastAPI(
         title="mediamesh gateway",
@@ -40,16 +63,18 @@ def create_app(
         openapi_url="/openapi.json",
         dependencies=[Depends(guard)],
     )
-    app.state.context = HttpContext(plane, ready, max_body_bytes)
+    app.state.context = HttpContext(plane, ready, max_body_bytes, public_url)
     errors.install(app)
     if cors_origins:
         app.add_middleware(
             CORSMiddleware,
             allow_origins=list(cors_origins),
-            allow_methods=["GET", "POST", "DELETE"],
+            allow_methods=ALLOWED_METHODS,
             allow_headers=ALLOWED_HEADERS,
             expose_headers=EXPOSED_HEADERS,
         )
+    # Outside CORS, so that its preflight answers carry them too.
+    app.add_middleware(SecurityHeaders)
     # Added last, so outermost: it sees every answer, the guards' refusals included.
     app.add_middleware(RequestMetrics)
     app.include_router(jobs.router)
@@ -73,7 +98,11 @@ def create_app(
         """200 while the gateway reaches its scheduler, else 503 (take it out of rotation)."""
         if context_of(request).ready():
             return JSONResponse({"status": "ready"})
-        return JSONResponse({"status": "scheduler unreachable"}, status_code=503)
+        return JSONResponse(
+            {"status": "scheduler unreachable"},
+            status_code=503,
+            headers={"Retry-After": str(errors.UNAVAILABLE_RETRY_AFTER_S)},
+        )
 
     @app.get("/docs", response_class=HTMLResponse, include_in_schema=False)
     async def docs() -> HTMLResponse:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from typing import TypeVar
 from urllib.parse import parse_qsl
 
@@ -18,8 +18,13 @@ from starlette.datastructures import UploadFile
 from starlette.formparsers import MultiPartException, MultiPartParser
 
 from mediamesh.common.errors import InvalidArgument, PayloadTooLarge
+from mediamesh.gateway.http.errors import UnsupportedMediaType
 
 Model = TypeVar("Model", bound=BaseModel)
+JSON = "application/json"
+MULTIPART = "multipart/form-data"
+URLENCODED = "application/x-www-form-urlencoded"
+FORMS = (MULTIPART, URLENCODED)
 
 
 async def read_body(request: Request, max_bytes: int) -> bytes:
@@ -38,15 +43,26 @@ async def read_body(request: Request, max_bytes: int) -> bytes:
     return b"".join(parts)
 
 
-def is_form(request: Request) -> bool:
-    """Whether the body is a form: multipart/form-data or application/x-www-form-urlencoded."""
-    kind = request.headers.get("content-type", "").lower()
-    return kind.startswith(("multipart/form-data", "application/x-www-form-urlencoded"))
+def media_type(request: Request, accepted: Sequence[str]) -> str:
+    """The body's media type, one of `accepted`; UnsupportedMediaType (415) naming them for
+    any other, rather than reading the body as something it may not be. A request that
+    names no type is taken for JSON where JSON is accepted: curl -d and older clients of
+    `/v1/jobs` send JSON without saying so."""
+    declared = request.headers.get("content-type", "")
+    kind = declared.partition(";")[0].strip().lower()
+    if not kind and JSON in accepted:
+        return JSON
+    if kind in accepted:
+        return kind
+    said = f"{declared[:64]!r} is" if declared else "missing; it is"
+    raise UnsupportedMediaType(f"Content-Type: {said} not read here; send {' or '.join(accepted)}")
 
 
 async def read_json(request: Request, max_bytes: int) -> object:
     """The body parsed as JSON; InvalidArgument when it is not, or when an object names a key
-    twice (the parser would keep the last value and drop the other without a word)."""
+    twice (the parser would keep the last value and drop the other without a word);
+    UnsupportedMediaType for a body that does not say it is JSON."""
+    media_type(request, (JSON,))
     body = await read_body(request, max_bytes)
     try:
         return json.loads(body or b"{}", object_pairs_hook=_each_key_once)
@@ -85,7 +101,9 @@ async def read_form(
     """A form body as its text fields and its file parts (name -> bytes; multipart only);
     `aliases` maps another spelling of a field (`image[]`, as the openai client sends a list)
     to the field. InvalidArgument naming a field sent more than once: each field of a job
-    takes one value, and keeping one of several would drop the others without a word."""
+    takes one value, and keeping one of several would drop the others without a word;
+    UnsupportedMediaType for a body that is not a form."""
+    media_type(request, FORMS)
     spelled = aliases or {}
     fields, files = await _form_items(request, max_bytes)
     counts = Counter(spelled.get(name, name) for name, _ in [*fields, *files])
@@ -103,7 +121,7 @@ async def _form_items(
 ) -> tuple[list[tuple[str, str]], list[tuple[str, bytes]]]:
     """The form's text fields and file parts in the order sent, each as often as sent."""
     body = await read_body(request, max_bytes)
-    if not request.headers.get("content-type", "").lower().startswith("multipart/"):
+    if media_type(request, FORMS) == URLENCODED:
         try:
             pairs = parse_qsl(body.decode(), keep_blank_values=True, strict_parsing=False)
         except UnicodeDecodeError:

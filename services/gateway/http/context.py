@@ -24,6 +24,9 @@ class HttpContext:
     # Whether the gateway can reach its scheduler (the gRPC health answer, too).
     ready: Callable[[], bool]
     max_body_bytes: int
+    # gateway.http.public_url: where clients reach this face, for absolute links; None to
+    # take the request's own scheme and Host.
+    public_url: str | None = None
 
 
 def context_of(request: Request) -> HttpContext:
@@ -31,6 +34,12 @@ def context_of(request: Request) -> HttpContext:
     context: Any = request.app.state.context
     assert isinstance(context, HttpContext)
     return context
+
+
+def base_url_of(request: Request) -> str:
+    """The start of this face's absolute links: the configured public URL, else the URL the
+    request was sent to (its scheme and Host header, as the client or a proxy wrote them)."""
+    return context_of(request).public_url or str(request.base_url)
 
 
 def result_url(base_url: str, job_id: str, presigned: str | None = None) -> str:

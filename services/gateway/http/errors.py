@@ -1,6 +1,7 @@
 """Errors as HTTP answers: the status from `common.http_status` (the one mapping of the
-transport-neutral codes), a JSON body `{code, message}`, and `Retry-After` when the mesh
-asks the caller to wait.
+transport-neutral codes), a JSON body `{code, message}`, and the headers HTTP clients act on:
+`Retry-After` when the mesh asks the caller to wait, `WWW-Authenticate` with a 401, `Allow`
+with a 405.
 
 Under the OpenAI-compatible paths the body is OpenAI's shape instead, `{"error": {message,
 type, code, param}}`, which its clients read.
@@ -9,24 +10,43 @@ type, code, param}}`, which its clients read.
 from __future__ import annotations
 
 import math
+import re
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
+from starlette.routing import Match
 
 from mediamesh.common.errors import InvalidArgument, MeshError, StatusCode
 from mediamesh.common.http_status import http_status_of
 
-OPENAI_PREFIXES = ("/v1/images/", "/v1/videos")
+OPENAI_PREFIXES = ("/v1/images/", "/v1/videos", "/v1/models/")
+UNSUPPORTED_MEDIA_TYPE = 415
+# Seconds a caller is asked to wait when the mesh is unavailable and said for how long: the
+# gateway rechecks its scheduler about this often, and a client that retries at once (the
+# web page, a load balancer) would only add load to a mesh that is starting or recovering.
+UNAVAILABLE_RETRY_AFTER_S = 2
+# The scheme a 401 names (RFC 9110 11.6.1): the key goes in `Authorization: Bearer <key>`.
+BEARER_CHALLENGE = 'Bearer realm="mediamesh"'
+_INDEX = re.compile(r"\[\d+\]$")
+# What a field path has besides letters and digits: `adapters[0].name`.
+_FIELD_PUNCTUATION = str.maketrans("", "", "_.[]")
+# The methods a 405's Allow may name: those the routes are declared with.
+_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
+
+
+class UnsupportedMediaType(InvalidArgument):
+    """A body of a type the route does not read: HTTP 415 (gRPC has no such case). Its code
+    stays INVALID_ARGUMENT, as for any other bad request body."""
 
 
 def error_response(error: MeshError, path: str = "") -> JSONResponse:
     """The answer to `error` on `path`."""
-    status = http_status_of(error)
-    headers = {}
-    if error.retry_after_s > 0:
-        headers["Retry-After"] = str(max(1, math.ceil(error.retry_after_s)))
+    status = UNSUPPORTED_MEDIA_TYPE if isinstance(error, UnsupportedMediaType) else None
+    status = status or http_status_of(error)
     body: dict[str, object] = {"code": str(error.code), "message": error.message}
     if path.startswith(OPENAI_PREFIXES):
         body = {
@@ -38,13 +58,59 @@ def error_response(error: MeshError, path: str = "") -> JSONResponse:
                 "param": _field_of(error.message),
             }
         }
-    return JSONResponse(body, status_code=status, headers=headers)
+    return JSONResponse(body, status_code=status, headers=_headers(error, status))
+
+
+def _headers(error: MeshError, status: int) -> dict[str, str]:
+    """What a client needs beside the body to act on `error`'s answer."""
+    headers = {}
+    wait = error.retry_after_s
+    if wait <= 0 and error.code is StatusCode.UNAVAILABLE:
+        wait = UNAVAILABLE_RETRY_AFTER_S
+    if wait > 0:
+        headers["Retry-After"] = str(max(1, math.ceil(wait)))
+    elif error.code is StatusCode.RESOURCE_EXHAUSTED:
+        # A limit no wait lifts (more jobs than the tenant's burst): the openai client
+        # retries a 429 unless told not to, here in its own header.
+        headers["X-Should-Retry"] = "false"
+    if status == 401:
+        headers["WWW-Authenticate"] = BEARER_CHALLENGE
+    return headers
 
 
 def _field_of(message: str) -> str | None:
     """The field a mesh error message names (messages start `field: ...`)."""
     head, sep, _ = message.partition(":")
-    return head if sep and head.replace("_", "").replace(".", "").isalnum() else None
+    bare = head.translate(_FIELD_PUNCTUATION)
+    return head if sep and bare.isascii() and bare.isalnum() else None
+
+
+@contextmanager
+def renamed_fields(heads: Mapping[str, str]) -> Iterator[None]:
+    """Errors raised inside name the field the client sent, not the mesh's: `heads` maps a
+    mesh field to the text that replaces its `field:` at the message's start (which is what
+    `param` of OpenAI's error shape is read from), e.g. "after_job_id" to "after:". An
+    element of a list field (`models[0]`) is renamed as its field is."""
+    try:
+        yield
+    except MeshError as error:
+        field, colon, rest = error.message.partition(":")
+        head = heads.get(field) or heads.get(_INDEX.sub("", field))
+        if colon and head:
+            error.message = f"{head}{rest}"
+            error.args = (error.message,)
+        raise
+
+
+def _methods_of(request: Request) -> list[str]:
+    """Every method some route of the app serves on the request's path, asked of the
+    routes as the router asks them (included routers answer for their own routes)."""
+    allowed = []
+    for method in _METHODS:
+        scope = {**request.scope, "method": method}
+        if any(route.matches(scope)[0] is Match.FULL for route in request.app.router.routes):
+            allowed.append(method)
+    return allowed
 
 
 def install(app: FastAPI) -> None:
@@ -68,6 +134,11 @@ def install(app: FastAPI) -> None:
         )
         response = error_response(MeshError(str(exc.detail), code=code), request.url.path)
         response.status_code = exc.status_code
+        response.headers.update(exc.headers or {})
+        if exc.status_code == 405:
+            # RFC 9110 requires Allow here. The router's names only the first route that
+            # matched the path, and a path may have several (GET and POST /v1/jobs).
+            response.headers["Allow"] = ", ".join(_methods_of(request))
         return response
 
     app.add_exception_handler(MeshError, mesh_error)

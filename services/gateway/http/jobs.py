@@ -10,7 +10,7 @@ from typing import Any, Literal
 from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from mediamesh.common.errors import InvalidArgument, MeshError
+from mediamesh.common.errors import InvalidArgument, MeshError, NotFound
 from mediamesh.common.limits import MAX_JOB_PAGE_SIZE
 from mediamesh.gateway.api.json_plane import (
     JobListing,
@@ -20,9 +20,11 @@ from mediamesh.gateway.api.json_plane import (
     request_from_form,
     request_from_json,
 )
-from mediamesh.gateway.http.bodies import is_form, read_form, read_json
-from mediamesh.gateway.http.context import Authorization, context_of, with_links
+from mediamesh.gateway.http.bodies import FORMS, JSON, media_type, read_form, read_json
+from mediamesh.gateway.http.context import Authorization, base_url_of, context_of, with_links
+from mediamesh.gateway.http.errors import renamed_fields
 from mediamesh.gateway.http.event_ids import EventIds, parse_event_id
+from mediamesh.gateway.http.queries import QueryParameters, check_query
 from mediamesh.gateway.http.results import result_response
 from mediamesh.gateway.http.schemas import (
     EVENTS_DESCRIPTION,
@@ -40,6 +42,14 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 SSE_RETRY_MS = 1000
 # Seconds of silence (a long queue) after which the stream sends a comment to stay open.
 KEEPALIVE_S = 15.0
+LIST_JOBS_QUERY = QueryParameters(repeatable=("state", "model"), once=("limit", "after", "order"))
+# The listing's fields as its query parameters name them, for the errors the mesh raises.
+LISTING_NAMES = {
+    "after_job_id": "after:",
+    "page_size": "limit:",
+    "models": "model:",
+    "states": "state:",
+}
 
 
 def _submit_body() -> dict[str, Any]:
@@ -77,13 +87,13 @@ async def submit_job(request: Request, authorization: Authorization = None) -> J
     answers 202 with the job at once; follow it with `/events`."""
     context = context_of(request)
     caller = context.plane.caller(authorization, request.headers.get("traceparent"))
-    if is_form(request):
+    if media_type(request, (JSON, *FORMS)) == JSON:
+        generate = request_from_json(await read_json(request, context.max_body_bytes))
+    else:
         fields, files = await read_form(request, context.max_body_bytes)
         generate = request_from_form(fields, files)
-    else:
-        generate = request_from_json(await read_json(request, context.max_body_bytes))
     job = await context.plane.submit(generate, caller)
-    return JSONResponse(with_links(job, str(request.base_url)), status_code=202)
+    return JSONResponse(with_links(job, base_url_of(request)), status_code=202)
 
 
 @router.get("/v1/jobs", response_model=JobList, responses=ERRORS, summary="List jobs")
@@ -99,9 +109,13 @@ async def list_jobs(
     """The caller's jobs (every tenant's for an admin key), newest first, a page at a time;
     a job is listed until the scheduler's retention forgets it."""
     plane = context_of(request).plane
+    caller = plane.reader(authorization)
+    check_query(request, LIST_JOBS_QUERY)
     listing = JobListing(state, model, limit, after, order == "asc")
-    jobs, has_more = await plane.jobs(listing, plane.reader(authorization))
-    return list_page([with_links(job, str(request.base_url)) for job in jobs], has_more, "job_id")
+    with renamed_fields(LISTING_NAMES):
+        jobs, has_more = await plane.jobs(listing, caller)
+    base_url = base_url_of(request)
+    return list_page([with_links(job, base_url) for job in jobs], has_more, "job_id")
 
 
 @router.get("/v1/jobs/{job_id}", response_model=JobView, responses=ERRORS, summary="A job")
@@ -109,7 +123,7 @@ async def get_job(job_id: str, request: Request, authorization: Authorization = 
     """The job's state; 404 for a job that is not the caller's."""
     plane = context_of(request).plane
     job = await plane.job(job_id, plane.reader(authorization))
-    return with_links(job, str(request.base_url))
+    return with_links(job, base_url_of(request))
 
 
 @router.delete("/v1/jobs/{job_id}", response_model=JobView, responses=ERRORS, summary="Cancel")
@@ -119,13 +133,17 @@ async def cancel_job(
     """Cancels the job; answers with its state afterwards (a finished job stays as it was)."""
     plane = context_of(request).plane
     job = await plane.cancel(job_id, plane.reader(authorization))
-    return with_links(job, str(request.base_url))
+    return with_links(job, base_url_of(request))
 
 
 @router.get(
     "/v1/jobs/{job_id}/events",
     response_class=StreamingResponse,
-    responses={**ERRORS, 200: {"content": {"text/event-stream": {}}}},
+    responses={
+        **ERRORS,
+        200: {"content": {"text/event-stream": {}}},
+        204: {"description": "Last-Event-ID was `end`: the client has seen the last event"},
+    },
     summary="Follow a job (server-sent events)",
     description=EVENTS_DESCRIPTION,
 )
@@ -134,19 +152,23 @@ async def job_events(
     request: Request,
     authorization: Authorization = None,
     last_event_id: str | None = Header(None, description="Resume after this event id"),
-) -> StreamingResponse:
-    """The job's events as server-sent events."""
+) -> Response:
+    """The job's events as server-sent events; 204 after the last one (`Last-Event-ID: end`),
+    the one answer that stops an EventSource from reconnecting."""
     plane = context_of(request).plane
     caller = plane.reader(authorization)
     try:
         resume = parse_event_id(last_event_id) if last_event_id else None
     except ValueError as exc:
         raise InvalidArgument(f"Last-Event-ID: {exc}") from None
+    if resume is not None and resume.final:
+        await plane.job(job_id, caller)  # still a 404 for a job that is not the caller's
+        return Response(status_code=204)
     events = plane.events(job_id, caller)
     # The first event before answering, so that a job that is not the caller's is a 404, not
     # a stream that ends at once.
     first = await anext(events, None)
-    frames = _frames(first, events, EventIds(resume), str(request.base_url))
+    frames = _frames(first, events, EventIds(resume), base_url_of(request))
     return StreamingResponse(
         frames,
         media_type="text/event-stream",
@@ -209,11 +231,14 @@ async def job_result(
     request: Request,
     authorization: Authorization = None,
     range: str | None = Header(None, description="One byte range, e.g. `bytes=0-1023`"),
+    if_none_match: str | None = Header(None, description="ETags of a cached copy (304)"),
 ) -> Response:
-    """The result with its content type; `Range` asks for one byte range (206)."""
+    """The result with its content type; `Range` asks for one byte range (206),
+    `If-None-Match` with its ETag answers 304 without it."""
     plane = context_of(request).plane
     caller = plane.reader(authorization)
-    return await result_response(plane, job_id, caller, range, head=request.method == "HEAD")
+    head = request.method == "HEAD"
+    return await result_response(plane, job_id, caller, range, head, if_none_match)
 
 
 @router.get("/v1/models", response_model=ModelList, responses=ERRORS, summary="Models")
@@ -222,9 +247,30 @@ async def list_models(request: Request, authorization: Authorization = None) -> 
     the mesh's ModelInfo fields beside it."""
     plane = context_of(request).plane
     plane.reader(authorization)
+    return {"object": "list", "data": [_model_object(m) for m in await plane.models()]}
+
+
+@router.get(
+    "/v1/models/{model}",
+    response_model=dict[str, Any],
+    responses=ERRORS,
+    summary="A model (OpenAI-compatible)",
+)
+async def get_model(
+    model: str, request: Request, authorization: Authorization = None
+) -> JsonObject:
+    """One model as `/v1/models` lists it (OpenAI's `models.retrieve`); 404 in OpenAI's
+    error shape for a model the mesh does not serve."""
+    plane = context_of(request).plane
+    plane.reader(authorization)
     models = await plane.models()
-    data = [
-        {"id": m["name"], "object": "model", "created": 0, "owned_by": "mediamesh", **m}
-        for m in models
-    ]
-    return {"object": "list", "data": data}
+    found = next((m for m in models if m["name"] == model), None)
+    if found is None:
+        known = ", ".join(m["name"] for m in models)
+        raise NotFound(f"model: {model[:64]!r} is not served; known: {known}")
+    return _model_object(found)
+
+
+def _model_object(model: JsonObject) -> JsonObject:
+    """A ModelInfo as OpenAI's Model object, with every ModelInfo field beside its own."""
+    return {"id": model["name"], "object": "model", "created": 0, "owned_by": "mediamesh", **model}

@@ -7,8 +7,8 @@ import asyncio
 import contextlib
 import logging
 import re
-from collections.abc import Awaitable, Iterable, Iterator, Mapping
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Awaitable, Iterable, Mapping
+from contextlib import AbstractContextManager
 from typing import Any, TypeVar
 
 from starlette.requests import Request
@@ -18,6 +18,7 @@ from mediamesh.common.limits import MAX_SEED
 from mediamesh.common.params import parse_priority
 from mediamesh.gateway.api.json_plane import JsonObject, JsonPlane
 from mediamesh.gateway.core.tenancy import Caller, Tenancy
+from mediamesh.gateway.http.errors import renamed_fields
 
 log = logging.getLogger("mediamesh.gateway.openai")
 T = TypeVar("T")
@@ -100,27 +101,19 @@ def _takes(model: JsonObject, inputs: Mapping[str, str]) -> bool:
     return all(needed in model.get("inputs", []) for needed in inputs)
 
 
-@contextmanager
-def openai_names(heads: Mapping[str, str]) -> Iterator[None]:
-    """Errors raised inside name the OpenAI field the client sent, not the mesh's: `heads`
-    maps a mesh field to the text that replaces its `field:` at the message's start (which is
-    what `param` of OpenAI's error shape is read from), e.g. "mask_image" to "mask:"."""
-    try:
-        yield
-    except MeshError as error:
-        field, colon, rest = error.message.partition(":")
-        if colon and field in heads:
-            error.message = f"{heads[field]}{rest}"
-            error.args = (error.message,)
-        raise
+def openai_names(heads: Mapping[str, str]) -> AbstractContextManager[None]:
+    """Errors raised inside name the OpenAI field the client sent, not the mesh's
+    (`errors.renamed_fields`), e.g. "mask_image" as "mask:"."""
+    return renamed_fields(heads)
 
 
 def admitted(
     tenancy: Tenancy, caller: Caller, model: JsonObject, priority: str | None, jobs: int
 ) -> AbstractContextManager[Caller]:
     """`jobs` submissions of `model` at `priority` admitted as one (`Tenancy.admitted`): the
-    caller to submit them as, so that a request over the tenant's rate starts none of them."""
-    return tenancy.admitted(caller, model["name"], parse_priority(priority or ""), jobs)
+    caller to submit them as, so that a request over the tenant's rate starts none of them,
+    and one of more jobs than the tenant's burst is refused naming `n`, which set them."""
+    return tenancy.admitted(caller, model["name"], parse_priority(priority or ""), jobs, "n")
 
 
 async def submit_all(

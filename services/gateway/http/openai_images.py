@@ -30,7 +30,7 @@ from mediamesh.gateway.api.json_plane import (
 )
 from mediamesh.gateway.core.tenancy import Caller
 from mediamesh.gateway.http.bodies import read_form, read_model
-from mediamesh.gateway.http.context import Authorization, context_of, result_url
+from mediamesh.gateway.http.context import Authorization, base_url_of, context_of, result_url
 from mediamesh.gateway.http.openai_common import (
     MAX_END_USER_CHARS,
     SIZE_NAMES,
@@ -273,6 +273,6 @@ async def _image(
     event = await final_event(plane, job_id, caller)
     mime_type = str(event.get("mime_type", ""))
     if response_format == "url":
-        return {"url": result_url(str(request.base_url), job_id, event.get("url"))}, mime_type
+        return {"url": result_url(base_url_of(request), job_id, event.get("url"))}, mime_type
     data = await result_bytes(plane, job_id, caller)
     return {"b64_json": base64.b64encode(data).decode()}, mime_type

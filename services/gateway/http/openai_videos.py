@@ -17,6 +17,7 @@ GET /v1/videos lists the caller's jobs of the registry's video models, a page at
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from fastapi import APIRouter, Query, Request
@@ -33,17 +34,19 @@ from mediamesh.gateway.api.json_plane import (
     JsonPlane,
     list_page,
     request_from_form,
+    request_from_json,
 )
 from mediamesh.gateway.core.tenancy import Caller
-from mediamesh.gateway.http.bodies import is_form, read_form, read_json
+from mediamesh.gateway.http.bodies import FORMS, JSON, media_type, read_form, read_json
 from mediamesh.gateway.http.context import Authorization, context_of
-from mediamesh.gateway.http.errors import error_response
+from mediamesh.gateway.http.errors import error_response, renamed_fields
 from mediamesh.gateway.http.openai_common import (
     SIZE_NAMES,
     openai_names,
     parse_size,
     pick_model,
 )
+from mediamesh.gateway.http.queries import QueryParameters, check_query
 from mediamesh.gateway.http.results import result_response
 from mediamesh.gateway.http.schemas import ErrorBody
 
@@ -61,7 +64,12 @@ _STATUS = {
     "RUNNING": "in_progress",
     "SUCCEEDED": "completed",
 }
-_VIDEO_FIELDS = {"prompt", "model", "seconds", "size", "input_reference"}
+LIST_VIDEOS_QUERY = QueryParameters(once=("limit", "after", "order"))
+VIDEO_CONTENT_QUERY = QueryParameters(once=("variant",))
+# The listing's fields as its query parameters name them, for the errors the mesh raises.
+LISTING_NAMES = {"after_job_id": "after:", "page_size": "limit:"}
+# OpenAI's text fields of a create-video request; input_reference is its one file.
+_OPENAI_TEXT_FIELDS = ("prompt", "model", "size", "seconds")
 _VIDEO_SCHEMA = {
     "type": "object",
     "required": ["prompt"],
@@ -140,35 +148,96 @@ async def create_video(request: Request, authorization: Authorization = None) ->
     context = context_of(request)
     plane = context.plane
     caller = plane.caller(authorization, request.headers.get("traceparent"))
-    if is_form(request):
-        form, files = await read_form(request, context.max_body_bytes)
+    if media_type(request, (JSON, *FORMS)) == JSON:
+        asked = _asked_in_json(await read_json(request, context.max_body_bytes))
     else:
-        body = await read_json(request, context.max_body_bytes)
-        if not isinstance(body, dict):
-            raise InvalidArgument("body: expected a JSON object")
-        form = {k: v if isinstance(v, str) else str(v) for k, v in body.items() if v is not None}
-        files = {}
-    prompt = form.pop("prompt", None)
-    if not prompt:
+        asked = _asked_in_form(*await read_form(request, context.max_body_bytes))
+    if not asked.prompt:
         raise InvalidArgument("prompt: required")
-    inputs = {"image": "input_reference"} if "input_reference" in files else {}
-    model = await pick_model(plane, form.pop("model", None), "video", inputs)
-    size = form.pop("size", None)
-    seconds = form.pop("seconds", None)
-    fields: dict[str, str] = {"model": model["name"], "prompt": prompt}
-    fields.update({k: str(v) for k, v in parse_size(size, model).items()})
-    if seconds is not None:
-        if "num_frames" in form:
+    inputs = {"image": "input_reference"} if asked.image is not None else {}
+    model = await pick_model(plane, asked.model, "video", inputs)
+    fields: JsonObject = {"model": model["name"], "prompt": asked.prompt}
+    fields.update(parse_size(asked.size, model))
+    if asked.seconds is not None:
+        if "num_frames" in asked.mesh:
             raise InvalidArgument("seconds: set seconds or num_frames, not both")
         spec = plane.spec(model["name"])
-        fps = _fps(form.get("fps"), spec)
-        fields.update(num_frames=str(frames_for(seconds, fps, spec)), fps=str(fps))
-    parts = {}
-    if "input_reference" in files:
-        parts["image"] = files.pop("input_reference")
+        fps = _fps(asked.mesh.get("fps"), spec)
+        fields.update(num_frames=frames_for(asked.seconds, fps, spec), fps=fps)
+    merged = {**asked.mesh, **fields}
     with openai_names(VIDEO_NAMES):
-        generate = request_from_form({**form, **fields}, {**files, **parts})
+        # Each body parsed as /v1/jobs parses it: JSON values keep their JSON types.
+        if asked.is_form:
+            generate = request_from_form(_form_texts(merged), asked.parts)
+        else:
+            generate = request_from_json(merged)
         return _video(await plane.submit(generate, caller))
+
+
+@dataclass(frozen=True)
+class _AskedVideo:
+    """A create-video request: OpenAI's fields, and the mesh's own beside them (`mesh`: text
+    from a form, JSON values from a JSON body, each read as /v1/jobs reads that body)."""
+
+    prompt: str | None
+    model: str | None
+    size: str | None
+    seconds: str | None
+    mesh: JsonObject
+    # input_reference, as the model's `image`; other file parts of a form.
+    image: bytes | None = None
+    files: dict[str, bytes] = field(default_factory=dict)
+    is_form: bool = False
+
+    @property
+    def parts(self) -> dict[str, bytes]:
+        """A form's file parts by the mesh's names."""
+        return {**self.files, **({"image": self.image} if self.image is not None else {})}
+
+
+def _asked_in_form(form: dict[str, str], files: dict[str, bytes]) -> _AskedVideo:
+    prompt, model, size, seconds = (form.pop(name, None) for name in _OPENAI_TEXT_FIELDS)
+    image = files.pop("input_reference", None)
+    return _AskedVideo(prompt, model, size, seconds, form, image, files, is_form=True)
+
+
+def _asked_in_json(body: object) -> _AskedVideo:
+    """A JSON body's fields: OpenAI's as text (InvalidArgument naming one of another JSON
+    type), the rest kept as sent, for the JSON parser of /v1/jobs to check."""
+    if not isinstance(body, dict):
+        raise InvalidArgument("body: expected a JSON object")
+    if "input_reference" in body:
+        raise InvalidArgument(
+            "input_reference: send the image as a file part of a multipart/form-data body "
+            "(as the openai client does); a JSON body cannot carry a file"
+        )
+    prompt, model, size, seconds = (
+        _json_text(name, body.pop(name, None)) for name in _OPENAI_TEXT_FIELDS
+    )
+    return _AskedVideo(prompt, model, size, seconds, body)
+
+
+def _json_text(name: str, value: object) -> str | None:
+    """An OpenAI text field of a JSON body; `seconds` may also be a JSON number, which is
+    what it stands for. None for null or absent."""
+    if value is None or isinstance(value, str):
+        return value
+    if name == "seconds" and isinstance(value, int | float) and not isinstance(value, bool):
+        return str(value)
+    raise InvalidArgument(f"{name}: expected a string, got {_json_type(value)}")
+
+
+def _json_type(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return "a number"
+    return "an array" if isinstance(value, list) else "an object"
+
+
+def _form_texts(fields: JsonObject) -> dict[str, str]:
+    """Fields as form text: the numbers the route computed (width, num_frames) as digits."""
+    return {k: v if isinstance(v, str) else str(v) for k, v in fields.items()}
 
 
 @router.get(
@@ -187,11 +256,13 @@ async def list_videos(
     is `asc`; a video is listed until the scheduler's retention forgets it."""
     plane = context_of(request).plane
     caller = plane.reader(authorization)
+    check_query(request, LIST_VIDEOS_QUERY)
     models = plane.model_names("video")
     if not models:
         return list_page([], False, "id")
     listing = JobListing([], models, limit, after, order == "asc")
-    jobs, has_more = await plane.jobs(listing, caller)
+    with renamed_fields(LISTING_NAMES):
+        jobs, has_more = await plane.jobs(listing, caller)
     return list_page([_video(job) for job in jobs], has_more, "id")
 
 
@@ -231,9 +302,11 @@ async def video_content(
         raise InvalidArgument(f"variant: {variant[:32]!r} is not served; only video")
     plane = context_of(request).plane
     caller = plane.reader(authorization)
+    check_query(request, VIDEO_CONTENT_QUERY)
     await _video_job(plane, video_id, caller)
     head = request.method == "HEAD"
-    return await result_response(plane, video_id, caller, request.headers.get("range"), head)
+    wanted, cached = request.headers.get("range"), request.headers.get("if-none-match")
+    return await result_response(plane, video_id, caller, wanted, head, cached)
 
 
 @router.delete(
@@ -292,13 +365,16 @@ def frames_for(seconds: str, fps: int, spec: ModelSpec) -> int:
     return 1 + math.ceil((wanted - 1) / multiple) * multiple
 
 
-def _fps(text: str | None, spec: ModelSpec) -> int:
-    """The request's frame rate, else the model's."""
-    if text is None:
+def _fps(value: object, spec: ModelSpec) -> int:
+    """The request's frame rate (form text, or a JSON number or string), else the model's."""
+    if value is None:
         return spec.output.fps
     low, high = FPS_RANGE
-    if not (text.isascii() and text.isdigit()) or not low <= int(text) <= high:
-        raise InvalidArgument(f"fps: {text[:16]!r}; allowed a whole number {low}..{high}")
+    text = value if isinstance(value, str) else None
+    if isinstance(value, int) and not isinstance(value, bool):
+        text = str(value)
+    if text is None or not (text.isascii() and text.isdigit()) or not low <= int(text) <= high:
+        raise InvalidArgument(f"fps: {str(value)[:16]!r}; allowed a whole number {low}..{high}")
     return int(text)
 
 

@@ -5,7 +5,13 @@ Pure. A header this does not understand is ignored, as the RFC allows: the whole
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+
+# One range: `first-`, `first-last` or `-suffix` (RFC 9110 14.1.1), ASCII digits only.
+_ONE_RANGE = re.compile(r"(?P<first>[0-9]*)-(?P<last>[0-9]*)")
+# Past the end of any body: a Download offset is a uint64, so no artifact reaches 2**64.
+BEYOND_ANY_BODY = 2**64
 
 
 @dataclass(frozen=True)
@@ -34,15 +40,26 @@ def parse_range(header: str | None) -> ByteRange | None:
     if not header:
         return None
     unit, _, spec = header.strip().partition("=")
-    if unit.strip().lower() != "bytes" or "," in spec:
+    if unit.strip().lower() != "bytes":
         return None
-    first, dash, last = spec.strip().partition("-")
-    if not dash or not (first.isdigit() or last.isdigit()):
+    # fullmatch, not str.isdigit: that also takes digits int() refuses ('²') or reads
+    # differently ('٣'), and a Range header is ASCII by its grammar.
+    found = _ONE_RANGE.fullmatch(spec.strip())
+    if found is None:
+        return None
+    first, last = found["first"], found["last"]
+    if not (first or last):
         return None
     if not first:
-        return ByteRange(suffix=int(last))
-    if last and not last.isdigit():
+        return ByteRange(suffix=_position(last))
+    if last and _position(last) < _position(first):
         return None
-    if last and int(last) < int(first):
-        return None
-    return ByteRange(int(first), int(last) if last else None)
+    return ByteRange(_position(first), _position(last) if last else None)
+
+
+def _position(digits: str) -> int:
+    """A byte position or count, at most BEYOND_ANY_BODY: a larger one means the same (past
+    every body's end), and int() refuses thousands of digits."""
+    if len(digits.lstrip("0")) > len(str(BEYOND_ANY_BODY)):
+        return BEYOND_ANY_BODY
+    return min(int(digits), BEYOND_ANY_BODY)

@@ -125,6 +125,8 @@ with `kind`, `job_id`, `state` and the fields of its kind:
 
 The stream ends after `result` or `error` (id `end`). Ids are positions in the job's life
 (`attempt.step.rank`), the same on every gateway replica: reconnect with `Last-Event-ID`
-and the stream resumes after that event without repeating it. A connection lost to the
-scheduler ends the stream with a `stream-error` event (no id; reconnect to resume).
+and the stream resumes after that event without repeating it; after `end` nothing follows,
+and the answer is 204 No Content, which stops an EventSource from reconnecting. A
+connection lost to the scheduler ends the stream with a `stream-error` event (`code`,
+`message`; no id: reconnect to resume).
 """

@@ -46,11 +46,12 @@ def install(app: FastAPI) -> None:
     index = read_static(INDEX)
     assets = {name: (read_static(name), mime) for name, mime in ASSETS.items()}
 
-    @app.get("/", include_in_schema=False)
+    # HEAD too: link checkers, uptime probes and proxies ask it of a page before its bytes.
+    @app.api_route("/", methods=["GET", "HEAD"], include_in_schema=False)
     async def web_page() -> Response:
         return Response(index, media_type="text/html; charset=utf-8", headers=HEADERS)
 
-    @app.get("/web/{name}", include_in_schema=False)
+    @app.api_route("/web/{name}", methods=["GET", "HEAD"], include_in_schema=False)
     async def web_asset(name: str) -> Response:
         found = assets.get(name)
         if found is None:

@@ -110,7 +110,7 @@ async def test_http_lists_pages_in_openai_list_shape(http_mesh, jobs_of_a):  # n
             ({"limit": 0}, 400, "limit: "),
             ({"limit": 101}, 400, "limit: "),
             ({"order": "up"}, 400, "order: "),
-            ({"after": "no-such-job"}, 400, "after_job_id: no job 'no-such-job'"),
+            ({"after": "no-such-job"}, 400, "after: no job 'no-such-job'"),
         ):
             refused = await http.get("/v1/jobs", params=params)
             assert refused.status_code == status, refused.text

@@ -10,6 +10,12 @@ const MODEL_STORE = "mediamesh.model";
 const FINAL_STATES = new Set(["SUCCEEDED", "FAILED", "CANCELLED", "EXPIRED"]);
 // Reconnects to a dropped event stream before the page gives up on it.
 const MAX_RECONNECTS = 5;
+// The wait before a reconnect starts at the stream's `retry:` and doubles after each failed
+// one, up to this, as the SDK backs off; a Retry-After from the gateway is waited in full.
+const MAX_RECONNECT_WAIT_MS = 30000;
+// Answers that say "not now" rather than "never": the mesh is starting, overloaded or
+// without its scheduler for a moment (503, 429), or a proxy in front lost it (502, 504).
+const PASSING_STATUSES = new Set([429, 502, 503, 504]);
 const EXTENSIONS = {
   "image/png": "png", "image/jpeg": "jpg", "image/webp": "webp", "image/gif": "gif",
   "video/mp4": "mp4", "video/webm": "webm", "audio/wav": "wav", "audio/x-wav": "wav",
@@ -424,6 +430,7 @@ function resetJobView(jobId) {
   $("job").hidden = false;
   $("job-id").textContent = jobId;
   $("job-error").hidden = true;
+  showConnection("");
   $("progress").value = 0;
   $("progress").max = 1;
   $("progress-text").textContent = "";
@@ -521,23 +528,55 @@ function parseFrame(frame) {
   return event;
 }
 
+// Seconds a Retry-After header asks for (a number or an HTTP date); 0 for none.
+function retryAfterS(response) {
+  const value = (response.headers.get("Retry-After") || "").trim();
+  if (/^\d+$/.test(value)) return Number(value);
+  const when = Date.parse(value);
+  return Number.isNaN(when) ? 0 : Math.max(0, (when - Date.now()) / 1000);
+}
+
+// Milliseconds to wait before reconnect number `failures` (1, 2, ...).
+function reconnectDelayMs(retryMs, failures, waitS) {
+  const backoff = Math.min(retryMs * 2 ** (failures - 1), MAX_RECONNECT_WAIT_MS);
+  return Math.max(backoff, waitS * 1000);
+}
+
+// The connection line under the job's state: hidden while the stream is up.
+function showConnection(text) {
+  const line = $("job-connection");
+  line.textContent = text;
+  line.dataset.state = text ? "reconnecting" : "connected";
+  line.hidden = !text;
+}
+
 async function follow(job) {
   const url = `/v1/jobs/${encodeURIComponent(job.id)}/events`;
   let lastId = null;
   let retryMs = 1000;
   let failures = 0;
+  let lastProblem = "the event stream dropped";
   while (job === current) {
     let ended = false;
+    let waitS = 0;
     try {
       const headers = authHeaders({ Accept: "text/event-stream" });
       if (lastId) headers["Last-Event-ID"] = lastId;
       const response = await fetch(url, { headers, signal: job.abort.signal, cache: "no-store" });
+      // 204: the last event was already seen; nothing follows it.
+      if (response.status === 204) return;
       if (!response.ok) {
         const error = await errorOf(response);
-        showJobError(error.code, error.message);
-        showAuthProblem(error);
-        return;
+        if (!PASSING_STATUSES.has(response.status)) {
+          showConnection("");
+          showJobError(error.code, error.message);
+          showAuthProblem(error);
+          return;
+        }
+        waitS = retryAfterS(response);
+        throw error;
       }
+      if (job === current) showConnection("");
       const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
       let buffer = "";
       reading: for (;;) {
@@ -554,6 +593,8 @@ async function follow(job) {
           failures = 0;
           if (frame.name === "stream-error") {
             // The gateway lost the scheduler: reconnect and resume after the last id.
+            const data = parseJson(frame.data.join("\n"));
+            lastProblem = `${data.code}: ${data.message}`;
             await reader.cancel();
             break reading;
           }
@@ -563,25 +604,42 @@ async function follow(job) {
       }
     } catch (error) {
       if (error.name === "AbortError") return;
+      lastProblem = String(error);
     }
     if (ended || job !== current) return;
     failures += 1;
     if (failures > MAX_RECONNECTS) {
-      showJobError("UNAVAILABLE", "lost the job's event stream; pick the job in the list to look again");
+      showConnection("");
+      showJobError("UNAVAILABLE",
+        `lost the job's event stream (${lastProblem}); pick the job in the list to look again`);
       return;
     }
-    note("event stream dropped; reconnecting");
-    await new Promise((resolve) => setTimeout(resolve, retryMs));
+    const delayMs = reconnectDelayMs(retryMs, failures, waitS);
+    const seconds = Math.ceil(delayMs / 1000);
+    showConnection(`Reconnecting in ${seconds} s (try ${failures} of ${MAX_RECONNECTS}): ${lastProblem}`);
+    note(`event stream lost (${lastProblem}); reconnecting in ${seconds} s`);
+    await new Promise((resolve) => setTimeout(resolve, delayMs));
   }
 }
 
-async function showResult(result, job) {
+// Whether `result` is served by this gateway's own result endpoint rather than by object
+// storage's presigned URL (which carries its expiry). Its absolute URL names the host the
+// gateway was asked under, or its public_url, which this page may know by another name
+// (behind a proxy): only the path says it is ours.
+function isOwnResult(result, ownPath) {
+  if (result.url_expires_unix_ms) return false;
   const url = new URL(result.url, location.href);
-  let source = url.href;
-  if (url.origin === location.origin) {
-    // Our own result endpoint wants the API key, which <img src> cannot send: fetch the bytes.
+  return url.search === "" && url.pathname.endsWith(ownPath);
+}
+
+async function showResult(result, job) {
+  const ownPath = `/v1/jobs/${encodeURIComponent(job.id)}/result`;
+  let source = new URL(result.url, location.href).href;
+  if (isOwnResult(result, ownPath)) {
+    // Our own result endpoint wants the API key, which <img src> cannot send: fetch the
+    // bytes, from the gateway that served this page, by its path.
     try {
-      const response = await fetch(url, { headers: authHeaders(), signal: job.abort.signal });
+      const response = await fetch(ownPath, { headers: authHeaders(), signal: job.abort.signal });
       if (!response.ok) throw await errorOf(response);
       source = URL.createObjectURL(await response.blob());
       if (job !== current) {
