@@ -47,6 +47,7 @@ from mediamesh.gateway.http.openai_common import (
     result_bytes,
     submit_all,
 )
+from mediamesh.gateway.http.openai_mask import converted_mask
 from mediamesh.gateway.http.schemas import ErrorBody
 
 router = APIRouter(tags=["openai"])
@@ -211,7 +212,7 @@ async def edit_images(request: Request, authorization: Authorization = None) -> 
         raise InvalidArgument(f"{unknown[0]}: not a file field of image edits; only image, mask")
     parts = {"image": image}
     if "mask" in files:
-        parts["mask_image"] = files["mask"]
+        parts["mask_image"] = await converted_mask(files["mask"])
     with openai_names(EDIT_NAMES):
         requests = []
         for seed in seeds:

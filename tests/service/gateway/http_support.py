@@ -106,10 +106,14 @@ def openai_client(mesh: InProcessMesh, key: str = KEY_A) -> openai.AsyncOpenAI:
     return openai.AsyncOpenAI(base_url=f"{base_url(mesh)}/v1", api_key=key, max_retries=0)
 
 
-def png_bytes(width: int = 64, height: int = 64) -> bytes:
-    """A plain red PNG of that size."""
+def png_bytes(width: int = 64, height: int = 64, *, alpha: bool = False) -> bytes:
+    """A plain red PNG of that size; with `alpha`, fully transparent (an OpenAI edit mask
+    that marks the whole image for editing)."""
     picture = io.BytesIO()
-    Image.new("RGB", (width, height), (200, 30, 30)).save(picture, "PNG")
+    if alpha:
+        Image.new("RGBA", (width, height), (200, 30, 30, 0)).save(picture, "PNG")
+    else:
+        Image.new("RGB", (width, height), (200, 30, 30)).save(picture, "PNG")
     return picture.getvalue()
 
 

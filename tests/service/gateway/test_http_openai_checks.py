@@ -209,10 +209,18 @@ async def test_errors_name_the_openai_field_the_client_sent(
     param, message = await param_of(
         client.images.edit(
             model="sdxl-inpaint-tiny", prompt="x", image=("in.png", png_bytes(), "image/png"),
-            mask=("mask.png", png_bytes(64, 32), "image/png"),
+            mask=("mask.png", png_bytes(64, 32, alpha=True), "image/png"),
         )
     )  # fmt: skip
     assert param == "mask" and "64x32" in message
+    # OpenAI marks the area to edit by transparency: a mask without alpha says nothing.
+    param, message = await param_of(
+        client.images.edit(
+            model="sdxl-inpaint-tiny", prompt="x", image=("in.png", png_bytes(), "image/png"),
+            mask=("mask.png", png_bytes(), "image/png"),
+        )
+    )  # fmt: skip
+    assert param == "mask" and "no alpha channel" in message
     param, message = await param_of(
         client.images.edit(
             model="flux-img2img-tiny", prompt="x", image=("in.png", png_bytes(), "image/png"),
