@@ -97,7 +97,14 @@ async def run_call(
     when the outputs together would not fit in one response.
     """
     first = call.elements[0]
-    up.tenancy.admit(caller, call.model, parse_priority(first.priority), jobs=len(call.elements))
+    # One job per prompt: a refusal of more than the burst names the tensor that set the count.
+    up.tenancy.admit(
+        caller,
+        call.model,
+        parse_priority(first.priority),
+        jobs=len(call.elements),
+        counted_by="inputs.prompt",
+    )
     deadline_ms = call_deadline_ms(first.timeout_ms, context)
     job_ids: list[str] = []
     calls: list[Events] = []

@@ -76,6 +76,7 @@ async def test_a_kserve_call_of_more_prompts_than_the_burst_is_refused_without_a
     with pytest.raises(grpc.aio.AioRpcError) as caught:
         await infer(request, metadata=auth(KEY_SLOW), timeout=10)
     assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert caught.value.details().startswith("inputs.prompt: ")
     assert "2 jobs" in caught.value.details() and "burst of 1" in caught.value.details()
     assert RETRY_AFTER_KEY not in dict(caught.value.trailing_metadata() or ())
     assert len(http_mesh.core.jobs) == before
