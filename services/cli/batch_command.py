@@ -8,11 +8,17 @@ DIR/<line>.<ext>, each followed by a row in DIR/manifest.jsonl (batch_manifest s
 rows mean: which lines are done, which key retries a failed one, whose folder it is).
 
 A line the mesh refuses or whose job ends without a result is recorded as such and the run
-goes on; a re-run retries it under a new key. What no line could get past stops the run at
-once with exit 2 and records nothing for the lines in flight, so a re-run resumes them: a
-refused API key, or a gateway that answers nothing for UNREACHABLE_AFTER_S (every call
-UNAVAILABLE over that window, whichever line made it) - without that, each line would spend
-its retries on its own, some 38 s each, hours for a large file.
+goes on; a re-run retries it under a new key. A refusal that sending the line again cannot
+change is recorded at once: a permanent code, or DEADLINE_EXCEEDED naming the line's own
+`timeout_ms` (admission found it shorter than the job itself; GatewayError.field tells that
+refusal from a deadline of the call, which, like an unavailable gateway, is retried). A line
+edited to another output format replaces its earlier result file, not only its row.
+
+What no line could get past stops the run at once with exit 2 and records nothing for the
+lines in flight, so a re-run resumes them: a refused API key, or a gateway that answers
+nothing for UNREACHABLE_AFTER_S (every call UNAVAILABLE over that window, whichever line made
+it) - without that, each line would spend its retries on its own, some 38 s each, hours for a
+large file. Ctrl-C stops it the same way (exit 130, saying so).
 """
 
 from __future__ import annotations
@@ -29,8 +35,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from mediamesh.cli.batch_file import BatchFileError, BatchLine, read_batch
-from mediamesh.cli.batch_manifest import MANIFEST, FolderBusyError, History, folder_lock
+from mediamesh.cli.batch_file import BatchFileError, BatchLine, read_batch, with_scope
+from mediamesh.cli.batch_manifest import (
+    MANIFEST,
+    FolderBusyError,
+    History,
+    RunFileError,
+    folder_lock,
+)
 from mediamesh.cli.gateway_args import add_gateway_arguments, gateway_options
 from mediamesh.common.errors import StatusCode
 from mediamesh.common.output_formats import EXTENSIONS
@@ -48,9 +60,18 @@ PERMANENT_CODES = frozenset(
         StatusCode.OUT_OF_RANGE,
     }
 )
+# The field a DEADLINE_EXCEEDED refusal of admission names when the line's own timeout_ms
+# is shorter than its job needs: no retry with that timeout can succeed. "timeout" is what a
+# scheduler before mediamesh named it. A deadline of the call itself names no field.
+OWN_TIMEOUT_FIELDS = frozenset({"timeout_ms", "timeout"})
 # Answers that no line of this batch could get past.
 FATAL_CODES = frozenset({StatusCode.UNAUTHENTICATED})
 TRANSIENT_ATTEMPTS = 8
+# Lines in flight at once: --concurrency must be within these. Each holds a job's stream
+# open; more than this only queues at the gateway's limits.
+MIN_CONCURRENCY, MAX_CONCURRENCY = 1, 1024
+# Failed lines listed after a run (in line order); the manifest has every one.
+FAILURES_SHOWN = 10
 # Long enough to ride out a gateway restart; shorter than one line's TRANSIENT_ATTEMPTS
 # (35 s of backoff), so an unreachable gateway stops the run before it fails any line.
 UNREACHABLE_AFTER_S = 30.0
@@ -81,6 +102,13 @@ class Outcome:
         return cls(job_id, "REJECTED", error_code=code, error_message=message)
 
 
+def is_permanent(exc: GatewayError) -> bool:
+    """Whether sending the same line again would get the same answer."""
+    if exc.code == StatusCode.DEADLINE_EXCEEDED:
+        return exc.field in OWN_TIMEOUT_FIELDS
+    return exc.code in PERMANENT_CODES
+
+
 @dataclass
 class Counts:
     """What a run did, for its summary."""
@@ -88,17 +116,34 @@ class Counts:
     succeeded: int = 0
     failed: int = 0
     skipped: int = 0
-    failures: list[str] = field(default_factory=list)
+    # (line number, what happened), as lines end; `failure_lines` gives them in line order.
+    failures: list[tuple[int, str]] = field(default_factory=list)
+
+    def failure_lines(self, shown: int) -> list[str]:
+        """The first `shown` failures in line order, and how many more there are."""
+        ordered = [text for _, text in sorted(self.failures)]
+        more = len(ordered) - shown
+        return ordered[:shown] + ([f"and {more} more failed lines"] if more > 0 else [])
 
 
 class BatchRun:
     """Runs lines (each with the key to send it with) and records each as it ends."""
 
     def __init__(
-        self, client: AsyncClient, out: Path, manifest: IO[str], bar: Any, source: str
+        self,
+        client: AsyncClient,
+        out: Path,
+        manifest: IO[str],
+        bar: Any,
+        source: str,
+        history: History | None = None,
+        run_id: str = "",
     ) -> None:
         self.client, self.out, self.manifest, self.bar = client, out, manifest, bar
         self.source = source  # the prompts file, as the rows' `input`
+        self.run_id = run_id  # the scope of the rows' keys (see batch_manifest)
+        # What the folder held before: a new result may supersede a file of another name.
+        self.history = history
         self.counts = Counts()
         # When the calls began to find the gateway UNAVAILABLE, all of them since; None
         # while anything gets an answer.
@@ -166,7 +211,7 @@ class BatchRun:
                 self._note_reachability(exc)
                 if exc.code in FATAL_CODES:
                     raise FatalBatchError(f"{exc.code}: {exc.message}") from None
-                if exc.code in PERMANENT_CODES:
+                if is_permanent(exc):
                     raise
                 if exc.code == StatusCode.RESOURCE_EXHAUSTED:
                     # Back-pressure (rate or queue limit), not a failure: wait as told.
@@ -203,11 +248,19 @@ class BatchRun:
             partial = target.with_name(target.name + ".part")
             partial.write_bytes(outcome.data)
             os.replace(partial, target)  # a killed run never leaves a half-written result
+            earlier = self.history.superseded_file(line, file_name) if self.history else None
+            if earlier is not None:
+                # The line was edited to another format: its old result is no longer its.
+                (self.out / earlier).unlink(missing_ok=True)
             self.counts.succeeded += 1
         else:
             self.counts.failed += 1
             self.counts.failures.append(
-                f"line {line.number}: {outcome.state} {outcome.error_code} {outcome.error_message}"
+                (
+                    line.number,
+                    f"line {line.number}: {outcome.state} {outcome.error_code} "
+                    f"{outcome.error_message}",
+                )
             )
         row = {
             "line": line.number,
@@ -217,6 +270,7 @@ class BatchRun:
             "seconds": round(seconds, 3),
             "key": line.key,
             "input": self.source,
+            "run_id": self.run_id,
         }
         if outcome.state != "SUCCEEDED":
             row["error"] = f"{outcome.error_code}: {outcome.error_message}"
@@ -235,16 +289,36 @@ def add_batch_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
     batch.add_argument("--out", type=Path, required=True, help="folder for results + manifest")
     batch.add_argument("--model", help="model for lines that name none")
     add_gateway_arguments(batch)
-    batch.add_argument("--concurrency", type=int, default=16, help="jobs in flight at once")
+    batch.add_argument(
+        "--concurrency",
+        type=_concurrency,
+        default=16,
+        help=f"jobs in flight at once, {MIN_CONCURRENCY} to {MAX_CONCURRENCY}",
+    )
     batch.add_argument("--quiet", action="store_true", help="no progress bar")
     batch.set_defaults(handler=_cmd_batch)
 
 
+def _concurrency(text: str) -> int:
+    """--concurrency as a number in range; argparse names the flag when this refuses it."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = None
+    if value is None or not MIN_CONCURRENCY <= value <= MAX_CONCURRENCY:
+        raise argparse.ArgumentTypeError(
+            f"must be a whole number from {MIN_CONCURRENCY} to {MAX_CONCURRENCY}, got {text!r}"
+        )
+    return value
+
+
 def _cmd_batch(args: argparse.Namespace) -> int:
     try:
-        lines = read_batch(args.file, args.model, str(args.out.resolve()))
+        # Checked before the folder is touched; the keys are made once its run id is known.
+        lines = read_batch(args.file, args.model)
     except (OSError, BatchFileError) as exc:
-        print(f"mediamesh batch: {exc}", file=sys.stderr)
+        for text in str(exc).splitlines():  # every line at fault, each on its own
+            print(f"mediamesh batch: {text}", file=sys.stderr)
         return 2
     try:
         args.out.mkdir(parents=True, exist_ok=True)
@@ -264,7 +338,13 @@ def _run_into_folder(args: argparse.Namespace, lines: list[BatchLine]) -> int:
     from tqdm import tqdm
 
     source = str(args.file.resolve())
-    history = History.read(args.out)
+    try:
+        history = History.read(args.out)
+        run_id = history.scope()
+    except (RunFileError, OSError) as exc:
+        print(f"mediamesh batch: {exc}", file=sys.stderr)
+        return 2
+    lines = with_scope(lines, run_id)
     other = history.other_input(source, lines)
     if other is not None:
         print(
@@ -296,7 +376,7 @@ def _run_into_folder(args: argparse.Namespace, lines: list[BatchLine]) -> int:
         options = gateway_options(args)
         async with AsyncClient(args.gateway, **options) as client:
             with (args.out / MANIFEST).open("a", encoding="utf-8") as manifest:
-                run = BatchRun(client, args.out, manifest, bar, source)
+                run = BatchRun(client, args.out, manifest, bar, source, history, run_id)
                 return await run.run(todo, args.concurrency)
 
     try:
@@ -308,9 +388,14 @@ def _run_into_folder(args: argparse.Namespace, lines: list[BatchLine]) -> int:
         bar.close()
         print(f"mediamesh batch: {_first(fatal)}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        # Lines that ended are recorded, those in flight are not: a re-run picks them up.
+        bar.close()
+        print("mediamesh batch: interrupted; re-run the same command to resume", file=sys.stderr)
+        return 130
     bar.close()
     counts.skipped = len(done)
-    for failure in counts.failures[:10]:
+    for failure in counts.failure_lines(FAILURES_SHOWN):
         print(failure, file=sys.stderr)
     print(
         f"{counts.succeeded} succeeded, {counts.failed} failed, {counts.skipped} already done; "

@@ -4,7 +4,20 @@ The manifest only grows, a row written as each attempt ends (a run killed midway
 most a row cut short, which is skipped):
 
     {"line": 7, "key": "batch:<digest>:7:retry1", "input": "/abs/prompts.jsonl",
-     "job_id": "...", "state": "FAILED", "file": null, "seconds": 1.2, "error": "CODE: why"}
+     "job_id": "...", "state": "FAILED", "file": null, "seconds": 1.2, "error": "CODE: why",
+     "run_id": "<32 hex digits>"}
+
+`run_id` is the batch's scope, part of every line's key (see batch_file): random for each
+new folder, so that two folders of the same prompts never share jobs, and kept with the
+folder, so that a folder moved or copied elsewhere resumes where it stood rather than
+running every line again. It is made once, before anything is sent, into DIR/batch.json
+(`{"manifest_version": 2, "run_id": ...}`, written whole or not at all), and every row
+repeats it: the rows' own wins, since it made their keys, and the file holds it until the
+first row is written (a run killed before then still resumes its jobs). A folder begun by an
+older mediamesh batch (rows without `run_id`, no batch.json), whose keys were made with the
+folder's own path, gets that path as its run id the first time this version runs it, so
+its results still count; from then on it may move too. A manifest_version above
+MANIFEST_VERSION is refused (a newer mediamesh batch wrote it) rather than misread.
 
 `key` is the idempotency key the attempt was sent with: the line's key (see batch_file),
 followed by ":retry<N>" when N earlier attempts at that same line key ended without a
@@ -28,6 +41,7 @@ from __future__ import annotations
 import fcntl
 import json
 import re
+import uuid
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -38,6 +52,11 @@ from typing import Any
 from mediamesh.cli.batch_file import BatchLine
 
 MANIFEST = "manifest.jsonl"
+# The folder's run id, made once (see above).
+RUN_FILE = "batch.json"
+# The layout of a folder: 2 added the run id; 1 (no batch.json, keys from the folder's path)
+# came before.
+MANIFEST_VERSION = 2
 # Held for a whole run: two runs writing one folder would number each other's results.
 LOCK = ".lock"
 _RETRY_SUFFIX = re.compile(r":retry\d+$")
@@ -47,6 +66,10 @@ UNKNOWN_INPUT = "an input not recorded (a manifest of an older mediamesh batch)"
 
 class FolderBusyError(RuntimeError):
     """Another `mediamesh batch` is writing to the output folder."""
+
+
+class RunFileError(RuntimeError):
+    """DIR/batch.json cannot be used: a newer mediamesh batch wrote it, or it is unreadable."""
 
 
 @contextmanager
@@ -85,6 +108,8 @@ class History:
     unsuccessful: Counter[str] = field(default_factory=Counter)
     # Line number -> (line key, file name) of the latest result written for that number.
     results: dict[int, tuple[str, str]] = field(default_factory=dict)
+    # The batch's scope as the rows record it (the first row that does); None if none does.
+    run_id: str | None = None
 
     @classmethod
     def read(cls, out: Path) -> History:
@@ -96,10 +121,32 @@ class History:
                 history._add(row)
         return history
 
+    def scope(self) -> str:
+        """The run id this folder's keys are made with, made (and written to batch.json)
+        when the folder has none yet; RunFileError for a batch.json this version cannot
+        read. Call it with the folder locked."""
+        recorded = _read_run_file(self.out)
+        if self.run_id is not None:
+            run_id = self.run_id
+        elif recorded is not None:
+            return recorded
+        elif self.inputs:
+            # Rows without a run id came from an older mediamesh batch, which made its keys
+            # with the folder's resolved path: keeping that path keeps its results.
+            run_id = str(self.out.resolve())
+        else:
+            run_id = uuid.uuid4().hex
+        if recorded != run_id:
+            _write_run_file(self.out, run_id)
+        return run_id
+
     def _add(self, row: dict[str, Any]) -> None:
         key, number = row.get("key"), row.get("line")
         if not isinstance(key, str) or not isinstance(number, int):
             return
+        run_id = row.get("run_id")
+        if self.run_id is None and isinstance(run_id, str) and run_id:
+            self.run_id = run_id
         source = row.get("input")
         source = source if isinstance(source, str) else UNKNOWN_INPUT
         if source in self.inputs:
@@ -111,6 +158,14 @@ class History:
             self.results[number] = (line_key, row["file"])
         else:
             self.unsuccessful[line_key] += 1
+
+    def superseded_file(self, line: BatchLine, file_name: str) -> str | None:
+        """The earlier result of `line`'s number that `file_name`, its new result, replaces
+        without overwriting it (another format, so another extension); else None."""
+        result = self.results.get(line.number)
+        if result is None or result[1] == file_name or Path(result[1]).name != result[1]:
+            return None  # the same name is overwritten; a path elsewhere is not ours to touch
+        return result[1]
 
     def is_done(self, line: BatchLine) -> bool:
         """Whether DIR/<line>.<ext> holds the result of this very line."""
@@ -138,6 +193,37 @@ class History:
             for line in lines
             if line.number in self.results and self.results[line.number][0] != line.key
         ]
+
+
+def _read_run_file(out: Path) -> str | None:
+    """The run id DIR/batch.json holds; None without the file."""
+    path = out / RUN_FILE
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise RunFileError(f"{path}: cannot be read ({exc}); remove it to go on") from None
+    version = record.get("manifest_version") if isinstance(record, dict) else None
+    run_id = record.get("run_id") if isinstance(record, dict) else None
+    if isinstance(version, int) and version > MANIFEST_VERSION:
+        raise RunFileError(
+            f"{path} has manifest_version {version}, written by a newer mediamesh batch; this "
+            f"one reads up to {MANIFEST_VERSION}: run that version, or use another --out"
+        )
+    if not isinstance(run_id, str) or not run_id:
+        raise RunFileError(f"{path}: no run_id in it; remove it to go on")
+    return run_id
+
+
+def _write_run_file(out: Path, run_id: str) -> None:
+    """DIR/batch.json naming `run_id`, replaced whole: a run killed meanwhile leaves the old
+    file or the new one, never half of one."""
+    path = out / RUN_FILE
+    partial = path.with_name(path.name + ".part")
+    record = {"manifest_version": MANIFEST_VERSION, "run_id": run_id}
+    partial.write_text(json.dumps(record) + "\n", encoding="utf-8")
+    partial.replace(path)
 
 
 def _rows(text: str) -> Iterable[dict[str, Any]]:

@@ -228,6 +228,13 @@ def why_unreachable(
             f"{args.run_dir}, so the built-in defaults were used; run this where "
             "`mediamesh up` runs, or pass --run-dir or --config"
         )
+    elif code == grpc.StatusCode.UNAUTHENTICATED and args.config is not None:
+        # `mediamesh up` makes the internal token and writes it into the config it keeps in
+        # its run directory, not into the user's file that --config named.
+        text += (
+            "; `mediamesh up` keeps its internal token in the config it writes to its run "
+            f"directory: pass --run-dir (default {args.run_dir}) instead of --config"
+        )
     return text
 
 

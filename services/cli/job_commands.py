@@ -1,24 +1,48 @@
 """Commands about jobs already made: `mediamesh jobs` lists them (a page or all, as a table
-or JSON lines), `mediamesh watch` follows one to its result, `mediamesh cancel` stops one."""
+or JSON lines), `mediamesh watch` follows one to its result, `mediamesh cancel` stops one.
+
+Each is a read against the tenant's read budget, which a running `mediamesh batch` of the
+same tenant may be spending: an over-budget answer (RESOURCE_EXHAUSTED with a retry hint)
+is waited out as the gateway asks, up to READ_ATTEMPTS calls and MAX_READ_WAIT_S of waiting
+in all, as the batch itself does, before it is reported. The channel's own retries give up
+sooner: its retry throttling stops them after a few refusals in a row.
+"""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
 import datetime
+import functools
 import itertools
 import json
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from mediamesh.cli.gateway_args import add_gateway_arguments, gateway_options
+from mediamesh.common.errors import StatusCode
 from mediamesh.common.limits import MAX_JOB_PAGE_SIZE
 
 if TYPE_CHECKING:
     # The SDK (and grpc with it) loads only when the command runs.
-    from mediamesh.sdk import Client, JobInfo
+    from mediamesh.sdk import Client, Event, GatewayError, JobInfo, JobPage
+
+_T = TypeVar("_T")
+
+# Calls one read makes at most while the gateway answers it is over the read budget, and
+# the seconds of waiting (as each answer's hint asks) it spends at most.
+READ_ATTEMPTS = 6
+MAX_READ_WAIT_S = 30.0
+# The flags of `mediamesh jobs` by the ListJobs field a refusal names.
+FLAG_OF_FIELD = {
+    "after_job_id": "--after",
+    "page_size": "--limit",
+    "states": "--state",
+    "models": "--model",
+}
 
 
 def add_job_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -70,6 +94,45 @@ def add_job_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     cancel.set_defaults(handler=_cmd_cancel)
 
 
+def over_budget_wait(error: GatewayError, attempt: int, waited_s: float) -> float | None:
+    """Seconds to wait before calling again after `error` (the `attempt`th call's, with
+    `waited_s` waited so far), or None to report it: only for an over-limit answer with a
+    retry hint, and only within READ_ATTEMPTS and MAX_READ_WAIT_S."""
+    if error.code != StatusCode.RESOURCE_EXHAUSTED or error.retry_after_s <= 0:
+        return None
+    if attempt >= READ_ATTEMPTS or waited_s + error.retry_after_s > MAX_READ_WAIT_S:
+        return None
+    return error.retry_after_s
+
+
+def read(call: Callable[[], _T]) -> _T:
+    """`call()`, called again while the gateway answers it is over the read budget."""
+    from mediamesh.sdk import GatewayError
+
+    attempt, waited = 1, 0.0
+    while True:
+        try:
+            return call()
+        except GatewayError as exc:
+            wait = over_budget_wait(exc, attempt, waited)
+            if wait is None:
+                raise
+        time.sleep(wait)
+        attempt, waited = attempt + 1, waited + wait
+
+
+def _watched(client: Client, job_id: str) -> Iterator[Event]:
+    """The job's events; the Watch is opened again while the gateway answers it is over the
+    read budget, which it does before the first event, never after."""
+    yield from read(lambda: _opened(client.watch(job_id)))
+
+
+def _opened(events: Iterator[Event]) -> Iterator[Event]:
+    """`events` with its first event already read (so that its refusal is raised here)."""
+    first = next(events)
+    return itertools.chain((first,), events)
+
+
 def _cmd_watch(args: argparse.Namespace) -> int:
     from mediamesh.cli.following import JobOnTerminal, still_running
     from mediamesh.sdk import Client, GatewayError
@@ -77,7 +140,7 @@ def _cmd_watch(args: argparse.Namespace) -> int:
     terminal = JobOnTerminal(args.quiet, None, args.preview_dir)
     try:
         with Client(args.gateway, **gateway_options(args)) as client:
-            terminal.follow(client.watch(args.job_id))
+            terminal.follow(_watched(client, args.job_id))
     except (GatewayError, OSError, ValueError) as exc:
         terminal.close()
         print(f"mediamesh: {exc}", file=sys.stderr)
@@ -96,12 +159,20 @@ def _cmd_cancel(args: argparse.Namespace) -> int:
 
     try:
         with Client(args.gateway, **gateway_options(args)) as client:
-            job = client.cancel(args.job_id)
+            # Asked first: Cancel answers an ended job's state too, and a job cancelled
+            # before would read as cancelled now.
+            job = read(lambda: client.get(args.job_id))
+            ended_before = job.state.terminal
+            if not ended_before:
+                job = read(lambda: client.cancel(args.job_id))
     except (GatewayError, OSError, ValueError) as exc:
         print(f"mediamesh: {exc}", file=sys.stderr)
         return 1
-    # Cancelling a job that has ended changes nothing: its state says which happened.
     print(f"job {job.job_id} {job.state}")
+    if ended_before:
+        print(f"mediamesh: job {job.job_id} had already ended; nothing changed", file=sys.stderr)
+        return 1
+    # It may have ended on its own meanwhile: its state says which happened.
     return 0 if job.state is JobState.CANCELLED else 1
 
 
@@ -114,7 +185,13 @@ def _cmd_jobs(args: argparse.Namespace) -> int:
     try:
         with Client(args.gateway, **gateway_options(args)) as client:
             jobs = list(itertools.islice(_matching(client, args), args.limit or None))
-    except (GatewayError, OSError, ValueError) as exc:
+    except GatewayError as exc:
+        # The flag the refused field came from, before the gateway's words (which name the
+        # request's field: `after_job_id: no job ...` for --after).
+        flag = FLAG_OF_FIELD.get((exc.field or "").split(".")[0].split("[")[0])
+        print(f"mediamesh: {flag + ': ' if flag else ''}{exc}", file=sys.stderr)
+        return 1
+    except (OSError, ValueError) as exc:
         print(f"mediamesh: {exc}", file=sys.stderr)
         return 1
     if args.json:
@@ -127,13 +204,24 @@ def _cmd_jobs(args: argparse.Namespace) -> int:
 
 def _matching(client: Client, args: argparse.Namespace) -> Iterator[JobInfo]:
     """The jobs the flags ask for after `--after`, fetched a page at a time as read."""
-    return client.iter_jobs(
-        states=args.state,
-        models=args.model,
-        oldest_first=args.oldest_first,
-        after=args.after,
-        page_size=min(args.limit or MAX_JOB_PAGE_SIZE, MAX_JOB_PAGE_SIZE),
-    )
+    page_size = min(args.limit or MAX_JOB_PAGE_SIZE, MAX_JOB_PAGE_SIZE)
+
+    def page_after(after: str | None) -> JobPage:
+        return client.list_jobs(
+            states=args.state,
+            models=args.model,
+            oldest_first=args.oldest_first,
+            after=after,
+            page_size=page_size,
+        )
+
+    after: str | None = args.after
+    while True:
+        page = read(functools.partial(page_after, after))
+        yield from page.jobs
+        if not page.has_more or page.last_id is None:
+            return
+        after = page.last_id
 
 
 def job_table(jobs: list[JobInfo]) -> str:

@@ -4,7 +4,11 @@ Before, a job entered the core first and its row was written after; with a faili
 caller heard INTERNAL while the job ran anyway, unrecorded, and a retry with the same
 idempotency key found that phantom. Now the core checks and builds the job (`prepare`), the
 store commits it, and only then does the core queue it (`admit`): a store that fails answers
-UNAVAILABLE and nothing runs.
+UNAVAILABLE and nothing runs (`release` gives its place back).
+
+While a job is being written other submits are checked, so the core counts the jobs between
+`prepare` and `admit` against the queue's `max_depth` and the tenant's queued limit; without
+that, concurrent submits all passed the same check (31 queued with a max_depth of 30).
 """
 
 from __future__ import annotations
@@ -60,7 +64,7 @@ class Submissions:
         if outcome.deduplicated:
             return outcome.job, True
         writing = asyncio.ensure_future(self._persist_and_admit(outcome.job))
-        writing.add_done_callback(functools.partial(self._written, key))
+        writing.add_done_callback(functools.partial(self._written, key, outcome.job))
         if new.idempotency_key:
             self._writing[key] = writing
         # Shielded: once the row is written the job must be queued, even if the caller goes
@@ -68,12 +72,14 @@ class Submissions:
         job = await asyncio.shield(writing)
         return job, job is not outcome.job
 
-    def _written(self, key: _Key, writing: asyncio.Future[Job]) -> None:
+    def _written(self, key: _Key, job: Job, writing: asyncio.Future[Job]) -> None:
         if self._writing.get(key) is writing:
             del self._writing[key]
-        if not writing.cancelled():
-            # Retrieved here as well: the caller may have gone before the write ended.
-            writing.exception()
+        # Retrieved here as well: the caller may have gone before the write ended.
+        if writing.cancelled() or writing.exception() is not None:
+            # Never admitted (a failed write, or one cancelled, perhaps before it began):
+            # it must not keep its place in the queue's and the tenant's limits.
+            self._core.release(job)
 
     async def _persist_and_admit(self, job: Job) -> Job:
         try:

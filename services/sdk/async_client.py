@@ -102,7 +102,9 @@ class AsyncClient(ClientBase):
         await self.close()
 
     async def close(self) -> None:
-        """Close the channel; calls still open are cancelled."""
+        """Close the channel. Calls still open, and any made later, raise GatewayError
+        CANCELLED saying the client is closed (naming the job of a generate or watch, which
+        goes on), as Client's do; a task reading one is not cancelled."""
         await self._transport.close()
 
     def generate(
@@ -121,7 +123,7 @@ class AsyncClient(ClientBase):
         the job runs on to its result. Stop it with `await client.cancel(job_id)`.
         """
         params = generate_params(model, prompt, options)
-        return self._follow(self._generate(params), resend=lambda: self._generate(params))
+        return self._follow(lambda stream: self._generate(params, stream), resendable=True)
 
     async def submit(
         self, model: str, prompt: str, **options: Unpack[GenerateOptions]
@@ -143,7 +145,7 @@ class AsyncClient(ClientBase):
         """Yield a job's events from its current state to its Result or Error (replayed at
         once for a job that already ended), re-attaching as generate does when the stream
         breaks off. Like generate, stopping early leaves the job running: see cancel."""
-        return self._follow(self._transport.watch(job_id), job_id=job_id)
+        return self._follow(lambda stream: self._transport.watch(job_id, stream), job_id=job_id)
 
     async def cancel(self, job_id: str) -> JobInfo:
         """Cancel a job (a queued one at once, a running one at its next step); cancelling an
@@ -218,17 +220,17 @@ class AsyncClient(ClientBase):
             break
         return checked_artifact(job_id, bytes(received), mime_type, sha256)
 
-    async def _generate(self, params: GenerateParams) -> AsyncIterator[Event]:
+    async def _generate(self, params: GenerateParams, stream: JobStream) -> AsyncIterator[Event]:
         # Admission is decided before the first event, so only then may an over-limit
         # answer be retried: nothing was accepted.
         retries = 0
         while True:
-            events = self._transport.generate(params)
+            events = self._transport.generate(params, stream)
             try:
                 first = await anext(events, None)
             except GatewayError as exc:
                 wait = overload_wait(exc, retries, self.settings)
-                if wait is None:
+                if wait is None or not stream.wait_out_overload(wait):
                     raise
                 retries += 1
                 await asyncio.sleep(wait)
@@ -241,12 +243,15 @@ class AsyncClient(ClientBase):
 
     async def _follow(
         self,
-        events: AsyncIterator[Event],
+        open_events: Callable[[JobStream], AsyncIterator[Event]],
         *,
         job_id: str = "",
-        resend: Callable[[], AsyncIterator[Event]] | None = None,
+        resendable: bool = False,
     ) -> AsyncIterator[Event]:
-        stream = JobStream(self.settings, job_id=job_id, resendable=resend is not None)
+        """The events `open_events` opens, re-attached (or the request sent again) as the
+        JobStream decides; it is also the limit every call of the follow is given up at."""
+        stream = JobStream(self.settings, job_id=job_id, resendable=resendable)
+        events = open_events(stream)
         while True:
             try:
                 event = await anext(events, None)
@@ -257,12 +262,12 @@ class AsyncClient(ClientBase):
             if broken is not None:
                 wait = stream.reattach_wait(broken)
                 if wait is None:
-                    raise broken
+                    raise stream.error_to_raise(broken)
                 await asyncio.sleep(wait)
-                if stream.job_id or resend is None:
-                    events = self._transport.watch(stream.job_id, stream.watch_timeout_s())
+                if stream.job_id:
+                    events = self._transport.watch(stream.job_id, stream)
                 else:
-                    events = resend()
+                    events = open_events(stream)  # resendable: the same request, the same key
                 continue
             assert event is not None
             if not stream.is_news(event):

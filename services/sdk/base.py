@@ -19,9 +19,14 @@ class ClientBase:
     tls: use TLS with the system's root certificates; implied by ca_file or cert_file.
     ca_file: PEM file of the CA (or self-signed certificate) to trust instead.
     cert_file, key_file: a client certificate and its key, for a gateway that asks for mTLS.
-    timeout_s: deadline of each unary call, retries included (None: no deadline).
-    stream_timeout_s: deadline of generate, watch and download streams (None: none; a job's
-        own limit is the `timeout_ms` option); re-attachments of generate and watch included.
+    timeout_s: deadline of each unary call, retries included (None: no deadline); it also
+        bounds how long generate sends its request before the job is accepted (its first
+        event), so an unreachable gateway fails it soon after, UNAVAILABLE, naming the address.
+    stream_timeout_s: how long generate and watch wait for the job's end, re-attachments
+        included, and the deadline of each download (None: no limit). Only the waiting ends:
+        it is kept on this side, never sent with Generate (the gateway would make a call's
+        deadline the job's), and running out raises GatewayError DEADLINE_EXCEEDED naming the
+        job, which goes on. A job's own limit is the `timeout_ms` option.
     keepalive_s: seconds between keepalive pings on an open call.
     max_message_bytes: the largest message sent or received.
     retry_on_overload: submit again, up to overload_retries times, when submit or generate is

@@ -65,7 +65,9 @@ class Client(ClientBase):
         self.close()
 
     def close(self) -> None:
-        """Close the channel; calls still open are cancelled."""
+        """Close the channel. Calls still open, and any made later, raise GatewayError
+        CANCELLED saying the client is closed (naming the job of a generate or watch, which
+        goes on)."""
         self._transport.close()
 
     def generate(
@@ -90,7 +92,7 @@ class Client(ClientBase):
         `client.cancel(job_id)`.
         """
         params = generate_params(model, prompt, options)
-        return self._follow(self._generate(params), resend=lambda: self._generate(params))
+        return self._follow(lambda stream: self._generate(params, stream), resendable=True)
 
     def submit(self, model: str, prompt: str, **options: Unpack[GenerateOptions]) -> JobHandle:
         """Accept a job and return its handle at once; follow it with watch."""
@@ -110,7 +112,7 @@ class Client(ClientBase):
         """Yield a job's events from its current state to its Result or Error (replayed at
         once for a job that already ended), re-attaching as generate does when the stream
         breaks off. Like generate, stopping early leaves the job running: see cancel."""
-        return self._follow(self._transport.watch(job_id), job_id=job_id)
+        return self._follow(lambda stream: self._transport.watch(job_id, stream), job_id=job_id)
 
     def cancel(self, job_id: str) -> JobInfo:
         """Cancel a job (a queued one at once, a running one at its next step); cancelling an
@@ -184,17 +186,17 @@ class Client(ClientBase):
             break
         return checked_artifact(job_id, bytes(received), mime_type, sha256)
 
-    def _generate(self, params: GenerateParams) -> Iterator[Event]:
+    def _generate(self, params: GenerateParams, stream: JobStream) -> Iterator[Event]:
         # Admission is decided before the first event, so only then may an over-limit
         # answer be retried: nothing was accepted.
         retries = 0
         while True:
-            events = self._transport.generate(params)
+            events = self._transport.generate(params, stream)
             try:
                 first = next(events, None)
             except GatewayError as exc:
                 wait = overload_wait(exc, retries, self.settings)
-                if wait is None:
+                if wait is None or not stream.wait_out_overload(wait):
                     raise
                 retries += 1
                 time.sleep(wait)
@@ -206,24 +208,27 @@ class Client(ClientBase):
 
     def _follow(
         self,
-        events: Iterator[Event],
+        open_events: Callable[[JobStream], Iterator[Event]],
         *,
         job_id: str = "",
-        resend: Callable[[], Iterator[Event]] | None = None,
+        resendable: bool = False,
     ) -> Iterator[Event]:
-        stream = JobStream(self.settings, job_id=job_id, resendable=resend is not None)
+        """The events `open_events` opens, re-attached (or the request sent again) as the
+        JobStream decides; it is also the limit every call of the follow is given up at."""
+        stream = JobStream(self.settings, job_id=job_id, resendable=resendable)
+        events = open_events(stream)
         while True:
             broken = yield from self._relay(events, stream)
             if broken is None:
                 return
             wait = stream.reattach_wait(broken)
             if wait is None:
-                raise broken
+                raise stream.error_to_raise(broken)
             time.sleep(wait)
-            if stream.job_id or resend is None:
-                events = self._transport.watch(stream.job_id, stream.watch_timeout_s())
+            if stream.job_id:
+                events = self._transport.watch(stream.job_id, stream)
             else:
-                events = resend()
+                events = open_events(stream)  # resendable: the same request, the same key
 
     def _relay(
         self, events: Iterator[Event], stream: JobStream

@@ -8,7 +8,7 @@ import hashlib
 import random
 import time
 from collections.abc import Callable
-from typing import TypeGuard
+from typing import Protocol, TypeGuard
 
 from mediamesh.common.errors import StatusCode
 from mediamesh.sdk.errors import GatewayError
@@ -29,6 +29,34 @@ RESUMABLE_CODES = frozenset({StatusCode.UNAVAILABLE})
 # stream, the gateway could not reach its scheduler): the job itself lives in the scheduler
 # and goes on, so its stream is worth re-attaching. A deadline, a cancel or a refusal is not.
 REATTACH_CODES = frozenset({StatusCode.UNAVAILABLE})
+# The least time left to send a not yet accepted request once more in: enough for a call to
+# a gateway that refuses connections to fail, and for one that is up to answer.
+LAST_SEND_S = 0.05
+
+
+class StreamLimit(Protocol):
+    """When the SDK itself stops waiting on a stream call, which the transports enforce on
+    the client side: a gRPC deadline on Generate would travel to the gateway, which makes
+    it the job's own deadline, while `stream_timeout_s` only bounds how long the caller
+    waits (a job's limit is its `timeout_ms`)."""
+
+    def seconds_left(self) -> float | None:
+        """Seconds until the open call is to be given up, as of now (None: no limit). Asked
+        again when they run out, since the limit may have moved meanwhile."""
+        ...
+
+    def expired(self, connected: bool) -> GatewayError:
+        """The error to raise for a call given up because its limit ran out; `connected`:
+        whether the channel was connected to the gateway then (or still trying to reach
+        it)."""
+        ...
+
+
+def closed_client() -> GatewayError:
+    """The error of a call on a closed client, or of one open when the client was closed."""
+    return GatewayError(
+        StatusCode.CANCELLED, "the client is closed (close() or the end of its `with` block)"
+    )
 
 
 def overload_wait(error: GatewayError, retries_done: int, settings: ClientSettings) -> float | None:
@@ -92,10 +120,15 @@ class JobStream:
     Re-attaching backs off as the channel's own retries do (full jitter), and gives up when
     `reattach_s` pass without news of the job, or when the caller's `stream_timeout_s`,
     counted from the first stream, would run out: it bounds the whole follow, not each Watch.
+    It is the `StreamLimit` of the calls it makes: the transports give a call up when it
+    runs out, leaving the job to run, and raise `expired()`, naming the job.
 
     A stream that breaks before its first event names no job. With `resendable` (a Generate,
     which always carries an idempotency key) the same request is sent again: the scheduler
-    then either makes the job, if the first never arrived, or follows the one it made.
+    then either makes the job, if the first never arrived, or follows the one it made. Until
+    that first event, which says the job was accepted, the caller's `timeout_s` (what a
+    Submit may take) bounds the sending and the waiting too: an unreachable gateway then
+    fails the call soon after it, as a Submit would, rather than after `reattach_s`.
     """
 
     def __init__(
@@ -108,9 +141,18 @@ class JobStream:
     ) -> None:
         self._reattach_s = settings.reattach_s
         self._clock = clock
+        self._target = settings.target
+        self._stream_timeout_s = settings.stream_timeout_s
+        self._timeout_s = settings.timeout_s
+        started = clock()
         self._ends_at = (
-            None if settings.stream_timeout_s is None else clock() + settings.stream_timeout_s
+            None if settings.stream_timeout_s is None else started + settings.stream_timeout_s
         )
+        # Until a first event names the job: when to stop sending a resendable request.
+        self._accepted_by = (
+            started + settings.timeout_s if resendable and settings.timeout_s is not None else None
+        )
+        self._started = started
         self._resendable = resendable
         self.job_id = job_id
         self._last: Event | None = None
@@ -119,6 +161,8 @@ class JobStream:
         self._replaying = False
         self._broken_since: float | None = None
         self._reattaches = 0
+        # The error `expired` made, once a limit ran out.
+        self._expired: GatewayError | None = None
 
     def is_news(self, event: Event) -> bool:
         """Whether to give `event` to the caller; notes it when so."""
@@ -155,7 +199,7 @@ class JobStream:
             error.job_id = self.job_id
         elif not self._resendable:
             return None  # no event yet: whether a job was accepted, and which, is unknown
-        if error.code not in REATTACH_CODES or self._reattach_s <= 0:
+        if error is self._expired or error.code not in REATTACH_CODES or self._reattach_s <= 0:
             return None
         now = self._clock()
         if self._broken_since is None:
@@ -167,14 +211,93 @@ class JobStream:
         wait = random.uniform(0, ceiling)
         if now + wait - self._broken_since > self._reattach_s:
             return None
-        if self._ends_at is not None and now + wait >= self._ends_at:
-            return None
+        ends_at = self._waiting_ends_at()
+        if ends_at is not None and now + wait >= ends_at:
+            if self.job_id or ends_at - now <= LAST_SEND_S:
+                return None
+            # Not yet accepted: the request is sent once more just before timeout_s is out,
+            # so that a gateway back by then still takes it, and one that is not fails the
+            # call at its timeout rather than a backoff's length before it.
+            wait = ends_at - now - LAST_SEND_S
         self._reattaches += 1
         self._replaying = True
         return wait
 
-    def watch_timeout_s(self) -> float | None:
-        """The deadline of the next Watch: what is left of stream_timeout_s (None: none)."""
-        if self._ends_at is None:
-            return None
-        return max(self._ends_at - self._clock(), 0.001)
+    def wait_out_overload(self, wait_s: float) -> bool:
+        """Whether the caller may wait `wait_s`, as an over-limit answer before acceptance
+        asked (retry_on_overload), and then send again: not when stream_timeout_s would run
+        out first. The gateway did answer, so the wait for acceptance starts again after."""
+        now = self._clock()
+        if self._ends_at is not None and now + wait_s >= self._ends_at:
+            return False
+        if self._timeout_s is not None and self._accepted_by is not None:
+            self._accepted_by = now + wait_s + self._timeout_s
+        self._broken_since, self._reattaches = None, 0
+        return True
+
+    def error_to_raise(self, error: GatewayError) -> GatewayError:
+        """What to raise once `reattach_wait` said no to `error`: `error` itself, or, for a
+        request no gateway answered before it was given up, one that names the gateway."""
+        if self.job_id or not self._resendable or error.code not in REATTACH_CODES:
+            return error
+        if error is self._expired:
+            return error  # already says all this
+        return GatewayError(
+            error.code,
+            f"cannot reach the gateway at {self._target} "
+            f"({self._clock() - self._started:.1f} s of tries{self._bound_text()}): "
+            f"{error.message}",
+            error.retry_after_s,
+        )
+
+    def seconds_left(self) -> float | None:
+        """Seconds until the open call is given up (see StreamLimit): what is left of
+        stream_timeout_s, and before the job is accepted of timeout_s too."""
+        ends_at = self._waiting_ends_at()
+        return None if ends_at is None else ends_at - self._clock()
+
+    def expired(self, connected: bool) -> GatewayError:
+        """The error for a call given up as its limit ran out (see StreamLimit); final: it is
+        neither re-attached nor sent again, whatever its code."""
+        self._expired = self._expiry_error(connected)
+        return self._expired
+
+    def _expiry_error(self, connected: bool) -> GatewayError:
+        if self.job_id:
+            # Only the waiting ends: the job keeps its own limit, timeout_ms.
+            return GatewayError(
+                StatusCode.DEADLINE_EXCEEDED,
+                f"stream_timeout_s ({self._stream_timeout_s:g} s) ran out before job "
+                f"{self.job_id!r} ended; the job goes on: follow it with watch(job_id) or "
+                "stop it with cancel(job_id)",
+                job_id=self.job_id,
+            )
+        # Nothing named a job yet: either the gateway could not be reached (the channel still
+        # trying to connect), or it was and did not accept the request in time.
+        took = f"{self._clock() - self._started:.1f} s{self._bound_text()}"
+        if not connected:
+            return GatewayError(
+                StatusCode.UNAVAILABLE, f"cannot reach the gateway at {self._target} ({took})"
+            )
+        return GatewayError(
+            StatusCode.DEADLINE_EXCEEDED,
+            f"no answer from the gateway at {self._target} ({took}); should it accept the "
+            "request later, the job runs: list_jobs() finds it",
+        )
+
+    def _waiting_ends_at(self) -> float | None:
+        """When the caller stops waiting: stream_timeout_s from the first call, and until a
+        job is accepted, timeout_s from then too (None: never)."""
+        ends = [self._ends_at]
+        if not self.job_id:
+            ends.append(self._accepted_by)
+        return min((end for end in ends if end is not None), default=None)
+
+    def _bound_text(self) -> str:
+        """Which of the caller's settings bounded the wait for acceptance, for a message."""
+        bounds = []
+        if self._timeout_s is not None and self._accepted_by is not None:
+            bounds.append(f"timeout_s is {self._timeout_s:g}")
+        if self._stream_timeout_s is not None:
+            bounds.append(f"stream_timeout_s is {self._stream_timeout_s:g}")
+        return "; " + ", ".join(bounds) if bounds else ""

@@ -10,9 +10,11 @@ pass it the `authorization` metadata, the HTTP face the `Authorization` header.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 
 from mediamesh.common.api.requests import request_fields
+from mediamesh.common.errors import MeshError
 from mediamesh.common.generated.v1 import common_pb2, gateway_pb2, scheduler_pb2
 from mediamesh.common.params import find_model, parse_priority, resolve
 from mediamesh.gateway.api.upstream import Upstream, mesh_errors, scoped
@@ -20,6 +22,8 @@ from mediamesh.gateway.core.tenancy import Caller
 
 # Seconds a unary scheduler call (GetJob, ListJobs, Cancel, ListModels) may take.
 UNARY_TIMEOUT_S = 10
+# The request field the scheduler's refusals for lack of time start with: the job's own limit.
+TIMEOUT_FIELD = "timeout_ms"
 
 
 class DataPlane:
@@ -54,29 +58,32 @@ class DataPlane:
         `call_deadline_s` is the remaining time of a call that follows the job to its end
         (None: the job is bounded only by its own `timeout_ms`).
         """
-        deadline = self._admit(request, caller, call_deadline_s)
-        return await self.up.submit(request, caller, deadline)
+        deadline, set_by_call = self._admit(request, caller, call_deadline_s)
+        with _naming_the_call_deadline(set_by_call):
+            return await self.up.submit(request, caller, deadline)
 
     async def generate(
         self, request: common_pb2.GenerateRequest, caller: Caller, call_deadline_s: float | None
     ) -> AsyncIterator[common_pb2.GenerateEvent]:
         """`submit`, then the job's events to its end (as `watch` gives them), through one
         scheduler call instead of two."""
-        deadline = self._admit(request, caller, call_deadline_s)
-        async for event in self.up.submit_and_watch(request, caller, deadline):
-            yield event
+        deadline, set_by_call = self._admit(request, caller, call_deadline_s)
+        with _naming_the_call_deadline(set_by_call):
+            async for event in self.up.submit_and_watch(request, caller, deadline):
+                yield event
 
     def _admit(
         self, request: common_pb2.GenerateRequest, caller: Caller, call_deadline_s: float | None
-    ) -> int:
-        """Checks `request` and charges `caller`'s quota for it; its deadline as Unix ms."""
+    ) -> tuple[int, bool]:
+        """Checks `request` and charges `caller`'s quota for it; its deadline as Unix ms, and
+        whether the call's deadline set it (rather than `timeout_ms`)."""
         fields = request_fields(request)
         spec = find_model(self.up.registry, fields.model)
         priority = parse_priority(fields.priority)
         # Reject bad input here, before it costs the scheduler anything.
         resolve(spec, fields, max_adapters=self.up.max_adapters_per_request)
         self.up.tenancy.admit(caller, spec.name, priority)
-        return deadline_ms(fields.timeout_ms, call_deadline_s)
+        return job_deadline(fields.timeout_ms, call_deadline_s)
 
     async def job(self, job_id: str, caller: Caller) -> common_pb2.JobInfo:
         """The state of one of the caller's jobs; NOT_FOUND for another tenant's."""
@@ -121,12 +128,29 @@ class DataPlane:
                 yield chunk
 
 
-def deadline_ms(timeout_ms: int | None, call_deadline_s: float | None) -> int:
-    """The earlier of a request's own timeout and a call's remaining time, as Unix ms (0: none)."""
+def job_deadline(timeout_ms: int | None, call_deadline_s: float | None) -> tuple[int, bool]:
+    """The earlier of a request's own timeout and a call's remaining time, as Unix ms (0: none),
+    and whether it is the call's."""
     now = time.time()
-    candidates = []
-    if timeout_ms:
-        candidates.append(now + timeout_ms / 1000)
-    if call_deadline_s is not None:
-        candidates.append(now + call_deadline_s)
-    return int(min(candidates) * 1000) if candidates else 0
+    own = now + timeout_ms / 1000 if timeout_ms else None
+    call = now + call_deadline_s if call_deadline_s is not None else None
+    if call is not None and (own is None or call < own):
+        return int(call * 1000), True
+    return (int(own * 1000), False) if own is not None else (0, False)
+
+
+@contextmanager
+def _naming_the_call_deadline(set_by_call: bool) -> Iterator[None]:
+    """A refusal for lack of time names the call's gRPC deadline when that, not `timeout_ms`,
+    set the job's: the scheduler only sees a deadline, and names `timeout_ms`, which the
+    caller may not have set at all (nor would a larger one help)."""
+    try:
+        yield
+    except MeshError as error:
+        head, colon, rest = error.message.partition(":")
+        if set_by_call and colon and head == TIMEOUT_FIELD:
+            error.message = (
+                f"the call's gRPC deadline (the job's, being sooner than any {head}){colon}{rest}"
+            )
+            error.args = (error.message,)
+        raise

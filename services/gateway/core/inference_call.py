@@ -444,7 +444,11 @@ def refusal(exc: MeshError) -> MeshError:
     meet is UNAVAILABLE with Triton's timeout message; anything else keeps its status."""
     if exc.code != StatusCode.DEADLINE_EXCEEDED:
         return exc
-    return MeshError(f"{TIMEOUT_MESSAGE} ({exc.message})", code=kserve_code(exc.code))
+    # The scheduler names the native field; a KServe caller set the `timeout` parameter.
+    message = exc.message
+    if message.startswith("timeout_ms:"):
+        message = "timeout:" + message.removeprefix("timeout_ms:")
+    return MeshError(f"{TIMEOUT_MESSAGE} ({message})", code=kserve_code(exc.code))
 
 
 def job_failure(job_id: str, code: str, message: str) -> MeshError:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Mapping
 
 from mediamesh.common.errors import StatusCode
@@ -17,13 +18,20 @@ from mediamesh.scheduler.core.jobs import Job, JobState, Priority
 from mediamesh.scheduler.core.outbox import Outbox
 from mediamesh.scheduler.core.policy import CorePolicy
 
+# The request field a refusal for lack of time names: the job's own limit.
+TIMEOUT_FIELD = "timeout_ms"
+
 
 class Admission:
     """Checks a job against the registry, its queue's depth, its tenant's quota and its
     deadline, then queues it.
 
-    Holds no state of its own beyond the id source: it reads the backlog's and the units'
-    counters and writes to the job table and the backlog.
+    Its own state is the id source and the jobs between `prepare` and `admit`: an owner that
+    makes each job durable before it queues (the service's `Submissions`) awaits its store
+    in that gap, and other submits are checked meanwhile. Those jobs are counted against the
+    queue's depth limit and their tenant's queued limit as if queued, or concurrent submits
+    would all pass the same check and overfill both. Otherwise it reads the backlog's and
+    the units' counters and writes to the job table and the backlog.
     """
 
     def __init__(
@@ -48,6 +56,11 @@ class Admission:
         self._inflight = inflight
         self._outbox = outbox
         self._models_of: dict[str, set[str]] = {}
+        # Ids of the jobs `prepare` built and `admit` (or `release`) has not yet taken, and
+        # their count per queue and per tenant.
+        self._admitting: set[str] = set()
+        self._admitting_in: Counter[str] = Counter()
+        self._admitting_by: Counter[str] = Counter()
         for spec in specs.values():
             self._models_of.setdefault(spec.modality, set()).add(spec.name)
 
@@ -60,7 +73,8 @@ class Admission:
 
     def prepare(self, new: NewJob) -> Accepted | Rejection:
         """Check a new job and build it without holding or queueing it (see `admit`); or
-        return the earlier job with its idempotency key, or say why not."""
+        return the earlier job with its idempotency key, or say why not. A job built here
+        counts against its queue's and tenant's limits until `admit` or `release` takes it."""
         spec = self._specs.get(new.model)
         if spec is None:
             return Rejection(StatusCode.NOT_FOUND, f"model {new.model!r} is not in the registry")
@@ -79,20 +93,22 @@ class Admission:
                 StatusCode.FAILED_PRECONDITION, f"no queue is configured for {queue!r}"
             )
         backlog = self._backlog
-        depth = backlog.queue_depth(queue)
-        if depth >= policy.max_depth:
+        depth, admitting = backlog.queue_depth(queue), self._admitting_in[queue]
+        if depth + admitting >= policy.max_depth:
             return Rejection(
                 StatusCode.RESOURCE_EXHAUSTED,
-                f"queue {queue!r} is full: {depth} jobs queued, max_depth is {policy.max_depth}",
+                f"queue {queue!r} is full: {_counted(depth, admitting)}, "
+                f"max_depth is {policy.max_depth}",
                 self._retry_after(queue),
             )
         quota = new.quota
         if quota.max_queued:
             queued = backlog.queued_by_tenant(new.tenant)
-            if queued >= quota.max_queued:
+            admitting = self._admitting_by[new.tenant]
+            if queued + admitting >= quota.max_queued:
                 return Rejection(
                     StatusCode.RESOURCE_EXHAUSTED,
-                    f"tenant {new.tenant!r} has {queued} jobs queued, "
+                    f"tenant {new.tenant!r} has {_counted(queued, admitting)}, "
                     f"the limit is {quota.max_queued}",
                     self._retry_after(queue),
                 )
@@ -102,18 +118,21 @@ class Admission:
             left = max(new.deadline - now, 0.0)
             if cost > left:
                 # Not a matter of load: no retry with this timeout can succeed, so no hint.
+                # The message starts with the field (TIMEOUT_FIELD) that callers branch on,
+                # e.g. `mediamesh batch` to record the line at once instead of retrying it;
+                # the gateway says instead when a call's gRPC deadline set the limit.
                 return Rejection(
                     StatusCode.DEADLINE_EXCEEDED,
-                    f"timeout: {left:.3f} s left, and this job needs about {cost:.3f} s on a "
-                    "free device; give it more time",
+                    f"{TIMEOUT_FIELD}: {left:.3f} s left, and this job needs about {cost:.3f} s "
+                    "on a free device; give it more time",
                 )
             eta = self.estimate_finish_s(new.model, new.priority, cost)
             if now + eta > new.deadline:
                 return Rejection(
                     StatusCode.RESOURCE_EXHAUSTED,
-                    f"deadline cannot be met: estimated {eta:.1f} s to finish, "
-                    f"{max(new.deadline - now, 0):.1f} s left",
-                    max(eta - (new.deadline - now), 1.0),
+                    f"{TIMEOUT_FIELD}: deadline cannot be met: estimated {eta:.1f} s to finish, "
+                    f"{left:.1f} s left",
+                    max(eta - left, 1.0),
                 )
         job = Job(
             job_id=self._new_id(),
@@ -132,11 +151,26 @@ class Admission:
             trace_carrier=dict(new.trace_carrier),
             delivery=new.delivery,
         )
+        self._admitting.add(job.job_id)
+        self._admitting_in[queue] += 1
+        self._admitting_by[job.tenant] += 1
         return Accepted(job)
+
+    def release(self, job: Job) -> None:
+        """Stop counting a job `prepare` built that will not be admitted (its owner could not
+        make it durable); nothing for a job not being admitted."""
+        if job.job_id not in self._admitting:
+            return
+        self._admitting.remove(job.job_id)
+        for counts, key in ((self._admitting_in, job.queue), (self._admitting_by, job.tenant)):
+            counts[key] -= 1
+            if not counts[key]:
+                del counts[key]  # one key per tenant ever seen would only grow
 
     def admit(self, job: Job) -> Accepted:
         """Hold and queue a job that `prepare` built (once its owner has made it durable);
         the job already held under its idempotency key instead, if one came in between."""
+        self.release(job)  # from here on it counts as queued, or not at all
         if job.idempotency_key:
             existing = self._table.by_key(job.tenant, job.idempotency_key)
             if existing is not None:
@@ -181,3 +215,10 @@ class Admission:
         depth = max(self._backlog.queue_depth(queue), 1)
         per_job = self._backlog.work_s[queue] / depth
         return max(per_job / max(units, 1), 1.0)
+
+
+def _counted(queued: int, admitting: int) -> str:
+    """Jobs queued, and those being admitted when there are any."""
+    if not admitting:
+        return f"{queued} jobs queued"
+    return f"{queued} jobs queued and {admitting} being admitted"

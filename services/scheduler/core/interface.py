@@ -153,12 +153,19 @@ class SchedulingCore(Protocol):
     def prepare(self, new: NewJob) -> Accepted | Rejection:
         """`submit` in two steps, for an owner that must persist a job before it queues:
         check and build the job without holding it (or find the earlier job with its
-        idempotency key, or say why not). Nothing changes until `admit`."""
+        idempotency key, or say why not). Until `admit` or `release` the job only counts
+        against its queue's depth limit and its tenant's queued limit, so that submits
+        checked while it is being persisted cannot overfill them."""
         ...
 
     def admit(self, job: Job) -> Accepted:
         """Hold and queue a job from `prepare`; if another job took its idempotency key in
         between, that one, deduplicated, and this one is dropped."""
+        ...
+
+    def release(self, job: Job) -> None:
+        """Give up a job from `prepare` that will not be admitted (it could not be
+        persisted): it no longer counts against any limit."""
         ...
 
     def restore(self, job: Job) -> None:

@@ -142,6 +142,10 @@ class SchedulerCore:
         """Queue a job `prepare` built, once it is durable (see `Admission.admit`)."""
         return self._admission.admit(job)
 
+    def release(self, job: Job) -> None:
+        """Give up a job `prepare` built that will not be admitted (see `Admission.release`)."""
+        self._admission.release(job)
+
     def restore(self, job: Job) -> None:
         """Take back a job from the store after a restart; unfinished ones queue again."""
         self._admission.restore(job)

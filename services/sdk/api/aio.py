@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from typing import Any
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
 
 import grpc
 
 from mediamesh.common.generated.v1 import gateway_pb2, gateway_pb2_grpc
 from mediamesh.sdk.api import convert
 from mediamesh.sdk.api.channel import aio_channel, call_metadata
+from mediamesh.sdk.errors import GatewayError
 from mediamesh.sdk.events import Event
+from mediamesh.sdk.flow import StreamLimit, closed_client
 from mediamesh.sdk.options import ClientSettings, GenerateParams
 from mediamesh.sdk.types import (
     Chunk,
@@ -23,6 +26,15 @@ from mediamesh.sdk.types import (
 )
 from mediamesh.sdk.uploads import UploadSource
 
+_T = TypeVar("_T")
+
+
+def _cancelled_by_close(closed: bool) -> bool:
+    """Whether a CancelledError raised by a call came from closing the client: grpc.aio
+    cancels the calls of a channel that closes, while the task itself was not cancelled."""
+    task = asyncio.current_task()
+    return closed and task is not None and not task.cancelling()
+
 
 class AsyncTransport:
     """One grpc.aio channel and stub; each method is one gateway call."""
@@ -32,47 +44,92 @@ class AsyncTransport:
         self._channel = aio_channel(settings)
         self._stub = gateway_pb2_grpc.GatewayStub(self._channel)
         self._metadata = call_metadata(settings)
+        self._closed = False
 
     async def close(self) -> None:
-        """Close the channel, cancelling calls still open."""
+        """Close the channel, cancelling calls still open (they raise the closed error, as
+        the blocking client's do, not CancelledError)."""
+        self._closed = True
         await self._channel.close()
 
-    async def _unary(self, method: Any, request: Any) -> Any:
+    def _opened(self, start: Callable[[], _T]) -> _T:
+        """What `start` (a call) returns, unless the client is closed: grpc.aio would raise
+        its own UsageError ("Channel is closed.")."""
+        if self._closed:
+            raise closed_client()
         try:
-            return await method(request, metadata=self._metadata, timeout=self._settings.timeout_s)
+            return start()
+        except grpc.aio.UsageError:
+            if self._closed:
+                raise closed_client() from None
+            raise
+
+    async def _unary(self, method: Any, request: Any) -> Any:
+        call: Awaitable[Any] = self._opened(
+            lambda: method(request, metadata=self._metadata, timeout=self._settings.timeout_s)
+        )
+        try:
+            return await call
         except grpc.aio.AioRpcError as exc:
-            raise convert.gateway_error(exc) from None
+            raise self._failure(exc) from None
+        except asyncio.CancelledError:
+            if _cancelled_by_close(self._closed):
+                raise closed_client() from None
+            raise
+
+    def _failure(self, exc: grpc.aio.AioRpcError) -> GatewayError:
+        return closed_client() if self._closed else convert.gateway_error(exc)
 
     async def _stream(
-        self, method: Any, request: Any, timeout_s: float | None = None
+        self, method: Any, request: Any, limit: StreamLimit | None = None
     ) -> AsyncIterator[Any]:
-        timeout_s = self._settings.stream_timeout_s if timeout_s is None else timeout_s
-        call = method(request, metadata=self._metadata, timeout=timeout_s)
+        """The call's messages; with `limit` it has no gRPC deadline and is given up on this
+        side (see StreamLimit), else stream_timeout_s is its deadline."""
+        timeout_s = None if limit is not None else self._settings.stream_timeout_s
+        call = self._opened(lambda: method(request, metadata=self._metadata, timeout=timeout_s))
         try:
-            async for message in call:
+            while True:
+                # Asked before each read: the limit moves on once a job is accepted.
+                left = None if limit is None else limit.seconds_left()
+                if limit is None or left is None:
+                    message = await call.read()
+                else:
+                    try:
+                        message = await asyncio.wait_for(call.read(), max(left, 0.0))
+                    except TimeoutError:
+                        connected = self._channel.get_state() is grpc.ChannelConnectivity.READY
+                        raise limit.expired(connected) from None
+                if message is grpc.aio.EOF:
+                    return
                 yield message
         except grpc.aio.AioRpcError as exc:
-            raise convert.gateway_error(exc) from None
+            raise self._failure(exc) from None
+        except asyncio.CancelledError:
+            if _cancelled_by_close(self._closed):
+                raise closed_client() from None
+            raise
         finally:
             call.cancel()  # a caller that stops reading early must not leave the call open
 
     async def _events(
-        self, method: Any, request: Any, timeout_s: float | None = None
+        self, method: Any, request: Any, limit: StreamLimit | None
     ) -> AsyncIterator[Event]:
-        async for message in self._stream(method, request, timeout_s):
+        async for message in self._stream(method, request, limit):
             event = convert.event(message)
             if event is not None:
                 yield event
 
-    def generate(self, params: GenerateParams) -> AsyncIterator[Event]:
-        """Generate: submit, then the job's events."""
-        return self._events(self._stub.Generate, convert.generate_request(params))
+    def generate(
+        self, params: GenerateParams, limit: StreamLimit | None = None
+    ) -> AsyncIterator[Event]:
+        """Generate: submit, then the job's events, given up when `limit` runs out."""
+        return self._events(self._stub.Generate, convert.generate_request(params), limit)
 
-    def watch(self, job_id: str, timeout_s: float | None = None) -> AsyncIterator[Event]:
-        """Watch: the job's current state, then its events to the end, within timeout_s
-        (None: stream_timeout_s)."""
+    def watch(self, job_id: str, limit: StreamLimit | None = None) -> AsyncIterator[Event]:
+        """Watch: the job's current state, then its events to the end, given up when `limit`
+        runs out."""
         request = gateway_pb2.WatchRequest(job_id=job_id)
-        return self._events(self._stub.Watch, request, timeout_s)
+        return self._events(self._stub.Watch, request, limit)
 
     async def submit(self, params: GenerateParams) -> JobHandle:
         """Submit: the job id at once."""

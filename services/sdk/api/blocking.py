@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any
+import queue
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 import grpc
 
 from mediamesh.common.generated.v1 import gateway_pb2, gateway_pb2_grpc
 from mediamesh.sdk.api import convert
 from mediamesh.sdk.api.channel import blocking_channel, call_metadata
+from mediamesh.sdk.errors import GatewayError
 from mediamesh.sdk.events import Event
+from mediamesh.sdk.flow import StreamLimit, closed_client
 from mediamesh.sdk.options import ClientSettings, GenerateParams
 from mediamesh.sdk.types import (
     Chunk,
@@ -23,6 +27,47 @@ from mediamesh.sdk.types import (
 )
 from mediamesh.sdk.uploads import UploadSource
 
+_T = TypeVar("_T")
+
+
+class _Expiry:
+    """Cancels a streaming call once its StreamLimit runs out: there is no timed read on a
+    blocking stream, and a gRPC deadline would reach the gateway as the job's deadline."""
+
+    def __init__(self, call: grpc.Future[Any], limit: StreamLimit) -> None:
+        self._call, self._limit = call, limit
+        self._lock = threading.Lock()
+        self._timer: threading.Timer | None = None
+        self._stopped = False
+        self.fired = False
+        with self._lock:
+            self._arm()
+
+    def _arm(self) -> None:
+        left = self._limit.seconds_left()
+        if left is None:
+            return
+        self._timer = threading.Timer(max(left, 0.0), self._check)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _check(self) -> None:
+        with self._lock:
+            if self._stopped:
+                return
+            left = self._limit.seconds_left()
+            if left is None or left > 0:
+                self._arm()  # the limit moved on meanwhile (a job was accepted)
+                return
+            self.fired = True
+        self._call.cancel()
+
+    def stop(self) -> None:
+        with self._lock:
+            self._stopped = True
+            if self._timer is not None:
+                self._timer.cancel()
+
 
 class BlockingTransport:
     """One channel and stub; each method is one gateway call."""
@@ -32,42 +77,83 @@ class BlockingTransport:
         self._channel = blocking_channel(settings)
         self._stub = gateway_pb2_grpc.GatewayStub(self._channel)
         self._metadata = call_metadata(settings)
+        self._closed = False
 
     def close(self) -> None:
         """Close the channel, cancelling calls still open."""
+        self._closed = True
         self._channel.close()
+
+    def _failure(self, exc: grpc.RpcError) -> GatewayError:
+        """The SDK's error for a failed call: once the client is closed, grpc's own (the call
+        CANCELLED, "Channel closed!") says less than that."""
+        return closed_client() if self._closed else convert.gateway_error(exc)
+
+    def _opened(self, start: Callable[[], _T]) -> _T:
+        """What `start` (a call) returns, unless the client is closed: grpc would raise its own
+        ValueError ("Cannot invoke RPC on closed channel!")."""
+        if self._closed:
+            raise closed_client()
+        try:
+            return start()
+        except ValueError:
+            if self._closed:  # closed by another thread meanwhile
+                raise closed_client() from None
+            raise
+
+    def _connected(self) -> bool:
+        """Whether the channel is connected to the gateway (READY). The blocking channel
+        tells its state only to a subscriber, at once from a thread it starts for that."""
+        states: queue.SimpleQueue[grpc.ChannelConnectivity] = queue.SimpleQueue()
+        deliver = states.put
+        self._channel.subscribe(deliver, try_to_connect=False)
+        try:
+            return states.get(timeout=1.0) is grpc.ChannelConnectivity.READY
+        except queue.Empty:
+            return False
+        finally:
+            self._channel.unsubscribe(deliver)
 
     def _unary(self, method: Any, request: Any) -> Any:
         try:
-            return method(request, metadata=self._metadata, timeout=self._settings.timeout_s)
+            return self._opened(
+                lambda: method(request, metadata=self._metadata, timeout=self._settings.timeout_s)
+            )
         except grpc.RpcError as exc:
-            raise convert.gateway_error(exc) from None
+            raise self._failure(exc) from None
 
-    def _stream(self, method: Any, request: Any, timeout_s: float | None = None) -> Iterator[Any]:
-        timeout_s = self._settings.stream_timeout_s if timeout_s is None else timeout_s
-        call = method(request, metadata=self._metadata, timeout=timeout_s)
+    def _stream(self, method: Any, request: Any, limit: StreamLimit | None = None) -> Iterator[Any]:
+        """The call's messages; with `limit` it has no gRPC deadline and is given up on this
+        side (see StreamLimit), else stream_timeout_s is its deadline."""
+        timeout_s = None if limit is not None else self._settings.stream_timeout_s
+        call = self._opened(lambda: method(request, metadata=self._metadata, timeout=timeout_s))
+        expiry = None if limit is None else _Expiry(call, limit)
         try:
             yield from call
         except grpc.RpcError as exc:
-            raise convert.gateway_error(exc) from None
+            if expiry is not None and expiry.fired and limit is not None:
+                raise limit.expired(self._connected()) from None
+            raise self._failure(exc) from None
         finally:
+            if expiry is not None:
+                expiry.stop()
             call.cancel()  # a caller that stops reading early must not leave the call open
 
-    def _events(self, method: Any, request: Any, timeout_s: float | None = None) -> Iterator[Event]:
-        for message in self._stream(method, request, timeout_s):
+    def _events(self, method: Any, request: Any, limit: StreamLimit | None) -> Iterator[Event]:
+        for message in self._stream(method, request, limit):
             event = convert.event(message)
             if event is not None:
                 yield event
 
-    def generate(self, params: GenerateParams) -> Iterator[Event]:
-        """Generate: submit, then the job's events."""
-        return self._events(self._stub.Generate, convert.generate_request(params))
+    def generate(self, params: GenerateParams, limit: StreamLimit | None = None) -> Iterator[Event]:
+        """Generate: submit, then the job's events, given up when `limit` runs out."""
+        return self._events(self._stub.Generate, convert.generate_request(params), limit)
 
-    def watch(self, job_id: str, timeout_s: float | None = None) -> Iterator[Event]:
-        """Watch: the job's current state, then its events to the end, within timeout_s
-        (None: stream_timeout_s)."""
+    def watch(self, job_id: str, limit: StreamLimit | None = None) -> Iterator[Event]:
+        """Watch: the job's current state, then its events to the end, given up when `limit`
+        runs out."""
         request = gateway_pb2.WatchRequest(job_id=job_id)
-        return self._events(self._stub.Watch, request, timeout_s)
+        return self._events(self._stub.Watch, request, limit)
 
     def submit(self, params: GenerateParams) -> JobHandle:
         """Submit: the job id at once."""

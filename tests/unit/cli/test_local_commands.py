@@ -183,3 +183,15 @@ def test_status_prints_small_costs_to_three_significant_digits():
         "0.01",
         "12.35",
     ]
+
+
+def test_a_refused_token_from_a_users_config_points_at_up_s_run_dir(tmp_path: Path):
+    # `mediamesh up` writes the internal token into the config in its run directory; the
+    # user's own file has none, so the scheduler refuses a status read through it.
+    mine = tmp_path / "mesh.yaml"
+    mine.write_text("scheduler: {port: 6124}\n")
+    args = build_parser().parse_args(["status", "--config", str(mine)])
+    text = why_unreachable(_Refused(grpc.StatusCode.UNAUTHENTICATED), args)
+    assert text.startswith("scheduler unreachable at 127.0.0.1:6124: UNAUTHENTICATED; ")
+    assert f"pass --run-dir (default {args.run_dir}) instead of --config" in text
+    assert "--run-dir" not in why_unreachable(_Refused(grpc.StatusCode.UNAVAILABLE), args)

@@ -49,5 +49,5 @@ def test_a_mask_without_alpha_is_refused_naming_mask(mode: str) -> None:
 
 
 def test_bytes_that_are_no_image_are_refused_naming_mask() -> None:
-    with pytest.raises(InvalidArgument, match="^mask: cannot be decoded"):
+    with pytest.raises(InvalidArgument, match=r"^mask: cannot be decoded"):
         mask_from_alpha(b"not a picture")

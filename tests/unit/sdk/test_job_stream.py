@@ -153,11 +153,11 @@ def test_a_watch_names_its_job_before_any_event() -> None:
 def test_stream_timeout_s_bounds_the_whole_follow_not_each_watch() -> None:
     clock = Clock()
     stream = JobStream(ClientSettings(stream_timeout_s=20), clock)
-    assert JobStream(ClientSettings(), clock).watch_timeout_s() is None
+    assert JobStream(ClientSettings(), clock).seconds_left() is None
     delivered(stream, [queued(0)])
     clock.now += 12
     assert stream.reattach_wait(LOST) is not None
-    assert stream.watch_timeout_s() == pytest.approx(8)
+    assert stream.seconds_left() == pytest.approx(8)
     assert stream.is_news(progress(1))
     clock.now += 8.5  # the re-attached Watch ran out the caller's deadline
     assert stream.reattach_wait(LOST) is None

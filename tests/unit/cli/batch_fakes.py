@@ -1,0 +1,101 @@
+"""A stand-in for the SDK's AsyncClient under `mediamesh batch`, and a way to run the command
+with it: each line's job is made up from its fields, so runs can be checked offline."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from types import SimpleNamespace, TracebackType
+from typing import Any
+
+import pytest
+
+from mediamesh.cli import batch_command
+from mediamesh.cli.main import main as cli_main
+from mediamesh.sdk import Error, GatewayError, JobHandle, JobState, Result
+
+MIME_TYPES = {"png": "image/png", "jpeg": "image/jpeg", "webp": "image/webp"}
+
+
+class FakeMesh:
+    """What every FakeClient of a test shares: the jobs made, by idempotency key, and how a
+    submit is answered (`refuse(prompt, attempt)` raises, or returns None to accept)."""
+
+    def __init__(
+        self,
+        refuse: Callable[[str, int], GatewayError | None] | None = None,
+        delays: dict[str, float] | None = None,
+    ) -> None:
+        self.jobs: dict[str, dict[str, Any]] = {}  # key -> the line's fields
+        self.submits: list[str] = []  # every key sent, repeats included
+        self.attempts: dict[str, int] = {}  # prompt -> submits of it
+        self.refuse = refuse
+        self.delays = delays or {}  # prompt -> seconds its job runs
+
+    def client(self, *_args: object, **_options: object) -> FakeClient:
+        return FakeClient(self)
+
+
+class FakeClient:
+    """Only what BatchRun calls."""
+
+    settings = SimpleNamespace(target="fake-gateway:50051")
+
+    def __init__(self, mesh: FakeMesh) -> None:
+        self.mesh = mesh
+
+    async def __aenter__(self) -> FakeClient:
+        return self
+
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        return None
+
+    async def submit(
+        self, model: str, prompt: str, *, idempotency_key: str, **fields: Any
+    ) -> JobHandle:
+        mesh = self.mesh
+        mesh.submits.append(idempotency_key)
+        attempt = mesh.attempts[prompt] = mesh.attempts.get(prompt, 0) + 1
+        if mesh.refuse is not None and (error := mesh.refuse(prompt, attempt)) is not None:
+            raise error
+        mesh.jobs.setdefault(idempotency_key, {"prompt": prompt, **fields})
+        return JobHandle(job_id=f"job-{idempotency_key}", state=JobState.QUEUED)
+
+    async def watch(self, job_id: str) -> AsyncIterator[Result | Error]:
+        fields = self.mesh.jobs[job_id.removeprefix("job-")]
+        await asyncio.sleep(self.mesh.delays.get(fields["prompt"], 0))
+        if fields["prompt"].startswith("fail"):
+            yield Error(job_id=job_id, state=JobState.FAILED, code="INTERNAL", message="boom")
+            return
+        mime_type = MIME_TYPES[fields.get("output_format") or "png"]
+        data = json.dumps(fields, sort_keys=True).encode()
+        yield Result(
+            job_id=job_id, state=JobState.SUCCEEDED, data=data, mime_type=mime_type, seed=1
+        )
+
+
+def write_lines(path: Path, *lines: dict[str, Any]) -> Path:
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return path
+
+
+def run_batch(
+    monkeypatch: pytest.MonkeyPatch, mesh: FakeMesh, prompts: Path, out: Path, *flags: str
+) -> int:
+    """`mediamesh batch prompts --out out --model echo --quiet` against `mesh`."""
+    monkeypatch.setattr(batch_command, "AsyncClient", mesh.client)
+    return cli_main(
+        ["batch", str(prompts), "--out", str(out), "--model", "echo", "--quiet", *flags]
+    )
+
+
+def rows(out: Path) -> list[dict[str, Any]]:
+    """The manifest's rows."""
+    return [json.loads(text) for text in (out / "manifest.jsonl").read_text().splitlines()]
