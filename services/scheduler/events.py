@@ -18,7 +18,7 @@ class WatchEvent:
     # "queued", "progress", "result", "error" or "notice".
     kind: str
     position: int = 0
-    eta_s: float = 0.0
+    eta_s: float | None = None  # queued events: None while no worker serves the model
     queue: str = ""
     step: int = 0
     total_steps: int = 0

@@ -22,7 +22,9 @@ class Queued:
     job_id: str
     state: JobState
     position: int  # jobs ahead of this one (0 = next)
-    eta_s: float  # estimated seconds until the job finishes
+    # Estimated seconds until the job finishes; None while no worker serves the model (its
+    # wait is a worker starting, which the mesh cannot estimate).
+    eta_s: float | None
     queue: str
 
 

@@ -302,7 +302,8 @@ def event_view(event: common_pb2.GenerateEvent) -> JsonObject:
     }
     if kind == "queued":
         q = event.queued
-        view.update(position=q.position, eta_s=q.eta_s, queue=q.queue)
+        eta_s = q.eta_s if q.HasField("eta_s") else None  # null: no worker serves it yet
+        view.update(position=q.position, eta_s=eta_s, queue=q.queue)
     elif kind == "progress":
         p = event.progress
         preview = None

@@ -116,7 +116,8 @@ A `text/event-stream` of the job's events, from its current state to its end (th
 events as gRPC Watch). Each frame has an `id:`, an `event:` name and one JSON `data:` line
 with `kind`, `job_id`, `state` and the fields of its kind:
 
-- `queued`: `position`, `eta_s`, `queue`
+- `queued`: `position`, `eta_s` (seconds to finish; null while no worker serves the model),
+  `queue`
 - `progress`: `step`, `total_steps`, `attempt`, `preview` (null, or `{data: base64,
   mime_type}`)
 - `notice`: `notice` (dispatched, preempted, retry, ...), `message`, `worker_id`, `attempt`

@@ -70,7 +70,7 @@ def generate_event(
     if event.kind == "queued":
         message.queued.CopyFrom(
             common_pb2.Queued(position=event.position, eta_s=event.eta_s, queue=event.queue)
-        )
+        )  # eta_s=None leaves the optional field unset
     elif event.kind == "progress":
         message.progress.CopyFrom(
             common_pb2.Progress(

@@ -127,7 +127,9 @@ class Admission:
                     "on a free device; give it more time",
                 )
             eta = self.estimate_finish_s(new.model, new.priority, cost)
-            if now + eta > new.deadline:
+            # No worker serves the model yet (a pool scaling from zero): nothing to judge by
+            # beyond the job's own cost, checked above.
+            if eta is not None and now + eta > new.deadline:
                 return Rejection(
                     StatusCode.RESOURCE_EXHAUSTED,
                     f"{TIMEOUT_FIELD}: deadline cannot be met: estimated {eta:.1f} s to finish, "
@@ -201,11 +203,13 @@ class Admission:
         self._backlog.add(job)
         self._inflight.watch_limit(job)
 
-    def estimate_finish_s(self, model: str, priority: Priority, own_cost: float) -> float:
-        """Seconds until a new job would finish: work ahead of it spread over its units."""
+    def estimate_finish_s(self, model: str, priority: Priority, own_cost: float) -> float | None:
+        """Seconds until a new job would finish: work ahead of it spread over its units;
+        None while no unit serves the model, when the wait is a worker's start, which the
+        cost model does not know (a job's own cost alone would promise it in a moment)."""
         units = self._inflight.serving(model)
         if not units:
-            return own_cost
+            return None
         ahead = self._backlog.work_ahead_s(model, priority)
         busy = sum(u.load_s for u in units)
         return (ahead + busy) / len(units) + own_cost

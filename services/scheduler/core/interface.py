@@ -188,8 +188,9 @@ class SchedulingCore(Protocol):
         """Jobs of the same model ahead of `job` (0 = next)."""
         ...
 
-    def estimate_finish_s(self, model: str, priority: Priority, own_cost: float) -> float:
-        """Seconds until a new job would finish: work ahead of it spread over its units."""
+    def estimate_finish_s(self, model: str, priority: Priority, own_cost: float) -> float | None:
+        """Seconds until a new job would finish: work ahead of it spread over its units;
+        None while no unit serves the model."""
         ...
 
     # ---- dispatch ------------------------------------------------------------------------

@@ -166,8 +166,9 @@ class SchedulerCore:
         """Jobs of the same model ahead of `job` (0 = next); see `Backlog.position`."""
         return self._backlog.position(job)
 
-    def estimate_finish_s(self, model: str, priority: Priority, own_cost: float) -> float:
-        """Seconds until a new job would finish: work ahead of it spread over its units."""
+    def estimate_finish_s(self, model: str, priority: Priority, own_cost: float) -> float | None:
+        """Seconds until a new job would finish: work ahead of it spread over its units;
+        None while no unit serves the model."""
         return self._admission.estimate_finish_s(model, priority, own_cost)
 
     # ---- dispatch ------------------------------------------------------------------------

@@ -70,8 +70,9 @@ def event(message: common_pb2.GenerateEvent) -> Event | None:
     kind = message.WhichOneof("event")
     if kind == "queued":
         q = message.queued
+        eta_s = q.eta_s if q.HasField("eta_s") else None
         return Queued(
-            job_id=job_id, state=job_state, position=q.position, eta_s=q.eta_s, queue=q.queue
+            job_id=job_id, state=job_state, position=q.position, eta_s=eta_s, queue=q.queue
         )
     if kind == "progress":
         p = message.progress

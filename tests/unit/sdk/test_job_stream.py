@@ -161,3 +161,15 @@ def test_stream_timeout_s_bounds_the_whole_follow_not_each_watch() -> None:
     assert stream.is_news(progress(1))
     clock.now += 8.5  # the re-attached Watch ran out the caller's deadline
     assert stream.reattach_wait(LOST) is None
+
+
+def test_a_queued_event_without_an_estimate_reads_as_none() -> None:
+    from mediamesh.common.generated.v1 import common_pb2
+    from mediamesh.sdk.api.convert import event
+
+    message = common_pb2.GenerateEvent(job_id=JOB, queued=common_pb2.Queued(position=2))
+    waiting = event(message)
+    assert isinstance(waiting, Queued) and waiting.eta_s is None and waiting.position == 2
+    message.queued.eta_s = 1.5
+    estimated = event(message)
+    assert isinstance(estimated, Queued) and estimated.eta_s == 1.5

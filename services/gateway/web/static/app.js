@@ -490,7 +490,9 @@ function estimate(job, step, total) {
 function onEvent(job, name, data) {
   if (data.state) setState(data.state);
   if (name === "queued") {
-    const eta = data.eta_s ? `, about ${Math.round(data.eta_s)} s until it starts` : "";
+    // eta_s is null while no worker serves the model: a worker's start cannot be estimated.
+    const eta = typeof data.eta_s === "number" && data.eta_s > 0
+      ? `, about ${Math.round(data.eta_s)} s until it finishes` : ", waiting for a worker";
     $("progress-text").textContent = `Queued at position ${data.position}${eta}`;
   } else if (name === "progress") {
     showProgress(data.step, data.total_steps, estimate(job, data.step, data.total_steps));
