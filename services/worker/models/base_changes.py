@@ -100,11 +100,7 @@ class BaseSnapshot:
             before = self.components.get(name)
             if before is None:
                 continue
-            shapes = {
-                _base_name(raw): tuple(parameter.shape)
-                for raw, parameter in component.named_parameters()
-                if not _is_lora_parameter(raw)
-            }
+            shapes = _base_shapes(component)
             for base in sorted(set(before.shapes) | set(shapes)):
                 old, new = before.shapes.get(base), shapes.get(base)
                 if old != new:
@@ -127,11 +123,7 @@ class BaseSnapshot:
             before = self.components.get(name)
             if before is None:
                 continue
-            shapes = {
-                _base_name(raw): tuple(parameter.shape)
-                for raw, parameter in component.named_parameters()
-                if not _is_lora_parameter(raw)
-            }
+            shapes = _base_shapes(component)
             changed = {
                 before.owners[base].path: before.owners[base].module
                 for base, shape in before.shapes.items()
@@ -184,3 +176,12 @@ def _shape_change(name: str, old: tuple[int, ...] | None, new: tuple[int, ...] |
             words.append(f"{verb} {module} from {old[0]} to {new[0]} output features")
         return " and ".join(words)
     return f"changes {name} from {list(old)} to {list(new)}"
+
+
+def _base_shapes(component: torch.nn.Module) -> dict[str, tuple[int, ...]]:
+    """Each base parameter's shape by its name without the LoRA wrapping (`base_layer.`)."""
+    return {
+        _base_name(raw): tuple(parameter.shape)
+        for raw, parameter in component.named_parameters()
+        if not _is_lora_parameter(raw)
+    }
