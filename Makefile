@@ -59,7 +59,7 @@ system-deps:
 	bash scripts/system-deps $(SYSTEM_PACKAGES)
 
 # Two test processes (pytest-xdist) share the machine for all but the tests marked serial,
-# which compare timings and run alone afterwards.
+# which compare timings or need the fixed default ports, and run alone afterwards.
 TEST_PROCESSES ?= 2
 
 test: system-deps setup lint models

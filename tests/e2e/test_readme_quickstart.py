@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,7 +23,9 @@ from mediamesh.common.settings import MeshConfig
 from tests.conftest import ROOT
 from tests.e2e.conftest import port_bound
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+# Serial: it needs the default ports, inside this machine's ephemeral range (32768-60999),
+# where a parallel test's port-0 server or outgoing connection can sit for a while.
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.serial]
 
 MARKER = "<!-- quickstart -->"
 VENV = ROOT / ".venv"
@@ -91,11 +94,22 @@ def clean_env() -> dict[str, str]:
     return env
 
 
+def busy_default_ports(wait_s: float = 20.0) -> list[int]:
+    """The default ports still held after up to `wait_s`: a connection that borrowed one as
+    its ephemeral port lets it go within seconds, a `make run` mesh does not."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        busy = [port for port in default_ports() if port_bound(port)]
+        if not busy or time.monotonic() >= deadline:
+            return busy
+        time.sleep(0.5)
+
+
 @pytest.fixture
 def make_run_mesh(checkout_like_dir: Path, models_dir: Path) -> Iterator[list[str]]:
     """`mediamesh up` with the default config, as `make run` starts it; stopped with Ctrl-C,
     then its whole process group is killed, whatever the test did."""
-    busy = [port for port in default_ports() if port_bound(port)]
+    busy = busy_default_ports()
     if busy:
         pytest.fail(
             f"the README quickstart uses the default ports, and {busy} are in use "
