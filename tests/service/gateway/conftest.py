@@ -8,6 +8,7 @@ import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from mediamesh.gateway.core.tenancy import hash_key
@@ -49,6 +50,17 @@ async def keyed_mesh(tmp_path: Path, models_dir: Path) -> AsyncIterator[InProces
     )
     yield mesh
     await stop_mesh(mesh)
+
+
+@pytest.fixture
+async def client(http_mesh: InProcessMesh) -> AsyncIterator[httpx.AsyncClient]:
+    """A keyless HTTP client of the module's `http_mesh` (each request sends its own key);
+    a module of another mesh defines its own `client`."""
+    # Imported here, not above: http_support imports this module's keys.
+    from tests.service.gateway.http_support import http_client
+
+    async with http_client(http_mesh) as client:
+        yield client
 
 
 async def run_probe(address: str, *args: str) -> dict:

@@ -36,12 +36,6 @@ pytestmark = pytest.mark.asyncio(loop_scope="module")
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
-@pytest.fixture
-async def client(http_mesh: InProcessMesh) -> httpx.AsyncClient:  # noqa: F811
-    async with httpx.AsyncClient(base_url=base_url(http_mesh), timeout=120) as client:
-        yield client
-
-
 async def submit(client: httpx.AsyncClient, key: str = KEY_A, **fields: object) -> dict:
     response = await client.post("/v1/jobs", json=fields, headers=bearer(key))
     assert response.status_code == 202, response.text

@@ -32,12 +32,6 @@ pytestmark = pytest.mark.asyncio(loop_scope="module")
 GENERATIONS = "/v1/images/generations"
 
 
-@pytest.fixture
-async def client(http_mesh: InProcessMesh) -> AsyncIterator[httpx.AsyncClient]:  # noqa: F811
-    async with httpx.AsyncClient(base_url=base_url(http_mesh), timeout=120) as client:
-        yield client
-
-
 async def answer_to_headers(port: int, path: str, headers: dict[str, str]) -> str:
     """The status line the gateway answers with after only the request's head (and one byte
     of a body that the head says is far longer); '' if it waits for the rest instead."""

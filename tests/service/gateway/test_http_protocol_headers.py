@@ -5,8 +5,6 @@ every answer."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import httpx
 import pytest
 
@@ -18,19 +16,12 @@ from tests.service.gateway.conftest import KEY_A, KEY_B
 from tests.service.gateway.http_support import (
     MAX_BODY,
     PAGE_ORIGIN,
-    base_url,
     bearer,
     http_mesh,  # noqa: F401 (a fixture)
     read_events,
 )
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
-
-
-@pytest.fixture
-async def client(http_mesh: InProcessMesh) -> AsyncIterator[httpx.AsyncClient]:  # noqa: F811
-    async with httpx.AsyncClient(base_url=base_url(http_mesh), timeout=120) as client:
-        yield client
 
 
 def plane_of(mesh: InProcessMesh) -> JsonPlane:

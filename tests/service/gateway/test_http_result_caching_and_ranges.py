@@ -5,15 +5,12 @@ headers and a file name of the right extension."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import httpx
 import pytest
 
 from tests.service.conftest import InProcessMesh
 from tests.service.gateway.conftest import KEY_A, KEY_B
 from tests.service.gateway.http_support import (
-    base_url,
     bearer,
     http_mesh,  # noqa: F401 (a fixture)
     openai_client,
@@ -22,12 +19,6 @@ from tests.service.gateway.http_support import (
 )
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
-
-
-@pytest.fixture
-async def client(http_mesh: InProcessMesh) -> AsyncIterator[httpx.AsyncClient]:  # noqa: F811
-    async with httpx.AsyncClient(base_url=base_url(http_mesh), timeout=120) as client:
-        yield client
 
 
 async def finished_result(client: httpx.AsyncClient) -> tuple[str, bytes]:

@@ -8,10 +8,8 @@ import base64
 import httpx
 import pytest
 
-from tests.service.conftest import InProcessMesh
 from tests.service.gateway.conftest import KEY_A
 from tests.service.gateway.http_support import (
-    base_url,
     bearer,
     http_mesh,  # noqa: F401 (a fixture)
 )
@@ -20,12 +18,6 @@ pytestmark = pytest.mark.asyncio(loop_scope="module")
 FOX = {"model": "flux-tiny", "prompt": "a fox"}
 IMG2IMG = {"model": "flux-img2img-tiny", "prompt": "a fox"}
 STEPS_RANGE = "steps: must be a whole number from 0 to 4294967295, got"
-
-
-@pytest.fixture
-async def client(http_mesh: InProcessMesh) -> httpx.AsyncClient:  # noqa: F811
-    async with httpx.AsyncClient(base_url=base_url(http_mesh), timeout=120) as client:
-        yield client
 
 
 def refusal(response: httpx.Response, status: int = 400) -> str:

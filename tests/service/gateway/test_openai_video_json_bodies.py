@@ -13,8 +13,7 @@ import pytest
 from tests.service.conftest import InProcessMesh
 from tests.service.gateway.conftest import KEY_A
 from tests.service.gateway.http_support import (
-    base_url,
-    bearer,
+    http_client,
     http_mesh,  # noqa: F401 (a fixture)
 )
 
@@ -24,9 +23,7 @@ SMALL = {"model": "wan-tiny", "size": "64x64", "steps": 1}
 
 @pytest.fixture
 async def client(http_mesh: InProcessMesh) -> AsyncIterator[httpx.AsyncClient]:  # noqa: F811
-    async with httpx.AsyncClient(
-        base_url=base_url(http_mesh), timeout=120, headers=bearer(KEY_A)
-    ) as client:
+    async with http_client(http_mesh, KEY_A) as client:
         yield client
 
 

@@ -4,8 +4,6 @@ job, costs nothing and asks for no retry."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import grpc
 import httpx
 import pytest
@@ -18,19 +16,12 @@ from tests.service.conftest import InProcessMesh
 from tests.service.gateway.conftest import auth
 from tests.service.gateway.http_support import (
     KEY_SLOW,
-    base_url,
     bearer,
     http_mesh,  # noqa: F401 (a fixture)
     png_bytes,
 )
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
-
-
-@pytest.fixture
-async def client(http_mesh: InProcessMesh) -> AsyncIterator[httpx.AsyncClient]:  # noqa: F811
-    async with httpx.AsyncClient(base_url=base_url(http_mesh), timeout=120) as client:
-        yield client
 
 
 async def test_more_images_than_the_burst_are_refused_for_good_and_cost_nothing(
