@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import hmac
+import inspect
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -29,7 +31,7 @@ Context: TypeAlias = "grpc.aio.ServicerContext[Any, Any]"
 # typeshed types a handler's behaviours for the threaded server; under grpc.aio they are
 # coroutine functions and async generators that take an aio ServicerContext.
 _UnaryBehaviour: TypeAlias = "Callable[[Any, Context], Awaitable[Any]]"
-_StreamBehaviour: TypeAlias = "Callable[[Any, Context], AsyncIterator[Any]]"
+_StreamBehaviour: TypeAlias = "Callable[[Any, Context], AsyncIterator[Any] | Awaitable[None]]"
 
 
 def _split(method: str) -> tuple[str, str]:
@@ -48,8 +50,22 @@ async def _abort_for(exc: BaseException, context: Context) -> None:
     await context.abort(to_grpc(StatusCode.INTERNAL), "internal error; see the service log")
 
 
-def _code_of(context: Context) -> StatusCode:
-    return from_grpc(context.code())
+def _code_of(context: Context, cancelled: bool) -> StatusCode:
+    """The call's status code, as its client saw it.
+
+    A call its client cancels, or whose deadline passes, ends the handler with
+    CancelledError before any status is set: without this it would count as OK, and the
+    error panels would never show a timeout or a client that went away."""
+    # typeshed says a status is always set; under grpc.aio it is None until one is.
+    code: grpc.StatusCode | None = context.code()
+    if code is None and cancelled:
+        remaining = context.time_remaining()
+        return (
+            StatusCode.DEADLINE_EXCEEDED
+            if remaining is not None and remaining <= 0
+            else StatusCode.CANCELLED
+        )
+    return from_grpc(code)
 
 
 class ServiceInterceptor(grpc.aio.ServerInterceptor):
@@ -107,24 +123,27 @@ def _wrap(handler: Handler, service: str, name: str, authorised: bool) -> Handle
                 f"missing or wrong {INTERNAL_TOKEN_KEY} metadata (internal service)",
             )
 
-    def record(start: float, context: Context) -> None:
-        RPC_REQUESTS.labels(service, name, _code_of(context)).inc()
+    def record(start: float, context: Context, cancelled: bool) -> None:
+        RPC_REQUESTS.labels(service, name, _code_of(context, cancelled)).inc()
         RPC_LATENCY.labels(service, name).observe(time.perf_counter() - start)
 
     if handler.unary_unary or handler.stream_unary:
         inner = cast(_UnaryBehaviour, handler.unary_unary or handler.stream_unary)
 
         async def unary(request: Any, context: Context) -> Any:
-            start = time.perf_counter()
+            start, cancelled = time.perf_counter(), False
             try:
                 await check(context)
                 return await inner(request, context)
+            except asyncio.CancelledError:
+                cancelled = True
+                raise
             except Exception as exc:
                 if context.code() is None:
                     await _abort_for(exc, context)
                 raise
             finally:
-                record(start, context)
+                record(start, context, cancelled)
 
         factory = (
             grpc.unary_unary_rpc_method_handler
@@ -140,17 +159,26 @@ def _wrap(handler: Handler, service: str, name: str, authorised: bool) -> Handle
     inner_stream = cast(_StreamBehaviour, handler.unary_stream or handler.stream_stream)
 
     async def streaming(request: Any, context: Context) -> AsyncIterator[Any]:
-        start = time.perf_counter()
+        start, cancelled = time.perf_counter(), False
         try:
             await check(context)
-            async for item in inner_stream(request, context):
-                yield item
+            answers = inner_stream(request, context)
+            if inspect.isawaitable(answers):
+                # A handler that writes its answers with `context.write` (grpcio-health's
+                # Watch) is a coroutine, not an async generator.
+                await answers
+            else:
+                async for item in answers:
+                    yield item
+        except asyncio.CancelledError:
+            cancelled = True
+            raise
         except Exception as exc:
             if context.code() is None:
                 await _abort_for(exc, context)
             raise
         finally:
-            record(start, context)
+            record(start, context, cancelled)
 
     factory = (
         grpc.unary_stream_rpc_method_handler
