@@ -48,15 +48,22 @@ async def _started(section: str, start: Callable[[], Awaitable[_S]]) -> _S:
         raise exc.in_section(section) from exc
 
 
-def _run_until_signalled(name: str, start: Callable[[], Awaitable[Any]]) -> None:
-    """Serve on uvloop until SIGTERM or SIGINT, then stop gracefully."""
+def _run_until_signalled(
+    name: str, start: Callable[[], Awaitable[Any]], grace_s: float | None = None
+) -> None:
+    """Serve on uvloop until SIGTERM or SIGINT, then stop gracefully: with `grace_s` seconds
+    for in-flight calls when given, else the service's own default."""
 
     async def serve() -> None:
         stop = stop_event_on_signals()
         service = await _started(name, start)
         await stop.wait()
-        log.info("%s stopping", name)
-        await service.stop()
+        if grace_s is None:
+            log.info("%s stopping", name)
+            await service.stop()
+        else:
+            log.info("%s stopping (grace %.0f s)", name, grace_s)
+            await service.stop(grace_s)
 
     uvloop.run(serve())
     shutdown_tracing()
@@ -80,7 +87,9 @@ def run_gateway(config: MeshConfig, registry: Registry) -> None:
     _prepare(config, "gateway")
     metrics = _metrics("gateway", g.metrics_host, g.metrics_port)
     _run_until_signalled(
-        "gateway", lambda: start_gateway(config, registry, after_exposure_check=metrics)
+        "gateway",
+        lambda: start_gateway(config, registry, after_exposure_check=metrics),
+        grace_s=g.shutdown_grace_s,
     )
 
 

@@ -256,6 +256,11 @@ class GatewaySettings(Section):
     scheduler_lost_after_s: float = Field(10.0, gt=0)
     # LoRA adapters one request may name (GenerateRequest.adapters, the KServe `adapters`).
     max_adapters_per_request: int = Field(DEFAULT_MAX_ADAPTERS_PER_REQUEST, ge=0, le=64)
+    # On SIGTERM: seconds in-flight calls and streams (downloads, uploads, event streams) get
+    # to finish after the listeners stop accepting, for gRPC and HTTP together; the rest are
+    # then cut. Keep it below what the supervisor waits before SIGKILL, less any preStop
+    # hook: deploy/k8s/base/gateway.yaml gives 30 s, 5 of them a preStop sleep.
+    shutdown_grace_s: float = Field(20.0, ge=0, le=3600)
 
     @model_validator(mode="after")
     def _results_fit_a_message(self) -> GatewaySettings:

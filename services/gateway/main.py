@@ -38,6 +38,9 @@ class GatewayService:
     _watch_task: asyncio.Task[None]
     # The HTTP/JSON face; None when gateway.http_port is None.
     http: HttpServer | None = None
+    # What stop() gives in-flight calls and streams when not told otherwise
+    # (gateway.shutdown_grace_s).
+    shutdown_grace_s: float = 20.0
 
     @property
     def port(self) -> int:
@@ -48,11 +51,16 @@ class GatewayService:
         """The HTTP face's bound port, if it serves."""
         return self.http.port if self.http is not None else None
 
-    async def stop(self, grace_s: float = 2.0) -> None:
+    async def stop(self, grace_s: float | None = None) -> None:
+        """Stop accepting and give in-flight calls and streams `grace_s` (default:
+        gateway.shutdown_grace_s) to finish, on the gRPC and HTTP listeners at once, so the
+        whole stop takes one grace period, not one per listener."""
+        grace = self.shutdown_grace_s if grace_s is None else grace_s
         self._watch_task.cancel()
+        stops = [self.server.stop(grace)]
         if self.http is not None:
-            await self.http.stop(grace_s)
-        await self.server.stop(grace_s)
+            stops.append(self.http.stop(grace))
+        await asyncio.gather(*stops)
         await self.channel.close()  # type: ignore[attr-defined]
 
 
@@ -107,7 +115,9 @@ async def start_gateway(
     )
     watch_task = asyncio.create_task(watch.run(), name="scheduler-watch")
     log.info("gateway serving on %s:%d", g.host, server.port)
-    service = GatewayService(server, channel, watch, watch_task)
+    service = GatewayService(
+        server, channel, watch, watch_task, shutdown_grace_s=g.shutdown_grace_s
+    )
     if g.http_port is not None:
         # Same host, keys and TLS as the gRPC listener, so the fail-closed check above
         # covers it too.

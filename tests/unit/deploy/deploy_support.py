@@ -408,6 +408,23 @@ def flag(argv: tuple[str, ...] | list[str], name: str) -> str | None:
     return None
 
 
+# Stop budgets -------------------------------------------------------------------------------
+
+# Seconds a stopping process needs beyond its waits: the servers' own stop (the worker's
+# gRPC server takes 1 s), closing model hosts and channels, the interpreter's exit.
+STOP_MARGIN_S = 3.0
+
+
+def worker_stop_budget(prestop_grace_s: float, drain_grace_s: float) -> float:
+    """The longest a worker can take to stop, from its pre-stop hook to its exit: the hook's
+    `mediamesh drain --grace-s` (the worker answers when its jobs checkpointed or the grace ran
+    out), then SIGTERM's drain with `worker.drain_grace_s` (jobs still running get that again),
+    then up to SETTLE_WAIT_S for the scheduler to confirm the last events, then the exit."""
+    from mediamesh.worker.main import SETTLE_WAIT_S
+
+    return prestop_grace_s + drain_grace_s + SETTLE_WAIT_S + STOP_MARGIN_S
+
+
 def port_of(address: str) -> int:
     return int(address.rsplit(":", 1)[1])
 

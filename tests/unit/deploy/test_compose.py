@@ -6,10 +6,20 @@ import json
 
 import jsonschema
 import pytest
-from deploy_support import COMPOSE_FILE, DEPLOY, SCHEMAS, flag, load_compose, load_yaml
+from deploy_support import (
+    COMPOSE_FILE,
+    DEPLOY,
+    SCHEMAS,
+    STOP_MARGIN_S,
+    flag,
+    load_compose,
+    load_yaml,
+    worker_stop_budget,
+)
 
+from mediamesh.cli.main import build_parser, worker_settings
 from mediamesh.common.registry import load_registry
-from mediamesh.common.settings import load_mesh_config
+from mediamesh.common.settings import MeshConfig, WorkerSettings, load_mesh_config
 
 SCHEMA = SCHEMAS / "compose-spec.json"
 WORKERS = {"worker-image": "image", "worker-video": "video", "worker-audio": "audio"}
@@ -91,14 +101,91 @@ def test_workers_host_one_modality_each(compose):
         assert entry.advertise_address == f"{name}:{entry.port}"
 
 
+def _seconds(duration: str) -> float:
+    assert duration.endswith("s") and duration[:-1].isdigit(), duration
+    return float(duration[:-1])
+
+
+def _service_config(compose: dict, name: str) -> MeshConfig:
+    """The config a compose service's `mediamesh` loads: the mounted file, then the
+    MEDIAMESH_* variables of the service's environment."""
+    env = {k: str(v) for k, v in compose["services"][name].get("environment", {}).items()}
+    source = compose["configs"]["mesh"]["file"]
+    return load_mesh_config(COMPOSE_FILE.parent / source, environ=env)
+
+
+def _compose_worker(compose: dict, name: str) -> WorkerSettings:
+    """What `mediamesh worker` runs a compose worker with: its config and its command line."""
+    args = build_parser().parse_args(compose["services"][name]["command"])
+    return worker_settings(_service_config(compose, name), args)
+
+
 def test_workers_drain_before_stop(compose):
     for name in WORKERS:
         service = compose["services"][name]
         (hook,) = service["pre_stop"]
         assert hook["command"][:2] == ["mediamesh", "drain"]
         grace = float(flag(hook["command"], "--grace-s"))
-        stop = service["stop_grace_period"]
-        assert stop.endswith("s") and grace < float(stop[:-1])
+        stop = _seconds(service["stop_grace_period"])
+        budget = worker_stop_budget(grace, _compose_worker(compose, name).drain_grace_s)
+        assert budget <= stop, f"{name}: stopping may take {budget} s, compose waits {stop} s"
+
+
+def test_workers_run_one_torch_thread_each(compose):
+    """Three CPU workers share the host: each one's torch pool is one thread, not every core
+    (torch_threads 0). The setting must reach the entry --worker-id picks."""
+    for name in WORKERS:
+        settings = _compose_worker(compose, name)
+        assert settings.worker_id == flag(compose["services"][name]["command"], "--worker-id")
+        assert settings.torch_threads == 1, f"{name}: torch_threads {settings.torch_threads}"
+
+
+def test_no_queue_class_waits_for_a_pool_without_workers(compose):
+    """Every class's preferred pool has a compose worker for every queue, so no job sits out
+    placement.fallback_after_s waiting for a pool that compose does not run."""
+    config = _service_config(compose, "scheduler")
+    registry = load_registry(COMPOSE_FILE.parent / compose["configs"]["registry"]["file"])
+    served: set[tuple[str, str]] = set()
+    for name in WORKERS:
+        worker = _compose_worker(compose, name)
+        for model in worker.models:
+            spec = registry.get(model)
+            assert spec is not None, f"{name}: {model} is not in the registry"
+            served.add((spec.modality, worker.pool))
+    for priority, placement in config.scheduler.placement.items():
+        for queue in config.scheduler.queues:
+            assert (queue, placement.prefer) in served, (
+                f"{priority} jobs of the {queue} queue prefer pool {placement.prefer!r}, where "
+                f"no compose worker serves {queue}: each waits "
+                f"{placement.fallback_after_s} s before it falls back"
+            )
+            for pool in placement.allow:
+                assert (queue, pool) in served or pool == placement.prefer, (priority, queue)
+
+
+def test_every_published_port_is_loopback_bound(compose):
+    """The dev API key and internal token are published in this repo and Grafana admits
+    anonymous viewers: nothing compose publishes may listen beyond this host."""
+    published = 0
+    for name, service in compose["services"].items():
+        for port in service.get("ports", []):
+            published += 1
+            if isinstance(port, dict):
+                assert port.get("host_ip") == "127.0.0.1", f"{name}: {port}"
+                continue
+            parts = str(port).split(":")
+            assert len(parts) == 3 and parts[0] == "127.0.0.1", (
+                f"{name}: port {port!r} is published on every interface; write "
+                f'"127.0.0.1:{parts[-2] if len(parts) > 1 else parts[0]}:{parts[-1]}"'
+            )
+    assert published, "compose publishes no port"
+
+
+def test_gateway_stops_within_compose_grace(compose):
+    service = compose["services"]["gateway"]
+    grace = _service_config(compose, "gateway").gateway.shutdown_grace_s
+    stop = _seconds(service.get("stop_grace_period", "10s"))  # compose's default: 10 s
+    assert grace + STOP_MARGIN_S <= stop, f"gateway: {grace} s of grace, compose waits {stop} s"
 
 
 def test_grafana_provisioning_is_mounted(compose):

@@ -139,3 +139,74 @@ def test_queries_are_balanced_and_substituted():
         assert "$" not in expr and "[[" not in expr, expr
         for opening, closing in ("()", "[]", "{}"):
             assert expr.count(opening) == expr.count(closing), expr
+
+
+def _panel(dash: dict, panel_id: int) -> dict:
+    panels = [*dash["panels"], *(p for row in dash["panels"] for p in row.get("panels", []))]
+    (panel,) = [p for p in panels if p.get("id") == panel_id]
+    return panel
+
+
+def _excluded(expr: str, label: str) -> set[str]:
+    """Values a `label!~"a|b"` or `label!="a"` matcher in `expr` leaves out."""
+    out: set[str] = set()
+    for op, value in re.findall(rf'\b{label}(!~|!=)"([^"]*)"', expr):
+        out |= set(value.split("|")) if op == "!~" else {value}
+    return out
+
+
+def _streaming_rpcs() -> set[str]:
+    """Every mesh gRPC method that streams one way or both (Download and Upload too: their
+    time is a file's size over the client's bandwidth, not the server's work)."""
+    import importlib
+    import pkgutil
+
+    import mediamesh.common.generated.inference as inference
+    import mediamesh.common.generated.v1 as v1
+
+    found: set[str] = set()
+    for package in (v1, inference):
+        for module_info in pkgutil.iter_modules(package.__path__):
+            if not module_info.name.endswith("_pb2"):
+                continue
+            module = importlib.import_module(f"{package.__name__}.{module_info.name}")
+            for service in module.DESCRIPTOR.services_by_name.values():
+                for method in service.methods:
+                    if method.client_streaming or method.server_streaming:
+                        found.add(method.name)
+    return found
+
+
+def _event_stream_routes() -> set[str]:
+    """Route templates of the gateway's HTTP face that answer with server-sent events: the
+    request_metrics middleware times them until the stream ends."""
+    from types import SimpleNamespace
+
+    from mediamesh.gateway.http.app import create_app
+
+    plane = SimpleNamespace(tenancy=SimpleNamespace(open=True))
+    app = create_app(plane, ready=lambda: True, max_body_bytes=1024 * 1024)  # type: ignore[arg-type]
+    routes = set()
+    for path, operations in app.openapi()["paths"].items():
+        for operation in operations.values():
+            responses = operation.get("responses", {}).values()
+            if any("text/event-stream" in r.get("content", {}) for r in responses):
+                routes.add(path)
+    return routes
+
+
+def test_rpc_latency_leaves_out_every_streaming_call(dash):
+    streaming = _streaming_rpcs()
+    assert {"Download", "Upload", "Attach", "RunBatch"} <= streaming
+    expr = _panel(dash, 27)["targets"][0]["expr"]
+    missing = streaming - _excluded(expr, "method")
+    assert not missing, f"RPC latency p95 includes streaming calls {sorted(missing)}"
+
+
+def test_http_latency_leaves_out_event_streams(dash):
+    streams = _event_stream_routes()
+    assert "/v1/jobs/{job_id}/events" in streams
+    expr = _panel(dash, 29)["targets"][0]["expr"]
+    assert "mediamesh_http_request_seconds_bucket" in expr
+    missing = streams - _excluded(expr, "route")
+    assert not missing, f"HTTP latency p95 includes event streams {sorted(missing)}"

@@ -37,6 +37,16 @@ def test_dockerfile(name):
     assert '--index-url "${TORCH_INDEX_URL}"' in runs
     if name == "Dockerfile":
         assert args["TORCH_INDEX_URL"].endswith("/whl/cpu")
+    # constraints.txt pins a local torch build (+cpu) the image's own index/version would
+    # conflict with: the project is installed against the constraints without it.
+    pins = [
+        line
+        for line in (ROOT / "constraints.txt").read_text().splitlines()
+        if line.startswith("torch==")
+    ]
+    if any("+" in pin for pin in pins):
+        assert "grep -v -E '^torch==' constraints.txt" in runs, f"{name}: {pins} kept"
+        assert "pip install -c /tmp/constraints.txt ." in runs, name
 
 
 @pytest.mark.parametrize("name", sorted(IMAGES))

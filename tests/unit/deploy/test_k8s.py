@@ -11,6 +11,7 @@ from deploy_support import (
     K8S_VERSION,
     MESH_IMAGES,
     REQUIRED_OVERLAYS,
+    STOP_MARGIN_S,
     all_containers,
     by_kind,
     component,
@@ -25,6 +26,7 @@ from deploy_support import (
     pod_spec,
     port_of,
     render_overlay,
+    worker_stop_budget,
     workers,
 )
 
@@ -182,7 +184,8 @@ def test_one_worker_deployment_per_modality_and_pool(overlay):
         settings = effective_worker(overlay, worker["metadata"]["name"])
         assert settings.pool == key[1]
         assert settings.models, f"{worker['metadata']['name']}: hosts no models"
-        # KEDA owns the replica count; a fixed one here would fight it on every apply.
+        # KEDA owns the replica count; a fixed one here would fight it on every apply (for
+        # spot pools a 0 would drain running workers on each re-apply).
         assert "replicas" not in worker["spec"], worker["metadata"]["name"]
         seen.add(key)
     assert seen == {(m, p) for m in MODALITIES for p in POOLS}
@@ -211,12 +214,32 @@ def test_workers_drain_within_their_grace_period(overlay):
         assert port_of(flag(argv, "--address")) == container["ports"][0]["containerPort"]
         grace = float(flag(argv, "--grace-s"))
         period = pod_spec(worker)["terminationGracePeriodSeconds"]
-        # The drain and then the process's own shutdown must fit the grace period.
-        assert grace + 5 <= period, f"{name}: drain {grace} s leaves no time in {period} s"
+        # The preStop drain, SIGTERM's drain, the wait for the scheduler's last confirmations
+        # and the exit must all fit the grace period, or the kubelet kills the worker while
+        # the scheduler still holds its jobs' last events unconfirmed.
+        budget = worker_stop_budget(grace, effective_worker(overlay, name).drain_grace_s)
+        assert budget <= period, f"{name}: stopping may take {budget} s, the pod gets {period} s"
         if name.endswith("-spot"):
             assert period <= SHORTEST_SPOT_NOTICE_S, (
                 f"{name}: {period} s of grace outlasts a {SHORTEST_SPOT_NOTICE_S} s spot notice"
             )
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_gateway_finishes_streams_within_its_grace_period(overlay):
+    """preStop (endpoint removal before SIGTERM), then gateway.shutdown_grace_s for the calls
+    in flight, then the exit: within terminationGracePeriodSeconds."""
+    gateway = find(render_overlay(overlay), "Deployment", "mediamesh-gateway")
+    container = main_container(gateway)
+    argv = container["lifecycle"]["preStop"]["exec"]["command"]
+    assert argv[0] == "sleep" and len(argv) == 2, f"preStop is {argv}"
+    pre_stop = float(argv[1])
+    assert pre_stop >= 1, "no time for the endpoint removal to spread before SIGTERM"
+    grace = effective(overlay, "mediamesh-gateway").config.gateway.shutdown_grace_s
+    period = pod_spec(gateway)["terminationGracePeriodSeconds"]
+    assert pre_stop + grace + STOP_MARGIN_S <= period, (
+        f"preStop {pre_stop} s + shutdown_grace_s {grace} s + {STOP_MARGIN_S} s > {period} s"
+    )
 
 
 def test_spot_workers_only_run_on_spot_nodes():

@@ -11,6 +11,7 @@ import jsonschema
 import pytest
 from deploy_support import (
     CONFIG_DIR,
+    DEPLOY,
     SCHEMAS,
     by_kind,
     effective_worker,
@@ -159,3 +160,52 @@ def test_every_keda_query_is_single_valued():
     for query in keda_queries():
         assert query.single
         assert query.expr.startswith("sum(") and query.expr.endswith(" or vector(0)"), query
+
+
+# ScaledObject fields newer than KEDA 2.0, with the KEDA release that introduced each: a
+# cluster older than that rejects (or, without schema validation, ignores) the object.
+# Path segments name nested keys; "*" walks every element of a list.
+KEDA_FIELD_SINCE: dict[tuple[str, ...], tuple[int, int]] = {
+    # kedacore/keda#6464, released in 2.17.
+    ("spec", "fallback", "behavior"): (2, 17),
+}
+STATED_KEDA = re.compile(r"KEDA\s*\(?\s*>=\s*(\d+)\.(\d+)")
+
+
+def _has_path(node: object, path: tuple[str, ...]) -> bool:
+    if not path:
+        return True
+    head, rest = path[0], path[1:]
+    if head == "*":
+        return isinstance(node, list) and any(_has_path(item, rest) for item in node)
+    return isinstance(node, dict) and head in node and _has_path(node[head], rest)
+
+
+def _stated_keda_minimums() -> dict[str, tuple[int, int]]:
+    """Every "KEDA >= X.Y" the deploy files state, by file and line."""
+    found: dict[str, tuple[int, int]] = {}
+    for path in sorted(DEPLOY.rglob("*")):
+        if not path.is_file() or path.suffix not in {".yaml", ".yml", ".md"}:
+            continue
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            for match in STATED_KEDA.finditer(line):
+                found[f"{path.relative_to(DEPLOY)}:{number}"] = (int(match[1]), int(match[2]))
+    return found
+
+
+def test_stated_keda_minimum_is_one_version():
+    stated = _stated_keda_minimums()
+    assert stated, "no deploy file states the KEDA version it needs"
+    assert len(set(stated.values())) == 1, f"the deploy files disagree: {stated}"
+
+
+def test_stated_keda_minimum_covers_every_field_used():
+    stated = min(_stated_keda_minimums().values())
+    for obj in scaled_objects():
+        for path, since in KEDA_FIELD_SINCE.items():
+            if _has_path(obj, path):
+                assert stated >= since, (
+                    f"{obj['metadata']['name']} uses {'.'.join(path)} (KEDA >= "
+                    f"{since[0]}.{since[1]}) but the deploy files state KEDA >= "
+                    f"{stated[0]}.{stated[1]}"
+                )

@@ -106,6 +106,11 @@ def test_dockerfiles_expose_the_default_ports():
             int(p.split("/")[0]) for w, rest in instructions if w == "EXPOSE" for p in rest.split()
         }
         assert set(GRPC.values()) | set(METRICS.values()) <= exposed, path.name
+        # The plaintext health-only ports the k8s config opens (scheduler, worker) too.
+        k8s = load_mesh_config(CONFIG_DIR / "mesh-k8s.yaml", environ={})
+        health = {k8s.scheduler.health_port, *(w.health_port for w in [k8s.worker] if w)}
+        assert None not in health and health <= exposed, (path.name, sorted(health - exposed))
+        assert GATEWAY.http_port in exposed, path.name
         env = " ".join(rest for w, rest in instructions if w == "ENV")
         address = env.split("HEALTHCHECK_ADDRESS=")[1].split()[0]
         assert port_of(address) in (GATEWAY.port, WORKER.port), path.name
@@ -113,9 +118,10 @@ def test_dockerfiles_expose_the_default_ports():
 
 def test_compose_ports():
     services = load_compose()["services"]
+    # Loopback only: the dev API key is published (test_compose.py checks every service).
     assert services["gateway"]["ports"] == [
-        f"{GATEWAY.port}:{GATEWAY.port}",
-        f"{GATEWAY.http_port}:{GATEWAY.http_port}",
+        f"127.0.0.1:{GATEWAY.port}:{GATEWAY.port}",
+        f"127.0.0.1:{GATEWAY.http_port}:{GATEWAY.http_port}",
     ]
     prometheus = load_yaml(DEPLOY / "prometheus" / "prometheus.yml")
     targets = {
