@@ -58,6 +58,8 @@ def load_layered(
     """Build `model` from the file at `path` (none: defaults), `environ` (None: the process
     environment, read now) and dotted `overrides`, in the precedence the module describes."""
     environ = os.environ if environ is None else environ
+    if stray := _stray_variables(model, environ):
+        raise ConfigError(stray)
     data, document = _read_yaml(path) if path is not None else ({}, None)
     flags: dict[str, Any] = {}
     for dotted, value in (overrides or {}).items():
@@ -69,11 +71,50 @@ def load_layered(
     except SettingsError:
         raise ConfigError(_undecodable_env(layered, environ)) from None
     except ValidationError as exc:
-        details = "; ".join(origin.describe(e["loc"], e["msg"]) for e in exc.errors())
+        details = "; ".join(
+            # A validator's own sentence, without pydantic's "Value error, " in front.
+            origin.describe(e["loc"], e["msg"].removeprefix("Value error, "))
+            for e in exc.errors()
+        )
         raise ConfigError(details) from None
     # Hand back the plain model: callers compare, copy and dump it like one built in code.
     values = {name: getattr(loaded, name) for name in model.model_fields}
     return model.model_construct(_fields_set=set(loaded.model_fields_set), **values)
+
+
+def _stray_variables(model: type[BaseModel], environ: Mapping[str, str]) -> str | None:
+    """The first variable that looks meant for `model` but names none of its fields.
+
+    pydantic-settings forbids unknown keys only inside a section it recognises, so a
+    misspelt section (MEDIAMESH_SCHEDULR__PORT) or a single underscore where two belong
+    (MEDIAMESH_WORKER_WORKER_ID) was dropped without a word, and a k8s pod ran with the
+    default. Variables of other tools and commands (MEDIAMESH_API_KEY) match neither
+    pattern and stay allowed."""
+    fields = model.model_fields
+    for name in sorted(environ):
+        if not name.upper().startswith(ENV_PREFIX):
+            continue
+        rest = name[len(ENV_PREFIX) :].lower()
+        head, nested, _ = rest.partition(ENV_NESTED_DELIMITER)
+        if nested and head not in fields:
+            return f"env {name}: {head!r} is not a section; sections are {', '.join(fields)}"
+        if nested or rest in fields:
+            continue
+        for section, info in fields.items():
+            inner = _model_of(info.annotation)
+            field = rest.removeprefix(f"{section}_")
+            if inner is not None and field != rest and field in inner.model_fields:
+                meant = f"{ENV_PREFIX}{section.upper()}{ENV_NESTED_DELIMITER}{field.upper()}"
+                return f"env {name}: not a setting; did you mean {meant}?"
+    return None
+
+
+def _model_of(annotation: Any) -> type[BaseModel] | None:
+    """The settings model a field holds (`X` or `X | None`), if it holds one."""
+    for candidate in (annotation, *getattr(annotation, "__args__", ())):
+        if isinstance(candidate, type) and issubclass(candidate, BaseModel):
+            return candidate
+    return None
 
 
 def _layered_class(

@@ -543,6 +543,22 @@ class MeshConfig(Section):
     # variable, a section can (MEDIAMESH_WORKER__WORKER_ID from the pod's name).
     worker: WorkerSettings | None = None
 
+    @field_validator("workers")
+    @classmethod
+    def _worker_ids_are_unique(cls, workers: list[WorkerSettings]) -> list[WorkerSettings]:
+        # `mediamesh worker --worker-id ID` takes the first entry of that id, so a second
+        # one's ports went unused, both processes logged to one file, and the scheduler
+        # took each for the other registering again.
+        seen: dict[str, int] = {}
+        for index, worker in enumerate(workers):
+            if worker.worker_id in seen:
+                raise ValueError(
+                    f"workers[{index}].worker_id {worker.worker_id!r} repeats "
+                    f"workers[{seen[worker.worker_id]}]'s; each worker needs its own"
+                )
+            seen[worker.worker_id] = index
+        return workers
+
     @model_validator(mode="after")
     def _clients_dial_this_scheduler(self) -> MeshConfig:
         # A scheduler moved to another port (or host) in this file is where its gateway and

@@ -134,7 +134,13 @@ def test_deeper_paths_lists_and_mappings(tmp_path: Path):
 
 
 def test_variables_of_other_tools_and_commands_are_ignored():
-    environ = {"MEDIAMESH_CONFIG": "/x.yaml", "MEDIAMESH_API_KEY": "k", "OTHER__PORT": "1"}
+    environ = {
+        "MEDIAMESH_CONFIG": "/x.yaml",
+        "MEDIAMESH_API_KEY": "k",
+        "MEDIAMESH_GATEWAY_ADDRESS": "127.0.0.1:50051",
+        "MEDIAMESH_FUZZ_PROFILE": "fuzz-long",
+        "OTHER__PORT": "1",
+    }
     assert load_mesh_config(None, environ=environ) == load_mesh_config(None, environ={})
 
 
@@ -153,6 +159,21 @@ def test_a_misspelt_variable_is_named():
     message = _error(None, {"MEDIAMESH_SCHEDULER__PROT": "1"})
     assert message.startswith("env MEDIAMESH_SCHEDULER__PROT: ")
     assert "not permitted" in message
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("MEDIAMESH_SCHEDULR__PORT", "'schedulr' is not a section; sections are models_dir,"),
+        ("MEDIAMESH_WORKER_WORKER_ID", "did you mean MEDIAMESH_WORKER__WORKER_ID?"),
+        ("mediamesh_scheduler_port", "did you mean MEDIAMESH_SCHEDULER__PORT?"),
+    ],
+)
+def test_a_variable_for_no_setting_is_refused(name: str, expected: str):
+    # These were dropped silently: a pod then ran as the default worker-0.
+    message = _error(None, {name: "1"})
+    assert message.startswith(f"env {name}: ")
+    assert expected in message
 
 
 def test_a_variable_that_is_not_json_is_named():
@@ -246,3 +267,15 @@ def test_clients_dial_the_scheduler_the_file_configures() -> None:
         "127.0.0.1:1234",
     ]
     assert MeshConfig().gateway.scheduler_address == "127.0.0.1:50052"
+
+
+def test_a_repeated_worker_id_is_refused(tmp_path: Path):
+    path = _file(
+        tmp_path,
+        "workers:\n  - {worker_id: w0, port: 50060}\n  - {worker_id: w0, port: 50061}\n",
+    )
+    message = _error(path, {})
+    assert message == (
+        f"config {path} line 1: workers: workers[1].worker_id 'w0' repeats workers[0]'s; "
+        "each worker needs its own"
+    )
