@@ -24,6 +24,7 @@ from opentelemetry.sdk.trace.export import (
 )
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+from mediamesh.common.errors import StatusCode
 from mediamesh.common.settings import TelemetrySettings
 
 log = logging.getLogger(__name__)
@@ -219,9 +220,12 @@ def log_job(
     message: str,
     trace_carrier: Mapping[str, str],
     level: int = logging.INFO,
+    *,
+    exc_info: BaseException | None = None,
     **fields: Any,
 ) -> None:
-    """One structured line about a job, with the trace id of the request that created it.
+    """One structured line about a job, with the trace id of the request that created it
+    (and `exc_info`'s traceback when given).
 
     Never the active span's: a job's state changes are applied by whichever task learns of
     them (another job's Submit, a batch of several jobs, the dispatch loop).
@@ -231,4 +235,25 @@ def log_job(
     trace_id = trace_id_of(trace_carrier)
     if trace_id:
         fields["trace_id"] = trace_id
-    logger.log(level, message, extra={"fields": fields})
+    logger.log(level, message, exc_info=exc_info, extra={"fields": fields})
+
+
+# The status codes that are the server's fault, after OpenTelemetry's gRPC conventions for
+# SERVER spans: the others (INVALID_ARGUMENT, FAILED_PRECONDITION, NOT_FOUND, CANCELLED,
+# RESOURCE_EXHAUSTED, ...) answer a request that was wrong or came at a bad time, and left
+# ERROR would page whoever watches the error rate for what callers did.
+SERVER_FAULT_CODES = frozenset(
+    {
+        StatusCode.UNKNOWN,
+        StatusCode.DEADLINE_EXCEEDED,
+        StatusCode.UNIMPLEMENTED,
+        StatusCode.INTERNAL,
+        StatusCode.UNAVAILABLE,
+        StatusCode.DATA_LOSS,
+    }
+)
+
+
+def is_server_fault(code: str) -> bool:
+    """Whether a job or call ended with `code` (a gRPC code name) by the server's fault."""
+    return code in SERVER_FAULT_CODES

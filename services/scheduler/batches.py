@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from mediamesh.common.errors import StatusCode
 from mediamesh.common.settings import SchedulerSettings
@@ -24,14 +24,16 @@ from mediamesh.common.work import (
     StepDone,
     WorkerEvent,
 )
-from mediamesh.scheduler import metrics
+from mediamesh.scheduler import metrics, tracing
 from mediamesh.scheduler.core.effects import Dispatch, Effect
 from mediamesh.scheduler.core.interface import SchedulingCore
-from mediamesh.scheduler.core.jobs import Job
+from mediamesh.scheduler.core.jobs import Job, JobState
 from mediamesh.scheduler.events import EventHub, notice_event
 from mediamesh.scheduler.store.artifacts import ArtifactStore, StoredArtifact
 from mediamesh.scheduler.store.writer import StoreWriter
-from mediamesh.scheduler.tracing import batch_span
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import Span
 
 log = logging.getLogger("mediamesh.scheduler")
 
@@ -112,7 +114,8 @@ class BatchRunner:
             metrics.QUEUE_WAIT.labels(job.queue, job.priority.name).observe(wait)
         params = [self._job_params(j) for j in dispatch.jobs]
         batch_id = dispatch.batch_id
-        with batch_span(dispatch):
+        failed: list[str] = []
+        with tracing.batch_span(dispatch) as span:
             applied = self._open[batch_id] = asyncio.Event()
             try:
                 # Only urgent batches name one, so links without pausing keep working.
@@ -123,6 +126,7 @@ class BatchRunner:
                 async for events in stream:
                     for event in events:
                         await self._on_worker_event(batch_id, event)
+                        self._note_failure(span, event, failed)
                     # Once per group: a step of a batch of 16 is one scheduling pass, not 16.
                     self.apply(self.core.take_effects())
             except BatchUndelivered as exc:
@@ -133,6 +137,7 @@ class BatchRunner:
                     dispatch.worker_id,
                     exc,
                 )
+                tracing.batch_failed(span, exc)
                 self.core.batch_undelivered(batch_id, f"worker unreachable: {exc}")
             except WorkerGone as exc:
                 # Given up on at once, before the batch's end requeues its jobs: a worker
@@ -145,8 +150,10 @@ class BatchRunner:
                     dispatch.worker_id,
                     exc,
                 )
+                tracing.batch_failed(span, exc)
                 self.core.worker_lost(dispatch.worker_id, f"batch stream broke: {exc}")
             except Exception as exc:
+                tracing.batch_failed(span, exc)
                 log.warning(
                     "batch %s on %s ended with an error: %s", batch_id, dispatch.worker_id, exc
                 )
@@ -159,6 +166,17 @@ class BatchRunner:
                 self.kick()
                 self._open.pop(batch_id, None)
                 applied.set()
+
+    def _note_failure(self, span: Span, event: WorkerEvent, failed: list[str]) -> None:
+        """Mark the batch span when the event ended its job FAILED (a failure the core
+        retries, or a result the store could not keep, is told by the job's state)."""
+        if not isinstance(event, (JobFailed, JobFinished)):
+            return
+        job = self.core.jobs.get(event.job_id)
+        if job is None or job.state is not JobState.FAILED or event.job_id in failed:
+            return
+        tracing.job_failed(span, job.job_id, job.error_code, job.error_message, first=not failed)
+        failed.append(job.job_id)
 
     def unapplied(self, batch_ids: list[str]) -> list[str]:
         """The batches among `batch_ids` with events still to apply: a batch not open here

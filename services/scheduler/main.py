@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import os
 import time
@@ -22,6 +24,7 @@ from mediamesh.scheduler.core.scheduler import SchedulerCore
 from mediamesh.scheduler.runtime import SchedulerRuntime
 from mediamesh.scheduler.settings_policy import core_policy
 from mediamesh.scheduler.store.artifact_backends import build_artifact_store
+from mediamesh.scheduler.store.health import StoreHealth
 from mediamesh.scheduler.store.job_store import JobStore
 
 log = logging.getLogger("mediamesh.scheduler")
@@ -35,14 +38,43 @@ def new_job_id() -> str:
 class SchedulerService:
     runtime: SchedulerRuntime
     server: RunningServer
+    # Keeps readiness in step with the job store (see `_follow_store`).
+    health_task: asyncio.Task[None] | None = None
 
     @property
     def port(self) -> int:
         return self.server.port
 
     async def stop(self, grace_s: float = 2.0) -> None:
+        if self.health_task is not None:
+            self.health_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.health_task
         await self.server.stop(grace_s)
         await self.runtime.stop()
+
+
+async def _follow_store(health: StoreHealth, server: RunningServer) -> None:
+    """Readiness follows the job store: NOT_SERVING while it takes no writes (every Submit
+    would answer UNAVAILABLE and no state change would be kept), so that k8s and the
+    gateways send work elsewhere, and SERVING again once it does. Liveness (the
+    `liveness` name) stays SERVING: a restart would not mend a full or broken disk, and the
+    scheduler recovers by itself when the store does."""
+    serving = True
+    while True:
+        await health.changed.wait()
+        health.changed.clear()
+        if health.failing == (not serving):
+            continue
+        serving = not health.failing
+        if serving:
+            log.info("the job store takes writes again; serving")
+        else:
+            log.warning(
+                "the job store fails (%s writes); reporting NOT_SERVING until it recovers",
+                ", ".join(health.failing_kinds()),
+            )
+        await server.set_serving(serving)
 
 
 async def start_scheduler(
@@ -100,4 +132,5 @@ async def start_scheduler(
         health_port=s.health_port,
     )
     log.info("scheduler serving on %s:%d", s.host, server.port)
-    return SchedulerService(runtime, server)
+    following = asyncio.create_task(_follow_store(runtime.store_health, server), name="health")
+    return SchedulerService(runtime, server, following)

@@ -6,7 +6,7 @@ from collections.abc import Iterable
 
 from prometheus_client import Counter, Gauge, Histogram
 
-from mediamesh.scheduler.core.interface import SchedulingCore
+from mediamesh.scheduler.core.interface import REFUSAL_REASONS, SchedulingCore
 from mediamesh.scheduler.core.jobs import JobState
 
 _WAIT_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
@@ -62,6 +62,14 @@ JOBS = Counter(
     "Jobs accepted, taken back from the store after a restart (RECOVERED), and ended, by state.",
     ["queue", "state"],
 )
+JOBS_REFUSED = Counter(
+    "mediamesh_jobs_refused",
+    "New jobs refused at admission, by the check that refused them (a fixed set of reasons; "
+    "`queue` is `unknown` for a model not in the registry).",
+    ["queue", "reason"],
+)
+# The queue label of a refusal whose model names no queue.
+UNKNOWN_QUEUE = "unknown"
 DEVICE_LOAD = Gauge(
     "mediamesh_device_load",
     "Device-seconds of work dispatched or running on a worker's devices.",
@@ -117,6 +125,10 @@ def declare_series(queues: list[str]) -> None:
         for state in ("ACCEPTED", "RECOVERED", *(end for end in JobState if end.terminal)):
             JOBS.labels(queue, state)
         SPOT_FALLBACKS.labels(queue)
+        for reason in REFUSAL_REASONS:
+            JOBS_REFUSED.labels(queue, reason)
+    # A model not in the registry names no queue.
+    JOBS_REFUSED.labels(UNKNOWN_QUEUE, "unknown_model")
     for priority in ("REALTIME", "STANDARD", "BATCH"):
         PAUSES.labels(priority)
     for pool in ("on-demand", "spot"):

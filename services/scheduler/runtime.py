@@ -16,7 +16,8 @@ from collections.abc import AsyncIterator, Coroutine, Mapping
 from typing import Any
 
 from mediamesh.common.aio import wait_event
-from mediamesh.common.errors import FailedPrecondition, NotFound
+from mediamesh.common.errors import FailedPrecondition, MeshError, NotFound
+from mediamesh.common.log_throttle import LogThrottle
 from mediamesh.common.settings import SchedulerSettings
 from mediamesh.common.telemetry import log_job
 from mediamesh.common.webhook_settings import WebhookSettings
@@ -39,11 +40,12 @@ from mediamesh.scheduler.events import EventHub, WatchEvent, notice_event
 from mediamesh.scheduler.inputs import job_inputs
 from mediamesh.scheduler.roster import WorkerRoster
 from mediamesh.scheduler.store.artifacts import ArtifactStore, SignedUrl, StoredArtifact
+from mediamesh.scheduler.store.health import INSERTS, StoreHealth
 from mediamesh.scheduler.store.in_store_results import InStoreResults
 from mediamesh.scheduler.store.job_store import JobStore
 from mediamesh.scheduler.store.recent_artifacts import RecentArtifacts
 from mediamesh.scheduler.store.writer import StoreWriter
-from mediamesh.scheduler.submissions import Submissions
+from mediamesh.scheduler.submissions import Refused, Submissions
 from mediamesh.scheduler.webhook_delivery import WebhookDeliverer
 
 # Transitions logged at DEBUG only (see _on_transition).
@@ -57,6 +59,12 @@ FLUSH_ON_STOP_S = 5.0
 # loop's: a loop that went quiet right after a burst of arrivals left them stale until the
 # next heartbeat, and setting them on every pass under load only cost CPU.
 GAUGE_INTERVAL_S = 0.2
+# How often a store that refused new jobs is tried again (`JobStore.probe`) while readiness,
+# NOT_SERVING for it, keeps Submits away.
+STORE_PROBE_INTERVAL_S = 2.0
+# Refusals the caller caused (a wrong model or key, too short a timeout) are INFO; those
+# of load or of the store, which an operator may have to act on, are WARNING.
+_CALLER_REFUSALS = frozenset({"unknown_model", "idempotency_conflict", "timeout_too_short"})
 
 
 class SchedulerRuntime:
@@ -76,7 +84,9 @@ class SchedulerRuntime:
         their watchers are sent them without reading them back."""
         self.core = core
         self.store = store
-        self.writer = StoreWriter(store)
+        # Whether the store takes writes: the scheduler's readiness follows it (main).
+        self.store_health = StoreHealth()
+        self.writer = StoreWriter(store, health=self.store_health)
         artifacts = RecentArtifacts(
             InStoreResults(artifacts, store, self.writer, settings.artifacts.in_store_limit),
             recent_result_max_bytes,
@@ -96,6 +106,7 @@ class SchedulerRuntime:
         self._loop_task: asyncio.Task[None] | None = None
         self._housekeeping_task: asyncio.Task[None] | None = None
         self._gauges_task: asyncio.Task[None] | None = None
+        self._probe_task: asyncio.Task[None] | None = None
         self.batches = BatchRunner(
             core,
             self.writer,
@@ -108,7 +119,11 @@ class SchedulerRuntime:
             self.kick,
         )
         self.roster = WorkerRoster(link)
-        self.submissions = Submissions(core, store, self.apply)
+        self.submissions = Submissions(core, store, self.apply, self.store_health)
+        # One refusal line per queue and reason a minute: a full queue refuses thousands a
+        # second. The lines between are counted, and the next says how many there were.
+        self._refusal_log = LogThrottle()
+        self._refusals_unlogged: dict[tuple[str, str], int] = {}
         # Input images kept with their jobs, and uploads.
         self.inputs = job_inputs(settings.artifact_dir, settings)
 
@@ -146,6 +161,7 @@ class SchedulerRuntime:
         self._loop_task = asyncio.create_task(self._dispatch_loop(), name="dispatch-loop")
         self._housekeeping_task = asyncio.create_task(self._housekeeping(), name="housekeeping")
         self._gauges_task = asyncio.create_task(self._publish_gauges(), name="gauges")
+        self._probe_task = asyncio.create_task(self._probe_failing_store(), name="store-probe")
 
     @staticmethod
     def _log_recovered(job: Job, state: JobState, worker: str, batch: str) -> None:
@@ -167,10 +183,11 @@ class SchedulerRuntime:
         )
 
     async def stop(self) -> None:
-        for task in (self._loop_task, self._housekeeping_task, self._gauges_task, *self._tasks):
+        own = (self._loop_task, self._housekeeping_task, self._gauges_task, self._probe_task)
+        for task in (*own, *self._tasks):
             if task is not None:
                 task.cancel()
-        for task in (self._loop_task, self._housekeeping_task, self._gauges_task, *self._tasks):
+        for task in (*own, *self._tasks):
             if task is not None:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
@@ -207,6 +224,21 @@ class SchedulerRuntime:
             except Exception:
                 log.exception("setting the gauges failed; trying again")
             await asyncio.sleep(GAUGE_INTERVAL_S)
+
+    async def _probe_failing_store(self) -> None:
+        """While new jobs' inserts fail, write a probe row now and then: its success is the
+        store taking writes again, which no Submit would find out while readiness keeps
+        them away. State changes need no probe: the writer retries them itself."""
+        while True:
+            await asyncio.sleep(STORE_PROBE_INTERVAL_S)
+            if not self.store_health.is_failing(INSERTS):
+                continue
+            try:
+                await self.store.probe()
+            except Exception as exc:
+                log.debug("the job store still takes no writes: %s", exc)
+            else:
+                self.store_health.succeeded(INSERTS)
 
     async def _housekeeping(self) -> None:
         while True:
@@ -334,7 +366,37 @@ class SchedulerRuntime:
     async def submit(self, new: NewJob) -> tuple[Job, bool]:
         """Accept a job, durable before it queues (see `Submissions`): returns it and whether
         it is an earlier one with the same idempotency key."""
-        return await self.submissions.submit(new)
+        try:
+            return await self.submissions.submit(new)
+        except MeshError as exc:
+            self._refused(new, exc)
+            raise
+
+    def _refused(self, new: NewJob, exc: MeshError) -> None:
+        """Count and (a line per queue and reason a minute) log a job refused at Submit."""
+        reason = exc.reason if isinstance(exc, Refused) else "other"
+        spec = self.core.specs.get(new.model)
+        queue = spec.modality if spec is not None else metrics.UNKNOWN_QUEUE
+        metrics.JOBS_REFUSED.labels(queue, reason).inc()
+        kind = (queue, reason)
+        if not self._refusal_log.due(f"{queue}/{reason}"):
+            self._refusals_unlogged[kind] = self._refusals_unlogged.get(kind, 0) + 1
+            return
+        quiet = reason in _CALLER_REFUSALS
+        log_job(
+            log,
+            "job refused",
+            new.trace_carrier,
+            logging.INFO if quiet else logging.WARNING,
+            queue=queue,
+            reason=reason,
+            code=exc.code.value,
+            tenant=new.tenant,
+            model=new.model,
+            error=exc.message,
+            # Refused alike since the last line, not logged.
+            unlogged=self._refusals_unlogged.pop(kind, 0),
+        )
 
     def owned_job(self, job_id: str, tenant: str, *, admin: bool = False) -> Job:
         """The job if it exists and belongs to the tenant (any tenant, for a caller with the

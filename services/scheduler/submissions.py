@@ -22,8 +22,14 @@ from mediamesh.common.errors import MeshError, StatusCode, Unavailable
 from mediamesh.scheduler import metrics
 from mediamesh.scheduler.core.effects import Effect
 from mediamesh.scheduler.core.idempotency import conflict_message, conflicting_field
-from mediamesh.scheduler.core.interface import Accepted, NewJob, SchedulingCore
+from mediamesh.scheduler.core.interface import (
+    STORE_UNAVAILABLE,
+    Accepted,
+    NewJob,
+    SchedulingCore,
+)
 from mediamesh.scheduler.core.jobs import Job
+from mediamesh.scheduler.store.health import INSERTS, StoreHealth
 from mediamesh.scheduler.store.job_store import JobStore
 
 log = logging.getLogger("mediamesh.scheduler")
@@ -31,13 +37,39 @@ log = logging.getLogger("mediamesh.scheduler")
 _Key = tuple[str, str]
 
 
+class Refused(MeshError):
+    """A new job not taken; `reason` (one of REFUSAL_REASONS) names
+    the check that refused it, for the refusals metric and log."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        reason: str,
+        code: StatusCode | None = None,
+        retry_after_s: float = 0,
+    ) -> None:
+        super().__init__(message, code=code, retry_after_s=retry_after_s)
+        self.reason = reason
+
+
+class StoreUnavailable(Unavailable, Refused):
+    """The job store failed to take the job: UNAVAILABLE, worth a retry."""
+
+
 class Submissions:
     """New jobs on their way into the store and then the core."""
 
     def __init__(
-        self, core: SchedulingCore, store: JobStore, apply: Callable[[list[Effect]], None]
+        self,
+        core: SchedulingCore,
+        store: JobStore,
+        apply: Callable[[list[Effect]], None],
+        health: StoreHealth | None = None,
     ) -> None:
         self._core = core
+        # Told of every insert's outcome: a store refusing them turns the health NOT_SERVING.
+        self._health = health or StoreHealth()
         self._store = store
         self._apply = apply
         # Jobs being written, by (tenant, idempotency key): a second submit with the key
@@ -56,11 +88,20 @@ class Submissions:
             except Exception:
                 continue  # its write failed: this one tries
             if differing := conflicting_field(job, new):
-                raise MeshError(conflict_message(job, differing), code=StatusCode.INVALID_ARGUMENT)
+                raise Refused(
+                    conflict_message(job, differing),
+                    code=StatusCode.INVALID_ARGUMENT,
+                    reason="idempotency_conflict",
+                )
             return job, True
         outcome = self._core.prepare(new)
         if not isinstance(outcome, Accepted):
-            raise MeshError(outcome.message, code=outcome.code, retry_after_s=outcome.retry_after_s)
+            raise Refused(
+                outcome.message,
+                code=outcome.code,
+                retry_after_s=outcome.retry_after_s,
+                reason=outcome.reason,
+            )
         if outcome.deduplicated:
             return outcome.job, True
         writing = asyncio.ensure_future(self._persist_and_admit(outcome.job))
@@ -86,8 +127,12 @@ class Submissions:
             await self._store.insert(job)
         except Exception as exc:
             metrics.STORE_WRITE_FAILURES.labels("insert").inc()
+            self._health.failed(INSERTS)
             log.warning("job %s not accepted: the job store failed: %s", job.job_id, exc)
-            raise Unavailable("the job store cannot take new jobs right now; retry") from exc
+            raise StoreUnavailable(
+                "the job store cannot take new jobs right now; retry", reason=STORE_UNAVAILABLE
+            ) from exc
+        self._health.succeeded(INSERTS)
         accepted = self._core.admit(job)
         self._apply(self._core.take_effects())
         return accepted.job

@@ -18,7 +18,7 @@ def _ns(seconds: float) -> int:
 
 
 @contextlib.contextmanager
-def batch_span(dispatch: Dispatch) -> Iterator[None]:
+def batch_span(dispatch: Dispatch) -> Iterator[trace.Span]:
     """A `queue wait` span per job, then one `batch` span that the RunBatch call runs under.
 
     The batch belongs to its first job's trace and links to the others, so every job's
@@ -48,5 +48,23 @@ def batch_span(dispatch: Dispatch) -> Iterator[None]:
             "mediamesh.worker_id": dispatch.worker_id,
             "mediamesh.batch_size": len(dispatch.jobs),
         },
-    ):
-        yield
+    ) as span:
+        yield span
+
+
+def job_failed(span: trace.Span, job_id: str, code: str, message: str, *, first: bool) -> None:
+    """A job of the batch ended FAILED: the batch span says ERROR, whatever the code.
+
+    OpenTelemetry leaves a SERVER span UNSET for a code the caller caused, because the call
+    did what it should; but this span is the job's run, not a call, and a job ending FAILED
+    is that run going wrong (a caller's bad request is refused at Submit and never gets
+    here). The `first` failure names the status; later ones only add events."""
+    span.add_event("job failed", {"mediamesh.job_id": job_id, "mediamesh.code": code})
+    if first:
+        span.set_status(trace.Status(trace.StatusCode.ERROR, f"job {job_id} {code}: {message}"))
+
+
+def batch_failed(span: trace.Span, exc: BaseException) -> None:
+    """The batch's call failed (never delivered, the worker gone, a broken stream)."""
+    span.record_exception(exc)
+    span.set_status(trace.Status(trace.StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))

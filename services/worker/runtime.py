@@ -12,15 +12,18 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from opentelemetry.trace import Status
+from opentelemetry.trace import StatusCode as SpanStatus
+
 from mediamesh.common.aio import wait_event
 from mediamesh.common.errors import InvalidArgument, StatusCode
 from mediamesh.common.params import check_generation, check_output
-from mediamesh.common.telemetry import tracer
+from mediamesh.common.telemetry import is_server_fault, log_job, tracer
 from mediamesh.common.work import (
     JobCheckpointed,
     JobFailed,
@@ -34,6 +37,7 @@ from mediamesh.worker import metrics
 from mediamesh.worker.core.batch import BatchControl, DeviceGroupLost
 from mediamesh.worker.core.gate import DeviceGate, Rank
 from mediamesh.worker.core.handoff import Handoff
+from mediamesh.worker.job_log import batch_logging
 from mediamesh.worker.models.host import ModelHost
 from mediamesh.worker.residency import Residency, residency_report
 
@@ -60,6 +64,12 @@ def _span_fields(event: WorkerEvent) -> dict[str, str | int | float]:
         if value is not None:
             fields[f"mediamesh.{name}"] = value
     return fields
+
+
+def _record_failure(span: Span, exc: BaseException) -> None:
+    """The batch raised (its devices are gone, or the host broke): the span says why."""
+    span.record_exception(exc)
+    span.set_status(Status(SpanStatus.ERROR, f"{type(exc).__name__}: {exc}"))
 
 
 class WorkerDraining(Exception):
@@ -140,30 +150,76 @@ class WorkerRuntime:
         return residency_report(self.hosts, self.residency)
 
     async def run_batch(
-        self, batch_id: str, model: str, jobs: list[JobParams], pause_batch_id: str = ""
+        self,
+        batch_id: str,
+        model: str,
+        jobs: list[JobParams],
+        pause_batch_id: str = "",
+        *,
+        trace_carrier: Mapping[str, str] | None = None,
     ) -> AsyncIterator[WorkerEvent]:
         """The batch's events; raises DeviceGroupLost (after marking the worker faulted)
         when the devices it runs on are gone, leaving its unreported jobs to the scheduler.
 
         With `pause_batch_id` naming a batch running here, this batch is urgent: that one
-        pauses at its next step boundary, this one runs, and then that one resumes."""
-        async for group in self.run_batch_groups(batch_id, model, jobs, pause_batch_id):
+        pauses at its next step boundary, this one runs, and then that one resumes.
+        `trace_carrier`: W3C headers of the trace the batch was sent in, for the log lines
+        of its failed jobs."""
+        groups = self.run_batch_groups(
+            batch_id, model, jobs, pause_batch_id, trace_carrier=trace_carrier
+        )
+        async for group in groups:
             for event in group:
                 yield event
 
     async def run_batch_groups(
-        self, batch_id: str, model: str, jobs: list[JobParams], pause_batch_id: str = ""
+        self,
+        batch_id: str,
+        model: str,
+        jobs: list[JobParams],
+        pause_batch_id: str = "",
+        *,
+        trace_carrier: Mapping[str, str] | None = None,
     ) -> AsyncIterator[list[WorkerEvent]]:
         """`run_batch`'s events in the groups they came in from the device thread (a step's
         progress for the whole batch arrives together), so the sender can pack each group."""
+        carrier = dict(trace_carrier or {})
         try:
-            async for group in self._run_batch(batch_id, model, jobs, pause_batch_id):
+            async for group in self._run_batch(batch_id, model, jobs, pause_batch_id, carrier):
                 yield group
         finally:
             self.ended_batches.append(batch_id)
 
+    @staticmethod
+    def _refused(
+        batch_id: str, model: str, refusals: list[JobFailed], carrier: Mapping[str, str]
+    ) -> list[WorkerEvent]:
+        """Jobs refused before they ran: counted and logged like the jobs that ran and
+        failed, or a worker sent jobs it cannot run showed no failures at all."""
+        for refusal in refusals:
+            metrics.JOBS.labels(model, refusal.code).inc()
+            # The scheduler sent what this worker cannot run (a stale view of its models,
+            # or past the model's limits): worth a look, but nothing here is broken.
+            log_job(
+                log,
+                f"job refused on {model}",
+                carrier,
+                logging.WARNING,
+                job_id=refusal.job_id,
+                batch_id=batch_id,
+                model=model,
+                code=refusal.code,
+                error=refusal.message,
+            )
+        return list(refusals)
+
     async def _run_batch(
-        self, batch_id: str, model: str, jobs: list[JobParams], pause_batch_id: str
+        self,
+        batch_id: str,
+        model: str,
+        jobs: list[JobParams],
+        pause_batch_id: str,
+        carrier: Mapping[str, str],
     ) -> AsyncIterator[list[WorkerEvent]]:
         host = self.hosts.get(model)
         if self.draining:
@@ -175,10 +231,11 @@ class WorkerRuntime:
             return
         if host is None:
             message = f"model {model!r} not hosted"
-            yield [JobFailed(job.job_id, StatusCode.FAILED_PRECONDITION, message) for job in jobs]
+            refusals = [JobFailed(j.job_id, StatusCode.FAILED_PRECONDITION, message) for j in jobs]
+            yield self._refused(batch_id, model, refusals, carrier)
             return
         runnable = []
-        refused: list[WorkerEvent] = []
+        refused: list[JobFailed] = []
         for job in jobs:
             try:
                 # The scheduler checked the limits already, but a job past them (2**32 - 1
@@ -191,7 +248,7 @@ class WorkerRuntime:
             else:
                 runnable.append(job)
         if refused:
-            yield refused
+            yield self._refused(batch_id, model, refused, carrier)
         if not runnable:
             return
         jobs = runnable
@@ -217,7 +274,8 @@ class WorkerRuntime:
             try:
                 self.gate.acquire(batch_id)
                 try:
-                    host.run_batch(jobs, control, emit)
+                    with batch_logging(batch_id, carrier):
+                        host.run_batch(jobs, control, emit)
                 finally:
                     self.gate.release(batch_id)
             finally:
@@ -229,6 +287,8 @@ class WorkerRuntime:
             "run batch",
             attributes={"mediamesh.batch_id": batch_id, "mediamesh.model": model},
         )
+        # Whether the span says ERROR already (a job failed by the worker's fault).
+        failed = False
         try:
             ended = False
             while not ended:
@@ -243,7 +303,11 @@ class WorkerRuntime:
                 running.finishing.update(
                     e.job_id for e in ready if isinstance(e, StepDone) and e.step >= e.total_steps
                 )
-                self._count(model, span, ready)
+                fault = self._count(model, span, ready)
+                if fault is not None and not failed:
+                    # The first failure names the span's status; the others are its events.
+                    failed = True
+                    span.set_status(Status(SpanStatus.ERROR, fault))
                 if ready:
                     yield ready
         finally:
@@ -253,6 +317,10 @@ class WorkerRuntime:
                 await asyncio.shield(future)
             except DeviceGroupLost as lost:
                 self.lose_devices(str(lost))
+                _record_failure(span, lost)
+                raise
+            except Exception as exc:
+                _record_failure(span, exc)
                 raise
             finally:
                 # A batch whose thread never started (shut down) must not block the line.
@@ -277,9 +345,16 @@ class WorkerRuntime:
             metrics.DEVICE_BUSY.hold(self._held_devices)
 
     @staticmethod
-    def _count(model: str, span: Span, events: list[WorkerEvent]) -> None:
-        """Metrics and span events of a group of a batch's events."""
+    def _count(model: str, span: Span, events: list[WorkerEvent]) -> str | None:
+        """Metrics and span events of a group of a batch's events; returns what failed the
+        first job that failed by the worker's fault, if one did.
+
+        The span's status follows OpenTelemetry's rule for SERVER spans: a job refused or
+        failed for what its request asked (INVALID_ARGUMENT, FAILED_PRECONDITION, ...) or
+        cancelled by its caller leaves it UNSET, since the worker did its part; INTERNAL,
+        UNAVAILABLE and the like make it ERROR, as a crashed call would."""
         last_step = None
+        fault = None
         for event in events:
             span.add_event(type(event).__name__, _span_fields(event))
             if isinstance(event, StepDone):
@@ -295,6 +370,9 @@ class WorkerRuntime:
                 metrics.JOBS.labels(model, "SUCCEEDED").inc()
             elif isinstance(event, JobFailed):
                 metrics.JOBS.labels(model, event.code).inc()
+                if fault is None and is_server_fault(event.code):
+                    fault = f"job {event.job_id} failed: {event.code}: {event.message}"
+        return fault
 
     def _pausable(self, batch_id: str, urgent: ModelHost) -> _Running | None:
         """The running batch to pause for an urgent batch of `urgent`'s model, if it may be.

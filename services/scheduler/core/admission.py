@@ -77,20 +77,28 @@ class Admission:
         counts against its queue's and tenant's limits until `admit` or `release` takes it."""
         spec = self._specs.get(new.model)
         if spec is None:
-            return Rejection(StatusCode.NOT_FOUND, f"model {new.model!r} is not in the registry")
+            return Rejection(
+                StatusCode.NOT_FOUND,
+                f"model {new.model!r} is not in the registry",
+                reason="unknown_model",
+            )
         if new.idempotency_key:
             existing = self._table.by_key(new.tenant, new.idempotency_key)
             if existing is not None:
                 if differing := conflicting_field(existing, new):
                     return Rejection(
-                        StatusCode.INVALID_ARGUMENT, conflict_message(existing, differing)
+                        StatusCode.INVALID_ARGUMENT,
+                        conflict_message(existing, differing),
+                        reason="idempotency_conflict",
                     )
                 return Accepted(existing, deduplicated=True)
         queue = spec.modality
         policy = self._policy.queues.get(queue)
         if policy is None:
             return Rejection(
-                StatusCode.FAILED_PRECONDITION, f"no queue is configured for {queue!r}"
+                StatusCode.FAILED_PRECONDITION,
+                f"no queue is configured for {queue!r}",
+                reason="no_queue",
             )
         backlog = self._backlog
         depth, admitting = backlog.queue_depth(queue), self._admitting_in[queue]
@@ -100,6 +108,7 @@ class Admission:
                 f"queue {queue!r} is full: {_counted(depth, admitting)}, "
                 f"max_depth is {policy.max_depth}",
                 self._retry_after(queue),
+                reason="queue_full",
             )
         quota = new.quota
         if quota.max_queued:
@@ -111,6 +120,7 @@ class Admission:
                     f"tenant {new.tenant!r} has {_counted(queued, admitting)}, "
                     f"the limit is {quota.max_queued}",
                     self._retry_after(queue),
+                    reason="tenant_quota",
                 )
         now = self._clock()
         cost = self._cost.estimate(new.model, new.params)
@@ -125,6 +135,7 @@ class Admission:
                     StatusCode.DEADLINE_EXCEEDED,
                     f"{TIMEOUT_FIELD}: {left:.3f} s left, and this job needs about {cost:.3f} s "
                     "on a free device; give it more time",
+                    reason="timeout_too_short",
                 )
             eta = self.estimate_finish_s(new.model, new.priority, cost)
             # No worker serves the model yet (a pool scaling from zero): nothing to judge by
@@ -135,6 +146,7 @@ class Admission:
                     f"{TIMEOUT_FIELD}: deadline cannot be met: estimated {eta:.1f} s to finish, "
                     f"{left:.1f} s left",
                     max(eta - left, 1.0),
+                    reason="deadline_unmeetable",
                 )
         job = Job(
             job_id=self._new_id(),

@@ -48,6 +48,25 @@ class Rejection:
     code: StatusCode
     message: str
     retry_after_s: float = 0.0
+    # Which check refused it, one of REFUSAL_REASONS: a metric label, so never a tenant or
+    # model name (the message has those).
+    reason: str = "other"
+
+
+# Why a new job is refused, fixed so that a metric labelled by them stays small: those a
+# Rejection gives, and STORE_UNAVAILABLE, which the service adds when its store fails.
+STORE_UNAVAILABLE = "store_unavailable"
+REFUSAL_REASONS = (
+    "unknown_model",
+    "idempotency_conflict",
+    "no_queue",
+    "queue_full",
+    "tenant_quota",
+    "timeout_too_short",
+    "deadline_unmeetable",
+    STORE_UNAVAILABLE,
+    "other",
+)
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ import asyncio
 import functools
 import json
 import sqlite3
+import time
 import weakref
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -207,6 +208,9 @@ class JobStore:
         # NORMAL with WAL survives a process crash (SIGKILL); only power loss can drop the tail.
         db.execute("PRAGMA synchronous=NORMAL")
         db.executescript(_SCHEMA)
+        db.execute(
+            "CREATE TABLE IF NOT EXISTS store_probe (id INTEGER PRIMARY KEY, at REAL NOT NULL)"
+        )
         db.executescript(deliveries.DELIVERIES_SCHEMA)
         db.executescript(result_rows.RESULTS_SCHEMA)
         present = {row["name"] for row in db.execute("PRAGMA table_info(jobs)")}
@@ -247,6 +251,21 @@ class JobStore:
             else:
                 outcomes.append(None)
         return outcomes
+
+    def _probe(self) -> None:
+        assert self._db is not None
+        # A real committed write (the disk must take it), of one row that never grows.
+        self._db.execute(
+            "INSERT INTO store_probe (id, at) VALUES (1, ?) "
+            "ON CONFLICT(id) DO UPDATE SET at = excluded.at",
+            (time.time(),),
+        )
+
+    async def probe(self) -> None:
+        """Write and commit one small row; raises when the store takes no writes. Tried
+        while new jobs' inserts fail, since no Submit comes to try them once readiness
+        reports the failure."""
+        await self._run(self._probe)
 
     async def insert(self, job: Job) -> None:
         """Write a new job; returns once it is committed, raises if it could not be."""

@@ -25,6 +25,7 @@ from typing import Any
 from mediamesh.scheduler import metrics
 from mediamesh.scheduler.core.jobs import Job
 from mediamesh.scheduler.store.deliveries import WebhookDelivery, delivery_row
+from mediamesh.scheduler.store.health import TRANSITIONS, StoreHealth
 from mediamesh.scheduler.store.job_store import JobStore, job_row
 
 log = logging.getLogger("mediamesh.scheduler.store")
@@ -34,9 +35,16 @@ class StoreWriter:
     """The one path by which jobs already in the store are written again."""
 
     def __init__(
-        self, store: JobStore, *, first_backoff_s: float = 0.05, max_backoff_s: float = 5.0
+        self,
+        store: JobStore,
+        *,
+        first_backoff_s: float = 0.05,
+        max_backoff_s: float = 5.0,
+        health: StoreHealth | None = None,
     ) -> None:
         self._store = store
+        # Told of every write's outcome: state changes that do not land turn readiness off.
+        self._health = health or StoreHealth()
         self._first_backoff_s = first_backoff_s
         self._max_backoff_s = max_backoff_s
         # Job id -> (the job, its result if one is still to be written).
@@ -106,6 +114,7 @@ class StoreWriter:
                 await self._store.save_many(rows, hook_rows, list(results.items()))
             except Exception as exc:
                 metrics.STORE_WRITE_FAILURES.labels("transition").inc()
+                self._health.failed(TRANSITIONS)
                 log.warning(
                     "writing %d job states to the store failed (%s); retrying in %.2f s",
                     len(group),
@@ -121,6 +130,7 @@ class StoreWriter:
                 backoff = min(backoff * 2, self._max_backoff_s)
                 continue
             backoff = self._first_backoff_s
+            self._health.succeeded(TRANSITIONS)
             metrics.STORE_PENDING_WRITES.set(len(self._pending))
 
     def _requeue(self, group: dict[str, tuple[Job, dict[str, Any] | None]]) -> None:

@@ -10,6 +10,7 @@ import grpc
 from mediamesh.common.api import worker_wire
 from mediamesh.common.api.lenient import add_servicer
 from mediamesh.common.generated.v1 import worker_pb2, worker_pb2_grpc
+from mediamesh.common.telemetry import request_trace_carrier
 from mediamesh.worker.runtime import WorkerRuntime
 
 
@@ -34,7 +35,12 @@ class WorkerServicer(worker_pb2_grpc.WorkerServicer):
         jobs = [worker_wire.job_params(spec) for spec in request.jobs]
         await context.send_initial_metadata(((worker_wire.BATCH_ACCEPTED_KEY, "1"),))
         groups = self.runtime.run_batch_groups(
-            request.batch_id, request.model, jobs, request.pause_batch_id
+            request.batch_id,
+            request.model,
+            jobs,
+            request.pause_batch_id,
+            # The batch's trace (its first job's): the scheduler sends it with the call.
+            trace_carrier=request_trace_carrier(dict(context.invocation_metadata() or ())),
         )
         async for group in groups:
             for message in worker_wire.batch_events(group):

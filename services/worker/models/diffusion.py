@@ -26,6 +26,7 @@ from mediamesh.common.registry import ModelSpec
 from mediamesh.common.work import JobFailed, JobFinished, JobNotice, JobParams, JobPreempted
 from mediamesh.worker.core import call_hooks
 from mediamesh.worker.core.batch import BatchCancelled, ControlView, Emit
+from mediamesh.worker.job_log import log_failed_jobs
 from mediamesh.worker.models.adapters import AdapterCache, AdapterLoadError
 from mediamesh.worker.models.checkpoint import (
     Checkpoint,
@@ -108,9 +109,10 @@ class DiffusionHost:
         try:
             self._run(jobs, control, terminals)
         except Exception as exc:
-            log.exception("batch of %s failed", self.spec.name)
-            for job in jobs:
-                terminals.send(job.job_id, _failed(job.job_id, exc))
+            unended = [job.job_id for job in jobs if not terminals.has(job.job_id)]
+            log_failed_jobs(log, self.spec.name, unended, exc)
+            for job_id in unended:
+                terminals.send(job_id, _failed(job_id, exc))
         finally:
             for job in jobs:
                 terminals.send(
@@ -254,13 +256,14 @@ class DiffusionHost:
             try:
                 data, mime = self.encode(output, index, job)
             except Exception as exc:
+                log_failed_jobs(log, self.spec.name, [job.job_id], exc)
                 terminals.send(job.job_id, _failed(job.job_id, exc))
                 continue
             tracker.discard_periodic(job.job_id)
             terminals.send(job.job_id, JobFinished(job.job_id, data, mime, job.generation.seed))
 
     def _fail_group(self, jobs: list[JobParams], terminals: Terminals, exc: BaseException) -> None:
-        log.error("group of %d jobs on %s failed", len(jobs), self.spec.name, exc_info=exc)
+        log_failed_jobs(log, self.spec.name, [job.job_id for job in jobs], exc)
         for job in jobs:
             terminals.send(job.job_id, _failed(job.job_id, exc))
 
