@@ -6,13 +6,17 @@ import asyncio
 import contextlib
 import logging
 import os
+import sqlite3
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from mediamesh.common.credentials import NO_INTERNAL_CREDENTIAL, InternalCredentials
+from mediamesh.common.errors import StartupError
 from mediamesh.common.exposure import refuse_open_off_loopback
+from mediamesh.common.folders import writable_folder
 from mediamesh.common.preemption import preemption_table
 from mediamesh.common.registry import Registry
 from mediamesh.common.server import Registration, RunningServer, start_server
@@ -77,6 +81,15 @@ async def _follow_store(health: StoreHealth, server: RunningServer) -> None:
         await server.set_serving(serving)
 
 
+def _open_store(path: Path) -> JobStore:
+    """The job store at `path`; one that cannot be opened is a start-up error naming the
+    setting, not a traceback from deep in sqlite3 or pathlib."""
+    try:
+        return JobStore(path)
+    except (OSError, sqlite3.Error) as exc:
+        raise StartupError(f"scheduler.store_path: cannot open {path}: {exc}") from exc
+
+
 async def start_scheduler(
     config: MeshConfig,
     registry: Registry,
@@ -102,9 +115,10 @@ async def start_scheduler(
     if after_exposure_check is not None:
         after_exposure_check()
     core = SchedulerCore(registry.models, core_policy(s), time.time, new_job_id)
+    writable_folder("scheduler.artifact_dir", s.artifact_dir)
     runtime = SchedulerRuntime(
         core,
-        store or JobStore(s.store_path),
+        store or _open_store(s.store_path),
         # The standard AWS variables, read here at start-up (never at import).
         build_artifact_store(s, os.environ),
         link or GrpcWorkerLink(credentials, s.max_message_bytes),

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from mediamesh.common.credentials import NO_INTERNAL_CREDENTIAL, InternalCredentials
 from mediamesh.common.exposure import refuse_open_off_loopback
+from mediamesh.common.folders import writable_folder
 from mediamesh.common.registry import ModelSpec, Registry
 from mediamesh.common.server import Registration, RunningServer, start_server
 from mediamesh.common.settings import ConfigError, MeshConfig, WorkerSettings
@@ -92,6 +93,7 @@ def load_hosts(
     )
     # Every entry's files before any model loads: a refusal must not wait for the others,
     # and a model hosted cold would otherwise find out only at its first batch.
+    writable_folder("worker.checkpoint_dir", worker.checkpoint_dir)
     for spec in specs:
         refuse_unusable_adapters(spec, config.models_dir)
         fetch_if_allowed(spec, config.models_dir, worker.allow_downloads)
