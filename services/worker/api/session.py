@@ -103,9 +103,13 @@ class SchedulerSession:
                     log.warning("lost the scheduler at %s: %s", self.address, exc.code().name)
                 else:
                     self._log_failed_attach(exc)
+            except asyncio.InvalidStateError:
+                # A write to a call the scheduler already ended (it restarted, or was killed)
+                # raises this rather than an RPC error: the same loss, said the same way.
+                if self.registered.is_set():
+                    log.warning("lost the scheduler at %s: its call ended", self.address)
             except Exception as exc:
-                # A write to a call the scheduler already ended raises InvalidStateError, not
-                # an RPC error; any such failure must lead to a reconnect, never end the session.
+                # Any other failure must lead to a reconnect too, never end the session.
                 log.warning("scheduler session at %s failed: %r; reconnecting", self.address, exc)
             finally:
                 self.registered.clear()
