@@ -57,8 +57,9 @@ class SchedulerWatch:
         elif self.serving and now - self._last_answer >= self.lost_after_s:
             log.warning(
                 "no SERVING answer from the scheduler (gateway.scheduler_address) for %.1f s: "
-                "it is down or unreachable, or it refuses the gateway's internal_auth token or "
-                "internal_tls certificate (the scheduler's log names a refused token); "
+                "it is down or unreachable, its job store takes no writes, or it refuses the "
+                "gateway's internal_auth token or internal_tls certificate (the scheduler's "
+                "log names a failing store or a refused token); "
                 "reporting NOT_SERVING",
                 now - self._last_answer,
             )
