@@ -89,14 +89,37 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         cmd.set_defaults(handler=_cmd_status if name == "status" else _cmd_top)
 
     health = sub.add_parser("healthcheck", help="exit 0 when a service reports SERVING")
-    health.add_argument("--address", default="127.0.0.1:50051")
-    health.add_argument("--service", default="")
-    health.add_argument("--timeout", type=float, default=3.0)
+    health.add_argument(
+        "--address",
+        default="127.0.0.1:50051",
+        help="host:port of the service to ask (default: %(default)s, the gateway's)",
+    )
+    health.add_argument(
+        "--service",
+        default="",
+        help="gRPC health service name to ask about (default: '', the whole server)",
+    )
+    health.add_argument(
+        "--timeout",
+        type=float,
+        default=3.0,
+        help="seconds to wait for the answer (default: %(default)s)",
+    )
     health.set_defaults(handler=_cmd_healthcheck)
 
     drain = sub.add_parser("drain", help="ask a worker to checkpoint its jobs and stop")
-    drain.add_argument("--address", default="127.0.0.1:50060")
-    drain.add_argument("--grace-s", type=float, default=0.0)
+    drain.add_argument(
+        "--address",
+        default="127.0.0.1:50060",
+        help="host:port of the worker to drain (default: %(default)s, a worker's port)",
+    )
+    drain.add_argument(
+        "--grace-s",
+        type=float,
+        default=0.0,
+        help="seconds the worker waits for its jobs' checkpoints before exiting "
+        "(default: 0, the worker's drain_grace_s)",
+    )
     drain.add_argument("--exit", action="store_true", help="exit the worker once drained")
     _local_config_args(drain)
     drain.set_defaults(handler=_cmd_drain)

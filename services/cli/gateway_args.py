@@ -14,9 +14,16 @@ DEFAULT_GATEWAY = "127.0.0.1:50051"
 def add_gateway_arguments(cmd: argparse.ArgumentParser) -> None:
     """--gateway, --api-key and the TLS/mTLS flags, read by `gateway_options`."""
     cmd.add_argument(
-        "--gateway", default=os.environ.get("MEDIAMESH_GATEWAY_ADDRESS", DEFAULT_GATEWAY)
+        "--gateway",
+        default=os.environ.get("MEDIAMESH_GATEWAY_ADDRESS", DEFAULT_GATEWAY),
+        help="the gateway's host:port (env MEDIAMESH_GATEWAY_ADDRESS; default: %(default)s)",
     )
-    cmd.add_argument("--api-key", default=os.environ.get("MEDIAMESH_API_KEY"))
+    # The key itself stays out of --help, which would print one taken from the environment.
+    cmd.add_argument(
+        "--api-key",
+        default=os.environ.get("MEDIAMESH_API_KEY"),
+        help="API key sent as `authorization: Bearer` (env MEDIAMESH_API_KEY; default: none)",
+    )
     cmd.add_argument("--tls", action="store_true", help="TLS with the system's root certificates")
     # --ca-cert: the name `mediamesh batch` took before it had the mTLS flags.
     cmd.add_argument(

@@ -42,7 +42,16 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mediamesh", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
-    up = sub.add_parser("up", help="start scheduler, gateway and workers on loopback")
+    up = sub.add_parser(
+        "up",
+        help="start scheduler, gateway and workers on loopback",
+        description="Start scheduler, gateway and workers on loopback as child processes, "
+        "restart one that exits, and stop them all on Ctrl-C or SIGTERM.",
+        epilog="exit status: 0 stopped by Ctrl-C or SIGTERM once ready; 1 not ready within "
+        "--ready-timeout, or a child exited during start-up (its reason printed); 2 a "
+        "configuration refused before anything started (named field); 130/143 Ctrl-C/SIGTERM "
+        "before the mesh was ready",
+    )
     _config_arg(up)
     up.add_argument("--models-dir", type=Path, default=None, help="where the tiny models live")
     up.add_argument(
@@ -105,10 +114,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _cmd_up(args: argparse.Namespace) -> int:
     from mediamesh.cli.services import load
-    from mediamesh.cli.up import run_up
+    from mediamesh.cli.up import refuse_unstartable, run_up
 
     overrides = {"models_dir": str(args.models_dir)} if args.models_dir else None
     config, registry = load(args.config, overrides)
+    refuse_unstartable(config, registry)
     config = without_idle_spot_wait(config)
     if args.insecure:
         config = insecure_everywhere(config)

@@ -11,8 +11,39 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+
+def _bounded(
+    kind: type[int] | type[float], least: float, *, above: bool = False
+) -> Callable[[str], int | float]:
+    """An argparse type: a number of `kind` at least `least` (greater than it, with
+    `above`); argparse puts the flag's name before the refusal, which states the limit."""
+
+    def parse(text: str) -> int | float:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{'a whole number' if kind is int else 'a number'} is needed, not {text!r}"
+            ) from None
+        # `not value >= least` also refuses NaN, which compares false with everything.
+        if not value >= least or (above and value == least):
+            limit = f"greater than {least:g}" if above else f"at least {least:g}"
+            raise argparse.ArgumentTypeError(f"must be {limit}, not {text}")
+        return value
+
+    return parse
+
+
+def _fraction(text: str) -> float:
+    """--sla-target: a fraction of jobs, in (0, 1], as the scenario's right_size.target."""
+    value = _bounded(float, 0.0, above=True)(text)
+    if value > 1:
+        raise argparse.ArgumentTypeError(f"must be at most 1 (a fraction of jobs), not {text}")
+    return value
 
 
 def add_simulate_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -28,9 +59,17 @@ def add_simulate_command(sub: argparse._SubParsersAction[argparse.ArgumentParser
         default="small",
         help="scenario file (YAML or JSON) or a shipped one: small, fleet-1000 (default: small)",
     )
-    simulate.add_argument("--jobs", type=int, default=None, help="arrivals to simulate")
     simulate.add_argument(
-        "--devices", type=int, default=None, help="scale the fleet to this many devices"
+        "--jobs",
+        type=_bounded(int, 1),
+        default=None,
+        help="arrivals to simulate, at least 1 (default: the file's workload.jobs)",
+    )
+    simulate.add_argument(
+        "--devices",
+        type=_bounded(int, 1),
+        default=None,
+        help="scale the fleet to this many devices, at least 1",
     )
     simulate.add_argument("--seed", type=int, default=None, help="random seed (default: file's)")
     simulate.add_argument(
@@ -40,14 +79,20 @@ def add_simulate_command(sub: argparse._SubParsersAction[argparse.ArgumentParser
         "--right-size", action="store_true", help="search for the cheapest fleet meeting the SLA"
     )
     simulate.add_argument(
-        "--sla-target", type=float, default=None, help="right-size: fraction within SLA (0.99)"
+        "--sla-target",
+        type=_fraction,
+        default=None,
+        help="right-size: fraction within SLA, above 0 and at most 1 (default: the file's, 0.99)",
     )
     simulate.add_argument(
-        "--window-s", type=float, default=None, help="right-size: seconds of arrivals per trial"
+        "--window-s",
+        type=_bounded(float, 0.0, above=True),
+        default=None,
+        help="right-size: seconds of arrivals per trial, above 0 (default: the file's)",
     )
     simulate.add_argument(
         "--dispatch-interval-s",
-        type=float,
+        type=_bounded(float, 0.0),
         default=None,
         help="least seconds between scheduling passes (default: file's, 0 = every event)",
     )
@@ -88,7 +133,29 @@ def _simulate(scenario: object, args: argparse.Namespace) -> int:
         write_plot(result, stem.with_suffix(".png"))
     print(_summary(data))
     print(f"results: {stem.with_suffix('.json')}" + ("" if args.no_plot else " and .png"))
+    unfinished = _unfinished(data)
+    if unfinished:
+        # The results are written either way (an overload scenario is worth its plot), but
+        # a run that left jobs queued past drain_s did not serve its workload: a script
+        # must not read it as one that did.
+        drain_s = scenario.drain_s  # type: ignore[attr-defined]
+        print(
+            f"mediamesh simulate: {data['total']['unfinished']:,} jobs unfinished ({unfinished}):"
+            f" still queued or running {drain_s:g} s after the last arrival (drain_s);"
+            " their waits and latencies count as infinite (inf)",
+            file=sys.stderr,
+        )
+        return 1
     return 0
+
+
+def _unfinished(data: dict[str, Any]) -> str:
+    """The jobs the run ended without, per modality (`image 2,473, audio 3`), or ""."""
+    return ", ".join(
+        f"{modality} {stats['unfinished']:,}"
+        for modality, stats in data["by_modality"].items()
+        if stats["unfinished"]
+    )
 
 
 def _right_size(scenario: object, args: argparse.Namespace) -> int:
@@ -135,7 +202,10 @@ def _right_size(scenario: object, args: argparse.Namespace) -> int:
 
 
 def _fmt(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f}"
+    """A percentile: `-` without jobs, `inf` when it reaches jobs that never ended."""
+    if value is None:
+        return "-"
+    return "inf" if value == float("inf") else f"{value:.2f}"
 
 
 def _summary(data: dict[str, Any]) -> str:

@@ -25,11 +25,49 @@ from pydantic import SecretStr, TypeAdapter
 from mediamesh.cli.core_sharing import with_shared_cores
 from mediamesh.cli.run_dir import run_config_path, write_private
 from mediamesh.common.api.health import is_serving
-from mediamesh.common.config_loader import ENV_PREFIX
+from mediamesh.common.config_loader import ENV_PREFIX, ConfigError
 from mediamesh.common.credentials import InternalCredentials
+from mediamesh.common.registry import Registry
+from mediamesh.common.server import public_tls
 from mediamesh.common.settings import InternalAuthSettings, MeshConfig
 
 _PR_SET_PDEATHSIG = 1
+# What `mediamesh up` exits with (see `mediamesh up --help`): a configuration it refuses
+# before starting anything exits 2, as the load of a bad config does; a signal during
+# start-up exits as a shell reports one (128 + it).
+EXIT_NOT_READY = 1
+EXIT_CONFIG = 2
+# SIGINT 130, SIGTERM 143.
+EXIT_SIGNAL_BASE = 128
+
+
+def refuse_unstartable(config: MeshConfig, registry: Registry) -> None:
+    """ConfigError, naming the field, for what the children would refuse or `up` could not
+    wait for, found before any child starts: a port 0 (the service would bind a random
+    port that `up` cannot dial to see it ready), a gateway TLS file that cannot be read, and
+    a worker model not in the registry."""
+    ports = [
+        ("scheduler.port", config.scheduler.port),
+        ("gateway.port", config.gateway.port),
+        *((f"workers[{i}].port", w.port) for i, w in enumerate(config.workers)),
+    ]
+    for field_name, port in ports:
+        if port == 0:
+            raise ConfigError(
+                f"{field_name}: 0 (any free port) cannot be used by `mediamesh up`, which "
+                "dials each service's port to see it ready; give a port from 1 to 65535"
+            )
+    # Reads and checks the gateway's TLS pair as the gateway will (ConfigError naming
+    # gateway.tls.cert_file or key_file).
+    public_tls(config.gateway.tls)
+    known = {spec.name for spec in registry.models}
+    for i, worker in enumerate(config.workers):
+        unknown = [m for m in worker.models if m not in known]
+        if unknown:
+            raise ConfigError(
+                f"workers[{i}].models: {', '.join(unknown)} not in the registry "
+                f"(worker {worker.worker_id!r}; known: {', '.join(sorted(known))})"
+            )
 
 
 def _die_with_parent() -> None:
@@ -162,11 +200,26 @@ class Mesh:
                 return False
             dead = [c for c in self.children if not c.alive]
             if dead:
-                raise RuntimeError("; ".join(_start_up_failure(c) for c in dead))
-            if all(self._serving(c) for c in self.children) and self._workers_registered():
+                raise StartUpFailed(dead)
+            if not self.not_ready():
                 return True
             time.sleep(0.25)
         return False
+
+    def not_ready(self) -> list[str]:
+        """What is not ready yet: each child not serving by name and address, and the
+        workers serving but not yet registered with the scheduler."""
+        waiting = [f"{c.name} ({c.address})" for c in self.children if not self._serving(c)]
+        if waiting:
+            return waiting
+        from mediamesh.cli.api.mesh_client import registered_workers
+
+        registered = registered_workers(self.config)
+        return [
+            f"{w.worker_id} (serving, not registered with the scheduler)"
+            for w in self.config.workers
+            if w.worker_id not in registered
+        ]
 
     def _serving(self, child: Child) -> bool:
         # The gateway's listener is public; the others speak the internal credential's TLS.
@@ -194,12 +247,6 @@ class Mesh:
                 return True
         except OSError:
             return False
-
-    def _workers_registered(self) -> bool:
-        from mediamesh.cli.api.mesh_client import registered_workers
-
-        wanted = {w.worker_id for w in self.config.workers}
-        return wanted <= registered_workers(self.config)
 
     def supervise(self) -> None:
         """Restart children that exit unexpectedly, until stop() is called."""
@@ -236,6 +283,19 @@ class Mesh:
                     child.process.wait()
 
 
+class StartUpFailed(RuntimeError):
+    """Children exited before the mesh was ready; the message says why each did.
+
+    `up` exits 1 for it (EXIT_NOT_READY), not 2, even when the child refused its
+    configuration: a child exits 2 for a ConfigError and for a StartupError alike (a port
+    in use, a model that does not fit), so its code cannot tell a configuration error
+    from the machine's state. What `up` can check itself it checks before starting
+    anything (`refuse_unstartable`), and exits 2 for."""
+
+    def __init__(self, dead: list[Child]) -> None:
+        super().__init__("; ".join(_start_up_failure(c) for c in dead))
+
+
 def _start_up_failure(child: Child) -> str:
     reason = child.exit_reason()
     if reason is None:
@@ -244,27 +304,40 @@ def _start_up_failure(child: Child) -> str:
 
 
 def run_up(config: MeshConfig, run_dir: Path, ready_timeout_s: float, restart: bool) -> int:
+    """Starts the mesh and supervises it until a signal; the exit code (EXIT_*)."""
     mesh = Mesh(config, run_dir, restart=restart)
+    received: list[int] = []
 
     def on_signal(signum: int, frame: object) -> None:
+        received.append(signum)
         mesh._stopping = True
 
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
+    started = time.monotonic()
     mesh.start()
     try:
         if not mesh.wait_ready(ready_timeout_s):
-            if mesh._stopping:
-                return 0
-            print(f"mediamesh: not ready after {ready_timeout_s:.0f} s; logs in {run_dir}")
-            return 1
+            if received:
+                # Stopped before it was ready: not a clean run, and a script must see that.
+                name = signal.Signals(received[0]).name
+                print(f"mediamesh: {name} before the mesh was ready; stopping", file=sys.stderr)
+                return EXIT_SIGNAL_BASE + received[0]
+            waiting = "; ".join(mesh.not_ready())
+            print(
+                f"mediamesh: not ready after {time.monotonic() - started:.0f} s "
+                f"(--ready-timeout {ready_timeout_s:g}); waiting for {waiting}; logs in {run_dir}",
+                file=sys.stderr,
+            )
+            return EXIT_NOT_READY
         http = f", http {mesh.http_url}" if mesh.http_url else ""
         print(f"mediamesh ready: gateway {mesh.gateway.address}{http}", flush=True)
         mesh.supervise()
+        # A signal once the mesh was ready is how it is meant to stop: a clean exit.
         return 0
-    except RuntimeError as exc:
+    except StartUpFailed as exc:
         print(f"mediamesh: {exc}", file=sys.stderr)
-        return 1
+        return EXIT_NOT_READY
     finally:
         mesh.stop()
         print("mediamesh stopped", flush=True)

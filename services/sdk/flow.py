@@ -52,6 +52,25 @@ class StreamLimit(Protocol):
         ...
 
 
+def unreachable_gateway(target: str, tried: str, cause: str = "") -> GatewayError:
+    """The error of a call that no gateway ever answered: one wording, naming the address,
+    for every call and client command (`tried`: how long, and what bounded it; `cause`:
+    gRPC's own reason, kept after the sentence a user reads first)."""
+    message = f"cannot reach the gateway at {target} ({tried})"
+    return GatewayError(StatusCode.UNAVAILABLE, f"{message}: {cause}" if cause else message)
+
+
+def unary_failure(
+    error: GatewayError, target: str, tried_s: float, connected: bool
+) -> GatewayError:
+    """What a failed unary call raises: `error`, or, when it is UNAVAILABLE and the channel
+    is not connected (so no gateway answered it: one that did would have left the channel
+    READY), the same words as a generate that never reached the gateway."""
+    if error.code != StatusCode.UNAVAILABLE or connected:
+        return error
+    return unreachable_gateway(target, f"{tried_s:.1f} s of tries", error.message)
+
+
 def closed_client() -> GatewayError:
     """The error of a call on a closed client, or of one open when the client was closed."""
     return GatewayError(
@@ -128,7 +147,9 @@ class JobStream:
     then either makes the job, if the first never arrived, or follows the one it made. Until
     that first event, which says the job was accepted, the caller's `timeout_s` (what a
     Submit may take) bounds the sending and the waiting too: an unreachable gateway then
-    fails the call soon after it, as a Submit would, rather than after `reattach_s`.
+    fails the call soon after it, as a Submit would, rather than after `reattach_s`. A Watch
+    of a job given by id is bounded the same way until its first event: `reattach_s` is for
+    a job whose gateway did answer and then dropped, not for a gateway never reached.
     """
 
     def __init__(
@@ -148,10 +169,14 @@ class JobStream:
         self._ends_at = (
             None if settings.stream_timeout_s is None else started + settings.stream_timeout_s
         )
-        # Until a first event names the job: when to stop sending a resendable request.
+        # Until a first event: when to stop sending a resendable request, or watching a job
+        # through a gateway that has not answered once (job_id given: a Watch).
+        bounded = resendable or bool(job_id)
         self._accepted_by = (
-            started + settings.timeout_s if resendable and settings.timeout_s is not None else None
+            started + settings.timeout_s if bounded and settings.timeout_s is not None else None
         )
+        # Whether any event came back: until then an UNAVAILABLE means no gateway was reached.
+        self._answered = False
         self._started = started
         self._resendable = resendable
         self.job_id = job_id
@@ -167,6 +192,7 @@ class JobStream:
     def is_news(self, event: Event) -> bool:
         """Whether to give `event` to the caller; notes it when so."""
         self.job_id = event.job_id
+        self._answered = True
         replayed, self._replaying = self._replaying, False
         if replayed and self._delivered(event):
             return False
@@ -213,11 +239,12 @@ class JobStream:
             return None
         ends_at = self._waiting_ends_at()
         if ends_at is not None and now + wait >= ends_at:
-            if self.job_id or ends_at - now <= LAST_SEND_S:
+            if self._answered or ends_at - now <= LAST_SEND_S:
                 return None
-            # Not yet accepted: the request is sent once more just before timeout_s is out,
-            # so that a gateway back by then still takes it, and one that is not fails the
-            # call at its timeout rather than a backoff's length before it.
+            # Not yet answered: the request (a Generate with its key, or a Watch, a read) is
+            # sent once more just before timeout_s is out, so that a gateway back by then
+            # still takes it, and one that is not fails the call at its timeout rather than a
+            # backoff's length before it.
             wait = ends_at - now - LAST_SEND_S
         self._reattaches += 1
         self._replaying = True
@@ -238,17 +265,17 @@ class JobStream:
     def error_to_raise(self, error: GatewayError) -> GatewayError:
         """What to raise once `reattach_wait` said no to `error`: `error` itself, or, for a
         request no gateway answered before it was given up, one that names the gateway."""
-        if self.job_id or not self._resendable or error.code not in REATTACH_CODES:
+        if self._answered or error.code not in REATTACH_CODES:
             return error
         if error is self._expired:
             return error  # already says all this
-        return GatewayError(
-            error.code,
-            f"cannot reach the gateway at {self._target} "
-            f"({self._clock() - self._started:.1f} s of tries{self._bound_text()}): "
-            f"{error.message}",
-            error.retry_after_s,
+        unreachable = unreachable_gateway(
+            self._target,
+            f"{self._clock() - self._started:.1f} s of tries{self._bound_text()}",
+            error.message,
         )
+        unreachable.job_id = self.job_id
+        return unreachable
 
     def seconds_left(self) -> float | None:
         """Seconds until the open call is given up (see StreamLimit): what is left of
@@ -263,7 +290,7 @@ class JobStream:
         return self._expired
 
     def _expiry_error(self, connected: bool) -> GatewayError:
-        if self.job_id:
+        if self.job_id and self._ends_at is not None and self._clock() >= self._ends_at:
             # Only the waiting ends: the job keeps its own limit, timeout_ms.
             return GatewayError(
                 StatusCode.DEADLINE_EXCEEDED,
@@ -272,12 +299,19 @@ class JobStream:
                 "stop it with cancel(job_id)",
                 job_id=self.job_id,
             )
-        # Nothing named a job yet: either the gateway could not be reached (the channel still
-        # trying to connect), or it was and did not accept the request in time.
+        # timeout_s ran out before any event: either the gateway could not be reached (the
+        # channel still trying to connect), or it was and did not answer in time.
         took = f"{self._clock() - self._started:.1f} s{self._bound_text()}"
         if not connected:
+            unreachable = unreachable_gateway(self._target, took)
+            unreachable.job_id = self.job_id
+            return unreachable
+        if self.job_id:  # a Watch the gateway took but has not answered
             return GatewayError(
-                StatusCode.UNAVAILABLE, f"cannot reach the gateway at {self._target} ({took})"
+                StatusCode.DEADLINE_EXCEEDED,
+                f"no answer from the gateway at {self._target} about job {self.job_id!r} "
+                f"({took}); the job, if it exists, goes on",
+                job_id=self.job_id,
             )
         return GatewayError(
             StatusCode.DEADLINE_EXCEEDED,
@@ -289,7 +323,7 @@ class JobStream:
         """When the caller stops waiting: stream_timeout_s from the first call, and until a
         job is accepted, timeout_s from then too (None: never)."""
         ends = [self._ends_at]
-        if not self.job_id:
+        if not self._answered:
             ends.append(self._accepted_by)
         return min((end for end in ends if end is not None), default=None)
 

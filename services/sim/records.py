@@ -55,6 +55,12 @@ class JobRecords:
         latency = self.finished - self.plan.times
         wait = self.first_dispatch - self.plan.times
         within = latency <= self.job_slas(queues, missing=float("inf"))
+        # A job still pending when the run ends waited, and took, longer than the run: it
+        # counts as infinitely late rather than dropping out of the percentiles, which would
+        # then describe only the jobs that were lucky enough to run.
+        unfinished = self.outcome == PENDING
+        wait[unfinished & np.isnan(wait)] = np.inf
+        latency[unfinished] = np.inf
         result: dict[str, Any] = {"by_modality": {}, "by_modality_priority": {}}
         for m, modality in enumerate(self.modalities):
             of_modality = self.modality == m
@@ -121,11 +127,29 @@ class JobRecords:
 
 
 def _percentiles(values: np.ndarray) -> dict[str, float | None]:
+    """p50/p95/p99 of `values` (NaN ignored) by linear interpolation; a percentile whose
+    rank reaches an infinite value (a job that never ended) is infinite."""
     values = values[~np.isnan(values)]
     if len(values) == 0:
         return {f"p{p}": None for p in PERCENTILES}
-    points = np.percentile(values, PERCENTILES)
-    return {f"p{p}": float(v) for p, v in zip(PERCENTILES, points, strict=True)}
+    if np.isfinite(values).all():
+        points = np.percentile(values, PERCENTILES)
+        return {f"p{p}": float(v) for p, v in zip(PERCENTILES, points, strict=True)}
+    # numpy interpolates inf - x into NaN: rank by hand.
+    ordered = np.sort(values)
+    out: dict[str, float | None] = {}
+    for p in PERCENTILES:
+        position = p / 100 * (len(ordered) - 1)
+        low = int(position)
+        high = min(low + 1, len(ordered) - 1)
+        fraction = position - low
+        if fraction == 0:
+            out[f"p{p}"] = float(ordered[low])
+        elif np.isinf(ordered[high]):
+            out[f"p{p}"] = float("inf")
+        else:
+            out[f"p{p}"] = float(ordered[low] + (ordered[high] - ordered[low]) * fraction)
+    return out
 
 
 def _stats(
@@ -147,7 +171,9 @@ def _stats(
         "sla_s": sla,
         "sla_attainment": float(met.sum()) / total if total else None,
         "wait_s": _percentiles(wait[mask]),
-        "latency_s": _percentiles(latency[done]),
+        # Succeeded jobs, and unfinished ones as infinite: failed and rejected jobs have a
+        # latency, but not one of a served job.
+        "latency_s": _percentiles(latency[done | (mask & (outcome == PENDING))]),
     }
 
 

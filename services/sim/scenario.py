@@ -75,7 +75,20 @@ class Deployment(Section):
     def _scaled_pools_have_a_queue(self) -> Deployment:
         if self.autoscale is not None and self.modality is None:
             raise ValueError(f"deployment {self.name!r}: autoscale needs a modality (its queue)")
+        scale = self.autoscale
+        if scale is not None and scale.min_replicas > scale.max_replicas:
+            # Refused rather than clamped: which of the two the author meant is unknown.
+            raise ValueError(
+                f"deployment {self.name!r}: autoscale.min_replicas ({scale.min_replicas}) "
+                f"must be at most autoscale.max_replicas ({scale.max_replicas})"
+            )
         return self
+
+    @property
+    def can_serve(self) -> bool:
+        """Whether this deployment ever has a replica: one to start with, or an autoscaler
+        (max_replicas is at least 1) to add one."""
+        return self.replicas > 0 or self.autoscale is not None
 
 
 class Arrivals(Section):
@@ -164,6 +177,9 @@ class Scenario(Section):
 
     @model_validator(mode="after")
     def _references_resolve(self) -> Scenario:
+        if not self.fleet:
+            # Every job would stay queued to the end of the run: nothing to simulate.
+            raise ValueError("fleet: needs at least one deployment")
         for deployment in self.fleet:
             if deployment.device not in self.device_types:
                 raise ValueError(
@@ -201,14 +217,19 @@ def parse_scenario(raw: object, origin: str = "scenario", base: Path | None = No
     try:
         scenario = Scenario.model_validate(raw)
     except ValidationError as exc:
-        details = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
-        )
+        details = "; ".join(_error_text(e["loc"], e["msg"]) for e in exc.errors())
         raise ScenarioError(f"{origin}: {details}") from None
     if base is not None:
         scenario = _resolve_paths(scenario, base)
     _check_models(scenario, origin)
     return scenario
+
+
+def _error_text(loc: tuple[int | str, ...], message: str) -> str:
+    """One validation error as `field.path: reason`; a check of the whole scenario (no
+    path) names its fields itself, and pydantic's "Value error, " says nothing to a user."""
+    message = message.removeprefix("Value error, ")
+    return f"{'.'.join(str(p) for p in loc)}: {message}" if loc else message
 
 
 def _resolve_paths(scenario: Scenario, base: Path) -> Scenario:
@@ -224,14 +245,42 @@ def _resolve_paths(scenario: Scenario, base: Path) -> Scenario:
 
 
 def _check_models(scenario: Scenario, origin: str) -> None:
-    known = set(scenario.specs())
+    specs = scenario.specs()
     for model in scenario.workload.models:
-        if model not in known:
+        if model not in specs:
             raise ScenarioError(f"{origin}: workload model {model!r} is not in the registry")
     for name, device in scenario.device_types.items():
-        unknown = set(device.step_s_per_unit) - known
+        unknown = set(device.step_s_per_unit) - set(specs)
         if unknown:
             raise ScenarioError(f"{origin}: device {name!r} has speeds for unknown {unknown}")
+    unservable = unservable_models(scenario, scenario.fleet, specs)
+    if unservable:
+        raise ScenarioError(f"{origin}: {unservable}")
+
+
+def unservable_models(
+    scenario: Scenario, fleet: list[Deployment], specs: dict[str, ModelSpec]
+) -> str | None:
+    """Why some workload model can never run on `fleet` (None when every one can): no
+    deployment with a replica, or an autoscaler, has a device type with a speed for it, in
+    its modality. Such jobs would only wait to the end of the run, and be reported as
+    unfinished rather than as the scenario's mistake."""
+    served: set[str] = set()
+    for deployment in fleet:
+        if not deployment.can_serve:
+            continue
+        for model in scenario.device_types[deployment.device].step_s_per_unit:
+            modality = specs[model].modality
+            if deployment.modality is None or deployment.modality == modality:
+                served.add(model)
+    missing = [m for m in scenario.workload.models if m not in served]
+    if not missing:
+        return None
+    return (
+        f"workload.models {missing} cannot run: no deployment in `fleet` with a replica or "
+        "an autoscale has a device type with a speed for them "
+        "(device_types.<device>.step_s_per_unit) in its modality"
+    )
 
 
 BUILTIN_SCENARIOS = ("small", "fleet-1000")

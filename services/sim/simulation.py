@@ -19,7 +19,7 @@ from mediamesh.sim.cluster import Cluster
 from mediamesh.sim.engine import Engine
 from mediamesh.sim.fleet import DeploymentState, Speed, hosted_models
 from mediamesh.sim.records import JobRecords, TimeSeries
-from mediamesh.sim.scenario import Autoscale, Deployment, Scenario
+from mediamesh.sim.scenario import Autoscale, Deployment, Scenario, unservable_models
 
 _PARAM_NAMES = {f.name for f in fields(GenerationParams)} - {"prompt", "negative_prompt", "seed"}
 
@@ -165,6 +165,11 @@ def build(
     params = {m: job_params(specs[m], workload.params.get(m, {})) for m in specs}
     plan = plan if plan is not None else generate(workload, seed, jobs)
     fleet = scale_fleet(scenario.fleet, devices) if devices is not None else scenario.fleet
+    if devices is not None:
+        # Too few devices for every deployment leaves some with none: say so before the run.
+        unservable = unservable_models(scenario, fleet, specs)
+        if unservable:
+            raise ValueError(f"--devices {devices}: {unservable}")
     quotas = {
         name: TenantQuota(t.weight, t.max_queued, t.max_running)
         for name, t in workload.tenants.items()

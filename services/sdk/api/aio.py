@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -13,7 +14,7 @@ from mediamesh.sdk.api import convert
 from mediamesh.sdk.api.channel import aio_channel, call_metadata
 from mediamesh.sdk.errors import GatewayError
 from mediamesh.sdk.events import Event
-from mediamesh.sdk.flow import StreamLimit, closed_client
+from mediamesh.sdk.flow import StreamLimit, closed_client, unary_failure
 from mediamesh.sdk.options import ClientSettings, GenerateParams
 from mediamesh.sdk.types import (
     Chunk,
@@ -65,13 +66,19 @@ class AsyncTransport:
             raise
 
     async def _unary(self, method: Any, request: Any) -> Any:
+        started = time.monotonic()
         call: Awaitable[Any] = self._opened(
             lambda: method(request, metadata=self._metadata, timeout=self._settings.timeout_s)
         )
         try:
             return await call
         except grpc.aio.AioRpcError as exc:
-            raise self._failure(exc) from None
+            error = self._failure(exc)
+            if self._closed:
+                raise error from None
+            connected = self._channel.get_state() is grpc.ChannelConnectivity.READY
+            tried_s = time.monotonic() - started
+            raise unary_failure(error, self._settings.target, tried_s, connected) from None
         except asyncio.CancelledError:
             if _cancelled_by_close(self._closed):
                 raise closed_client() from None

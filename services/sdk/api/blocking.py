@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
@@ -14,7 +15,7 @@ from mediamesh.sdk.api import convert
 from mediamesh.sdk.api.channel import blocking_channel, call_metadata
 from mediamesh.sdk.errors import GatewayError
 from mediamesh.sdk.events import Event
-from mediamesh.sdk.flow import StreamLimit, closed_client
+from mediamesh.sdk.flow import StreamLimit, closed_client, unary_failure
 from mediamesh.sdk.options import ClientSettings, GenerateParams
 from mediamesh.sdk.types import (
     Chunk,
@@ -115,12 +116,17 @@ class BlockingTransport:
             self._channel.unsubscribe(deliver)
 
     def _unary(self, method: Any, request: Any) -> Any:
+        started = time.monotonic()
         try:
             return self._opened(
                 lambda: method(request, metadata=self._metadata, timeout=self._settings.timeout_s)
             )
         except grpc.RpcError as exc:
-            raise self._failure(exc) from None
+            error = self._failure(exc)
+            if self._closed:
+                raise error from None
+            tried_s = time.monotonic() - started
+            raise unary_failure(error, self._settings.target, tried_s, self._connected()) from None
 
     def _stream(self, method: Any, request: Any, limit: StreamLimit | None = None) -> Iterator[Any]:
         """The call's messages; with `limit` it has no gRPC deadline and is given up on this
