@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import inspect
 import logging
@@ -23,6 +24,8 @@ INTERNAL_TOKEN_KEY = "x-mediamesh-token"
 # Probes (the kubelet's, load balancers') send no credential. Reflection is not open: it
 # describes the whole internal API, so grpcurl needs `-H 'x-mediamesh-token: ...'` there.
 _HEALTH_PREFIX = "/grpc.health.v1.Health/"
+# How long a client stream refused for its credential is read before the refusal is sent.
+DRAIN_BEFORE_REFUSAL_S = 5.0
 
 # The interceptor serves every service, so requests and responses are of any message type.
 # (Quoted: grpc's classes are generic only in their type stubs.)
@@ -115,9 +118,23 @@ class ServiceInterceptor(grpc.aio.ServerInterceptor):
         )
 
 
+async def _drain(requests: AsyncIterator[Any]) -> None:
+    """Read a refused client stream to its end, for at most DRAIN_BEFORE_REFUSAL_S."""
+    with contextlib.suppress(Exception):
+        async with asyncio.timeout(DRAIN_BEFORE_REFUSAL_S):
+            async for _ in requests:
+                pass
+
+
 def _wrap(handler: Handler, service: str, name: str, authorised: bool) -> Handler:
-    async def check(context: Context) -> None:
+    async def check(context: Context, requests: AsyncIterator[Any] | None = None) -> None:
         if not authorised:
+            if requests is not None:
+                # An asyncio client still writing when the refusal arrives reports INTERNAL
+                # instead of it (grpc/grpc#36066): a gateway relaying an upload with a wrong
+                # token told its caller "internal error" rather than that its credential
+                # was refused. So the stream is read first, for a bounded time.
+                await _drain(requests)
             await context.abort(
                 to_grpc(StatusCode.UNAUTHENTICATED),
                 f"missing or wrong {INTERNAL_TOKEN_KEY} metadata (internal service)",
@@ -133,7 +150,7 @@ def _wrap(handler: Handler, service: str, name: str, authorised: bool) -> Handle
         async def unary(request: Any, context: Context) -> Any:
             start, cancelled = time.perf_counter(), False
             try:
-                await check(context)
+                await check(context, request if handler.stream_unary else None)
                 return await inner(request, context)
             except asyncio.CancelledError:
                 cancelled = True

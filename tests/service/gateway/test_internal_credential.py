@@ -174,3 +174,29 @@ async def test_an_unreachable_scheduler_is_logged_with_its_address_but_not_told_
         assert len(warnings) == 1 and str(unused_tcp_port) in warnings[0], warnings
     finally:
         await gateway.stop(0)
+
+
+async def test_uploads_refused_for_the_gateway_token_never_read_as_internal(
+    tmp_path: Path, models_dir: Path
+) -> None:
+    """The scheduler reads a refused upload stream before refusing it: an asyncio client
+    still writing when a refusal arrives reports INTERNAL instead (grpc/grpc#36066), so some
+    uploads through a gateway with a wrong token answered "internal error"."""
+    mesh = await start_mesh(tmp_path, models_dir, [], token="right-token")
+    scheduler = f"127.0.0.1:{mesh.scheduler.port}"
+    wrong = await start_gateway(
+        gateway_config(mesh.config, "wrong-token", scheduler), load_registry()
+    )
+    # Several chunks each: the gateway is still writing when the scheduler answers.
+    chunks = [gateway_pb2.UploadChunk(data=b"x" * 65536) for _ in range(8)]
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{wrong.port}") as channel:
+            stub = gateway_pb2_grpc.GatewayStub(channel)
+            errors = await asyncio.gather(
+                *(refused(stub.Upload(iter(chunks), timeout=20)) for _ in range(40))
+            )
+    finally:
+        await wrong.stop(0.5)
+        await stop_mesh(mesh)
+    codes = [(e.code(), e.details()) for e in errors]
+    assert set(codes) == {(grpc.StatusCode.UNAVAILABLE, upstream.REFUSED_MESSAGE)}, codes
