@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import sys
 from collections.abc import Callable
@@ -229,6 +230,14 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    finally:
+        # A blocking gRPC call object left in a reference cycle is otherwise finalized at
+        # interpreter exit, after Python has stopped grpc's daemon threads: one stopped while
+        # holding that call's lock (its channel thread handling the call's end) left the
+        # call's __del__ waiting on the lock forever, and the command hung after its work
+        # was done (seen as `generate` never returning under load). Collected here, the
+        # thread is still alive to let go of the lock.
+        gc.collect()
 
 
 if __name__ == "__main__":
