@@ -24,6 +24,11 @@ from mediamesh.common.errors import InvalidArgument, MeshError, StatusCode
 from mediamesh.common.http_status import http_status_of
 
 OPENAI_PREFIXES = ("/v1/images/", "/v1/videos", "/v1/models/")
+# The mesh's own API under /v1, whose errors keep the mesh's `{code, message}` shape even
+# when no route matched. Any other /v1 path is one an OpenAI client may call (POST
+# /v1/chat/completions): its 404 or 405 comes in OpenAI's shape, which that client reads.
+MESH_PREFIXES = ("/v1/jobs",)
+OPENAI_ROUTES = ("/v1/images/generations", "/v1/images/edits", "/v1/videos", "/v1/models")
 UNSUPPORTED_MEDIA_TYPE = 415
 # Seconds a caller is asked to wait when the mesh is unavailable and said for how long: the
 # gateway rechecks its scheduler about this often, and a client that retries at once (the
@@ -43,12 +48,16 @@ class UnsupportedMediaType(InvalidArgument):
     stays INVALID_ARGUMENT, as for any other bad request body."""
 
 
-def error_response(error: MeshError, path: str = "") -> JSONResponse:
-    """The answer to `error` on `path`."""
-    status = UNSUPPORTED_MEDIA_TYPE if isinstance(error, UnsupportedMediaType) else None
+def error_response(
+    error: MeshError, path: str = "", openai: bool = False, status: int | None = None
+) -> JSONResponse:
+    """The answer to `error` on `path`, with `status` if given, else the code's; in OpenAI's
+    shape under its prefixes, or with `openai`."""
+    if status is None and isinstance(error, UnsupportedMediaType):
+        status = UNSUPPORTED_MEDIA_TYPE
     status = status or http_status_of(error)
     body: dict[str, object] = {"code": str(error.code), "message": error.message}
-    if path.startswith(OPENAI_PREFIXES):
+    if openai or path.startswith(OPENAI_PREFIXES):
         body = {
             "error": {
                 "message": error.message,
@@ -132,8 +141,18 @@ def install(app: FastAPI) -> None:
         code = {404: StatusCode.NOT_FOUND, 405: StatusCode.UNIMPLEMENTED}.get(
             exc.status_code, StatusCode.INVALID_ARGUMENT
         )
-        response = error_response(MeshError(str(exc.detail), code=code), request.url.path)
-        response.status_code = exc.status_code
+        path = request.url.path
+        # No route matched (or none with this method): under /v1 outside the mesh's own
+        # paths the caller is likely an OpenAI client (the /v1/models listing is OpenAI's
+        # too), so the answer is in OpenAI's shape.
+        openai = path.startswith("/v1/") and not path.startswith(MESH_PREFIXES)
+        message = str(exc.detail)
+        if openai and exc.status_code == 404 and message == "Not Found":
+            message = (
+                f"Invalid URL ({request.method} {path[:128]}): this gateway serves "
+                f"{', '.join(OPENAI_ROUTES)} of OpenAI's API"
+            )
+        response = error_response(MeshError(message, code=code), path, openai, exc.status_code)
         response.headers.update(exc.headers or {})
         if exc.status_code == 405:
             # RFC 9110 requires Allow here. The router's names only the first route that

@@ -16,7 +16,7 @@ from starlette.requests import Request
 from mediamesh.common.errors import InvalidArgument, MeshError, StatusCode
 from mediamesh.common.limits import MAX_SEED
 from mediamesh.common.params import parse_priority
-from mediamesh.gateway.api.json_plane import JsonObject, JsonPlane
+from mediamesh.gateway.api.json_plane import JsonObject, JsonPlane, generate_request_schema
 from mediamesh.gateway.core.tenancy import Caller, Tenancy
 from mediamesh.gateway.http.errors import renamed_fields
 
@@ -25,6 +25,8 @@ T = TypeVar("T")
 _SIZE = re.compile(r"(\d+)x(\d+)", re.ASCII)
 # OpenAI sets no bound on `user`; one here keeps a caller's string out of the logs' bulk.
 MAX_END_USER_CHARS = 256
+# The mesh's own job fields, which may ride beside OpenAI's (the openai client's extra_body).
+_MESH_FIELDS = frozenset(generate_request_schema()["properties"])
 # The message heads of the mesh's fields that OpenAI's `size` sets, for `openai_names`.
 SIZE_NAMES = {"width": "size: width", "height": "size: height"}
 
@@ -215,3 +217,25 @@ def log_end_user(route: str, caller: Caller, user: str | None, jobs: list[str]) 
 def mesh_fields(extra: dict[str, Any]) -> JsonObject:
     """The mesh's own GenerateRequest fields a client passed beside OpenAI's (extra_body)."""
     return {k: v for k, v in extra.items() if v is not None}
+
+
+def check_known_fields(
+    names: Iterable[str],
+    route: str,
+    openai_fields: Iterable[str],
+    mesh_names: Iterable[str] | None = None,
+) -> None:
+    """InvalidArgument naming the first of `names` that is neither one of `openai_fields`
+    nor one of the mesh's own job fields the route takes (`mesh_names`; None: any of those
+    /v1/jobs takes), so that a misspelt or unsupported field is refused rather than ignored,
+    in words that name no internal type."""
+    allowed = _MESH_FIELDS if mesh_names is None else frozenset(mesh_names)
+    mesh = "the mesh's own job fields (those of /v1/jobs, e.g. steps, seed)"
+    if mesh_names is not None:
+        mesh = f"the mesh's own {', '.join(sorted(allowed))}"
+    for name in sorted(names):
+        if name not in allowed:
+            raise InvalidArgument(
+                f"{name[:64]}: not a field of {route}; it takes OpenAI's "
+                f"{', '.join(sorted(openai_fields))}, and {mesh}"
+            )

@@ -7,6 +7,11 @@ the local backend this gateway's result endpoint, which needs the same API key).
 the mesh's own (steps, seed, negative_prompt, guidance_scale, priority) may ride along, as
 the openai client's `extra_body`.
 
+OpenAI's fields that ask for something the mesh does not do (quality, style, background,
+moderation, stream, partial_images, input_fidelity) are accepted at the values that change
+nothing here, OpenAI's defaults among them, and refused (400, naming the field and the
+values accepted) at any other: a request is never served as if a field it set were unsent.
+
 The `n` jobs are admitted together, against the tenant's rate as `n` submissions, before any
 is submitted: over the rate, none starts. Bodies are read after the API key is checked and
 within `gateway.max_message_bytes` (413 above it).
@@ -36,6 +41,7 @@ from mediamesh.gateway.http.openai_common import (
     SIZE_NAMES,
     admitted,
     answered_or_cancelled,
+    check_known_fields,
     checked_end_user,
     final_event,
     image_seeds,
@@ -58,16 +64,59 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 # The mesh's fields these routes set from OpenAI's, as their errors name them.
 GENERATION_NAMES = {**SIZE_NAMES, "output_quality": "output_compression:"}
 EDIT_NAMES = {**SIZE_NAMES, "mask_image": "mask:", "output_quality": "output_compression:"}
+# OpenAI's fields of a request for something the mesh does not do: the values (as text) that
+# ask for nothing beyond what it does anyway, and what a refusal of any other says.
+NO_OP_VALUES: dict[str, tuple[tuple[str, ...], str]] = {
+    # "auto" is gpt-image's default and "standard" dall-e-3's: both leave it to the model.
+    "quality": (
+        ("auto", "standard"),
+        "this gateway renders at the model's own quality; send auto or standard, or leave it unset",
+    ),
+    # A dall-e-3 field (default vivid there) that none of the mesh's models takes.
+    "style": ((), "the mesh's image models take no style; leave it unset"),
+    # The workers encode RGB images (worker/models/encode.py): every result is opaque.
+    "background": (
+        ("auto", "opaque"),
+        "results are opaque images without an alpha channel; send auto or opaque, or leave "
+        "it unset",
+    ),
+    # The mesh runs no content moderation, so either of OpenAI's levels is what it does.
+    "moderation": (("auto", "low"), "send auto or low, or leave it unset"),
+    "stream": (
+        ("false",),
+        "images are answered whole, not streamed; send false or leave it unset",
+    ),
+    "partial_images": (
+        ("0",),
+        "images are answered whole, without partial images; send 0 or leave it unset",
+    ),
+    # "high" asks to keep more of the input image's detail than the model does by itself.
+    "input_fidelity": (
+        ("low",),
+        "edits keep as much of the input image as the model does by itself; send low or "
+        "leave it unset",
+    ),
+}
+GENERATION_FIELDS = (
+    "prompt", "model", "n", "size", "response_format", "output_format", "output_compression",
+    "user", *(name for name in NO_OP_VALUES if name != "input_fidelity"),
+)  # fmt: skip
+GENERATION_MESH_FIELDS = ("steps", "seed", "negative_prompt", "guidance_scale", "priority")
+EDIT_FIELDS = (
+    "image", "mask", "prompt", "model", "n", "size", "response_format", "output_format",
+    "output_compression", "user", *NO_OP_VALUES,
+)  # fmt: skip
 
 
 class ImageGeneration(BaseModel):
     """OpenAI's image generation request, plus the mesh's optional fields."""
 
-    model_config = ConfigDict(extra="forbid")
+    # Any other field is refused by `check_known_fields`, in the words edits use.
+    model_config = ConfigDict(extra="allow")
 
     prompt: str
     model: str | None = Field(None, description="A mesh model; default: the first image model")
-    n: int = Field(1, ge=1, le=10)
+    n: int | None = Field(1, ge=1, le=10, description="Images to make; null: 1")
     size: str | None = Field(None, description="WIDTHxHEIGHT, or auto (the model's default)")
     response_format: ResponseFormat = "b64_json"
     output_format: Literal["png", "jpeg", "webp"] | None = None
@@ -77,6 +126,12 @@ class ImageGeneration(BaseModel):
         description="Your end user's id: logged by the gateway with the jobs it made",
         max_length=MAX_END_USER_CHARS,
     )
+    quality: str | None = Field(None, description="auto or standard: the model's own")
+    style: str | None = Field(None, description="Not offered: leave unset")
+    background: str | None = Field(None, description="auto or opaque: results are opaque")
+    moderation: str | None = Field(None, description="auto or low: the mesh moderates nothing")
+    stream: bool | None = Field(None, description="false: images are answered whole")
+    partial_images: int | None = Field(None, description="0: none are sent")
     steps: int | None = None
     seed: int | None = None
     negative_prompt: str | None = None
@@ -119,6 +174,12 @@ async def generate_images(request: Request, authorization: Authorization = None)
     plane = context.plane
     caller = plane.caller(authorization, request.headers.get("traceparent"))
     body = await read_model(request, ImageGeneration, context.max_body_bytes)
+    check_known_fields(
+        body.model_extra or {}, "image generations", GENERATION_FIELDS, GENERATION_MESH_FIELDS
+    )
+    declared = ImageGeneration.model_fields
+    check_no_ops({name: getattr(body, name) for name in NO_OP_VALUES if name in declared})
+    count = 1 if body.n is None else body.n
     model = await pick_model(plane, body.model, "image")
     fields = {
         "model": model["name"],
@@ -137,13 +198,13 @@ async def generate_images(request: Request, authorization: Authorization = None)
     }
     requests = [
         request_from_json(mesh_fields({**fields, "seed": seed}))
-        for seed in image_seeds(body.seed, body.n)
+        for seed in image_seeds(body.seed, count)
     ]
     for generate in requests:
         generate.result_as_url = _as_url(body.response_format)
     with (
         openai_names(GENERATION_NAMES),
-        admitted(context.plane.tenancy, caller, model, body.priority, body.n) as paid,
+        admitted(context.plane.tenancy, caller, model, body.priority, count) as paid,
     ):
         jobs = await submit_all(plane, caller, (plane.submit(r, paid) for r in requests))
     log_end_user("/v1/images/generations", caller, body.user, jobs)
@@ -200,8 +261,10 @@ async def edit_images(request: Request, authorization: Authorization = None) -> 
     if requested_format not in ("b64_json", "url"):
         raise InvalidArgument(f"response_format: {requested_format[:32]!r}; use b64_json or url")
     response_format: ResponseFormat = "url" if requested_format == "url" else "b64_json"
+    check_no_ops({name: form.pop(name, None) for name in NO_OP_VALUES})
     n = _count(form.pop("n", "1"))
-    size = parse_size(form.pop("size", None), model)
+    size_text = form.pop("size", None)
+    size = parse_size(size_text, model)
     user = checked_end_user(form.pop("user", None))
     seeds = image_seeds(_seed(form.pop("seed", None)), n)
     if "output_compression" in form:
@@ -210,6 +273,7 @@ async def edit_images(request: Request, authorization: Authorization = None) -> 
     unknown = sorted(set(files) - {"image", "mask"})
     if unknown:
         raise InvalidArgument(f"{unknown[0]}: not a file field of image edits; only image, mask")
+    check_known_fields(form, "image edits", EDIT_FIELDS)
     parts = {"image": image}
     if "mask" in files:
         parts["mask_image"] = await converted_mask(files["mask"])
@@ -223,7 +287,24 @@ async def edit_images(request: Request, authorization: Authorization = None) -> 
             jobs = await submit_all(plane, caller, (plane.submit(r, paid) for r in requests))
     log_end_user("/v1/images/edits", caller, user, jobs)
     images = _images(plane, jobs, caller, response_format, request)
-    return await answered_or_cancelled(request, plane, caller, jobs, images)
+    answer = await answered_or_cancelled(request, plane, caller, jobs, images)
+    # As generations answer: the size asked for (none for auto or unset).
+    return {**answer, "size": size_text}
+
+
+def check_no_ops(values: dict[str, object]) -> None:
+    """InvalidArgument naming the first of OpenAI's `NO_OP_VALUES` fields set to a value the
+    mesh cannot honour; None (unset) and the values that change nothing pass. JSON values
+    are compared as form text would carry them (false, 0)."""
+    for name, value in values.items():
+        if value is None:
+            continue
+        text = str(value).lower() if isinstance(value, bool) else str(value)
+        if name == "stream":
+            text = text.lower()
+        accepted, reason = NO_OP_VALUES[name]
+        if text not in accepted:
+            raise InvalidArgument(f"{name}: {text[:32]!r} is not offered; {reason}")
 
 
 def _as_url(response_format: ResponseFormat) -> bool:

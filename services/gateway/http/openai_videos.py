@@ -7,6 +7,11 @@ least `seconds` at `fps` frames per second (the model's own unless the request s
 The video object is built from the scheduler's GetJob alone (the job's prompt, width,
 height, frames and fps), so every gateway replica, and one restarted since, answers the same;
 its `seconds` is the clip's real length, frames / fps, so 1 s asked of wan-tiny reads 1.125.
+Without `seconds` the clip has the model's own default length (its registry entry's
+num_frames at its fps: 0.625 s on wan-tiny), not OpenAI's 4 s, which a small model may not
+even reach; the video object's `seconds` says the length made. Send `seconds` for a length.
+
+A video's id is its job's, but errors about it name `video_id`, the OpenAI path's name.
 
 DELETE cancels a video that has not ended and answers `deleted: true`: no video will be made
 (the object stays readable, failed with error CANCELLED). The mesh cannot delete a job or its
@@ -58,6 +63,8 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 # not among them: `seconds` is checked against the frame limit before it becomes frames, and
 # a num_frames the client set itself (extra_body) keeps its own name.
 VIDEO_NAMES = {**SIZE_NAMES, "image": "input_reference:"}
+# What the mesh's errors about a job say when the job is a video, as the OpenAI paths name it.
+VIDEO_ID_NAMES = {"job_id": "video_id:"}
 _STATUS = {
     "QUEUED": "queued",
     "DISPATCHED": "queued",
@@ -78,7 +85,8 @@ _VIDEO_SCHEMA = {
         "model": {"type": "string"},
         "seconds": {
             "type": "string",
-            "description": "Clip length: the fewest frames the model accepts lasting this long",
+            "description": "Clip length: the fewest frames the model accepts lasting this "
+            "long; unset: the model's own default length (not OpenAI's 4 s)",
         },
         "size": {"type": "string", "description": "WIDTHxHEIGHT"},
         "input_reference": {"type": "string", "format": "binary"},
@@ -306,7 +314,8 @@ async def video_content(
     await _video_job(plane, video_id, caller)
     head = request.method == "HEAD"
     wanted, cached = request.headers.get("range"), request.headers.get("if-none-match")
-    return await result_response(plane, video_id, caller, wanted, head, cached)
+    with renamed_fields(VIDEO_ID_NAMES):
+        return await result_response(plane, video_id, caller, wanted, head, cached)
 
 
 @router.delete(
@@ -325,7 +334,8 @@ async def delete_video(
     await _video_job(plane, video_id, caller)
     # Decided from the state Cancel answers with, not one read before: the job may end
     # between the two.
-    job = await plane.cancel(video_id, caller)
+    with renamed_fields(VIDEO_ID_NAMES):
+        job = await plane.cancel(video_id, caller)
     if job["state"] == "CANCELLED":
         return {"id": video_id, "object": "video.deleted", "deleted": True}
     ended = FailedPrecondition(
@@ -381,7 +391,8 @@ def _fps(value: object, spec: ModelSpec) -> int:
 async def _video_job(plane: JsonPlane, video_id: str, caller: Caller) -> JsonObject:
     """The caller's job `video_id`, if it is a video: these routes neither show nor cancel
     another kind of job, as their list does not list one."""
-    job = await plane.job(video_id, caller)
+    with renamed_fields(VIDEO_ID_NAMES):
+        job = await plane.job(video_id, caller)
     if job["model"] not in plane.model_names("video"):
         raise NotFound(
             f"video_id: {video_id!r} is a job of {job['model']}, not of a video model; "
