@@ -198,6 +198,13 @@ class GatewayHttpSettings(Section):
     # request's own scheme and Host, which are wrong behind a TLS proxy and are the
     # caller's to choose.
     public_url: str | None = None
+    # Signs the result links the OpenAI images API gives for `response_format: url`, which
+    # its clients open without a key. Unset: a random secret per gateway process, so a link
+    # opens only on the gateway that made it; several gateways behind one address need
+    # one shared secret here (at least 32 characters).
+    result_link_secret: SecretStr | None = Field(None, min_length=32)
+    # How long such a link opens its result (OpenAI's own image URLs last an hour).
+    result_link_ttl_s: float = Field(3600.0, gt=0, le=7 * 24 * 3600)
 
     @field_validator("public_url", mode="after")
     @classmethod

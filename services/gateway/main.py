@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -17,13 +18,14 @@ from mediamesh.common.exposure import refuse_open_off_loopback
 from mediamesh.common.interceptors import INTERNAL_TOKEN_KEY
 from mediamesh.common.registry import Registry
 from mediamesh.common.server import RunningServer, public_tls, start_server
-from mediamesh.common.settings import MeshConfig
+from mediamesh.common.settings import GatewayHttpSettings, MeshConfig
 from mediamesh.gateway.api import kserve, servicer
 from mediamesh.gateway.api.dataplane import DataPlane
 from mediamesh.gateway.api.json_plane import JsonPlane
 from mediamesh.gateway.api.upstream import Upstream
 from mediamesh.gateway.core.tenancy import Tenancy
 from mediamesh.gateway.http.app import create_app
+from mediamesh.gateway.http.result_links import ResultLinks
 from mediamesh.gateway.http.server import HttpServer, start_http
 from mediamesh.gateway.scheduler_watch import SchedulerWatch
 
@@ -62,6 +64,13 @@ class GatewayService:
             stops.append(self.http.stop(grace))
         await asyncio.gather(*stops)
         await self.channel.close()  # type: ignore[attr-defined]
+
+
+def result_links(http: GatewayHttpSettings) -> ResultLinks:
+    """The signer of keyless result links: the configured secret, else one of this process."""
+    secret = http.result_link_secret
+    key = secret.get_secret_value().encode() if secret is not None else secrets.token_bytes(32)
+    return ResultLinks(key, http.result_link_ttl_s)
 
 
 async def start_gateway(
@@ -129,6 +138,7 @@ async def start_gateway(
                     max_body_bytes=g.max_message_bytes,
                     cors_origins=g.http.cors_origins,
                     public_url=g.http.public_url,
+                    result_links=result_links(g.http),
                 ),
                 g.host,
                 g.http_port,

@@ -196,6 +196,12 @@ class JsonPlane:
         """The caller of a read, charged to its tenant's read budget."""
         return self.plane.reader(authorization)
 
+    def link_reader(self, tenant: str) -> Caller:
+        """The caller a checked, signed result link stands for, charged like any read."""
+        caller = self.tenancy.caller_of(tenant)
+        self.tenancy.check_read(caller)
+        return caller
+
     async def submit(self, request: common_pb2.GenerateRequest, caller: Caller) -> JsonObject:
         """Submits a parsed request; answers with the job as `job` shows it, plus
         `deduplicated` (an earlier job with the same idempotency key)."""

@@ -114,6 +114,10 @@ class Tenancy:
         quota = self._tenants.get(entry.tenant, TenantSettings())
         return Caller(entry.tenant, quota, admin=ADMIN_SCOPE in entry.scopes)
 
+    def caller_of(self, tenant: str) -> Caller:
+        """A caller for `tenant` without a key: what a signed result link stands for."""
+        return Caller(tenant, self._tenants.get(tenant, TenantSettings()))
+
     def admit(
         self,
         caller: Caller,

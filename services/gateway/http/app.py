@@ -14,6 +14,7 @@ from mediamesh.gateway.http.context import HttpContext, context_of
 from mediamesh.gateway.http.docs_page import DOCS_HTML
 from mediamesh.gateway.http.origins import CrossSiteGuard
 from mediamesh.gateway.http.request_metrics import RequestMetrics
+from mediamesh.gateway.http.result_links import ResultLinks
 from mediamesh.gateway.http.schemas import Health
 from mediamesh.gateway.http.security_headers import SecurityHeaders
 from mediamesh.gateway.web import page as web_page
@@ -50,6 +51,7 @@ def create_app(
     max_body_bytes: int,
     cors_origins: Sequence[str] = (),
     public_url: str | None = None,
+    result_links: ResultLinks | None = None,
 ) -> FastAPI:
     """The HTTP face over `plane`; `ready` says whether the scheduler is reachable,
     `public_url` (gateway.http.public_url) where clients reach it, for absolute links."""
@@ -63,7 +65,8 @@ def create_app(
         openapi_url="/openapi.json",
         dependencies=[Depends(guard)],
     )
-    app.state.context = HttpContext(plane, ready, max_body_bytes, public_url)
+    links = None if plane.tenancy.open else result_links
+    app.state.context = HttpContext(plane, ready, max_body_bytes, public_url, links)
     errors.install(app)
     if cors_origins:
         app.add_middleware(

@@ -9,6 +9,7 @@ from typing import Annotated, Any
 from fastapi import Header, Request
 
 from mediamesh.gateway.api.json_plane import JsonPlane
+from mediamesh.gateway.http.result_links import ResultLinks
 
 # The API key, exactly as on gRPC: `Authorization: Bearer <key>`.
 Authorization = Annotated[
@@ -27,6 +28,9 @@ class HttpContext:
     # gateway.http.public_url: where clients reach this face, for absolute links; None to
     # take the request's own scheme and Host.
     public_url: str | None = None
+    # Signs keyless links to results; None on a gateway without API keys, whose result
+    # path needs no key anyway.
+    result_links: ResultLinks | None = None
 
 
 def context_of(request: Request) -> HttpContext:
@@ -42,11 +46,17 @@ def base_url_of(request: Request) -> str:
     return context_of(request).public_url or str(request.base_url)
 
 
-def result_url(base_url: str, job_id: str, presigned: str | None = None) -> str:
+def result_url(
+    base_url: str, job_id: str, presigned: str | None = None, signed_query: str | None = None
+) -> str:
     """Where a job's result bytes can be fetched: the store's presigned URL when it gave one,
-    else this gateway's own result endpoint under `base_url`. The one place result URLs are
-    made, for the native and the OpenAI-compatible answers alike."""
-    return presigned or f"{base_url.rstrip('/')}/v1/jobs/{job_id}/result"
+    else this gateway's own result endpoint under `base_url`, with `signed_query` (a
+    ResultLinks query) for a client that sends no key. The one place result URLs are made,
+    for the native and the OpenAI-compatible answers alike."""
+    if presigned:
+        return presigned
+    url = f"{base_url.rstrip('/')}/v1/jobs/{job_id}/result"
+    return f"{url}?{signed_query}" if signed_query else url
 
 
 def with_links(job: dict[str, Any], base_url: str) -> dict[str, Any]:

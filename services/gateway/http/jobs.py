@@ -232,11 +232,26 @@ async def job_result(
     authorization: Authorization = None,
     range: str | None = Header(None, description="One byte range, e.g. `bytes=0-1023`"),
     if_none_match: str | None = Header(None, description="ETags of a cached copy (304)"),
+    tenant: str | None = Query(None, description="Signed link: the tenant it opens as"),
+    expires: str | None = Query(None, description="Signed link: its Unix expiry"),
+    signature: str | None = Query(None, description="Signed link: its HMAC"),
 ) -> Response:
     """The result with its content type; `Range` asks for one byte range (206),
-    `If-None-Match` with its ETag answers 304 without it."""
-    plane = context_of(request).plane
-    caller = plane.reader(authorization)
+    `If-None-Match` with its ETag answers 304 without it. A signed link (an OpenAI `url`
+    result: `tenant`, `expires`, `signature`) opens it without a key."""
+    context = context_of(request)
+    plane = context.plane
+    link = {"tenant": tenant, "expires": expires, "signature": signature}
+    if any(value is not None for value in link.values()):
+        missing = next((name for name, value in link.items() if value is None), None)
+        if context.result_links is None:
+            raise InvalidArgument("signature: this gateway has no API keys; open it unsigned")
+        if missing is not None or tenant is None or expires is None or signature is None:
+            raise InvalidArgument(f"{missing}: a signed link needs tenant, expires and signature")
+        context.result_links.check(job_id, tenant, expires, signature)
+        caller = plane.link_reader(tenant)
+    else:
+        caller = plane.reader(authorization)
     head = request.method == "HEAD"
     return await result_response(plane, job_id, caller, range, head, if_none_match)
 

@@ -355,6 +355,10 @@ async def _image(
     event = await final_event(plane, job_id, caller)
     mime_type = str(event.get("mime_type", ""))
     if response_format == "url":
-        return {"url": result_url(base_url_of(request), job_id, event.get("url"))}, mime_type
+        # OpenAI's clients open the url without a key: a gateway with keys signs it.
+        links = context_of(request).result_links
+        signed = links.query(job_id, caller.tenant) if links is not None else None
+        url = result_url(base_url_of(request), job_id, event.get("url"), signed)
+        return {"url": url}, mime_type
     data = await result_bytes(plane, job_id, caller)
     return {"b64_json": base64.b64encode(data).decode()}, mime_type
