@@ -8,7 +8,7 @@ from collections.abc import Iterable
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
-from grpc_reflection.v1alpha import reflection
+from grpc_reflection.v1alpha import reflection, reflection_pb2, reflection_pb2_grpc
 
 from mediamesh.common.credentials import InternalCredentials
 
@@ -39,10 +39,29 @@ def add_health_and_reflection(
     reflection themselves; the returned servicer reports NOT_SERVING until `mark_serving`."""
     health = HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
-    reflection.enable_server_reflection(
-        (*service_names, HEALTH_SERVICE, reflection.SERVICE_NAME), server
-    )
+    add_reflection(server, (*service_names, HEALTH_SERVICE, reflection.SERVICE_NAME))
     return health
+
+
+# The stable name of the reflection protocol. grpcio-reflection serves only v1alpha, whose
+# messages v1 kept field for field, so the same servicer answers both names; newer tools
+# (grpcurl from 1.9, grpcui, Postman) ask v1 first, older ones only v1alpha.
+REFLECTION_V1_SERVICE = "grpc.reflection.v1.ServerReflection"
+
+
+def add_reflection(server: grpc.aio.Server, service_names: Iterable[str]) -> None:
+    """Reflection over `service_names`, as grpc.reflection.v1alpha and as v1."""
+    servicer = reflection.aio.ReflectionServicer(tuple(service_names))
+    # grpcio-reflection's generated module has no type hints.
+    reflection_pb2_grpc.add_ServerReflectionServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
+    v1 = grpc.stream_stream_rpc_method_handler(
+        servicer.ServerReflectionInfo,
+        request_deserializer=reflection_pb2.ServerReflectionRequest.FromString,
+        response_serializer=reflection_pb2.ServerReflectionResponse.SerializeToString,
+    )
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler(REFLECTION_V1_SERVICE, {"ServerReflectionInfo": v1}),)
+    )
 
 
 def add_health_only(server: grpc.aio.Server, health: HealthServicer) -> None:
