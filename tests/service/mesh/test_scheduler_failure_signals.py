@@ -15,8 +15,6 @@ from pathlib import Path
 
 import grpc
 import pytest
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode as SpanStatus
 from prometheus_client import REGISTRY
@@ -31,6 +29,7 @@ from tests.service.conftest import InProcessMesh, start_mesh, stop_mesh
 from tests.service.mesh.link_wrappers import ForwardingLink
 from tests.service.mesh.test_health_follows_state import status_of, until_status
 from tests.service.mesh.test_store_durability import FailingStore, until
+from tests.span_recording import recorded_spans
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 
@@ -55,12 +54,7 @@ class DownStore(FailingStore):
 
 @pytest.fixture
 def spans(monkeypatch: pytest.MonkeyPatch) -> Iterator[InMemorySpanExporter]:
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    monkeypatch.setattr(tracing, "_tracer", provider.get_tracer("test"))
-    yield exporter
-    provider.shutdown()
+    yield from recorded_spans(monkeypatch, tracing)
 
 
 async def submit(mesh: InProcessMesh, model: str = "echo", tenant: str = "acme") -> str:

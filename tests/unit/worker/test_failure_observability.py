@@ -13,8 +13,7 @@ import logging
 from collections.abc import Iterator
 
 import pytest
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode as SpanStatus
 from prometheus_client import REGISTRY
@@ -29,6 +28,7 @@ from mediamesh.worker.job_log import batch_logging, log_failed_jobs
 from mediamesh.worker.models.diffusion import DiffusionHost
 from mediamesh.worker.models.progress import Terminals
 from mediamesh.worker.runtime import WorkerRuntime
+from tests.span_recording import recorded_spans
 
 ECHO = load_registry().get("echo")
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -63,12 +63,7 @@ class ScriptedHost:
 @pytest.fixture
 def spans(monkeypatch: pytest.MonkeyPatch) -> Iterator[InMemorySpanExporter]:
     """The worker's spans, recorded in memory (the process's own provider is left alone)."""
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    monkeypatch.setattr(runtime_module, "_tracer", provider.get_tracer("test"))
-    yield exporter
-    provider.shutdown()
+    yield from recorded_spans(monkeypatch, runtime_module)
 
 
 def batch_span(exporter: InMemorySpanExporter) -> ReadableSpan:
