@@ -16,7 +16,7 @@ TYPECHECK := .mediamesh/typecheck
 TEST_HELPERS = $(shell find tests -name '*.py' ! -name 'test_*.py' | sort)
 PROTOS := $(shell find protos -name '*.proto')
 
-.PHONY: setup system-deps run test test-fast lint format protos models bench bench-smoke gpu-check clean
+.PHONY: setup system-deps run test test-fast lint format protos models bench bench-smoke gpu-check gpu-wheels clean
 
 setup: $(VENV)/.installed
 
@@ -78,9 +78,23 @@ bench: setup models
 bench-smoke: setup models
 	$(PY) -m bench.run all --smoke
 
-# On a CUDA machine: FLUX-width transformer timings and one mesh run, as JSON.
+# On a CUDA machine: FLUX-width transformer timings and one mesh run, as JSON. Without one it
+# runs the same code's CPU dry path (--dry) into .mediamesh/, never over the real results.
+GPU_CHECK_ARGS ?=
 gpu-check: setup models
-	$(PY) -m bench.gpu_check --out bench/results/gpu_check.json
+	if $(PY) -c 'import sys, torch; sys.exit(not torch.cuda.is_available())'; then \
+		$(PY) -m bench.gpu_check --out bench/results/gpu_check.json $(GPU_CHECK_ARGS); \
+	else \
+		echo "gpu-check: no CUDA device here; the CPU dry run"; \
+		$(PY) -m bench.gpu_check --dry --out .mediamesh/gpu_check-dry.json $(GPU_CHECK_ARGS); \
+	fi
+
+# A lent CUDA machine has no package index: this fills .whl/ (ignored) with the wheels of
+# mediamesh's dependencies its image lacks (CPython 3.12, x86-64), and prints their sizes.
+# There, from a copy of this tree that carries .whl, the one command is
+# `bash scripts/gpu_check.sh` (JSON and log into $OUT; see the script).
+gpu-wheels: setup
+	$(PY) -m bench.gpu_check_launch wheels --dest .whl
 
 clean:
 	rm -rf $(VENV) .mediamesh build *.egg-info
