@@ -20,11 +20,14 @@ from mediamesh.worker import metrics
 from mediamesh.worker.api.registration import DeviceMemory, worker_registration
 from mediamesh.worker.api.servicer import WorkerServicer, adder, service_names
 from mediamesh.worker.api.session import SchedulerSession
+from mediamesh.worker.core.batch import DeviceGroupLost
+from mediamesh.worker.device_check import refuse_unavailable_devices
 from mediamesh.worker.hosting import load_host
 from mediamesh.worker.models.adapters import refuse_unusable_adapters
+from mediamesh.worker.models.device_loss import device_lost
 from mediamesh.worker.models.host import ModelHost
 from mediamesh.worker.models.hub_source import fetch_if_allowed
-from mediamesh.worker.models.memory import device_memory
+from mediamesh.worker.models.memory import device_memory, one_line
 from mediamesh.worker.residency import (
     Residency,
     ResidencyLimits,
@@ -91,8 +94,9 @@ def load_hosts(
         _observe_model_load,
         warm_host,
     )
-    # Every entry's files before any model loads: a refusal must not wait for the others,
-    # and a model hosted cold would otherwise find out only at its first batch.
+    # Every entry's devices and files before any model loads: a refusal must not wait for
+    # the others, and a model hosted cold would otherwise find out only at its first batch.
+    refuse_unavailable_devices(worker, specs)
     writable_folder("worker.checkpoint_dir", worker.checkpoint_dir)
     for spec in specs:
         refuse_unusable_adapters(spec, config.models_dir)
@@ -189,9 +193,23 @@ async def _follow_runtime(
 
 
 async def _report_memory(devices: list[str], runtime: WorkerRuntime) -> None:
+    """Device memory gauges every few seconds. A device whose driver stopped answering
+    faults the worker (it could only fail batches); any other failed reading is logged once
+    per device and skipped, as the task ending silently left the gauges frozen."""
+    unreadable: set[str] = set()
     while True:
         for device in devices:
-            total, free = await asyncio.to_thread(device_memory, device)
+            try:
+                total, free = await asyncio.to_thread(device_memory, device)
+            except Exception as exc:
+                if await asyncio.to_thread(device_lost, exc, [device]):
+                    runtime.lose_devices(f"device {device} stopped answering: {one_line(exc)}")
+                    return
+                if device not in unreadable:
+                    unreadable.add(device)
+                    log.warning("cannot read the memory of %s: %s", device, one_line(exc))
+                continue
+            unreadable.discard(device)
             metrics.DEVICE_MEMORY.labels(device).set(total - free)
             metrics.DEVICE_MEMORY_TOTAL.labels(device).set(total)
             metrics.DEVICE_MEMORY_FREE.labels(device).set(free)
@@ -278,7 +296,12 @@ async def _warm_up(
     runtime: WorkerRuntime, server: RunningServer, register_warm: Callable[[], None]
 ) -> None:
     """Runs the warm-up shapes on the device, then registers as warm and reports SERVING."""
-    took = await asyncio.to_thread(run_warmups, runtime.hosts)
+    try:
+        took = await asyncio.to_thread(run_warmups, runtime.hosts)
+    except DeviceGroupLost as lost:
+        # Left to the task, the worker would stay warming (NOT_SERVING) for ever.
+        runtime.lose_devices(str(lost))
+        return
     log.info("warm-up done: %s", ", ".join(f"{m} {s:.1f} s" for m, s in took.items()))
     register_warm()
     if not runtime.draining:

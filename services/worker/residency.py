@@ -222,8 +222,8 @@ def _free_device_memory() -> None:
 class ResidentHost:
     """A hosted model that may be cold: loads through the Residency on a batch's behalf.
 
-    Its `run_batch` never raises, as the host contract requires: a failed load fails the
-    batch's jobs (UNAVAILABLE, so the scheduler may retry them elsewhere)."""
+    A failed load fails the batch's jobs (UNAVAILABLE, so the scheduler may retry them
+    elsewhere) rather than raise: only a lost device raises, as the host contract says."""
 
     def __init__(self, spec: ModelSpec, device: str, residency: Residency) -> None:
         self.spec = spec

@@ -27,11 +27,22 @@ log = logging.getLogger("mediamesh.worker")
 WARMUP_JOB_PREFIX = "warmup-"
 
 
+def warmup_sizes(spec: ModelSpec, batch: int) -> list[int]:
+    """The batch sizes a listed shape warms: its own, or, for a model compiled per shape
+    (gpu.compile with dynamic false), every size the scheduler may form (1 to max_batch,
+    out-of-memory halves included), since each size compiles on its first call."""
+    compiled = spec.gpu.compile
+    if compiled.mode == "none" or compiled.dynamic:
+        return [batch]
+    return list(range(1, max(batch, spec.batching.max_batch) + 1))
+
+
 def warmup_batches(spec: ModelSpec) -> list[list[JobParams]]:
-    """One batch per listed shape, at the model's defaults where the shape leaves a field 0."""
+    """One batch per listed shape (and batch size, see `warmup_sizes`), at the model's
+    defaults where the shape leaves a field 0."""
     d = spec.defaults
     visual = spec.modality in ("image", "video")
-    batches = []
+    batches: list[list[JobParams]] = []
     for index, shape in enumerate(spec.warmup):
         generation = GenerationParams(
             prompt="warm-up",
@@ -43,11 +54,12 @@ def warmup_batches(spec: ModelSpec) -> list[list[JobParams]]:
             duration_s=(shape.duration_s or d.duration_s) if spec.modality == "audio" else 0.0,
             guidance_scale=d.guidance_scale,
         )
-        batches.append(
+        batches.extend(
             [
                 JobParams(f"{WARMUP_JOB_PREFIX}{spec.name}-{index}-{n}", generation)
-                for n in range(shape.batch)
+                for n in range(size)
             ]
+            for size in warmup_sizes(spec, shape.batch)
         )
     return batches
 

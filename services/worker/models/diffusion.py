@@ -25,7 +25,7 @@ from mediamesh.common.generation import AdapterScale
 from mediamesh.common.registry import ModelSpec
 from mediamesh.common.work import JobFailed, JobFinished, JobNotice, JobParams, JobPreempted
 from mediamesh.worker.core import call_hooks
-from mediamesh.worker.core.batch import BatchCancelled, ControlView, Emit
+from mediamesh.worker.core.batch import BatchCancelled, ControlView, DeviceGroupLost, Emit
 from mediamesh.worker.job_log import log_failed_jobs
 from mediamesh.worker.models.adapters import AdapterCache, AdapterLoadError
 from mediamesh.worker.models.checkpoint import (
@@ -35,6 +35,7 @@ from mediamesh.worker.models.checkpoint import (
     read_checkpoint,
     resume_schedule,
 )
+from mediamesh.worker.models.device_loss import device_lost, lost_devices
 from mediamesh.worker.models.out_of_memory import is_out_of_memory, retry_in_halves
 from mediamesh.worker.models.previews import latent_previewer
 from mediamesh.worker.models.progress import StepTracker, Terminals
@@ -61,6 +62,8 @@ class DiffusionHost:
         self.pipeline = pipeline
         self.device = torch.device(device)
         self.device_ids = device_ids or [device]
+        # Pipeline mode may list "disk" or "cpu" beside its GPUs; only CUDA runs async.
+        self.cuda_devices = tuple(torch.device(d) for d in self.device_ids if d.startswith("cuda"))
         self.checkpoint_dir = checkpoint_dir
         # False on tensor-parallel helper ranks: rank 0 alone writes checkpoint files.
         self.persist_checkpoints = True
@@ -104,20 +107,31 @@ class DiffusionHost:
     # Batch contract -----------------------------------------------------------------
 
     def run_batch(self, jobs: list[JobParams], control: ControlView, emit: Emit) -> None:
-        """`control` may be any object with BatchControl's read side (see parallel.sync)."""
+        """`control` may be any object with BatchControl's read side (see parallel.sync).
+        Raises DeviceGroupLost when the device broke under the batch: its unfinished jobs
+        are left unreported, for the scheduler to put back in line."""
         terminals = Terminals(emit)
+        lost = False
         try:
             self._run(jobs, control, terminals)
+        except DeviceGroupLost:
+            lost = True
+            raise
         except Exception as exc:
+            if device_lost(exc, self.device_ids):
+                lost = True
+                raise lost_devices(self.spec.name, self.device_ids, exc) from exc
             unended = [job.job_id for job in jobs if not terminals.has(job.job_id)]
             log_failed_jobs(log, self.spec.name, unended, exc)
             for job_id in unended:
                 terminals.send(job_id, _failed(job_id, exc))
         finally:
-            for job in jobs:
-                terminals.send(
-                    job.job_id, JobFailed(job.job_id, StatusCode.INTERNAL, "no result produced")
-                )
+            if not lost:
+                for job in jobs:
+                    terminals.send(
+                        job.job_id,
+                        JobFailed(job.job_id, StatusCode.INTERNAL, "no result produced"),
+                    )
 
     def close(self) -> None:
         self.pipeline = None
@@ -213,6 +227,7 @@ class DiffusionHost:
             on_boundary=sync,
             previewer=self.previewer,
             pipeline=self.pipeline,
+            timing_devices=self.cuda_devices,
         )
         use_device(control, True)
         hook = self.denoiser.register_forward_pre_hook(tracker.mark_step_start)
@@ -256,6 +271,7 @@ class DiffusionHost:
             try:
                 data, mime = self.encode(output, index, job)
             except Exception as exc:
+                self._raise_if_lost(exc)
                 log_failed_jobs(log, self.spec.name, [job.job_id], exc)
                 terminals.send(job.job_id, _failed(job.job_id, exc))
                 continue
@@ -263,9 +279,15 @@ class DiffusionHost:
             terminals.send(job.job_id, JobFinished(job.job_id, data, mime, job.generation.seed))
 
     def _fail_group(self, jobs: list[JobParams], terminals: Terminals, exc: BaseException) -> None:
+        self._raise_if_lost(exc)
         log_failed_jobs(log, self.spec.name, [job.job_id for job in jobs], exc)
         for job in jobs:
             terminals.send(job.job_id, _failed(job.job_id, exc))
+
+    def _raise_if_lost(self, exc: BaseException) -> None:
+        """A broken device is the worker's fault, never the jobs': it must not fail them."""
+        if device_lost(exc, self.device_ids):
+            raise lost_devices(self.spec.name, self.device_ids, exc) from exc
 
     def _generate(
         self,

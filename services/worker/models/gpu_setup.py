@@ -17,6 +17,9 @@ from mediamesh.worker.models.memory import ModelLoadError
 
 log = logging.getLogger(__name__)
 
+# Graphs allowed per planned (batch size, shape): see `allow_planned_recompiles`.
+RECOMPILE_MARGIN = 2
+
 
 def refuse_on_device(spec: ModelSpec, device: str) -> None:
     """ModelLoadError naming the field when the entry cannot run on the worker's device."""
@@ -77,6 +80,13 @@ def compile_denoiser(spec: ModelSpec, denoiser: torch.nn.Module) -> None:
     settings = spec.gpu.compile
     if settings.mode == "none":
         return
+    allow_planned_recompiles(spec)
+    if not spec.warmup:
+        log.warning(
+            "model %r field warmup: gpu.compile is set with no warm-up shape, so the first "
+            "batch of each size and shape compiles while its jobs wait; list the shapes served",
+            spec.name,
+        )
     arguments = {
         "dynamic": settings.dynamic,
         "fullgraph": settings.fullgraph,
@@ -104,6 +114,36 @@ def compile_denoiser(spec: ModelSpec, denoiser: torch.nn.Module) -> None:
     for stack in stacks:
         for block in stack:
             block.compile(**arguments)
+
+
+def allow_planned_recompiles(spec: ModelSpec) -> None:
+    """Lets dynamo keep a graph for every shape the scheduler will send this model.
+
+    With dynamic false each (batch size, shape) is a graph, and past recompile_limit (8)
+    dynamo runs the code eager from then on, saying so once in a log line: a max_batch 8
+    model lost its compiled speed at its second resolution. Marking the batch dimension
+    dynamic would bound the graphs instead, but swaps the static kernels the entry chose
+    for symbolic ones never measured on its GPU; so the limit covers each batch size up to
+    max_batch at each warm-up shape and the default shape, twice (guidance on or off
+    doubles the denoiser's batch; guards on more than shapes recompile too). Unplanned
+    shapes past that still run eager rather than compile without end. Raised, never
+    lowered: the limits are per process, shared by every compiled model."""
+    if spec.gpu.compile.dynamic:
+        return
+    d = spec.defaults
+    shapes = {
+        (
+            s.width or d.width,
+            s.height or d.height,
+            s.num_frames or d.num_frames,
+            s.duration_s or d.duration_s,
+        )
+        for s in spec.warmup
+    } | {(d.width, d.height, d.num_frames, d.duration_s)}
+    planned = spec.batching.max_batch * len(shapes) * RECOMPILE_MARGIN
+    config = torch._dynamo.config
+    config.recompile_limit = max(config.recompile_limit, planned)
+    config.accumulated_recompile_limit = max(config.accumulated_recompile_limit, planned)
 
 
 def _denoiser(spec: ModelSpec, pipeline: Any) -> torch.nn.Module:

@@ -2,7 +2,8 @@
 
 A host owns one routing unit: one or more devices the model occupies. `run_batch` blocks
 in a worker thread (never on an event loop), reports through `emit`, gives every job
-exactly one terminal event and never raises. Hosts spread over several devices live in
+exactly one terminal event and raises nothing but DeviceGroupLost (its devices are gone:
+the jobs it leaves unreported go back in line). Hosts spread over several devices live in
 `worker.parallel`, which builds on this module; `worker.hosting` picks one per entry.
 """
 

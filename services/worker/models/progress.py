@@ -99,6 +99,8 @@ class StepTracker:
     # Steps of this call's loop when it runs only the tail of the schedule (an input image
     # with a strength), as the call counted them; None: the job's own steps.
     call_steps: int | None = None
+    # CUDA devices the step computes on, waited for at each step boundary (see `_settle`).
+    timing_devices: tuple[torch.device, ...] = ()
 
     def __post_init__(self) -> None:
         self.live = [not self.terminals.has(job.job_id) for job in self.jobs]
@@ -113,10 +115,19 @@ class StepTracker:
     def mark_step_start(self, *_: Any) -> None:
         """Forward pre-hook on the denoiser: the first call after a boundary starts a step."""
         if self._step_started is None:
+            self._settle()
             self._step_started = time.perf_counter()
+
+    def _settle(self) -> None:
+        # CUDA kernels run after their launch returns: unsynchronised, the clock measured
+        # how long the step took to queue (and its start, the text encoders' queued work).
+        # One wait per boundary is small beside a diffusion step.
+        for device in self.timing_devices:
+            torch.cuda.synchronize(device)
 
     def on_step(self, loop_index: int, latents: torch.Tensor) -> None:
         step = self.start_step + loop_index + 1
+        self._settle()
         started = self._step_started or time.perf_counter()
         step_seconds = time.perf_counter() - started
         self._step_started = None

@@ -14,7 +14,11 @@ from mediamesh.common.registry import ModelSpec
 from mediamesh.worker.models.host import load_pipeline
 from mediamesh.worker.models.memory import ModelLoadError
 from mediamesh.worker.parallel.context_parallel import check_context_support
-from mediamesh.worker.parallel.tensor_host import TensorParallelHost, start_rank_group
+from mediamesh.worker.parallel.tensor_host import (
+    TensorParallelHost,
+    refuse_shared_gpus,
+    start_rank_group,
+)
 
 
 def load_context_parallel_host(
@@ -28,6 +32,8 @@ def load_context_parallel_host(
             f"model {spec.name!r} field parallelism.devices: {len(devices)} devices for "
             f"{options.ranks} ranks"
         )
+    # Before rank 0 loads anything: a group NCCL cannot form costs nothing to refuse.
+    refuse_shared_gpus(spec, devices)
     pipeline = load_pipeline(spec, models_dir=models_dir, device=devices[0])
     check_context_support(spec, pipeline, devices[0])
     return start_rank_group(

@@ -21,11 +21,18 @@ import torch.distributed as dist
 from diffusers import ContextParallelConfig, DiffusionPipeline
 from diffusers.hooks.context_parallel import apply_context_parallel
 from diffusers.models._modeling_parallel import ParallelConfig
+from diffusers.utils.constants import DIFFUSERS_ATTN_BACKEND
 from torch.distributed.device_mesh import init_device_mesh
 
 from mediamesh.common.parallelism_spec import ParallelismSpec
 from mediamesh.common.registry import ModelSpec
 from mediamesh.worker.models.memory import ModelLoadError
+
+# Backends diffusers 0.42 runs under context parallelism (`supports_context_parallel`) whose
+# forward op also returns the log-sum-exp ring attention merges by (attention_dispatch.py):
+# "native" and "_native_npu" raise on return_lse; the *_hub variants are refused at load
+# (`gpu_options`: they download kernels).
+RING_BACKENDS = frozenset({"flash", "_native_cudnn", "_native_flash", "sage"})
 
 
 def context_plan(pipeline: DiffusionPipeline) -> dict[str, Any] | None:
@@ -46,12 +53,22 @@ def check_context_support(spec: ModelSpec, pipeline: DiffusionPipeline, device: 
             "use parallelism mode data, pipeline or tensor"
         )
     if options.ring > 1 and not device.startswith("cuda"):
-        # Ring attention merges partial results by their log-sum-exp, which diffusers'
-        # native (CPU) attention does not return: "Native attention does not support
-        # return_lse=True".
         raise ModelLoadError(
             f"model {spec.name!r} field parallelism.ring: ring attention needs a CUDA "
             "attention backend that returns log-sum-exp; on CPU use ulysses only"
+        )
+    # Without gpu.attention_backend the processors dispatch to diffusers' default backend:
+    # DIFFUSERS_ATTN_BACKEND, "native" unless that is set.
+    backend = spec.gpu.attention_backend or DIFFUSERS_ATTN_BACKEND
+    if options.ring > 1 and backend not in RING_BACKENDS:
+        # Ring attention merges each rank's partial result by its log-sum-exp, and the
+        # default backend (torch SDPA, "native") raises "does not support return_lse=True"
+        # at the first step of the first batch, on CUDA as on CPU.
+        raise ModelLoadError(
+            f"model {spec.name!r} field gpu.attention_backend: parallelism.ring "
+            f"{options.ring} needs a backend that returns log-sum-exp, and {backend} does "
+            f"not; set gpu.attention_backend to one of {', '.join(sorted(RING_BACKENDS))}, "
+            "or use ulysses only"
         )
     heads = getattr(pipeline.transformer.config, "num_attention_heads", None)
     if isinstance(heads, int) and heads % options.ulysses != 0:

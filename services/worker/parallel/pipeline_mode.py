@@ -18,7 +18,7 @@ import torch
 from mediamesh.common.registry import ModelSpec
 from mediamesh.worker.models.diffusion import DiffusionHost
 from mediamesh.worker.models.host import TORCH_DTYPES, dtype_keyword, host_class, load_pipeline
-from mediamesh.worker.models.memory import ModelLoadError, one_line
+from mediamesh.worker.models.memory import ModelLoadError, device_memory, one_line
 
 log = logging.getLogger(__name__)
 
@@ -40,12 +40,45 @@ def accelerate_max_memory(limits: dict[str, str | int]) -> dict[int | str, str |
     return converted
 
 
+def gpu_index(device: str) -> int | None:
+    """accelerate's index of a CUDA device name ("cuda" is the current one, 0 at start)."""
+    if device == "cuda":
+        return 0
+    if device.startswith("cuda:"):
+        return int(device.split(":", 1)[1])
+    return None
+
+
+def placement_memory(spec: ModelSpec) -> dict[int | str, str | int] | None:
+    """accelerate's `max_memory` for the entry: its own caps, or, when it lists devices and
+    no caps, the free memory of those GPUs now (and the host's, for what spills). Left to
+    None, accelerate and diffusers spread over every visible GPU, those of other workers
+    and models included. ModelLoadError naming parallelism.max_memory for a cap on a GPU
+    that parallelism.devices does not list."""
+    options = spec.parallelism
+    listed = sorted({i for d in options.devices if (i := gpu_index(d)) is not None})
+    if options.max_memory:
+        strays = [d for d in options.max_memory if gpu_index(d) not in (None, *listed)]
+        if options.devices and strays:
+            raise ModelLoadError(
+                f"model {spec.name!r} field parallelism.max_memory: {', '.join(strays)} "
+                f"not in parallelism.devices ({', '.join(options.devices)}); cap only the "
+                "listed devices, or list these too"
+            )
+        return accelerate_max_memory(options.max_memory)
+    if not listed:
+        return None
+    budget: dict[int | str, str | int] = {i: device_memory(f"cuda:{i}")[1] for i in listed}
+    budget["cpu"] = device_memory("cpu")[1]
+    return budget
+
+
 def load_pipeline_parallel_host(
     spec: ModelSpec, *, models_dir: Path, checkpoint_dir: Path
 ) -> DiffusionHost:
     options = spec.parallelism
     devices = options.devices or ["cpu"]
-    max_memory = accelerate_max_memory(options.max_memory) or None
+    max_memory = placement_memory(spec)
     family = host_class(spec)
     if options.device_map == "balanced":
         pipeline = load_pipeline(

@@ -27,6 +27,27 @@ log = logging.getLogger(__name__)
 PARENT_POLL_S = 1.0
 
 
+# Read by ProcessGroupNCCL when the group is made; NCCL_ASYNC_ERROR_HANDLING is its old name.
+NCCL_ERROR_HANDLING = ("TORCH_NCCL_ASYNC_ERROR_HANDLING", "NCCL_ASYNC_ERROR_HANDLING")
+# CleanUpOnly: a collective that failed or timed out aborts the communicators and raises in
+# the ranks, instead of torch's default 3 (SkipCleanUp), which kills the process with
+# SIGABRT: rank 0 is the worker, which must live to report the group lost, hand its jobs
+# back and exit 1 (ProcessGroupNCCL.hpp, ErrorHandlingMode).
+NCCL_CLEAN_UP_ONLY = "2"
+
+
+def join_group(
+    backend: str, *, init_method: str, rank: int, world_size: int, timeout: timedelta
+) -> None:
+    """`dist.init_process_group`, with NCCL's error handling set first unless the operator
+    chose one (in the environment of the worker, which spawned helpers inherit)."""
+    if backend == "nccl" and not any(name in os.environ for name in NCCL_ERROR_HANDLING):
+        os.environ[NCCL_ERROR_HANDLING[0]] = NCCL_CLEAN_UP_ONLY
+    dist.init_process_group(
+        backend, init_method=init_method, rank=rank, world_size=world_size, timeout=timeout
+    )
+
+
 def shard_denoiser(
     pipeline: DiffusionPipeline, spec: ModelSpec, device: str, size: int, *, rank: int
 ) -> None:
@@ -78,7 +99,7 @@ def helper_main(
         host = host_class(spec)(spec, pipeline, device=device, checkpoint_dir=Path(checkpoint_dir))
         host.persist_checkpoints = False
         replies.put(("loaded", rank, None))
-        dist.init_process_group(
+        join_group(
             backend,
             init_method=init_method,
             rank=rank,
@@ -105,7 +126,7 @@ def _serve(host: Any, device: str, commands: Any, replies: Any, rank: int) -> No
         synced = SyncedControl([job.job_id for job in jobs], None, torch.device(device))
         try:
             host.run_batch(jobs, synced, lambda _event: None)
-        except Exception as exc:  # run_batch never raises; this guards the loop anyway
+        except Exception as exc:  # this rank's device is gone (DeviceGroupLost), or a bug
             replies.put(("error", rank, str(exc)))
             continue
         replies.put(("done", rank, None))

@@ -35,7 +35,7 @@ from mediamesh.worker.core.batch import ControlView, DeviceGroupLost, Emit, emit
 from mediamesh.worker.models.diffusion import DiffusionHost
 from mediamesh.worker.models.host import host_class, load_pipeline
 from mediamesh.worker.models.memory import ModelLoadError
-from mediamesh.worker.parallel.rank import helper_main, shard_denoiser
+from mediamesh.worker.parallel.rank import helper_main, join_group, shard_denoiser
 from mediamesh.worker.parallel.sync import SyncedControl
 
 log = logging.getLogger(__name__)
@@ -160,12 +160,37 @@ def load_tensor_parallel_host(
     devices = options.devices or [device] * size
     if len(devices) != size:
         raise ModelLoadError(f"model {spec.name!r}: {len(devices)} devices for {size} ranks")
+    refuse_shared_gpus(spec, devices)
     if size == 1 and options.backend == "torch":
         pipeline = load_pipeline(spec, models_dir=models_dir, device=devices[0])
         return host_class(spec)(spec, pipeline, device=devices[0], checkpoint_dir=checkpoint_dir)
     return start_rank_group(
         spec, devices=devices, models_dir=models_dir, checkpoint_dir=checkpoint_dir
     )
+
+
+def refuse_shared_gpus(spec: ModelSpec, devices: list[str]) -> None:
+    """ModelLoadError naming parallelism.devices when a CUDA group's ranks would share a
+    GPU or mix in the CPU: NCCL fails such a group only once it starts ("Duplicate GPU
+    detected"), after every rank loaded its weights. Ranks sharing the CPU over gloo are
+    fine (the tests run both modes so)."""
+    if not any(device.startswith("cuda") for device in devices):
+        return
+    named = "" if spec.parallelism.devices else "unset, so every rank takes the worker's device; "
+    prefix = f"model {spec.name!r} field parallelism.devices: {named}"
+    if not all(device.startswith("cuda") for device in devices):
+        raise ModelLoadError(
+            f"{prefix}{devices} mixes CUDA and other devices; a group's ranks are all CUDA "
+            "(NCCL) or all CPU (gloo)"
+        )
+    # "cuda" is the current device, cuda:0 in a process that has not chosen another.
+    gpus = [device if ":" in device else "cuda:0" for device in devices]
+    shared = sorted({gpu for gpu in gpus if gpus.count(gpu) > 1})
+    if shared:
+        raise ModelLoadError(
+            f"{prefix}{len(devices)} ranks would share {', '.join(shared)}, and NCCL needs "
+            f"one GPU per rank; list {len(devices)} different CUDA devices"
+        )
 
 
 def start_rank_group(
@@ -219,7 +244,7 @@ def start_rank_group(
         _await(replies, helpers, "loaded")
         if devices[0].startswith("cuda"):
             torch.cuda.set_device(torch.device(devices[0]))
-        dist.init_process_group(
+        join_group(
             backend, init_method=init_method, rank=0, world_size=size, timeout=COLLECTIVE_TIMEOUT
         )
         shard_denoiser(pipeline, spec, devices[0], size, rank=0)
