@@ -1,5 +1,12 @@
 """A webhook receiver on loopback for tests: a bare asyncio HTTP/1.1 server that records
-every POST and answers with the status codes it is told to."""
+every POST and answers with the status codes it is told to.
+
+Two misbehaving modes stand for a hostile tenant's receiver: "drip" answers 200 with a
+`Content-Length` of DRIP_BODY_BYTES and then sends one byte of that body every
+`drip_interval_s` (no read ever times out, the answer never ends); "huge" answers 200 with a
+body of `huge_bytes` bytes, made as it is sent. Both count the body bytes the sender took
+(`body_bytes_sent`): what left for the client, at most what it read plus the sockets'
+buffers."""
 
 from __future__ import annotations
 
@@ -8,6 +15,11 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from typing import Literal
+
+# The body a dripping receiver declares: small enough that the client would read it all.
+DRIP_BODY_BYTES = 1000
+_CHUNK = b"x" * 65536
 
 
 @dataclass(frozen=True)
@@ -30,6 +42,13 @@ class Receiver:
     default_status: int = 200
     received: list[Received] = field(default_factory=list)
     arrived: asyncio.Event = field(default_factory=asyncio.Event)
+    mode: Literal["normal", "drip", "huge"] = "normal"
+    drip_interval_s: float = 2.0
+    huge_bytes: int = 1500 * 2**20
+    # Body bytes handed to the socket (drained) by the misbehaving modes.
+    body_bytes_sent: int = 0
+    # The connections being served, cancelled when the receiver stops.
+    serving: set[asyncio.Task[None]] = field(default_factory=set)
 
     @property
     def url(self) -> str:
@@ -49,6 +68,10 @@ class Receiver:
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """Serve one connection's requests (keep-alive) until the client closes it."""
+        task = asyncio.current_task()
+        if task is not None:
+            self.serving.add(task)
+            task.add_done_callback(self.serving.discard)
         try:
             while request_line := await reader.readline():
                 headers: dict[str, str] = {}
@@ -60,12 +83,40 @@ class Receiver:
                 self.received.append(Received(path, headers, body, time.monotonic()))
                 self.arrived.set()
                 status = self.statuses.pop(0) if self.statuses else self.default_status
+                if self.mode == "drip":
+                    await self._drip(writer, status)
+                    return
+                if self.mode == "huge":
+                    await self._huge(writer, status)
+                    return
                 writer.write(f"HTTP/1.1 {status} X\r\nContent-Length: 0\r\n\r\n".encode("latin-1"))
                 await writer.drain()
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
         finally:
             writer.close()
+
+    async def _drip(self, writer: asyncio.StreamWriter, status: int) -> None:
+        head = f"HTTP/1.1 {status} X\r\nContent-Length: {DRIP_BODY_BYTES}\r\n\r\n"
+        writer.write(head.encode("latin-1"))
+        await writer.drain()
+        for _ in range(DRIP_BODY_BYTES):
+            await asyncio.sleep(self.drip_interval_s)
+            writer.write(b"x")
+            await writer.drain()
+            self.body_bytes_sent += 1
+
+    async def _huge(self, writer: asyncio.StreamWriter, status: int) -> None:
+        head = f"HTTP/1.1 {status} X\r\nContent-Length: {self.huge_bytes}\r\n\r\n"
+        writer.write(head.encode("latin-1"))
+        await writer.drain()
+        left = self.huge_bytes
+        while left > 0:
+            piece = _CHUNK[: min(left, len(_CHUNK))]
+            writer.write(piece)
+            await writer.drain()
+            self.body_bytes_sent += len(piece)
+            left -= len(piece)
 
 
 @asynccontextmanager
@@ -78,4 +129,7 @@ async def webhook_receiver() -> AsyncIterator[Receiver]:
         yield receiver
     finally:
         server.close()
+        for task in list(receiver.serving):
+            task.cancel()
+        await asyncio.gather(*receiver.serving, return_exceptions=True)
         await server.wait_closed()

@@ -9,12 +9,18 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import re
 
 SIGNATURE_HEADER = "X-Mediamesh-Signature"
 EVENT_HEADER = "X-Mediamesh-Event"
 DELIVERY_HEADER = "X-Mediamesh-Delivery"
 # How old a signed timestamp a receiver accepts by default, in seconds.
 DEFAULT_TOLERANCE_S = 300
+# What a well-formed header's parts are: ASCII digits, and 64 lowercase hex digits. Anything
+# else (non-ASCII included, which `hmac.compare_digest` refuses on str with a TypeError) is
+# not a signature of ours, so it verifies nothing, and raises nothing either.
+_TIMESTAMP = re.compile(r"[0-9]{1,20}")
+_HEX_DIGEST = re.compile(r"[0-9a-f]{64}")
 
 
 def signature(secret: str, timestamp: int, body: bytes) -> str:
@@ -33,11 +39,13 @@ def verify(
 ) -> bool:
     """Whether `header` signs `body` with `secret` at a time within `tolerance_s` of `now`."""
     parts = dict(item.split("=", 1) for item in header.split(",") if "=" in item)
-    try:
-        timestamp = int(parts["t"])
-    except (KeyError, ValueError):
+    stamp, given = parts.get("t", ""), parts.get("v1", "")
+    # `int` alone would take "1_700_000_000", " 17" and other digits than ASCII ones.
+    if not _TIMESTAMP.fullmatch(stamp) or not _HEX_DIGEST.fullmatch(given):
         return False
+    timestamp = int(stamp)
     if abs(now - timestamp) > tolerance_s:
         return False
     expected = signature(secret, timestamp, body)
-    return hmac.compare_digest(expected, parts.get("v1", ""))
+    # Compared as bytes: both are ASCII by now, and bytes never raise in compare_digest.
+    return hmac.compare_digest(expected.encode("ascii"), given.encode("ascii"))

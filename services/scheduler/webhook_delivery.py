@@ -6,6 +6,15 @@ attempted until the receiver answers 2xx or `webhooks.max_attempts` is spent. Ev
 is recorded, so a restarted scheduler resumes what was still pending (`start`). A receiver
 may see an event twice (a crash between its answer and the record): the delivery id in
 `X-Mediamesh-Delivery` lets it drop repeats.
+
+A receiver is a tenant's, so it is not trusted to answer well. One attempt, from resolving
+the host to the answer's last byte read, has `webhooks.timeout_s` in all (not per read: a
+receiver that sends a byte every few seconds would hold a slot for ever); only the status
+decides, and no more than RESPONSE_READ_BYTES of the body is ever read (a small one, so that
+the connection can serve the next attempt). Deliveries in flight are bounded by
+`webhooks.max_concurrent`, and one tenant's by a share of those (`tenant_slots`), so one
+tenant's slow receiver cannot hold back the others'. The host's addresses are checked
+before each attempt, which connects to those and no others (webhook_policy, webhook_transport).
 """
 
 from __future__ import annotations
@@ -33,11 +42,32 @@ from mediamesh.scheduler.core.jobs import Job, JobState
 from mediamesh.scheduler.store.artifacts import ArtifactStore, StoredArtifact
 from mediamesh.scheduler.store.deliveries import DeliveryStatus, WebhookDelivery
 from mediamesh.scheduler.store.writer import StoreWriter
-from mediamesh.scheduler.webhook_policy import url_problem
+from mediamesh.scheduler.webhook_policy import (
+    address_problem,
+    host_and_port,
+    matching_entries,
+    url_problem,
+)
+from mediamesh.scheduler.webhook_transport import (
+    connect_host,
+    pinned,
+    resolve,
+    webhook_client,
+)
 
 log = logging.getLogger("mediamesh.scheduler.webhooks")
 
 USER_AGENT = "mediamesh-webhooks/1"
+# The most of a receiver's answer body ever read: only its status matters. A body declared no
+# longer is read to its end, so that the connection can be used again; any other is not read.
+RESPONSE_READ_BYTES = 64 * 1024
+# One tenant's deliveries in flight are at most this share of `max_concurrent` (at least 1).
+TENANT_SHARE = 4
+
+
+def tenant_slots(max_concurrent: int) -> int:
+    """Deliveries one tenant may have in flight at once."""
+    return max(1, max_concurrent // TENANT_SHARE)
 
 
 class WebhookDeliverer:
@@ -59,6 +89,11 @@ class WebhookDeliverer:
         self._clock = clock
         self._client: httpx.AsyncClient | None = None
         self._slots = asyncio.Semaphore(settings.max_concurrent)
+        # Per tenant, taken before a global slot: waiting for its own, a tenant whose
+        # receiver is slow does not queue ahead of the others for the global ones.
+        self._tenant_slots: dict[str, asyncio.Semaphore] = {}
+        # How each attempt finds a host's addresses (tests replace it).
+        self.resolve = resolve
         self._tasks: set[asyncio.Task[None]] = set()
 
     def start(self, pending: list[WebhookDelivery]) -> None:
@@ -153,7 +188,11 @@ class WebhookDeliverer:
             wait = delivery.next_attempt_at - self._clock()
             if wait > 0:
                 await asyncio.sleep(wait)
-            async with self._slots:
+            tenant = self._tenant_slots.get(delivery.tenant)
+            if tenant is None:
+                tenant = asyncio.Semaphore(tenant_slots(self.settings.max_concurrent))
+                self._tenant_slots[delivery.tenant] = tenant
+            async with tenant, self._slots:
                 error = await self._attempt(delivery)
             self._record(delivery, error)
 
@@ -174,13 +213,50 @@ class WebhookDeliverer:
             DELIVERY_HEADER: delivery.delivery_id,
             SIGNATURE_HEADER: signature_header(secret.get_secret_value(), timestamp, body),
         }
+        limit = self.settings.timeout_s
         try:
-            response = await self._http().post(delivery.url, content=body, headers=headers)
+            async with asyncio.timeout(limit):
+                status = await self._send(delivery.url, body, headers)
+        except TimeoutError:
+            return f"no complete answer within webhooks.timeout_s ({limit:g} s)"
         except httpx.HTTPError as exc:
             return f"{type(exc).__name__}: {exc}"
-        if 200 <= response.status_code < 300:
+        except RefusedAddress as exc:
+            return str(exc)
+        except Exception as exc:  # a failed attempt, never a dead delivery task
+            log.warning("webhook delivery %s: attempt failed", delivery.delivery_id, exc_info=True)
+            return f"{type(exc).__name__}: {exc}"
+        if 200 <= status < 300:
             return None
-        return f"HTTP {response.status_code}"
+        return f"HTTP {status}"
+
+    async def _send(self, url: str, body: bytes, headers: dict[str, str]) -> int:
+        """POST `body` to `url`, connecting only to addresses that passed the policy; the
+        answer's status. Reads at most RESPONSE_READ_BYTES of the answer's body."""
+        host, port = host_and_port(url)
+        entries = matching_entries(host, port, self.settings.allowed_hosts)
+        name = connect_host(url)
+        try:
+            addresses = await self.resolve(name, port)
+        except OSError as exc:
+            raise RefusedAddress(f"host {host!r} does not resolve ({exc})") from None
+        if problem := address_problem(host, entries, addresses):
+            raise RefusedAddress(problem)
+        with pinned(name, port, addresses):
+            async with self._http().stream("POST", url, content=body, headers=headers) as answer:
+                declared = answer.headers.get("content-length", "")
+                if (
+                    declared.isascii()
+                    and declared.isdigit()
+                    and int(declared) <= RESPONSE_READ_BYTES
+                ):
+                    read = 0
+                    async for chunk in answer.aiter_raw():
+                        read += len(chunk)
+                        if read >= RESPONSE_READ_BYTES:
+                            break
+                # Otherwise left unread: closing the answer closes its connection.
+                return answer.status_code
 
     async def _body(self, delivery: WebhookDelivery) -> bytes:
         """The recorded payload, with a result URL signed now for a "completed" event (one
@@ -240,8 +316,9 @@ class WebhookDeliverer:
 
     def _http(self) -> httpx.AsyncClient:
         if self._client is None:
-            # No redirects: a receiver on the allowlist must not send us elsewhere.
-            self._client = httpx.AsyncClient(
-                timeout=self.settings.timeout_s, follow_redirects=False, trust_env=False
-            )
+            self._client = webhook_client(self.settings.timeout_s)
         return self._client
+
+
+class RefusedAddress(Exception):
+    """The webhook's host resolves to no address the policy lets the mesh call."""
