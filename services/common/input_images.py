@@ -6,6 +6,11 @@ pixel count, which is held to the model's `limits.max_input_pixels` before a sin
 is decoded. A decompression bomb (a small file declaring a huge canvas) is therefore
 refused by what it declares. `decode_image` then decodes one that passed, bounded by that
 limit, to find bytes that are broken past their header.
+
+The bytes are held to the pixels too (`max_encoded_bytes`): no honest encoding of a canvas
+takes more than its raw pixels at the deepest format (8 bytes a pixel: 16-bit RGBA PNG), a
+filter byte a row and some metadata, so a small image padded with a huge ancillary chunk, EXIF
+segment or trailing bytes is refused before anything stores it.
 """
 
 from __future__ import annotations
@@ -34,6 +39,10 @@ _SIGNATURES = {
 }
 # Bytes `sniffed_mime` needs to tell every format apart (WebP's "WEBP" ends at byte 12).
 SNIFF_BYTES = 12
+# The most bytes an input may take: raw pixels at their deepest (16-bit RGBA), a PNG filter
+# byte a row, and room for metadata (ICC profiles, EXIF) and the encoding's own overhead.
+MAX_BYTES_PER_PIXEL = 8
+METADATA_ALLOWANCE_BYTES = 2**20
 # Pillow puts the repr of its file object in some messages; a caller has no use for it.
 _OBJECT_REPR = re.compile(r"\s*<[^<>]*\bat 0x[0-9a-fA-F]+>")
 
@@ -106,10 +115,16 @@ def check_upload_mime(mime_type: str) -> None:
         )
 
 
+def max_encoded_bytes(width: int, height: int) -> int:
+    """The most bytes an input image of `width` x `height` pixels may take."""
+    return MAX_BYTES_PER_PIXEL * width * height + height + METADATA_ALLOWANCE_BYTES
+
+
 def probe_image(field: str, data: bytes, max_pixels: int) -> InputImage:
     """The image's identity and size from its header; InvalidArgument naming `field` and the
-    limit for bytes that are no image, a format other than PNG, JPEG or WebP, or more pixels
-    than `max_pixels`. Nothing is decoded."""
+    limit for bytes that are no image, a format other than PNG, JPEG or WebP, more pixels
+    than `max_pixels`, or more bytes than `max_encoded_bytes` for its pixels. Nothing is
+    decoded."""
     if not data:
         raise InvalidArgument(f"{field}: empty; send PNG, JPEG or WebP bytes")
     try:
@@ -117,6 +132,7 @@ def probe_image(field: str, data: bytes, max_pixels: int) -> InputImage:
             width, height = image.size
             kind = image.format or "unknown"
             _check_pixels(field, width, height, max_pixels)
+            _check_bytes(field, len(data), width, height)
             if kind not in INPUT_FORMATS:
                 raise InvalidArgument(
                     f"{field}: {kind} images are not supported; send PNG, JPEG or WebP"
@@ -173,6 +189,17 @@ def _check_pixels(field: str, width: int, height: int, max_pixels: int) -> None:
         raise InvalidArgument(
             f"{field}: {width}x{height} px is {width * height} pixels; "
             f"the limit is {max_pixels} pixels (limits.max_input_pixels)"
+        )
+
+
+def _check_bytes(field: str, size: int, width: int, height: int) -> None:
+    limit = max_encoded_bytes(width, height)
+    if size > limit:
+        raise InvalidArgument(
+            f"{field}: {size} bytes for a {width}x{height} px image; the limit is {limit} "
+            f"bytes at that size ({MAX_BYTES_PER_PIXEL} bytes a pixel, 1 a row and "
+            f"{METADATA_ALLOWANCE_BYTES // 2**20} MiB of metadata): drop the padding or "
+            "metadata"
         )
 
 

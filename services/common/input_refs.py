@@ -6,7 +6,9 @@ the scheduler and every worker reach; the ref is then the file's path.
 
 Once a job has ended nothing reads its inputs again, so the scheduler keeps it in memory
 without the inline bytes (`without_inline_bytes`: the ref is then empty, the image's
-identity stays); its row in the store still carries them until retention, as the files do.
+identity stays); its row in the store still carries them until retention. Its files are
+removed once its end is stored (the scheduler's input_files.py): the path in an ended job's
+ref names a file that may be gone.
 """
 
 from __future__ import annotations

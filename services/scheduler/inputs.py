@@ -1,29 +1,31 @@
-"""A job's input images, kept with the job for as long as the job is kept.
+"""A job's input images, kept with the job until it has ended.
 
 At submit the request's images (sent inline or named by upload id) are checked once more
 by decoding them, then stored: an image up to `inline_bytes` inside the job itself (its
 `InputImage.ref` carries the bytes, so the job's row in the store holds them), a larger one
 as a file in the artifact store's `inputs` folder, which workers read. Either way a
-restarted scheduler or a preempted job finds its inputs again. The files go when their job
-is purged at retention; files no job owns (a submit that failed after writing them) are
-swept once older than the retention.
+restarted scheduler or a preempted job finds its inputs again. The files are
+content-addressed (input_files.py): jobs sending the same bytes, or naming the same upload,
+share one copy on disk. A job's files go once its end is in the store (the store writer
+removes them); files no job owns (a submit that failed after writing them, a crash before
+the removal) are swept once older than the retention.
 """
 
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
 
 from mediamesh.common.generation import GenerationParams, InputImage
 from mediamesh.common.input_images import ID_FIELDS, decode_image, input_field
-from mediamesh.common.input_refs import inline_ref, is_inline
+from mediamesh.common.input_refs import inline_ref
 from mediamesh.common.output_formats import extension_for
 from mediamesh.common.params import RequestFields
 from mediamesh.common.registry import ModelSpec
 from mediamesh.common.settings import SchedulerSettings
+from mediamesh.scheduler.input_files import InputFiles, input_paths, release
 from mediamesh.scheduler.uploads import UploadLimits, UploadStore
 
 INPUT_FIELDS = ("image", "mask_image")
@@ -36,6 +38,7 @@ class JobInputs:
         self.folder = folder
         self.inline_bytes = inline_bytes
         self.uploads = uploads
+        self.files = InputFiles(folder)
 
     async def with_uploads(self, fields: RequestFields, tenant: str) -> RequestFields:
         """`fields` with each upload's bytes read in beside its id (listed in `from_uploads`);
@@ -77,39 +80,26 @@ class JobInputs:
     def _keep(self, name: str, image: InputImage, data: bytes) -> str:
         if len(data) <= self.inline_bytes:
             return inline_ref(data)
-        self.folder.mkdir(parents=True, exist_ok=True)
-        path = self.folder / f"{uuid.uuid4().hex}.{name}.{extension_for(image.mime_type)}"
-        partial = path.with_suffix(".partial")
-        partial.write_bytes(data)
-        partial.replace(path)
-        return str(path)
+        return str(self.files.keep(image.sha256, name, extension_for(image.mime_type), data))
 
     def files_of(self, params: GenerationParams) -> list[Path]:
         """The files holding the inputs of a job with `params` (inline inputs have none)."""
-        refs = [getattr(params, name) for name in INPUT_FIELDS]
-        return [
-            Path(image.ref) for image in refs if image and image.ref and not is_inline(image.ref)
-        ]
+        return input_paths(params)
 
     def discard(self, params: GenerationParams) -> None:
-        """Delete the files just stored for a job that was not accepted (or a duplicate)."""
+        """Delete the files just stored for a job that was not accepted (or a duplicate: the
+        earlier job has files of its own, links to the same copy)."""
         self.delete(self.files_of(params))
 
     def delete(self, paths: Iterable[Path]) -> None:
-        """Delete input files (blocking); missing ones are fine."""
-        for path in paths:
-            path.unlink(missing_ok=True)
+        """Delete job input files (blocking), and a copy no job file links to any more;
+        missing ones are fine."""
+        release(paths)
 
     def sweep(self, owned: set[Path], older_than: float) -> None:
-        """Delete input files no job in `owned` refers to, older than `older_than` (Unix s)."""
-        if not self.folder.exists():
-            return
-        for path in self.folder.iterdir():
-            try:
-                if path not in owned and path.stat().st_mtime < older_than:
-                    path.unlink(missing_ok=True)
-            except FileNotFoundError:
-                continue
+        """Delete input files no job in `owned` refers to, and copies no job file links to,
+        older than `older_than` (Unix s)."""
+        self.files.sweep(owned, older_than)
 
     def tidy(self, kept: Iterable[GenerationParams], older_than: float) -> None:
         """Housekeeping (blocking): delete expired uploads, and input files that none of the

@@ -13,6 +13,9 @@ job ended without the delivery that was to tell of it. Results kept in the store
 (in_store_results.py) do too: a result queued before the state that announces it lands in
 the same transaction or an earlier one, so a restart never finds a job succeeded without
 its bytes.
+
+A job's input files are removed once its end has landed (`EndedInputs`, input_files.py), and
+never before: were they removed first, a crash in between would restart the job without them.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from typing import Any
 
 from mediamesh.scheduler import metrics
 from mediamesh.scheduler.core.jobs import Job
+from mediamesh.scheduler.input_files import EndedInputs
 from mediamesh.scheduler.store.deliveries import WebhookDelivery, delivery_row
 from mediamesh.scheduler.store.health import TRANSITIONS, StoreHealth
 from mediamesh.scheduler.store.job_store import JobStore, job_row
@@ -41,8 +45,11 @@ class StoreWriter:
         first_backoff_s: float = 0.05,
         max_backoff_s: float = 5.0,
         health: StoreHealth | None = None,
+        ended_inputs: EndedInputs | None = None,
     ) -> None:
         self._store = store
+        # Told of the jobs whose end each write landed: it removes their input files.
+        self._ended_inputs = ended_inputs or EndedInputs()
         # Told of every write's outcome: state changes that do not land turn readiness off.
         self._health = health or StoreHealth()
         self._first_backoff_s = first_backoff_s
@@ -109,6 +116,7 @@ class StoreWriter:
             results, self._results = self._results, {}
             # Snapshots taken here, on the loop: the jobs keep changing while the write runs.
             rows = [job_row(job, result) for job, result in group.values()]
+            ended = [job for job, _ in group.values() if job.state.terminal]
             hook_rows = [delivery_row(d) for d in hooks.values()]
             try:
                 await self._store.save_many(rows, hook_rows, list(results.items()))
@@ -132,6 +140,11 @@ class StoreWriter:
             backoff = self._first_backoff_s
             self._health.succeeded(TRANSITIONS)
             metrics.STORE_PENDING_WRITES.set(len(self._pending))
+            if ended:
+                try:
+                    await self._ended_inputs.ended(ended)
+                except Exception:
+                    log.exception("removing the inputs of %d ended jobs failed", len(ended))
 
     def _requeue(self, group: dict[str, tuple[Job, dict[str, Any] | None]]) -> None:
         """Put a failed group back; a job saved again meanwhile keeps its newer entry, and
@@ -163,3 +176,4 @@ class StoreWriter:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+        await self._ended_inputs.close()
