@@ -1,4 +1,5 @@
-"""Server interceptors: internal credential, metrics, and domain errors to status codes."""
+"""Server interceptors: internal credential, metrics, and domain errors to status codes; and
+a public API's credential and concurrency, checked before a request is read."""
 
 from __future__ import annotations
 
@@ -8,13 +9,19 @@ import hmac
 import inspect
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from typing import Any, TypeAlias, cast
 
 import grpc
 
 from mediamesh.common.api.status import from_grpc, to_grpc
-from mediamesh.common.errors import PUSHBACK_KEY, RETRY_AFTER_KEY, MeshError, StatusCode
+from mediamesh.common.errors import (
+    PUSHBACK_KEY,
+    RETRY_AFTER_KEY,
+    MeshError,
+    ResourceExhausted,
+    StatusCode,
+)
 from mediamesh.common.log_throttle import LogThrottle
 from mediamesh.common.metrics import RPC_LATENCY, RPC_REQUESTS
 
@@ -35,6 +42,12 @@ Context: TypeAlias = "grpc.aio.ServicerContext[Any, Any]"
 # coroutine functions and async generators that take an aio ServicerContext.
 _UnaryBehaviour: TypeAlias = "Callable[[Any, Context], Awaitable[Any]]"
 _StreamBehaviour: TypeAlias = "Callable[[Any, Context], AsyncIterator[Any] | Awaitable[None]]"
+
+
+# A call's metadata by key (values of "-bin" keys are bytes).
+Metadata: TypeAlias = Mapping[str, "str | bytes"]
+# Checks a call's credential from its metadata; raises MeshError (UNAUTHENTICATED) to refuse.
+CredentialCheck: TypeAlias = Callable[[Metadata], object]
 
 
 def _split(method: str) -> tuple[str, str]:
@@ -207,3 +220,130 @@ def _wrap(handler: Handler, service: str, name: str, authorised: bool) -> Handle
         request_deserializer=handler.request_deserializer,
         response_serializer=handler.response_serializer,
     )
+
+
+class CallerInterceptor(grpc.aio.ServerInterceptor):
+    """Admits a call to a listener's own services from its metadata alone, before its request
+    is read: the caller's credential (a public API's key) and room under `max_calls`.
+
+    The servicers authenticate too, but only once gRPC has read the request and parsed it,
+    and `lenient` has checked its bounds: an anonymous caller could make the server hold and
+    walk up to the receive limit per call. A refused call is answered by a handler that never
+    reads a unary request, and reads a streamed one for at most DRAIN_BEFORE_REFUSAL_S
+    without parsing it (as `_wrap` does): nothing it sent is parsed.
+
+    `checks` maps each service's full name to its credential check (None: none); calls to
+    any other service (health, reflection) pass untouched and uncounted, so that probes are
+    answered however busy the listener is, which gRPC's own `maximum_concurrent_rpcs` would
+    refuse too. `open_methods` ("service/method", a liveness probe's) pass the same way."""
+
+    def __init__(
+        self,
+        checks: Mapping[str, CredentialCheck | None],
+        open_methods: frozenset[str] = frozenset(),
+        max_calls: int | None = None,
+    ) -> None:
+        self._checks = dict(checks)
+        self._open = open_methods
+        self._max_calls = max_calls
+        # Calls admitted whose handler is running. One admitted while another's request is
+        # still being read counts once its handler starts: the bound can be passed by the
+        # calls being read at one moment, and is never held by a call that never ran.
+        self.active = 0
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Handler | None]],
+        details: grpc.HandlerCallDetails,
+    ) -> Handler | None:
+        handler = await continuation(details)
+        service, name = _split(details.method)
+        if handler is None or service not in self._checks or f"{service}/{name}" in self._open:
+            return handler
+        streamed = bool(handler.request_streaming)
+        check = self._checks[service]
+        if check is not None:
+            try:
+                check(dict(details.invocation_metadata or ()))
+            except MeshError as exc:
+                return _refusal(exc, streamed)
+        if self._max_calls is None:
+            return handler
+        if self.active >= self._max_calls:
+            busy = ResourceExhausted(
+                f"max_concurrent_rpcs: {self.active} calls in progress, the most this "
+                "listener serves at once; retry later",
+                retry_after_s=1,
+            )
+            return _refusal(busy, streamed)
+        return _counted(handler, self)
+
+    @contextlib.contextmanager
+    def _running(self) -> Iterator[None]:
+        self.active += 1
+        try:
+            yield
+        finally:
+            self.active -= 1
+
+
+def _counted(handler: Handler, calls: CallerInterceptor) -> Handler:
+    """`handler`, counted in `calls.active` while its behaviour runs."""
+    if handler.unary_unary or handler.stream_unary:
+        inner = cast(_UnaryBehaviour, handler.unary_unary or handler.stream_unary)
+
+        async def unary(request: Any, context: Context) -> Any:
+            with calls._running():
+                return await inner(request, context)
+
+        factory = (
+            grpc.unary_unary_rpc_method_handler
+            if handler.unary_unary
+            else grpc.stream_unary_rpc_method_handler
+        )
+        return factory(
+            unary,
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
+    inner_stream = cast(_StreamBehaviour, handler.unary_stream or handler.stream_stream)
+
+    async def streaming(request: Any, context: Context) -> AsyncIterator[Any]:
+        with calls._running():
+            answers = inner_stream(request, context)
+            if inspect.isawaitable(answers):
+                await answers
+            else:
+                async for item in answers:
+                    yield item
+
+    factory = (
+        grpc.unary_stream_rpc_method_handler
+        if handler.unary_stream
+        else grpc.stream_stream_rpc_method_handler
+    )
+    return factory(
+        streaming,
+        request_deserializer=handler.request_deserializer,
+        response_serializer=handler.response_serializer,
+    )
+
+
+def _unread(data: bytes) -> None:
+    """The deserializer of a refused call: what it sent is dropped, never parsed."""
+    return None
+
+
+def _refusal(error: MeshError, streamed: bool) -> Handler:
+    """A handler answering `error` at once (with its retry hint). It takes the request as a
+    stream, whatever the method's shape, so that gRPC does not read a unary request before
+    it runs: the status is all the caller gets, and clients of any shape read it as the
+    call's end."""
+
+    async def refuse(requests: AsyncIterator[Any], context: Context) -> None:
+        if streamed:
+            # As `_wrap` does for a refused internal stream (grpc/grpc#36066).
+            await _drain(requests)
+        await _abort_for(error, context)
+
+    return grpc.stream_unary_rpc_method_handler(refuse, request_deserializer=_unread)

@@ -17,7 +17,11 @@ from mediamesh.common.api.health import (
     mark_alive,
     mark_serving,
 )
-from mediamesh.common.interceptors import ServiceInterceptor
+from mediamesh.common.interceptors import (
+    CallerInterceptor,
+    CredentialCheck,
+    ServiceInterceptor,
+)
 from mediamesh.common.listeners import ListenError, refuse_taken
 from mediamesh.common.secret_files import read_key_pair
 from mediamesh.common.settings import TlsSettings
@@ -32,6 +36,13 @@ class Registration:
 
     service_names: tuple[str, ...]
     add: Callable[[grpc.aio.Server], None]
+    # A public API's credential check, run on a call's metadata before its request is read
+    # (`CallerInterceptor`); it raises MeshError to refuse the call. None: the servicer
+    # checks for itself (internal services: the internal token is checked for every one).
+    authenticate: CredentialCheck | None = None
+    # Methods ("service/method") that need no credential and are never refused for being
+    # busy (a liveness probe's).
+    open_methods: frozenset[str] = frozenset()
 
 
 @dataclass
@@ -55,9 +66,10 @@ class RunningServer:
         await self.server.stop(grace_s)
 
 
-def message_options(max_bytes: int) -> list[tuple[str, int]]:
+def message_options(max_bytes: int, max_receive_bytes: int | None = None) -> list[tuple[str, int]]:
+    """The largest message sent and received (`max_receive_bytes`, when given, received)."""
     return [
-        ("grpc.max_receive_message_length", max_bytes),
+        ("grpc.max_receive_message_length", max_receive_bytes or max_bytes),
         ("grpc.max_send_message_length", max_bytes),
     ]
 
@@ -91,15 +103,41 @@ async def start_server(
     credentials: grpc.ServerCredentials | None = None,
     health_port: int | None = None,
     serving: bool = True,
+    max_receive_bytes: int | None = None,
+    max_concurrent_rpcs: int | None = None,
+    max_streams_per_connection: int | None = None,
 ) -> RunningServer:
     """Serves `registrations` on host:port, over TLS when `credentials` are given, demanding
-    `internal_token` when set; `health_port` adds a plaintext listener with health only.
-    `serving` False starts it NOT_SERVING (a worker still warming up). ListenError, naming
-    the bare setting (`port`, `health_port`), when either cannot be bound."""
-    server = grpc.aio.server(
-        interceptors=[*server_tracing_interceptors(), ServiceInterceptor(internal_token)],
-        options=[*message_options(max_message_bytes), *KEEPALIVE_OPTIONS, ("grpc.so_reuseport", 0)],
-    )
+    `internal_token` when set, and each registration's own `authenticate` before a request
+    to it is read; `health_port` adds a plaintext listener with health only. `serving`
+    False starts it NOT_SERVING (a worker still warming up). A public listener bounds what
+    callers may make it hold: `max_receive_bytes` (the largest request message, else
+    `max_message_bytes`), `max_concurrent_rpcs` (calls to the registrations at once,
+    streams included; more are refused RESOURCE_EXHAUSTED before their request is read,
+    while health still answers) and `max_streams_per_connection` (HTTP/2 streams one
+    connection may open; more wait). ListenError, naming the bare setting (`port`,
+    `health_port`), when either cannot be bound."""
+    interceptors: list[grpc.aio.ServerInterceptor] = [
+        *server_tracing_interceptors(),
+        ServiceInterceptor(internal_token),
+    ]
+    checks = {
+        name: registration.authenticate
+        for registration in registrations
+        for name in registration.service_names
+    }
+    if max_concurrent_rpcs is not None or any(checks.values()):
+        open_methods = frozenset().union(*(r.open_methods for r in registrations))
+        # After ServiceInterceptor, which then counts and times the refusals as any call.
+        interceptors.append(CallerInterceptor(checks, open_methods, max_concurrent_rpcs))
+    options: list[tuple[str, int]] = [
+        *message_options(max_message_bytes, max_receive_bytes),
+        *KEEPALIVE_OPTIONS,
+        ("grpc.so_reuseport", 0),
+    ]
+    if max_streams_per_connection is not None:
+        options.append(("grpc.max_concurrent_streams", max_streams_per_connection))
+    server = grpc.aio.server(interceptors=interceptors, options=options)
     names: list[str] = []
     for registration in registrations:
         registration.add(server)

@@ -191,7 +191,8 @@ class GatewayHttpSettings(Section):
     """The gateway's HTTP/JSON face (services/gateway/http)."""
 
     # Origins a browser page may call the HTTP face from (CORS); empty: same origin only.
-    # "*" allows any origin.
+    # "*" lets a page on any origin read (never write: writes stay same-origin or listed),
+    # and only on a gateway with API keys (GatewaySettings refuses it without).
     cors_origins: list[str] = Field(default_factory=list)
     # The URL clients reach the face at ("https://mesh.example.com", a path prefix allowed):
     # absolute links, such as a result's URL, start with it. Unset, they start with the
@@ -205,6 +206,18 @@ class GatewayHttpSettings(Section):
     result_link_secret: SecretStr | None = Field(None, min_length=32)
     # How long such a link opens its result (OpenAI's own image URLs last an hour).
     result_link_ttl_s: float = Field(3600.0, gt=0, le=7 * 24 * 3600)
+    # Connection limits of the face's own server (uvicorn). They keep one client from holding
+    # the gateway's sockets and file descriptors, which the gRPC listener shares; a public
+    # deployment still belongs behind a reverse proxy or load balancer that buffers requests.
+    # Seconds a connection has to send a whole request head (request line and headers), from
+    # its opening or from the first byte of its next request; then it is closed.
+    header_timeout_s: float = Field(10.0, gt=0, le=300)
+    # Seconds an idle kept-alive connection stays open between requests.
+    keep_alive_s: int = Field(5, ge=1, le=300)
+    # Connections open at once; one more is answered 503 and closed.
+    max_connections: int = Field(1000, ge=1, le=1_000_000)
+    # The longest request head (request line and headers) read; 431/400 beyond it.
+    max_header_bytes: int = Field(16 * 1024, ge=1024, le=1024 * 1024)
 
     @field_validator("public_url", mode="after")
     @classmethod
@@ -257,6 +270,17 @@ class GatewaySettings(Section):
     tls: TlsSettings = Field(default_factory=TlsSettings)
     inline_result_limit_bytes: int = Field(4 * 1024 * 1024, ge=1024)
     max_message_bytes: int = Field(64 * 1024 * 1024, ge=1024 * 1024)
+    # The largest message the public gRPC listener reads from a caller: two inline input
+    # images (8 MiB each: image and mask_image) and the rest of a request. Larger inputs
+    # go through Gateway.Upload in chunks; a KServe call carrying several input images may
+    # need more (at most max_message_bytes, which the default shrinks to when lower).
+    max_request_bytes: int = Field(17 * 1024 * 1024, ge=64 * 1024)
+    # Calls the public gRPC listener serves at once, streams included; gRPC refuses more with
+    # RESOURCE_EXHAUSTED until some end.
+    max_concurrent_rpcs: int = Field(1000, ge=1)
+    # HTTP/2 streams (calls) one client connection may have open at once; more wait for one
+    # to end. Keeps one connection from taking all of max_concurrent_rpcs.
+    max_streams_per_connection: int = Field(256, ge=1)
     download_chunk_bytes: int = Field(1024 * 1024, ge=1024)
     # Seconds without an answer from the scheduler before the gateway reports NOT_SERVING,
     # so that readiness takes it out of rotation; SERVING again once the scheduler answers.
@@ -286,6 +310,33 @@ class GatewaySettings(Section):
                 f"gateway.{name}: {value} bytes does not fit in one message of "
                 f"gateway.max_message_bytes ({self.max_message_bytes}) with its "
                 f"{MESSAGE_ENVELOPE_BYTES}-byte envelope; at most {room}"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _requests_fit_a_message(self) -> GatewaySettings:
+        # A caller's request is forwarded in one message on the scheduler channel, whose
+        # messages are at most max_message_bytes.
+        if self.max_request_bytes <= self.max_message_bytes:
+            return self
+        if "max_request_bytes" not in self.model_fields_set:
+            object.__setattr__(self, "max_request_bytes", self.max_message_bytes)
+            return self
+        raise ValueError(
+            f"gateway.max_request_bytes: {self.max_request_bytes} bytes is more than "
+            f"gateway.max_message_bytes ({self.max_message_bytes}) lets the gateway forward; "
+            f"at most {self.max_message_bytes}"
+        )
+
+    @model_validator(mode="after")
+    def _any_origin_needs_keys(self) -> GatewaySettings:
+        # Without keys every request acts, and a page on any site could read every job and
+        # result through the browser of whoever runs the gateway.
+        if "*" in self.http.cors_origins and not self.api_keys:
+            raise ValueError(
+                "gateway.http.cors_origins: '*' lets a page on any site use this gateway "
+                "through its visitors' browsers, and it has no gateway.api_keys; list the "
+                "origins (https://app.example) or configure keys"
             )
         return self
 

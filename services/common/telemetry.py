@@ -75,13 +75,31 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry, default=str)
 
 
+# Line breaks and other control characters in a text log line, escaped as Python writes them
+# in a string: a value a caller chose (a prompt, an id, a header) that held "\n2026-01-01
+# gateway INFO ..." would otherwise forge a line of its own. Tabs stay.
+_ESCAPES = {
+    code: ascii(chr(code))[1:-1]
+    for code in (*range(0x00, 0x20), *range(0x7F, 0xA0), 0x2028, 0x2029)
+    if code != 0x09
+}
+
+
+def escape_controls(text: str) -> str:
+    """`text` with its control characters and line separators escaped (`\n`, `\x1b`)."""
+    return text.translate(_ESCAPES)
+
+
 class TextFormatter(logging.Formatter):
-    def format(self, record: logging.LogRecord) -> str:
-        base = super().format(record)
+    """One line per record: its message and fields with control characters escaped, so that
+    no value can start a line of its own; a traceback follows on lines of its own."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        line = escape_controls(super().formatMessage(record))
         fields = getattr(record, "fields", None)
         if fields:
-            base += " " + " ".join(f"{k}={v}" for k, v in fields.items())
-        return base
+            line += " " + " ".join(f"{k}={escape_controls(str(v))}" for k, v in fields.items())
+        return line
 
 
 def setup_logging(settings: TelemetrySettings, service: str) -> None:

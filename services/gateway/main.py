@@ -112,6 +112,9 @@ async def start_gateway(
         port=g.port,
         max_message_bytes=g.max_message_bytes,
         credentials=tls,
+        max_receive_bytes=g.max_request_bytes,
+        max_concurrent_rpcs=g.max_concurrent_rpcs,
+        max_streams_per_connection=g.max_streams_per_connection,
     )
     # A gateway without a token still presents one, empty, to its readiness probe: Health is
     # open only to callers that send none, so a scheduler that wants a token refuses it, and
@@ -143,6 +146,7 @@ async def start_gateway(
                 g.host,
                 g.http_port,
                 g.tls,
+                g.http,
             )
         except BaseException:
             await service.stop(0)

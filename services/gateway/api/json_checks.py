@@ -18,6 +18,7 @@ from typing import Any
 
 from google.protobuf.descriptor import FieldDescriptor
 
+from mediamesh.common.api.lenient import max_count
 from mediamesh.common.errors import InvalidArgument
 from mediamesh.common.limits import MAX_SEED
 
@@ -66,6 +67,11 @@ def check_json_message(body: object, descriptor: Any, path: str = "") -> None:
         seen[field.name] = str(key)
         if value is None:
             continue  # null leaves a field unset, as the JSON mapping says
+        if field.is_repeated and isinstance(value, list | dict):
+            # By length, before any entry is looked at (as gRPC requests are, `max_count`).
+            limit = max_count(descriptor.full_name, field.name)
+            if len(value) > limit:
+                raise InvalidArgument(f"{name}: {len(value)} entries; the limit is {limit}")
         if field.is_repeated and not _is_map(field):
             if not isinstance(value, list):
                 raise InvalidArgument(f"{name}: must be a JSON array, got {_shown(value)}")
@@ -112,8 +118,12 @@ def _check_value(field: FieldDescriptor, value: object, path: str) -> None:
 
 
 def _check_whole_number(value: object, path: str, low: int, high: int) -> None:
+    # Not a number at all: the type's range would mislead (steps take 1 to 8 on one model,
+    # not 0 to 4294967295), and the model's own range is checked once this parses.
     number = _whole_number(value)
-    if number is None or not low <= number <= high:
+    if number is None:
+        raise InvalidArgument(f"{path}: must be a whole number, got {_shown(value)}")
+    if not low <= number <= high:
         raise InvalidArgument(
             f"{path}: must be a whole number from {low} to {high}, got {_shown(value)}"
         )

@@ -24,7 +24,13 @@ from mediamesh.common.registry import ModelSpec
 from mediamesh.common.server import Registration
 from mediamesh.gateway.api import kserve_messages as messages
 from mediamesh.gateway.api.kserve_jobs import ElementProgress, run_call
-from mediamesh.gateway.api.upstream import Upstream, caller_of, mesh_errors, reader_of
+from mediamesh.gateway.api.upstream import (
+    Upstream,
+    caller_of,
+    key_check,
+    mesh_errors,
+    reader_of,
+)
 from mediamesh.gateway.core.inference_call import (
     MODEL_VERSION,
     ParamValue,
@@ -43,6 +49,8 @@ SERVER_NAME = "mediamesh"
 # Protocol extensions served: request priority and timeout, and request parameters.
 EXTENSIONS = ("schedule_policy", "parameters")
 _READY_TIMEOUT_S = 5
+# The rpcs that need no API key: probes send none, and learn nothing about tenants.
+OPEN_METHODS = ("ServerLive", "ServerReady")
 
 
 def _server_version() -> str:
@@ -246,9 +254,13 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
 
 def registration(upstream: Upstream) -> Registration:
-    """The Registration that serves inference.GRPCInferenceService through `upstream`."""
+    """The Registration that serves inference.GRPCInferenceService through `upstream`; every
+    rpc but the probes' (`OPEN_METHODS`) needs an API key (when the gateway has keys),
+    checked before its request is read."""
     service = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"]
     return Registration(
         (service.full_name,),
         lambda server: add_servicer(server, InferenceServicer(upstream), service),
+        authenticate=key_check(upstream.tenancy),
+        open_methods=frozenset(f"{service.full_name}/{name}" for name in OPEN_METHODS),
     )

@@ -13,6 +13,7 @@ from mediamesh.gateway.api.dataplane import DataPlane
 from mediamesh.gateway.api.upstream import (
     Upstream,
     caller_of,
+    key_check,
     reader_of,
     relay_errors,
 )
@@ -115,9 +116,11 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
 
 
 def registration(upstream: Upstream) -> Registration:
-    """The Registration that serves mediamesh.v1.Gateway through `upstream`."""
+    """The Registration that serves mediamesh.v1.Gateway through `upstream`; every rpc needs
+    an API key (when the gateway has keys), checked before its request is read."""
     service = gateway_pb2.DESCRIPTOR.services_by_name["Gateway"]
     return Registration(
         (service.full_name,),
         lambda server: add_servicer(server, GatewayServicer(upstream), service),
+        authenticate=key_check(upstream.tenancy),
     )

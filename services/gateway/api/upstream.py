@@ -7,7 +7,7 @@ import contextlib
 import logging
 import re
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -173,10 +173,20 @@ def call_deadline_ms(
 def caller_of(tenancy: Tenancy, context: grpc.aio.ServicerContext[Any, Any]) -> Caller:
     """The caller that the `authorization` metadata authenticates; UNAUTHENTICATED if none does."""
     metadata = dict(context.invocation_metadata() or ())
-    authorization = metadata.get("authorization")
-    # Only keys ending in "-bin" carry bytes.
-    caller = tenancy.authenticate(authorization if isinstance(authorization, str) else None)
-    return with_trace(caller, metadata)
+    return with_trace(key_check(tenancy)(metadata), metadata)
+
+
+def key_check(tenancy: Tenancy) -> Callable[[Mapping[str, str | bytes]], Caller]:
+    """The caller a call's metadata authenticates by its `authorization`; UNAUTHENTICATED
+    if none does. The public listener runs it on every call before reading its request
+    (`Registration.authenticate`); the servicers again, for the caller."""
+
+    def check(metadata: Mapping[str, str | bytes]) -> Caller:
+        authorization = metadata.get("authorization")
+        # Only keys ending in "-bin" carry bytes.
+        return tenancy.authenticate(authorization if isinstance(authorization, str) else None)
+
+    return check
 
 
 def with_trace(caller: Caller, headers: Mapping[str, str | bytes]) -> Caller:

@@ -25,6 +25,17 @@ JSON = "application/json"
 MULTIPART = "multipart/form-data"
 URLENCODED = "application/x-www-form-urlencoded"
 FORMS = (MULTIPART, URLENCODED)
+# A form's fields: a job takes about 30, and a field sent twice is refused anyway. Without a
+# bound a 63 MiB body of `a=&a=&...` made millions of pairs on the event loop.
+MAX_FORM_FIELDS = 64
+# File parts of a multipart form (an edit's image and mask, and their `image[]` spelling).
+MAX_FORM_FILES = 8
+# A url-encoded form carries no files, only text fields (prompts of at most 64 KiB): its body
+# is held to this, whatever gateway.max_message_bytes allows a body with images.
+MAX_URLENCODED_BYTES = 1024 * 1024
+# How deep a JSON body may nest: a job's request is at most 4 levels deep. Deeper bodies
+# are refused without a stack that deep being built.
+MAX_JSON_DEPTH = 64
 
 
 async def read_body(request: Request, max_bytes: int) -> bytes:
@@ -65,12 +76,39 @@ async def read_json(request: Request, max_bytes: int) -> object:
     media_type(request, (JSON,))
     body = await read_body(request, max_bytes)
     try:
-        return json.loads(body or b"{}", object_pairs_hook=_each_key_once)
+        parsed = json.loads(body or b"{}", object_pairs_hook=_each_key_once)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise InvalidArgument(f"body: not valid JSON ({exc})") from None
     except ValueError as exc:
         # Python's own limit on the digits of one integer (4300), which no field needs.
         raise InvalidArgument(f"body: {exc}") from None
+    except RecursionError:
+        # Arrays or objects nested past the interpreter's stack (`[` x 100000).
+        raise InvalidArgument(_too_deep()) from None
+    if body.count(b"[") + body.count(b"{") > MAX_JSON_DEPTH:
+        _check_depth(parsed)  # only a body with that many brackets can nest that deep
+    return parsed
+
+
+def _too_deep() -> str:
+    return f"body: JSON nested more than {MAX_JSON_DEPTH} levels deep"
+
+
+def _check_depth(value: object) -> None:
+    """InvalidArgument naming `body` when `value` nests arrays or objects more than
+    MAX_JSON_DEPTH deep; the parser took it, the validators after it might not."""
+    level: list[object] = [value]
+    for _ in range(MAX_JSON_DEPTH):
+        level = [
+            child
+            for item in level
+            if isinstance(item, dict | list)
+            for child in (item.values() if isinstance(item, dict) else item)
+            if isinstance(child, dict | list)
+        ]
+        if not level:
+            return
+    raise InvalidArgument(_too_deep())
 
 
 async def read_model(request: Request, model: type[Model], max_bytes: int) -> Model:
@@ -116,22 +154,42 @@ async def read_form(
     )
 
 
+def _urlencoded_fields(body: bytes) -> list[tuple[str, str]]:
+    """A url-encoded form's fields; InvalidArgument naming `body` for one of more than
+    MAX_FORM_FIELDS fields (counted before any is parsed) or not UTF-8."""
+    fields = body.count(b"&") + 1 if body else 0
+    if fields > MAX_FORM_FIELDS:
+        raise InvalidArgument(
+            f"body: a form of {fields} fields; the limit is {MAX_FORM_FIELDS} fields"
+        )
+    try:
+        text = body.decode()
+    except UnicodeDecodeError:
+        raise InvalidArgument("body: a form that is not UTF-8") from None
+    return parse_qsl(
+        text, keep_blank_values=True, strict_parsing=False, max_num_fields=MAX_FORM_FIELDS
+    )
+
+
 async def _form_items(
     request: Request, max_bytes: int
 ) -> tuple[list[tuple[str, str]], list[tuple[str, bytes]]]:
     """The form's text fields and file parts in the order sent, each as often as sent."""
-    body = await read_body(request, max_bytes)
     if media_type(request, FORMS) == URLENCODED:
-        try:
-            pairs = parse_qsl(body.decode(), keep_blank_values=True, strict_parsing=False)
-        except UnicodeDecodeError:
-            raise InvalidArgument("body: a form that is not UTF-8") from None
-        return pairs, []
+        body = await read_body(request, min(max_bytes, MAX_URLENCODED_BYTES))
+        return _urlencoded_fields(body), []
+    body = await read_body(request, max_bytes)
 
     async def once() -> AsyncGenerator[bytes, None]:
         yield body
 
-    parser = MultiPartParser(request.headers, once(), max_part_size=max_bytes)
+    parser = MultiPartParser(
+        request.headers,
+        once(),
+        max_files=MAX_FORM_FILES,
+        max_fields=MAX_FORM_FIELDS,
+        max_part_size=max_bytes,
+    )
     try:
         form = await parser.parse()
     except MultiPartException as exc:

@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import logging
 import re
+import unicodedata
 from collections.abc import Awaitable, Iterable, Mapping
 from contextlib import AbstractContextManager
 from typing import Any, TypeVar
@@ -25,6 +26,9 @@ T = TypeVar("T")
 _SIZE = re.compile(r"(\d+)x(\d+)", re.ASCII)
 # OpenAI sets no bound on `user`; one here keeps a caller's string out of the logs' bulk.
 MAX_END_USER_CHARS = 256
+# What `user` may not hold: control characters (C0, DEL, C1) and the line and paragraph
+# separators, which some log readers take for line breaks.
+_CONTROLS = frozenset({"Cc", "Zl", "Zp"})
 # The mesh's own job fields, which may ride beside OpenAI's (the openai client's extra_body).
 _MESH_FIELDS = frozenset(generate_request_schema()["properties"])
 # The message heads of the mesh's fields that OpenAI's `size` sets, for `openai_names`.
@@ -200,9 +204,18 @@ async def result_bytes(plane: JsonPlane, job_id: str, caller: Caller) -> bytes:
 
 
 def checked_end_user(user: str | None) -> str | None:
-    """OpenAI's `user` (the caller's own end user), within its bound; 400 beyond it."""
-    if user is not None and len(user) > MAX_END_USER_CHARS:
+    """OpenAI's `user` (the caller's own end user), within its bound and free of control
+    characters (it is logged: a line break in it would forge a log line); 400 otherwise."""
+    if user is None:
+        return None
+    if len(user) > MAX_END_USER_CHARS:
         raise InvalidArgument(f"user: {len(user)} characters; at most {MAX_END_USER_CHARS}")
+    bad = next((i for i, c in enumerate(user) if unicodedata.category(c) in _CONTROLS), None)
+    if bad is not None:
+        raise InvalidArgument(
+            f"user: a control character (U+{ord(user[bad]):04X}) at position {bad + 1}; "
+            "send an id without control characters or line breaks"
+        )
     return user or None
 
 

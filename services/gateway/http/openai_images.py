@@ -26,6 +26,7 @@ from typing import Any, Literal
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field
 
+from mediamesh.common.api.bounds import check_bounds
 from mediamesh.common.errors import InvalidArgument
 from mediamesh.gateway.api.json_plane import (
     JsonObject,
@@ -53,7 +54,7 @@ from mediamesh.gateway.http.openai_common import (
     result_bytes,
     submit_all,
 )
-from mediamesh.gateway.http.openai_mask import converted_mask
+from mediamesh.gateway.http.openai_mask import converted_mask, probe_mask
 from mediamesh.gateway.http.schemas import ErrorBody
 
 router = APIRouter(tags=["openai"])
@@ -180,6 +181,7 @@ async def generate_images(request: Request, authorization: Authorization = None)
     declared = ImageGeneration.model_fields
     check_no_ops({name: getattr(body, name) for name in NO_OP_VALUES if name in declared})
     count = 1 if body.n is None else body.n
+    user = checked_end_user(body.user)
     model = await pick_model(plane, body.model, "image")
     fields = {
         "model": model["name"],
@@ -207,7 +209,7 @@ async def generate_images(request: Request, authorization: Authorization = None)
         admitted(context.plane.tenancy, caller, model, body.priority, count) as paid,
     ):
         jobs = await submit_all(plane, caller, (plane.submit(r, paid) for r in requests))
-    log_end_user("/v1/images/generations", caller, body.user, jobs)
+    log_end_user("/v1/images/generations", caller, user, jobs)
     images = _images(plane, jobs, caller, body.response_format, request)
     answer = await answered_or_cancelled(request, plane, caller, jobs, images)
     return {**answer, "size": body.size}
@@ -274,16 +276,23 @@ async def edit_images(request: Request, authorization: Authorization = None) -> 
     if unknown:
         raise InvalidArgument(f"{unknown[0]}: not a file field of image edits; only image, mask")
     check_known_fields(form, "image edits", EDIT_FIELDS)
-    parts = {"image": image}
-    if "mask" in files:
-        parts["mask_image"] = await converted_mask(files["mask"])
+    mask = files.get("mask")
+    max_pixels = plane.spec(model["name"]).limits.max_input_pixels
+    if mask is not None:
+        # Its header against the model's limit now; its pixels only once admitted.
+        await probe_mask(mask, max_pixels)
     with openai_names(EDIT_NAMES):
         requests = []
         for seed in seeds:
             seeded = {} if seed is None else {"seed": str(seed)}
-            requests.append(request_from_form({**form, **fields, **seeded}, parts))
+            requests.append(request_from_form({**form, **fields, **seeded}, {"image": image}))
             requests[-1].result_as_url = _as_url(response_format)
         with admitted(context.plane.tenancy, caller, model, form.get("priority"), n) as paid:
+            if mask is not None:
+                converted = await converted_mask(mask, max_pixels)
+                for generate in requests:
+                    generate.mask_image = converted
+                    check_bounds(generate)
             jobs = await submit_all(plane, caller, (plane.submit(r, paid) for r in requests))
     log_end_user("/v1/images/edits", caller, user, jobs)
     images = _images(plane, jobs, caller, response_format, request)

@@ -13,20 +13,29 @@ import asyncio
 import io
 
 from mediamesh.common.errors import InvalidArgument
-from mediamesh.common.input_images import decode_image
+from mediamesh.common.input_images import decode_image, probe_image
 
-# Decoding happens here, before admission holds the mask to its model's input limit, so it
-# is bounded on its own (by the size the header declares, before any pixel is decoded):
-# 4096 x 4096 is above every shipped model's limit; admission refuses what its model cannot
-# take.
+# The mask is probed (its header read, nothing decoded) against the chosen model's
+# `limits.max_input_pixels` before the request is admitted, and decoded only after its
+# admission: a mask of millions of pixels costs a caller over its rate, or asking of a
+# model that takes fewer, no decoding at all. Without a model's limit, 4096 x 4096, above
+# every shipped model's.
 MAX_MASK_PIXELS = 4096 * 4096
 _REPAINT, _KEEP = 255, 0
 
 
-def mask_from_alpha(data: bytes) -> bytes:
+async def probe_mask(data: bytes, max_pixels: int) -> None:
+    """InvalidArgument naming `mask` and the limit when `data` is no PNG, JPEG or WebP, or
+    declares more than `max_pixels` pixels; from its header, its pixels left undecoded (off
+    the event loop: the rest of the file is still read for its checksums)."""
+    await asyncio.to_thread(probe_image, "mask", data, max_pixels)
+
+
+def mask_from_alpha(data: bytes, max_pixels: int = MAX_MASK_PIXELS) -> bytes:
     """A PNG in which the fully transparent pixels of `data` are white and the rest black;
-    InvalidArgument naming `mask` when it is no image or has no alpha channel."""
-    picture = decode_image("mask", data, MAX_MASK_PIXELS)
+    InvalidArgument naming `mask` when it is no image, has more than `max_pixels` pixels
+    (its model's limit) or has no alpha channel."""
+    picture = decode_image("mask", data, max_pixels)
     has_alpha = picture.mode in ("RGBA", "LA", "PA") or "transparency" in picture.info
     if not has_alpha:
         raise InvalidArgument(
@@ -40,6 +49,6 @@ def mask_from_alpha(data: bytes) -> bytes:
     return out.getvalue()
 
 
-async def converted_mask(data: bytes) -> bytes:
+async def converted_mask(data: bytes, max_pixels: int) -> bytes:
     """`mask_from_alpha` off the event loop: decoding a large PNG takes milliseconds."""
-    return await asyncio.to_thread(mask_from_alpha, data)
+    return await asyncio.to_thread(mask_from_alpha, data, max_pixels)

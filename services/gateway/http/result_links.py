@@ -11,12 +11,16 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from urllib.parse import urlencode
 
 from mediamesh.common.errors import InvalidArgument, PermissionDenied
+
+# What `_signature` makes: a SHA-256 HMAC in lowercase hex.
+_HEX_SIGNATURE = re.compile(r"[0-9a-f]{64}", re.ASCII)
 
 
 @dataclass(frozen=True)
@@ -37,8 +41,14 @@ class ResultLinks:
             expiry = int(expires)
         except ValueError:
             raise InvalidArgument(f"expires: {expires[:20]!r} is not a Unix time") from None
+        if not _HEX_SIGNATURE.fullmatch(signature):
+            # compare_digest takes ASCII text only: anything else raised TypeError (a 500).
+            raise PermissionDenied(
+                f"signature: not a link's signature (64 lowercase hex digits, got "
+                f"{len(signature)} characters)"
+            )
         expected = self._signature(job_id, tenant, expiry)
-        if not hmac.compare_digest(expected, signature):
+        if not hmac.compare_digest(expected.encode(), signature.encode()):
             raise PermissionDenied(
                 "signature: does not match this link's job, tenant and expiry (or was made "
                 "by another gateway: several need one gateway.http.result_link_secret)"

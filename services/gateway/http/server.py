@@ -3,6 +3,15 @@
 The socket is bound here, not by uvicorn: a port in use is a StartupError that the gateway
 command reports in one line, where uvicorn would exit the process. uvicorn's own signal
 handlers stay off; the gateway process owns SIGTERM and stops this server itself.
+
+uvicorn bounds neither how long a client may take to send a request's head nor how many
+connections it holds open (its `limit_concurrency` answers 503 to requests, once their head
+has arrived, on connections it keeps): one client trickling bytes kept a connection for as
+long as it liked, and enough half-sent requests used up the process's file descriptors,
+which took the gRPC listener down with this one. `GuardedH11Protocol` closes a connection
+whose request head is not complete within `gateway.http.header_timeout_s`, and answers 503
+to, and closes, each connection beyond `gateway.http.max_connections`. A public deployment
+still belongs behind a reverse proxy or load balancer.
 """
 
 from __future__ import annotations
@@ -10,16 +19,112 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import resource
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import ClassVar
 
+import h11
 import uvicorn
 from fastapi import FastAPI
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from mediamesh.common.listeners import listening_socket
-from mediamesh.common.settings import TlsSettings
+from mediamesh.common.log_throttle import LogThrottle
+from mediamesh.common.settings import GatewayHttpSettings, TlsSettings
 
 log = logging.getLogger("mediamesh.gateway.http")
+# Refusals come in floods: one line a minute says so.
+_refusal_log = LogThrottle()
+
+
+# What a connection beyond gateway.http.max_connections is told before it is closed.
+_FULL_BODY = (
+    b'{"code":"UNAVAILABLE","message":"too many open connections '
+    b'(gateway.http.max_connections); retry later"}'
+)
+_FULL = (
+    b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n"
+    b"retry-after: 1\r\nconnection: close\r\ncontent-length: %d\r\n\r\n%s"
+) % (len(_FULL_BODY), _FULL_BODY)
+
+
+class GuardedH11Protocol(H11Protocol):
+    """uvicorn's HTTP/1.1 protocol with a deadline for each request head and a cap on the
+    connections open at once (see the module's docstring). `for_settings` makes the class
+    one server uses."""
+
+    header_timeout_s: ClassVar[float] = 10.0
+    max_connections: ClassVar[int] = 1000
+    _head_timer: asyncio.TimerHandle | None = None
+
+    @classmethod
+    def for_settings(cls, max_connections: int, header_timeout_s: float) -> type[H11Protocol]:
+        return type(
+            cls.__name__,
+            (cls,),
+            {"max_connections": max_connections, "header_timeout_s": header_timeout_s},
+        )
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)  # type: ignore[arg-type]
+        if len(self.connections) > self.max_connections:
+            if _refusal_log.due():
+                log.warning(
+                    "refusing HTTP connections: %d are open (gateway.http.max_connections); "
+                    "logged at most once every %.0f s",
+                    self.max_connections,
+                    _refusal_log.every_s,
+                )
+            self.transport.write(_FULL)
+            self.transport.close()
+            return
+        self._await_head()
+
+    def data_received(self, data: bytes) -> None:
+        if self._head_timer is None and self.conn.their_state is h11.IDLE:
+            # The first bytes of the next request on a kept-alive connection.
+            self._await_head()
+        super().data_received(data)
+        if self.conn.their_state is not h11.IDLE:
+            self._head_read()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._head_read()
+        super().connection_lost(exc)
+
+    def _await_head(self) -> None:
+        self._head_read()
+        self._head_timer = self.loop.call_later(self.header_timeout_s, self._head_late)
+
+    def _head_read(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def _head_late(self) -> None:
+        self._head_timer = None
+        if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
+            # No response: the client may have sent nothing yet (a browser's preconnect).
+            self.transport.close()
+
+
+def connection_cap(max_connections: int) -> int:
+    """`max_connections`, or less when the process may not open twice that many files: each
+    connection is a file descriptor, and the gRPC listener, the scheduler channel and the
+    results need theirs."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or max_connections <= soft // 2:
+        return max_connections
+    cap = max(1, soft // 2)
+    log.warning(
+        "gateway.http.max_connections (%d) is more than half the open-file limit (%d); "
+        "serving at most %d connections (raise the limit with ulimit -n)",
+        max_connections,
+        soft,
+        cap,
+    )
+    return cap
 
 
 class _EmbeddedServer(uvicorn.Server):
@@ -53,16 +158,30 @@ class HttpServer:
             await asyncio.wait_for(self.task, grace_s + 5)
 
 
-async def start_http(app: FastAPI, host: str, port: int, tls: TlsSettings) -> HttpServer:
-    """Binds `host:port` (0: a free port) and serves `app` there, with TLS when configured;
-    ListenError (a StartupError) naming gateway.http_port when the port cannot be bound."""
+async def start_http(
+    app: FastAPI,
+    host: str,
+    port: int,
+    tls: TlsSettings,
+    limits: GatewayHttpSettings | None = None,
+) -> HttpServer:
+    """Binds `host:port` (0: a free port) and serves `app` there, with TLS when configured,
+    within the connection `limits` (gateway.http; default: its defaults); ListenError (a
+    StartupError) naming gateway.http_port when the port cannot be bound."""
+    limits = limits or GatewayHttpSettings()
     sock = listening_socket("http_port", host, port, section="gateway")
     sock.setblocking(False)
+    protocol = GuardedH11Protocol.for_settings(
+        connection_cap(limits.max_connections), limits.header_timeout_s
+    )
     config = uvicorn.Config(
         app,
         lifespan="off",
         log_config=None,
         access_log=False,
+        http=protocol,
+        timeout_keep_alive=limits.keep_alive_s,
+        h11_max_incomplete_event_size=limits.max_header_bytes,
         ssl_certfile=str(tls.cert_file) if tls.enabled else None,
         ssl_keyfile=str(tls.key_file) if tls.enabled else None,
     )

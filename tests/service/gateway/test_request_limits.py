@@ -64,10 +64,15 @@ def invalid(error: grpc.aio.AioRpcError, *words: str) -> bool:
 
 async def test_string_limits_hold_at_the_gateway_and_again_at_the_scheduler(keyed_mesh):
     gateway = keyed_mesh.gateway_stub()
-    for key in ("k" * 257, "k" * (50 * 1024 * 1024)):
+    for key in ("k" * 257, "k" * (10 * 1024 * 1024)):
         request = common_pb2.GenerateRequest(model="echo", prompt="x", idempotency_key=key)
         error = await failure(gateway.Submit(request, metadata=auth(KEY_A)))
         assert invalid(error, "idempotency_key:", "the limit is 256 bytes")
+    # Past gateway.max_request_bytes (17 MiB) gRPC refuses the message without reading it.
+    request = common_pb2.GenerateRequest(model="echo", idempotency_key="k" * (50 * 1024 * 1024))
+    error = await failure(gateway.Submit(request, metadata=auth(KEY_A)))
+    assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "17825792" in (error.details() or "")
     error = await failure(
         gateway.GetJob(gateway_pb2.GetJobRequest(job_id="j" * 129), metadata=auth(KEY_A))
     )

@@ -12,6 +12,8 @@ from mediamesh.gateway.api.json_plane import _parse_error, request_from_form, re
 
 FOX = {"model": "flux-tiny", "prompt": "a fox"}
 STEPS_RANGE = "steps: must be a whole number from 0 to 4294967295, got"
+# Not a whole number at all: no range, since the model's is checked once the value parses.
+NOT_WHOLE = "steps: must be a whole number, got"
 
 
 def refusal(body: dict[str, object]) -> str:
@@ -24,10 +26,10 @@ def refusal(body: dict[str, object]) -> str:
     ("body", "message"),
     [
         ({"steps": -1}, f"{STEPS_RANGE} -1"),
-        ({"steps": 4.5}, f"{STEPS_RANGE} 4.5"),
-        ({"steps": float("nan")}, f"{STEPS_RANGE} NaN"),
-        ({"steps": "4.5"}, f'{STEPS_RANGE} "4.5"'),
-        ({"steps": True}, f"{STEPS_RANGE} true"),
+        ({"steps": 4.5}, f"{NOT_WHOLE} 4.5"),
+        ({"steps": float("nan")}, f"{NOT_WHOLE} NaN"),
+        ({"steps": "4.5"}, f'{NOT_WHOLE} "4.5"'),
+        ({"steps": True}, f"{NOT_WHOLE} true"),
         ({"steps": 2**32}, f"{STEPS_RANGE} 4294967296"),
         ({"seed": -1}, "seed: must be a whole number from 0 to 9223372036854775807, got -1"),
         ({"guidance_scale": 1e40}, "guidance_scale: must be a number from -3.4028235e+38"),
@@ -73,7 +75,7 @@ def test_values_the_json_mapping_allows_still_parse() -> None:
 
 
 def test_form_values_are_checked_the_same_way() -> None:
-    with pytest.raises(InvalidArgument, match=r"^steps: must be a whole number .* got 4\.5$"):
+    with pytest.raises(InvalidArgument, match=r"^steps: must be a whole number, got 4\.5$"):
         request_from_form({**FOX, "steps": "4.5"}, {})
     with pytest.raises(InvalidArgument, match=r"^webhook\.bogus: "):
         request_from_form({**FOX, "webhook": '{"url": "https://a.example", "bogus": 1}'}, {})

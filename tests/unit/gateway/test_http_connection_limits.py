@@ -1,0 +1,127 @@
+"""The HTTP face's own connection limits: a request head must arrive within
+gateway.http.header_timeout_s (however slowly its bytes trickle), and connections beyond
+gateway.http.max_connections are answered 503 and closed, so one client cannot hold the
+gateway's sockets and file descriptors."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+
+import pytest
+from fastapi import FastAPI
+
+from mediamesh.common.registry import load_registry
+from mediamesh.common.settings import GatewayHttpSettings, GatewaySettings, MeshConfig, TlsSettings
+from mediamesh.gateway.http.server import HttpServer, start_http
+from mediamesh.gateway.main import start_gateway
+
+HEAD_TIMEOUT_S = 0.5
+GET = b"GET /ping HTTP/1.1\r\nhost: localhost\r\n\r\n"
+
+
+def app() -> FastAPI:
+    served = FastAPI()
+
+    @served.get("/ping")
+    async def ping() -> dict[str, bool]:
+        return {"ok": True}
+
+    return served
+
+
+@pytest.fixture
+async def server() -> AsyncIterator[HttpServer]:
+    limits = GatewayHttpSettings(header_timeout_s=HEAD_TIMEOUT_S, max_connections=2)
+    running = await start_http(app(), "127.0.0.1", 0, TlsSettings(), limits)
+    yield running
+    await running.stop(0)
+
+
+async def closed_after(reader: asyncio.StreamReader, within_s: float = 5) -> float:
+    """Seconds until the server closes the connection, having answered nothing more."""
+    started = time.perf_counter()
+    assert await asyncio.wait_for(reader.read(), within_s) == b""
+    return time.perf_counter() - started
+
+
+async def answer(reader: asyncio.StreamReader) -> bytes:
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+    length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+    return head + await reader.readexactly(length)
+
+
+async def test_a_connection_that_does_not_finish_its_request_head_is_closed(server: HttpServer):
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    writer.write(b"GET /ping HTT")
+    took = await closed_after(reader)
+    assert HEAD_TIMEOUT_S * 0.8 < took < HEAD_TIMEOUT_S + 1.5
+    writer.close()
+    # A connection that sends nothing at all is closed too.
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    assert await closed_after(reader) < HEAD_TIMEOUT_S + 1.5
+    writer.close()
+
+
+async def test_trickling_bytes_does_not_extend_the_deadline(server: HttpServer):
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    started = time.perf_counter()
+
+    async def trickle() -> None:
+        for byte in b"GET /ping HTTP/1.1\r\nx-slow: " + b"a" * 100:
+            writer.write(bytes([byte]))
+            await asyncio.sleep(0.05)
+
+    sending = asyncio.ensure_future(trickle())
+    await closed_after(reader)
+    assert time.perf_counter() - started < HEAD_TIMEOUT_S + 1.5
+    sending.cancel()
+    writer.close()
+
+
+async def test_each_request_on_a_kept_alive_connection_has_the_deadline(server: HttpServer):
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    for _ in range(2):
+        writer.write(GET)
+        response = await answer(reader)
+        assert response.startswith(b"HTTP/1.1 200") and response.endswith(b'{"ok":true}')
+    writer.write(b"GET /pi")
+    assert await closed_after(reader) < HEAD_TIMEOUT_S + 1.5
+    writer.close()
+
+
+async def test_connections_beyond_the_limit_are_answered_503_and_closed(server: HttpServer):
+    held = [await asyncio.open_connection("127.0.0.1", server.port) for _ in range(2)]
+    await asyncio.sleep(0.1)
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    refused = await asyncio.wait_for(reader.read(), 5)
+    assert refused.startswith(b"HTTP/1.1 503 ")
+    assert b"gateway.http.max_connections" in refused
+    writer.close()
+    for _, held_writer in held:
+        held_writer.close()
+    await asyncio.sleep(0.2)
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    writer.write(GET)
+    assert (await answer(reader)).startswith(b"HTTP/1.1 200")
+    writer.close()
+
+
+async def test_the_gateway_serves_its_http_face_within_its_settings():
+    settings = GatewaySettings(
+        port=0,
+        metrics_port=None,
+        http_port=0,
+        http=GatewayHttpSettings(header_timeout_s=HEAD_TIMEOUT_S, keep_alive_s=7),
+    )
+    gateway = await start_gateway(MeshConfig(gateway=settings, workers=[]), load_registry())
+    try:
+        assert gateway.http is not None
+        assert gateway.http.server.config.timeout_keep_alive == 7
+        reader, writer = await asyncio.open_connection("127.0.0.1", gateway.http.port)
+        writer.write(b"GET /healthz HTT")
+        assert await closed_after(reader) < HEAD_TIMEOUT_S + 1.5
+        writer.close()
+    finally:
+        await gateway.stop(0)
