@@ -62,6 +62,9 @@ GAUGE_INTERVAL_S = 0.2
 # How often a store that refused new jobs is tried again (`JobStore.probe`) while readiness,
 # NOT_SERVING for it, keeps Submits away.
 STORE_PROBE_INTERVAL_S = 2.0
+# How often a watched queued job is told its position again when it has moved up: at most
+# once a second per job, and only for jobs someone watches, so a deep queue costs nothing.
+QUEUE_POSITION_REFRESH_S = 1.0
 # Refusals the caller caused (a wrong model or key, too short a timeout) are INFO; those
 # of load or of the store, which an operator may have to act on, are WARNING.
 _CALLER_REFUSALS = frozenset({"unknown_model", "idempotency_conflict", "timeout_too_short"})
@@ -107,6 +110,11 @@ class SchedulerRuntime:
         self._housekeeping_task: asyncio.Task[None] | None = None
         self._gauges_task: asyncio.Task[None] | None = None
         self._probe_task: asyncio.Task[None] | None = None
+        self._positions_task: asyncio.Task[None] | None = None
+        # Jobs with watchers that see every event -> how many; and for each, the highest
+        # queue position a watcher of it was last told (a later, lower one is sent on).
+        self._watchers: dict[str, int] = {}
+        self._told_position: dict[str, int] = {}
         self.batches = BatchRunner(
             core,
             self.writer,
@@ -162,6 +170,9 @@ class SchedulerRuntime:
         self._housekeeping_task = asyncio.create_task(self._housekeeping(), name="housekeeping")
         self._gauges_task = asyncio.create_task(self._publish_gauges(), name="gauges")
         self._probe_task = asyncio.create_task(self._probe_failing_store(), name="store-probe")
+        self._positions_task = asyncio.create_task(
+            self._refresh_queue_positions(), name="queue-positions"
+        )
 
     @staticmethod
     def _log_recovered(job: Job, state: JobState, worker: str, batch: str) -> None:
@@ -183,7 +194,13 @@ class SchedulerRuntime:
         )
 
     async def stop(self) -> None:
-        own = (self._loop_task, self._housekeeping_task, self._gauges_task, self._probe_task)
+        own = (
+            self._loop_task,
+            self._housekeeping_task,
+            self._gauges_task,
+            self._probe_task,
+            self._positions_task,
+        )
         for task in (*own, *self._tasks):
             if task is not None:
                 task.cancel()
@@ -224,6 +241,53 @@ class SchedulerRuntime:
             except Exception:
                 log.exception("setting the gauges failed; trying again")
             await asyncio.sleep(GAUGE_INTERVAL_S)
+
+    async def _refresh_queue_positions(self) -> None:
+        """Tells the watchers of a queued job its position again once jobs ahead have left.
+
+        A `queued` event is published when a job enters the queue; without more, a watcher
+        saw that first position and ETA until dispatch. Only watched jobs are looked at, at
+        most once per QUEUE_POSITION_REFRESH_S, and only a lower position is sent: the
+        position is an estimate from the queue's depths (`Backlog.position`), which jobs
+        arriving behind this one would raise."""
+        while True:
+            await asyncio.sleep(QUEUE_POSITION_REFRESH_S)
+            try:
+                self._publish_moved_positions()
+            except Exception:
+                log.exception("refreshing queue positions failed; trying again")
+
+    def _publish_moved_positions(self) -> None:
+        for job_id in list(self._watchers):
+            job = self.core.jobs.get(job_id)
+            if job is None or job.state is not JobState.QUEUED:
+                self._told_position.pop(job_id, None)
+                continue
+            told = self._told_position.get(job_id)
+            if told is not None and self.core.queue_position(job) < told:
+                self._publish_queued(job)
+
+    def _publish_queued(self, job: Job) -> None:
+        event = self.queued_event(job)
+        if job.job_id in self._watchers:
+            self._told_position[job.job_id] = event.position
+        self.hub.publish(event)
+
+    def _watching(self, job_id: str, snapshot: WatchEvent | None) -> None:
+        """A watcher of every event of `job_id` starts (with its first event) or, with
+        None, stops."""
+        if snapshot is None:
+            left = self._watchers.get(job_id, 0) - 1
+            if left > 0:
+                self._watchers[job_id] = left
+            else:
+                self._watchers.pop(job_id, None)
+                self._told_position.pop(job_id, None)
+            return
+        self._watchers[job_id] = self._watchers.get(job_id, 0) + 1
+        if snapshot.kind == "queued":
+            told = self._told_position.get(job_id, snapshot.position)
+            self._told_position[job_id] = max(told, snapshot.position)
 
     async def _probe_failing_store(self) -> None:
         """While new jobs' inserts fail, write a probe row now and then: its success is the
@@ -322,7 +386,7 @@ class SchedulerRuntime:
         if state is JobState.QUEUED:
             if job.attempts == 0:
                 metrics.JOBS.labels(job.queue, "ACCEPTED").inc()
-            self.hub.publish(self.queued_event(job))
+            self._publish_queued(job)
         elif state is JobState.DISPATCHED:
             self.hub.publish(
                 WatchEvent(
@@ -431,10 +495,13 @@ class SchedulerRuntime:
         caller that submitted in the same call learns the job's id from it)."""
         job = self.owned_job(job_id, tenant, admin=admin)
         queue = self.hub.subscribe(job_id, final_only=final_only)
+        snapshot: WatchEvent | None = None
         try:
             # Decide from the snapshot, not the job: it may end while the snapshot is sent,
             # and its final event must then still come through the queue.
             snapshot = self.snapshot_event(job)
+            if not final_only:
+                self._watching(job_id, snapshot)
             if snapshot.final or not final_only or snapshot_first:
                 yield snapshot
             if snapshot.final:
@@ -446,6 +513,8 @@ class SchedulerRuntime:
                     return
         finally:
             self.hub.unsubscribe(job_id, queue)
+            if snapshot is not None and not final_only:
+                self._watching(job_id, None)
 
     def snapshot_event(self, job: Job) -> WatchEvent:
         if job.state.terminal:

@@ -168,6 +168,9 @@ def test_a_long_job_is_cancelled_from_the_page(browser: webdriver.Chrome, base_u
     )
     assert browser.find_element(By.ID, "job-error").text == "Cancelled."
     assert browser.execute_script("return document.getElementById('progress').value") < 50
+    # No time left is counted down for a job that stopped.
+    progress = browser.find_element(By.ID, "progress-text").text
+    assert progress.startswith("Stopped at step ") and "left" not in progress, progress
     assert not browser.find_element(By.ID, "cancel").is_enabled()
     assert shown_job(browser, base_url)["state"] == "CANCELLED"
 
@@ -246,7 +249,9 @@ def test_a_video_result_plays_and_downloads(
     source = video.get_attribute("src") or ""
     assert source.startswith("blob:")
     assert download.get_attribute("href") == source
-    assert download.get_attribute("download") == f"mediamesh-{job['job_id']}.mp4"
+    # The name the gateway gives the result (Content-Disposition), not one of the page's.
+    assert download.get_attribute("download") == f"{job['job_id']}.mp4"
+    assert not download.get_attribute("target")  # its own bytes: saved in place
     # Clicking the link saves the result's bytes, as the API serves them, under that name.
     saved = tmp_path / "downloads"
     saved.mkdir()
@@ -254,7 +259,7 @@ def test_a_video_result_plays_and_downloads(
         "Browser.setDownloadBehavior", {"behavior": "allow", "downloadPath": str(saved)}
     )
     download.click()
-    target = saved / f"mediamesh-{job['job_id']}.mp4"
+    target = saved / f"{job['job_id']}.mp4"
     deadline = time.monotonic() + MEDIA_TIMEOUT_S
     while not (target.is_file() and not list(saved.glob("*.crdownload"))):
         assert time.monotonic() < deadline, f"no download within {MEDIA_TIMEOUT_S} s"
@@ -285,5 +290,40 @@ def test_the_list_shows_jobs_other_clients_made_under_the_key(
     )
     listed = browser.find_element(By.CSS_SELECTOR, f"#jobs [data-job-id='{job_id}']")
     assert listed.text == f"{MODEL}: made by another client"
+    listed.click()
+    wait_until(browser, "!document.getElementById('job').hidden", 30, "the listed job shown")
     browser.find_element(By.ID, "forget-key").click()
     assert browser.find_elements(By.CSS_SELECTOR, "#jobs li") == []
+    # Nothing of the forgotten key's tenant stays: its models, its job on screen.
+    assert browser.find_elements(By.CSS_SELECTOR, "#model option") == []
+    assert not browser.find_element(By.ID, "job").is_displayed()
+
+
+def test_a_narrow_screen_never_scrolls_sideways(browser: webdriver.Chrome, base_url: str) -> None:
+    long_prompt = "fox" * 100  # one word (no hyphen or space to break at), wider than the screen
+    made = httpx.post(
+        f"{base_url}/v1/jobs",
+        json={"model": MODEL, "prompt": long_prompt, "steps": 1},
+        headers=AUTH,
+        timeout=30,
+    )
+    assert made.status_code == 202, made.text
+    browser.execute_cdp_cmd(
+        "Emulation.setDeviceMetricsOverride",
+        {"width": 360, "height": 780, "deviceScaleFactor": 1, "mobile": False},
+    )
+    try:
+        open_page(browser, base_url)
+        job_id = made.json()["job_id"]
+        wait_until(
+            browser, f"document.querySelector(\"#jobs [data-job-id='{job_id}']\")", 30, "listed"
+        )
+        # A job id longer than any the mesh makes, as a link or a typo may name one.
+        browser.execute_script(f"showJob('{job_id * 4}')")
+        wait_until(browser, "!document.getElementById('job-error').hidden", 30, "the 404 shown")
+        widths = browser.execute_script(
+            "return [document.documentElement.scrollWidth, window.innerWidth]"
+        )
+        assert widths[0] <= widths[1], f"the page is {widths[0]} px wide on a {widths[1]} px screen"
+    finally:
+        browser.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})

@@ -4,24 +4,28 @@ FastAPI's Swagger UI and ReDoc pages load their scripts from a CDN, which a mesh
 network cannot reach, and vendoring them would ship megabytes of someone else's code. This
 page is a few lines of HTML and script of our own: it reads `/openapi.json` and lists each
 path and method with its summary, description, parameters and body and answer schemas.
+
+Its one style sheet and one script are inline, so its Content-Security-Policy names them by
+hash: nothing else runs or styles the page, even text of the OpenAPI document that got
+into it as markup (it is only ever set as text), and it connects to this gateway alone. The
+policy is in the page itself (a `<meta>` ahead of both), so the route serves it as it is;
+`frame-ancestors`, which a `<meta>` cannot set, comes with every answer's headers
+(security_headers.py).
 """
 
 from __future__ import annotations
 
-DOCS_HTML = """<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>mediamesh HTTP API</title>
-<style>
+import base64
+import hashlib
+
+_STYLE = """
 body{font-family:system-ui,sans-serif;max-width:60rem;margin:2rem auto;padding:0 1rem}
 h2{font-family:monospace;font-size:1.05rem;border-top:1px solid #ccc;padding-top:1rem}
 .method{display:inline-block;min-width:4.5rem;font-weight:bold}
 pre{background:#f5f5f5;padding:.5rem;overflow:auto;font-size:.8rem;white-space:pre-wrap}
 details{margin:.3rem 0}
-</style></head>
-<body><h1>mediamesh HTTP API</h1>
-<p>The machine-readable document is <a href="/openapi.json">/openapi.json</a>.
-Send API keys as <code>Authorization: Bearer &lt;key&gt;</code>.</p>
-<div id="paths">Loading /openapi.json ...</div>
-<script>
+"""
+_SCRIPT = """
 "use strict";
 function el(tag, text) {
   const e = document.createElement(tag); if (text) e.textContent = text; return e;
@@ -45,5 +49,26 @@ fetch("/openapi.json").then(r => r.json()).then(doc => {
   }
   root.appendChild(block("schemas", (doc.components || {}).schemas || {}));
 }).catch(e => { document.getElementById("paths").textContent = "Failed: " + e; });
-</script></body></html>
+"""
+
+
+def _hash(text: str) -> str:
+    """A CSP source naming an inline element by the SHA-256 of its text."""
+    return f"'sha256-{base64.b64encode(hashlib.sha256(text.encode()).digest()).decode()}'"
+
+
+CONTENT_SECURITY_POLICY = (
+    f"default-src 'none'; script-src {_hash(_SCRIPT)}; style-src {_hash(_STYLE)}; "
+    "connect-src 'self'; base-uri 'none'; form-action 'none'"
+)
+DOCS_HTML = f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8">
+<meta http-equiv="Content-Security-Policy" content="{CONTENT_SECURITY_POLICY}">
+<title>mediamesh HTTP API</title>
+<style>{_STYLE}</style></head>
+<body><h1>mediamesh HTTP API</h1>
+<p>The machine-readable document is <a href="/openapi.json">/openapi.json</a>.
+Send API keys as <code>Authorization: Bearer &lt;key&gt;</code>.</p>
+<div id="paths">Loading /openapi.json ...</div>
+<script>{_SCRIPT}</script></body></html>
 """

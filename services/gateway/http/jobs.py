@@ -15,6 +15,7 @@ from mediamesh.common.limits import MAX_JOB_PAGE_SIZE
 from mediamesh.gateway.api.json_plane import (
     JobListing,
     JsonObject,
+    JsonPlane,
     generate_request_schema,
     list_page,
     request_from_form,
@@ -172,7 +173,8 @@ async def job_events(
     return StreamingResponse(
         frames,
         media_type="text/event-stream",
-        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        # no-transform: a proxy that compresses or rewrites answers would hold events back.
+        headers={"Cache-Control": "no-cache, no-transform", "X-Accel-Buffering": "no"},
     )
 
 
@@ -262,7 +264,7 @@ async def list_models(request: Request, authorization: Authorization = None) -> 
     the mesh's ModelInfo fields beside it."""
     plane = context_of(request).plane
     plane.reader(authorization)
-    return {"object": "list", "data": [_model_object(m) for m in await plane.models()]}
+    return {"object": "list", "data": [_model_object(m, plane) for m in await plane.models()]}
 
 
 @router.get(
@@ -283,9 +285,20 @@ async def get_model(
     if found is None:
         known = ", ".join(m["name"] for m in models)
         raise NotFound(f"model: {model[:64]!r} is not served; known: {known}")
-    return _model_object(found)
+    return _model_object(found, plane)
 
 
-def _model_object(model: JsonObject) -> JsonObject:
-    """A ModelInfo as OpenAI's Model object, with every ModelInfo field beside its own."""
-    return {"id": model["name"], "object": "model", "created": 0, "owned_by": "mediamesh", **model}
+def _model_object(model: JsonObject, plane: JsonPlane) -> JsonObject:
+    """A ModelInfo as OpenAI's Model object, with every ModelInfo field beside its own, and
+    in `limits` two more of the registry's that requests are held to: `frame_multiple`
+    (num_frames - 1 is a multiple of it) and `max_input_pixels` (of an input image)."""
+    limits = dict(model.get("limits") or {})
+    try:
+        spec = plane.spec(model["name"])
+    except MeshError:
+        spec = None  # a model of the scheduler's that this gateway's registry lacks
+    if spec is not None:
+        limits["frame_multiple"] = spec.limits.frame_multiple
+        limits["max_input_pixels"] = spec.limits.max_input_pixels
+    head = {"id": model["name"], "object": "model", "created": 0, "owned_by": "mediamesh"}
+    return {**head, **model, "limits": limits}

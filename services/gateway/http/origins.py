@@ -4,7 +4,9 @@ A page on any site can make a browser POST a form (multipart, urlencoded or plai
 the gateway without asking first: CORS keeps the page from reading the answer, not the job
 from running. Browsers name the page's origin on such requests; other clients (curl, the SDK,
 the openai package) send none, so they are not affected. Pages on the gateway's own origin
-and on the origins listed in `gateway.http.cors_origins` are allowed.
+and on the origins listed in `gateway.http.cors_origins` are allowed. A `"*"` there lets
+pages on any origin read (CORS), never write: a write needs its origin listed by name, so
+`"*"` cannot switch the check off (and settings refuse it on a gateway without keys).
 
 A gateway without API keys, reached over loopback, also checks the name a request is
 addressed to (`Host`). DNS rebinding lets a page at `attacker.example:PORT` have its name
@@ -34,13 +36,13 @@ _LOOPBACK_NAME = "localhost"
 
 class CrossSiteGuard:
     """A dependency of every route: a write whose Origin is neither this host nor an allowed
-    origin is refused (403) before the route reads its body; with `keyless`, so is any
-    request over loopback addressed to a name other than localhost, a loopback address or
-    an allowed origin's host."""
+    origin (listed by name: `"*"` allows reads only) is refused (403) before the route reads
+    its body; with `keyless`, so is any request over loopback addressed to a name other than
+    localhost, a loopback address or an allowed origin's host."""
 
     def __init__(self, allowed_origins: Sequence[str] = (), keyless: bool = False) -> None:
-        self._any = "*" in allowed_origins
-        self._allowed = frozenset(o.rstrip("/").lower() for o in allowed_origins)
+        self._allowed = frozenset(o.rstrip("/").lower() for o in allowed_origins if o != "*")
+        self._star = " by name ('*' admits reads only)" if "*" in allowed_origins else ""
         self._hosts = frozenset(
             name for o in allowed_origins if o != "*" and (name := urlsplit(o).hostname)
         )
@@ -60,12 +62,12 @@ class CrossSiteGuard:
         if origin is not None and not self._admits(origin, host):
             raise PermissionDenied(
                 f"origin: requests from {origin} may not change anything here; serve the "
-                "page from this gateway or add its origin to gateway.http.cors_origins"
+                f"page from this gateway or add its origin to gateway.http.cors_origins{self._star}"
             )
 
     def _admits(self, origin: str, host: str) -> bool:
         origin = origin.lower()
-        if self._any or origin in self._allowed:
+        if origin in self._allowed:
             return True
         # "null" (a sandboxed frame, a file) has no host and never matches.
         return bool(host) and urlsplit(origin).netloc == host.lower()

@@ -58,3 +58,30 @@ def test_every_element_the_script_looks_up_is_in_the_page() -> None:
     looked_up = set(re.findall(r'\$\("([^"]+)"\)', script))
     looked_up = {i for i in looked_up if not i.startswith("f-")}  # fields made per model
     assert looked_up and not looked_up - ids, sorted(looked_up - ids)
+
+
+@pytest.mark.parametrize("sink", ["innerHTML", "outerHTML", "insertAdjacentHTML", "document.write"])
+def test_the_script_never_writes_markup(sink: str) -> None:
+    # Prompts, job ids and error messages are the caller's text: the page sets them as text
+    # (textContent, attributes), never parses them as HTML.
+    assert sink not in page.read_static("app.js").decode()
+
+
+def test_long_words_wrap_instead_of_scrolling_a_narrow_screen_sideways() -> None:
+    css = page.read_static("style.css").decode()
+    rule = re.search(r"(?m)^([^{}\n]*)\{[^}]*overflow-wrap:\s*anywhere", css)
+    assert rule and {"main", ".bar"} <= {s.strip() for s in rule[1].split(",")}, rule
+
+
+def test_the_progress_bar_is_named_and_only_state_changes_are_announced() -> None:
+    html = page.read_static("index.html").decode()
+    ids = set(re.findall(r'\bid="([^"]+)"', html))
+    bar = re.search(r"<progress [^>]*>", html)[0]  # type: ignore[index]
+    label = re.search(r'aria-labelledby="([^"]+)"', bar)
+    assert label and label[1] in ids, bar
+    live = re.findall(
+        r'<[^>]*\bid="([^"]+)"[^>]*aria-live=|<[^>]*aria-live=[^>]*\bid="([^"]+)"', html
+    )
+    announced = {a or b for a, b in live}
+    assert "progress-text" not in announced and "job-state" not in announced
+    assert "job-announce" in announced

@@ -1,10 +1,20 @@
 // Runs the web page's script (app.js) in Node against a scripted gateway, without a browser:
 // `node web_page_harness.js APP_JS SCENARIO_JSON` prints what the page did as JSON.
 //
-// SCENARIO_JSON: {"answers": [...], "result_url": ..., "url_expires_unix_ms": ...}; each
+// SCENARIO_JSON: {"answers": [...], "run": ..., "store": {...}, "report": [...]}; each
 // answer is {"status", "headers", "body"} and is what the next fetch() gets, in order.
-// Timers fire at once; the waits they were set for are reported, with the connection line's
-// state when each was set.
+// `run` is JavaScript evaluated in the page's scope once the script has loaded, whose value
+// (a promise, say) is awaited and reported as "value"; without it the page follows job
+// "j1"'s event stream. `store`
+// fills sessionStorage first; `report` names elements whose state the output carries under
+// "elements". Timers fire at once; the waits they were set for are reported, with the
+// connection line's state when each was set.
+//
+// The document is a small stand-in for the DOM: elements the page looks up by id exist
+// (hidden, as the page's sections start), but for the form's fields ("f-..."), which, as
+// every element the page makes, are found by id once given one and until taken out of
+// their parent, and attributes, children, listeners and
+// `closest` behave as the page uses them.
 "use strict";
 
 const fs = require("fs");
@@ -15,28 +25,126 @@ const scenario = JSON.parse(scenarioText);
 const elements = {};
 const requests = [];
 const waits = [];
+const revoked = [];
+
+class Element {
+  constructor(tag, id = "") {
+    this.tagName = tag.toUpperCase();
+    this.textContent = "";
+    // The page's own elements start as hidden as index.html has them; the ones it makes show.
+    this.hidden = Boolean(id);
+    this.dataset = {};
+    this.value = tag === "static" ? 0 : "";
+    this.max = 1;
+    this.disabled = false;
+    this.href = "";
+    this.src = "";
+    this.className = "";
+    this.attributes = {};
+    this.children = [];
+    this.options = [];
+    this.listeners = {};
+    this.parent = null;
+    this._id = "";
+    if (id) this.id = id;
+  }
+
+  get id() {
+    return this._id;
+  }
+
+  set id(value) {
+    this._id = value;
+    if (value) elements[value] = this;
+  }
+
+  setAttribute(name, value) {
+    this.attributes[name] = String(value);
+  }
+
+  getAttribute(name) {
+    return name in this.attributes ? this.attributes[name] : null;
+  }
+
+  removeAttribute(name) {
+    delete this.attributes[name];
+    if (name === "target" || name === "rel") this[name] = "";
+  }
+
+  append(...children) {
+    for (const child of children) {
+      if (typeof child !== "object") continue;
+      child.parent = this;
+      this.children.push(child);
+    }
+  }
+
+  replaceChildren(...children) {
+    for (const child of this.children) detach(child);
+    this.children = [];
+    this.append(...children);
+  }
+
+  add(option) {
+    if (this.options.length === 0) this.value = option.value;
+    this.options.push(option);
+  }
+
+  closest(selector) {
+    const name = selector.replace(/^\./, "");
+    for (let node = this; node; node = node.parent) {
+      if (node.className.split(" ").includes(name)) return node;
+    }
+    return null;
+  }
+
+  querySelectorAll(selector) {
+    const attribute = /^\[([\w-]+)\]$/.exec(selector)[1];
+    const found = [];
+    const visit = (node) => {
+      for (const child of node.children) {
+        if (child.getAttribute(attribute) !== null || (attribute === "name" && child.name)) {
+          found.push(child);
+        }
+        visit(child);
+      }
+    };
+    visit(this);
+    return found;
+  }
+
+  addEventListener(type, listener) {
+    (this.listeners[type] = this.listeners[type] || []).push(listener);
+  }
+
+  dispatch(type) {
+    for (const listener of this.listeners[type] || []) listener({ type, preventDefault() {} });
+  }
+
+  focus() {}
+}
+
+function detach(node) {
+  if (elements[node.id] === node) delete elements[node.id];
+  node.parent = null;
+  for (const child of node.children) detach(child);
+}
 
 function element(id) {
-  if (!elements[id]) {
-    elements[id] = {
-      id, textContent: "", hidden: true, dataset: {}, value: 0, max: 1, disabled: false,
-      href: "", src: "", focus() {}, setAttribute() {}, removeAttribute() {}, append() {},
-      replaceChildren() {}, querySelectorAll() { return []; }, addEventListener() {},
-    };
-  }
+  if (!elements[id]) new Element("static", id);
   return elements[id];
 }
 
-let made = 0;
 const document = {
-  getElementById: element,
-  createElement: () => element(`made-${made++}`),
+  // The page's own elements always exist; a field's ("f-...") only while the page shows it.
+  getElementById: (id) => (id.startsWith("f-") ? elements[id] || null : element(id)),
+  createElement: (tag) => new Element(tag),
   addEventListener() {},
 };
 
 async function fetch(url, options = {}) {
-  requests.push({ url: String(url), headers: options.headers || {} });
-  const answer = scenario.answers.shift();
+  requests.push({ url: String(url), method: options.method || "GET", headers: options.headers || {} });
+  const answer = (scenario.answers || []).shift();
   if (!answer) throw new TypeError("no more scripted answers");
   return new Response(answer.status === 204 ? null : answer.body || "", {
     status: answer.status,
@@ -44,16 +152,30 @@ async function fetch(url, options = {}) {
   });
 }
 
-const store = new Map();
+class PageURL extends URL {
+  static createObjectURL(blob) {
+    return URL.createObjectURL(blob);
+  }
+
+  static revokeObjectURL(url) {
+    revoked.push(url);
+    URL.revokeObjectURL(url);
+  }
+}
+
+const store = new Map(Object.entries(scenario.store || {}));
 const context = vm.createContext({
   document,
   fetch,
   Response,
   TextDecoderStream,
-  URL,
+  URL: PageURL,
   AbortController,
   performance,
   console,
+  Option: function Option(text, value) {
+    return { text, value };
+  },
   location: { href: "http://page.example/", origin: "http://page.example" },
   sessionStorage: {
     getItem: (key) => (store.has(key) ? store.get(key) : null),
@@ -68,22 +190,42 @@ const context = vm.createContext({
 });
 vm.runInContext(fs.readFileSync(appPath, "utf8"), context);
 
-const done = vm.runInContext(
-  `current = { id: "j1", abort: new AbortController(), blobUrl: null, progressStart: null };
-   follow(current)`,
-  context,
-);
-done.then(async () => {
+const follow = `current = { id: "j1", abort: new AbortController(), blobUrl: null, progressStart: null };
+   follow(current)`;
+const done = Promise.resolve(vm.runInContext(scenario.run || follow, context));
+
+function described(id) {
+  const node = elements[id];
+  if (!node) return null;
+  return {
+    text: node.textContent,
+    hidden: node.hidden,
+    disabled: node.disabled,
+    value: node.value,
+    dataset: node.dataset,
+    attributes: node.attributes,
+    children: node.children.length,
+    href: node.href,
+    download: node.download || "",
+    target: node.target || "",
+    rel: node.rel || "",
+  };
+}
+
+done.then(async (value) => {
   // showResult runs after the result event without being awaited: let it finish.
-  await new Promise((resolve) => setImmediate(resolve));
-  await new Promise((resolve) => setImmediate(resolve));
+  for (let i = 0; i < 4; i += 1) await new Promise((resolve) => setImmediate(resolve));
   const connection = element("job-connection");
   console.log(JSON.stringify({
     requests,
     waits,
+    revoked,
+    store: Object.fromEntries(store),
     connection: { state: connection.dataset.state, hidden: connection.hidden },
     error: element("job-error").hidden ? null : element("job-error").textContent,
     download: element("download").href,
     state: element("job-state").textContent,
+    elements: Object.fromEntries((scenario.report || []).map((id) => [id, described(id)])),
+    value: value === undefined ? null : value,
   }));
 });

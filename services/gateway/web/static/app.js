@@ -22,6 +22,9 @@ const EXTENSIONS = {
   "audio/flac": "flac", "audio/ogg": "ogg", "audio/mpeg": "mp3",
 };
 
+// Image formats whose quality a request may set (output_quality); png is lossless.
+const LOSSY_FORMATS = ["jpeg", "webp"];
+
 const $ = (id) => document.getElementById(id);
 let models = [];
 // The job on screen: {id, abort: AbortController, blobUrl}.
@@ -85,6 +88,8 @@ function setupKey() {
   $("key-form").addEventListener("submit", (event) => {
     event.preventDefault();
     const key = input.value.trim();
+    // Another key may be another tenant's: nothing of the last one's stays on screen.
+    if (key !== (sessionStorage.getItem(KEY_STORE) || "")) clearTenantView();
     if (key) sessionStorage.setItem(KEY_STORE, key);
     else sessionStorage.removeItem(KEY_STORE);
     $("key-status").textContent = key ? "Key in use for this session." : "No key.";
@@ -94,20 +99,36 @@ function setupKey() {
   $("forget-key").addEventListener("click", () => {
     input.value = "";
     sessionStorage.removeItem(KEY_STORE);
-    // The listed jobs are the forgotten key's tenant's.
-    sessionStorage.removeItem(JOBS_STORE);
-    renderJobs();
+    clearTenantView();
     $("key-status").textContent = "Key forgotten.";
   });
 }
 
+// Takes every trace of the key's tenant off the page: the job on screen (its stream
+// stopped, its result's bytes let go), the models and the listed jobs.
+function clearTenantView() {
+  closeJob();
+  models = [];
+  $("model").replaceChildren();
+  renderFields();
+  clearFormError();
+  sessionStorage.removeItem(JOBS_STORE);
+  renderJobs();
+}
+
 function showAuthProblem(error) {
   if (error.status === 401 || error.status === 403) {
-    $("key-status").textContent = error.status === 401
-      ? "This mesh needs an API key." : "This key may not do that.";
+    let text = "This key may not do that.";
+    if (error.status === 401) {
+      text = sessionStorage.getItem(KEY_STORE) ? "The key was refused." : "This mesh needs an API key.";
+    }
+    $("key-status").textContent = text;
     $("api-key").focus();
   }
 }
+
+// Whether `error` says the caller's key does not open this mesh (none, or a wrong one).
+const refusedKey = (error) => error.status === 401;
 
 // ---------- models and their fields ----------
 
@@ -120,8 +141,8 @@ const limit = (m, name) => (m.limits || {})[name] || 0;
 const FIELDS = [
   { name: "prompt", label: "Prompt", type: "textarea", when: accepts("prompt"), wide: true },
   { name: "negative_prompt", label: "Negative prompt", type: "textarea", when: accepts("negative_prompt"), wide: true },
-  { name: "image", label: "Input image", type: "file", when: takes("image") },
-  { name: "mask_image", label: "Mask image", type: "file", when: takes("mask_image") },
+  { name: "image", label: "Input image", type: "file", when: takes("image"), hint: pixelsHint },
+  { name: "mask_image", label: "Mask image", type: "file", when: takes("mask_image"), hint: pixelsHint },
   { name: "strength", label: "Strength", type: "float", when: (m) => accepts("strength")(m) && takes("image")(m),
     min: () => 0, max: () => 1, step: () => 0.05, default: (m) => m.default_strength },
   { name: "steps", label: "Steps", type: "int", when: accepts("steps"),
@@ -132,8 +153,11 @@ const FIELDS = [
   { name: "height", label: "Height", type: "int", when: accepts("height"),
     min: (m) => limit(m, "size_multiple") || 1, max: (m) => limit(m, "max_height"),
     step: (m) => limit(m, "size_multiple") || 1, default: (m) => limit(m, "default_height") },
+  // A video model takes 4k + 1 frames, say (its frame_multiple): min 1 and that step allow
+  // exactly those.
   { name: "num_frames", label: "Frames", type: "int", when: accepts("num_frames"),
-    min: () => 1, max: (m) => limit(m, "max_num_frames"), default: (m) => limit(m, "default_num_frames") },
+    min: () => 1, max: (m) => limit(m, "max_num_frames"), step: (m) => limit(m, "frame_multiple") || 1,
+    stepWords: (n) => `1 more than a multiple of ${n}`, default: (m) => limit(m, "default_num_frames") },
   { name: "duration_s", label: "Duration (s)", type: "float", when: accepts("duration_s"),
     min: () => 0.1, max: (m) => limit(m, "max_duration_s"), step: () => 0.1,
     default: (m) => limit(m, "default_duration_s") },
@@ -144,8 +168,11 @@ const FIELDS = [
   { name: "output_format", label: "Output format", type: "select", when: (m) => (m.output_formats || []).length > 1,
     options: (m) => m.output_formats },
   { name: "output_quality", label: "Quality", type: "int",
-    when: (m) => (m.output_formats || []).some((f) => ["jpeg", "jpg", "webp"].includes(f)),
-    min: () => 1, max: () => 100, hint: "lossy formats only" },
+    when: (m) => (m.output_formats || []).some((f) => LOSSY_FORMATS.includes(f)),
+    // The gateway refuses a quality for a format that has none (png): offered only for
+    // jpeg and webp, and again whenever the format changes.
+    applies: (m) => LOSSY_FORMATS.includes(chosenFormat(m)),
+    min: () => 1, max: () => 100, hint: "jpeg and webp only" },
   { name: "fps", label: "Frames per second", type: "int", when: (m) => m.modality === "video", min: () => 1 },
   { name: "preview_every_steps", label: "Preview every N steps", type: "int", when: (m) => m.previews,
     min: () => 0, value: () => 1, hint: "0: no previews" },
@@ -157,6 +184,27 @@ const FIELDS = [
 
 function selectedModel() {
   return models.find((m) => m.name === $("model").value);
+}
+
+// The format a job of `model` is written in: the one picked, else the model's default
+// (the type it lists, `mime_type`).
+function chosenFormat(model) {
+  const picked = $("f-output_format");
+  if (picked && picked.value) return picked.value;
+  const formats = model.output_formats || [];
+  const byType = (model.mime_type || "").split("/")[1];
+  return formats.includes(byType) ? byType : formats[0];
+}
+
+// Shows, and sends, only the fields that apply to the other values chosen.
+function syncFields(model) {
+  for (const field of FIELDS) {
+    const input = $(`f-${field.name}`);
+    if (!field.applies || !input) continue;
+    const applies = field.applies(model);
+    input.disabled = !applies;
+    input.closest(".field").hidden = !applies;
+  }
 }
 
 function fieldElement(field, model) {
@@ -199,6 +247,7 @@ function fieldElement(field, model) {
     text.className = "hint";
     text.textContent = hint;
     input.setAttribute("aria-describedby", text.id);
+    input.dataset.hint = text.id;
     wrap.append(text);
   }
   return wrap;
@@ -210,20 +259,36 @@ function hintOf(field, model) {
   if (fallback) parts.push(`default ${fallback}`);
   const max = field.max ? field.max(model) : 0;
   if (max) parts.push(`up to ${max}`);
-  if (field.step && field.type === "int" && field.step(model) > 1) parts.push(`multiple of ${field.step(model)}`);
-  if (field.hint) parts.push(field.hint);
+  const step = field.step && field.type === "int" ? field.step(model) : 1;
+  if (step > 1) parts.push(field.stepWords ? field.stepWords(step) : `multiple of ${step}`);
+  const hint = typeof field.hint === "function" ? field.hint(model) : field.hint;
+  if (hint) parts.push(hint);
   return parts.join(", ");
+}
+
+// An input image's size limit (limits.max_input_pixels): as a square's sides where it is one.
+function pixelsHint(model) {
+  const pixels = limit(model, "max_input_pixels");
+  if (!pixels) return "";
+  const side = Math.round(Math.sqrt(pixels));
+  return side * side === pixels ? `up to ${side} × ${side} pixels` : `up to ${pixels} pixels`;
 }
 
 function renderFields() {
   const model = selectedModel();
   const box = $("fields");
   box.replaceChildren();
-  if (!model) return;
+  if (!model) {
+    $("model-info").textContent = "";
+    return;
+  }
   sessionStorage.setItem(MODEL_STORE, model.name);
   for (const field of FIELDS) {
     if (field.when(model)) box.append(fieldElement(field, model));
   }
+  const format = $("f-output_format");
+  if (format) format.addEventListener("change", () => syncFields(model));
+  syncFields(model);
   const facts = [model.modality, model.pipeline, model.ready ? "ready" : "no worker serves it now"];
   if (model.previews) facts.push("previews");
   $("model-info").textContent = facts.filter(Boolean).join(" · ");
@@ -236,6 +301,11 @@ async function loadModels() {
     models = listed.data || [];
     clearFormError();
   } catch (error) {
+    if (refusedKey(error)) {
+      models = [];
+      select.replaceChildren();
+      renderFields();
+    }
     showFormError(error);
     showAuthProblem(error);
     return;
@@ -261,6 +331,8 @@ function showFormError(error) {
   const input = field && $(`f-${field}`);
   if (input) {
     input.setAttribute("aria-invalid", "true");
+    // Read out with the field: its hint, then what is wrong with it.
+    input.setAttribute("aria-describedby", [input.dataset.hint, "form-error"].filter(Boolean).join(" "));
     input.focus();
   }
 }
@@ -268,13 +340,18 @@ function showFormError(error) {
 function clearFormError() {
   $("form-error").hidden = true;
   $("form-error").textContent = "";
-  for (const input of $("fields").querySelectorAll("[aria-invalid]")) input.removeAttribute("aria-invalid");
+  for (const input of $("fields").querySelectorAll("[aria-invalid]")) {
+    input.removeAttribute("aria-invalid");
+    if (input.dataset.hint) input.setAttribute("aria-describedby", input.dataset.hint);
+    else input.removeAttribute("aria-describedby");
+  }
 }
 
 function requestBody(model) {
   const values = { model: model.name };
   const files = {};
   for (const input of $("fields").querySelectorAll("[name]")) {
+    if (input.disabled) continue; // a field that does not apply to the values chosen
     if (input.type === "file") {
       if (input.files.length) files[input.name] = input.files[0];
       continue;
@@ -385,8 +462,13 @@ async function loadJobs() {
   let page;
   try {
     page = await api(`/v1/jobs?limit=${LISTED_JOBS}`);
-  } catch (_) {
-    // No key yet, or the gateway out of reach: the list stays as this session knew it.
+  } catch (error) {
+    // A key refused lists nobody's jobs; with the gateway out of reach the list stays as
+    // this session knew it.
+    if (refusedKey(error)) {
+      sessionStorage.removeItem(JOBS_STORE);
+      renderJobs();
+    }
     return;
   }
   const jobs = page.data.map((job) => ({
@@ -403,10 +485,19 @@ async function loadJobs() {
 
 function setState(state) {
   const text = $("job-state");
+  // Screen readers hear the state when it changes, not each event that repeats it.
+  if (state !== text.dataset.state) $("job-announce").textContent = `Job ${state.toLowerCase()}.`;
   text.textContent = state;
   text.dataset.state = state;
   $("cancel").disabled = FINAL_STATES.has(state);
+  // A job that stopped short has no time left to count down.
+  if (FINAL_STATES.has(state) && state !== "SUCCEEDED") showStopped();
   if (current) updateStored(current.id, state);
+}
+
+function showStopped() {
+  const bar = $("progress");
+  $("progress-text").textContent = bar.max > 1 ? `Stopped at step ${bar.value} of ${bar.max}.` : "";
 }
 
 function note(text) {
@@ -421,14 +512,28 @@ function showJobError(code, message) {
   box.hidden = false;
 }
 
-function resetJobView(jobId) {
+// Stops following the job on screen and lets its result's bytes go; hides the job.
+function closeJob() {
   if (current) {
     current.abort.abort();
     if (current.blobUrl) URL.revokeObjectURL(current.blobUrl);
   }
+  current = null;
+  $("job").hidden = true;
+  $("result-media").replaceChildren();
+  $("download").href = "#";
+}
+
+function resetJobView(jobId) {
+  closeJob();
   current = { id: jobId, abort: new AbortController(), blobUrl: null, progressStart: null };
   $("job").hidden = false;
   $("job-id").textContent = jobId;
+  // Nothing of the last job stays: its state until this one's is known, above all.
+  $("job-state").textContent = "";
+  $("job-state").dataset.state = "";
+  $("job-announce").textContent = "";
+  $("cancel").disabled = true;
   $("job-error").hidden = true;
   showConnection("");
   $("progress").value = 0;
@@ -454,8 +559,8 @@ async function showJob(jobId, known = null) {
     return;
   }
   if (mine !== current) return;
-  setState(job.state);
   showProgress(job.step, job.total_steps);
+  setState(job.state);
   if (job.state === "SUCCEEDED" && job.result) {
     showResult(job.result, mine);
   } else if (FINAL_STATES.has(job.state)) {
@@ -491,9 +596,11 @@ function onEvent(job, name, data) {
   if (data.state) setState(data.state);
   if (name === "queued") {
     // eta_s is null while no worker serves the model: a worker's start cannot be estimated.
+    // The gateway sends the position again as jobs ahead leave; 0 is next in line.
     const eta = typeof data.eta_s === "number" && data.eta_s > 0
       ? `, about ${Math.round(data.eta_s)} s until it finishes` : ", waiting for a worker";
-    $("progress-text").textContent = `Queued at position ${data.position}${eta}`;
+    const ahead = data.position ? `${data.position} ${data.position === 1 ? "job" : "jobs"} ahead` : "next in line";
+    $("progress-text").textContent = `Queued, ${ahead}${eta}`;
   } else if (name === "progress") {
     showProgress(data.step, data.total_steps, estimate(job, data.step, data.total_steps));
     if (data.preview) {
@@ -634,15 +741,25 @@ function isOwnResult(result, ownPath) {
   return url.search === "" && url.pathname.endsWith(ownPath);
 }
 
+// The file name the gateway gives a result (Content-Disposition), else the same one it
+// would: the job id and the type's extension.
+function resultFileName(response, jobId, mimeType) {
+  const header = (response && response.headers.get("Content-Disposition")) || "";
+  const named = /filename="([^"/\\]+)"/.exec(header);
+  return named ? named[1] : `${jobId}.${EXTENSIONS[mimeType] || "bin"}`;
+}
+
 async function showResult(result, job) {
   const ownPath = `/v1/jobs/${encodeURIComponent(job.id)}/result`;
   let source = new URL(result.url, location.href).href;
+  let fileName = resultFileName(null, job.id, result.mime_type);
   if (isOwnResult(result, ownPath)) {
     // Our own result endpoint wants the API key, which <img src> cannot send: fetch the
     // bytes, from the gateway that served this page, by its path.
     try {
       const response = await fetch(ownPath, { headers: authHeaders(), signal: job.abort.signal });
       if (!response.ok) throw await errorOf(response);
+      fileName = resultFileName(response, job.id, result.mime_type);
       source = URL.createObjectURL(await response.blob());
       if (job !== current) {
         URL.revokeObjectURL(source);
@@ -660,6 +777,7 @@ async function showResult(result, job) {
   if (kind === "video" || kind === "audio") {
     media = document.createElement(kind);
     media.controls = true;
+    media.setAttribute("aria-label", `Result of job ${job.id}`);
   } else {
     media = document.createElement("img");
     media.alt = `Result of job ${job.id}`;
@@ -669,7 +787,16 @@ async function showResult(result, job) {
   $("result-media").replaceChildren(media);
   const link = $("download");
   link.href = source;
-  link.download = `mediamesh-${job.id}.${EXTENSIONS[result.mime_type] || "bin"}`;
+  link.download = fileName;
+  if (source.startsWith("blob:")) {
+    link.removeAttribute("target");
+    link.removeAttribute("rel");
+  } else {
+    // Object storage's URL: browsers ignore `download` across origins and would leave this
+    // page (and the job it follows) for the file; open it beside the page instead.
+    link.target = "_blank";
+    link.rel = "noopener noreferrer";
+  }
   const kib = result.size_bytes ? `, ${Math.ceil(result.size_bytes / 1024)} KiB` : "";
   $("result-info").textContent = `${result.mime_type}${kib}, seed ${result.seed}`;
   $("result").hidden = false;
