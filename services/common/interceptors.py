@@ -9,7 +9,7 @@ import hmac
 import inspect
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, TypeAlias, cast
 
 import grpc
@@ -85,10 +85,14 @@ def _code_of(context: Context, cancelled: bool) -> StatusCode:
 
 
 class ServiceInterceptor(grpc.aio.ServerInterceptor):
-    """Checks the internal token (when set), records metrics and maps MeshError to status."""
+    """Checks the internal token (when set), records metrics and maps MeshError to status;
+    with a `CallerGate`, also admits calls to a public API before their request is read."""
 
-    def __init__(self, internal_token: str | None = None) -> None:
+    def __init__(
+        self, internal_token: str | None = None, callers: CallerGate | None = None
+    ) -> None:
         self._token = internal_token
+        self._callers = callers
         # A wrong token fails every call its holder makes; one line a minute says so without
         # letting a scanner fill the log.
         self._refusal_log = LogThrottle()
@@ -103,10 +107,19 @@ class ServiceInterceptor(grpc.aio.ServerInterceptor):
             return handler
         method = details.method
         service, name = _split(method)
+        gate = self._callers
+        counter: CallerGate | None = None
+        if gate is not None and gate.admits_by_metadata(service, name):
+            refusal = gate.refusal(service, details)
+            if refusal is not None:
+                # Wrapped like any call, so that refusals are counted and timed too.
+                handler = _refusal(refusal, bool(handler.request_streaming))
+            elif gate.max_calls is not None:
+                counter = gate
         authorised = self._authorised(method, details)
         if not authorised:
             self._log_refusal(method)
-        return _wrap(handler, service, name, authorised)
+        return _wrap(handler, service, name, authorised, counter)
 
     def _authorised(self, method: str, details: grpc.HandlerCallDetails) -> bool:
         if self._token is None:
@@ -139,7 +152,17 @@ async def _drain(requests: AsyncIterator[Any]) -> None:
                 pass
 
 
-def _wrap(handler: Handler, service: str, name: str, authorised: bool) -> Handler:
+def _wrap(
+    handler: Handler,
+    service: str,
+    name: str,
+    authorised: bool,
+    counter: CallerGate | None = None,
+) -> Handler:
+    """`handler` with the credential check, metrics and error mapping around it, and, with
+    a `counter`, counted in `counter.active` while it runs (one layer for all of it: every
+    call and every streamed message passes through here)."""
+
     async def check(context: Context, requests: AsyncIterator[Any] | None = None) -> None:
         if not authorised:
             if requests is not None:
@@ -162,6 +185,8 @@ def _wrap(handler: Handler, service: str, name: str, authorised: bool) -> Handle
 
         async def unary(request: Any, context: Context) -> Any:
             start, cancelled = time.perf_counter(), False
+            if counter is not None:
+                counter.active += 1
             try:
                 await check(context, request if handler.stream_unary else None)
                 return await inner(request, context)
@@ -173,6 +198,8 @@ def _wrap(handler: Handler, service: str, name: str, authorised: bool) -> Handle
                     await _abort_for(exc, context)
                 raise
             finally:
+                if counter is not None:
+                    counter.active -= 1
                 record(start, context, cancelled)
 
         factory = (
@@ -190,6 +217,8 @@ def _wrap(handler: Handler, service: str, name: str, authorised: bool) -> Handle
 
     async def streaming(request: Any, context: Context) -> AsyncIterator[Any]:
         start, cancelled = time.perf_counter(), False
+        if counter is not None:
+            counter.active += 1
         try:
             await check(context)
             answers = inner_stream(request, context)
@@ -208,6 +237,8 @@ def _wrap(handler: Handler, service: str, name: str, authorised: bool) -> Handle
                 await _abort_for(exc, context)
             raise
         finally:
+            if counter is not None:
+                counter.active -= 1
             record(start, context, cancelled)
 
     factory = (
@@ -222,7 +253,7 @@ def _wrap(handler: Handler, service: str, name: str, authorised: bool) -> Handle
     )
 
 
-class CallerInterceptor(grpc.aio.ServerInterceptor):
+class CallerGate:
     """Admits a call to a listener's own services from its metadata alone, before its request
     is read: the caller's credential (a public API's key) and room under `max_calls`.
 
@@ -235,7 +266,8 @@ class CallerInterceptor(grpc.aio.ServerInterceptor):
     `checks` maps each service's full name to its credential check (None: none); calls to
     any other service (health, reflection) pass untouched and uncounted, so that probes are
     answered however busy the listener is, which gRPC's own `maximum_concurrent_rpcs` would
-    refuse too. `open_methods` ("service/method", a liveness probe's) pass the same way."""
+    refuse too. `open_methods` ("service/method", a liveness probe's) pass the same way.
+    `ServiceInterceptor` applies it, in the one layer that wraps every call."""
 
     def __init__(
         self,
@@ -245,88 +277,31 @@ class CallerInterceptor(grpc.aio.ServerInterceptor):
     ) -> None:
         self._checks = dict(checks)
         self._open = open_methods
-        self._max_calls = max_calls
+        self.max_calls = max_calls
         # Calls admitted whose handler is running. One admitted while another's request is
         # still being read counts once its handler starts: the bound can be passed by the
         # calls being read at one moment, and is never held by a call that never ran.
         self.active = 0
 
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Handler | None]],
-        details: grpc.HandlerCallDetails,
-    ) -> Handler | None:
-        handler = await continuation(details)
-        service, name = _split(details.method)
-        if handler is None or service not in self._checks or f"{service}/{name}" in self._open:
-            return handler
-        streamed = bool(handler.request_streaming)
+    def admits_by_metadata(self, service: str, name: str) -> bool:
+        """Whether calls to this method go through the gate."""
+        return service in self._checks and f"{service}/{name}" not in self._open
+
+    def refusal(self, service: str, details: grpc.HandlerCallDetails) -> MeshError | None:
+        """Why a call to `service` is refused before its request is read, or None."""
         check = self._checks[service]
         if check is not None:
             try:
                 check(dict(details.invocation_metadata or ()))
             except MeshError as exc:
-                return _refusal(exc, streamed)
-        if self._max_calls is None:
-            return handler
-        if self.active >= self._max_calls:
-            busy = ResourceExhausted(
+                return exc
+        if self.max_calls is not None and self.active >= self.max_calls:
+            return ResourceExhausted(
                 f"max_concurrent_rpcs: {self.active} calls in progress, the most this "
                 "listener serves at once; retry later",
                 retry_after_s=1,
             )
-            return _refusal(busy, streamed)
-        return _counted(handler, self)
-
-    @contextlib.contextmanager
-    def _running(self) -> Iterator[None]:
-        self.active += 1
-        try:
-            yield
-        finally:
-            self.active -= 1
-
-
-def _counted(handler: Handler, calls: CallerInterceptor) -> Handler:
-    """`handler`, counted in `calls.active` while its behaviour runs."""
-    if handler.unary_unary or handler.stream_unary:
-        inner = cast(_UnaryBehaviour, handler.unary_unary or handler.stream_unary)
-
-        async def unary(request: Any, context: Context) -> Any:
-            with calls._running():
-                return await inner(request, context)
-
-        factory = (
-            grpc.unary_unary_rpc_method_handler
-            if handler.unary_unary
-            else grpc.stream_unary_rpc_method_handler
-        )
-        return factory(
-            unary,
-            request_deserializer=handler.request_deserializer,
-            response_serializer=handler.response_serializer,
-        )
-    inner_stream = cast(_StreamBehaviour, handler.unary_stream or handler.stream_stream)
-
-    async def streaming(request: Any, context: Context) -> AsyncIterator[Any]:
-        with calls._running():
-            answers = inner_stream(request, context)
-            if inspect.isawaitable(answers):
-                await answers
-            else:
-                async for item in answers:
-                    yield item
-
-    factory = (
-        grpc.unary_stream_rpc_method_handler
-        if handler.unary_stream
-        else grpc.stream_stream_rpc_method_handler
-    )
-    return factory(
-        streaming,
-        request_deserializer=handler.request_deserializer,
-        response_serializer=handler.response_serializer,
-    )
+        return None
 
 
 def _unread(data: bytes) -> None:

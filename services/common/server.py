@@ -18,7 +18,7 @@ from mediamesh.common.api.health import (
     mark_serving,
 )
 from mediamesh.common.interceptors import (
-    CallerInterceptor,
+    CallerGate,
     CredentialCheck,
     ServiceInterceptor,
 )
@@ -37,7 +37,7 @@ class Registration:
     service_names: tuple[str, ...]
     add: Callable[[grpc.aio.Server], None]
     # A public API's credential check, run on a call's metadata before its request is read
-    # (`CallerInterceptor`); it raises MeshError to refuse the call. None: the servicer
+    # (`CallerGate`); it raises MeshError to refuse the call. None: the servicer
     # checks for itself (internal services: the internal token is checked for every one).
     authenticate: CredentialCheck | None = None
     # Methods ("service/method") that need no credential and are never refused for being
@@ -117,19 +117,19 @@ async def start_server(
     while health still answers) and `max_streams_per_connection` (HTTP/2 streams one
     connection may open; more wait). ListenError, naming the bare setting (`port`,
     `health_port`), when either cannot be bound."""
-    interceptors: list[grpc.aio.ServerInterceptor] = [
-        *server_tracing_interceptors(),
-        ServiceInterceptor(internal_token),
-    ]
     checks = {
         name: registration.authenticate
         for registration in registrations
         for name in registration.service_names
     }
+    callers: CallerGate | None = None
     if max_concurrent_rpcs is not None or any(checks.values()):
         open_methods = frozenset().union(*(r.open_methods for r in registrations))
-        # After ServiceInterceptor, which then counts and times the refusals as any call.
-        interceptors.append(CallerInterceptor(checks, open_methods, max_concurrent_rpcs))
+        callers = CallerGate(checks, open_methods, max_concurrent_rpcs)
+    interceptors: list[grpc.aio.ServerInterceptor] = [
+        *server_tracing_interceptors(),
+        ServiceInterceptor(internal_token, callers),
+    ]
     options: list[tuple[str, int]] = [
         *message_options(max_message_bytes, max_receive_bytes),
         *KEEPALIVE_OPTIONS,

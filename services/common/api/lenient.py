@@ -5,14 +5,14 @@ invalid UTF-8, a truncated message) fail inside gRPC's deserializer and the call
 UNKNOWN. Here the deserializer never raises: it hands the servicer a description of the
 problem, and the call answers INVALID_ARGUMENT with it. Every request is also held to the
 declared limits of its string and bytes fields (`mediamesh.common.limits`) before any rpc sees
-it, and each repeated field to a count (`MAX_COUNTS`), checked by length alone before any of
-its entries is looked at. The gateway, the scheduler and the workers all register their
+it, and each repeated field to a count (`bounds.MAX_COUNTS`), checked by length alone before
+any of its entries is looked at. The gateway, the scheduler and the workers all register their
 servicers through here.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeAlias
 
@@ -25,53 +25,12 @@ from google.protobuf.unknown_fields import UnknownFieldSet
 
 from mediamesh.common.api.bounds import check_bounds
 from mediamesh.common.errors import InvalidArgument
-from mediamesh.common.limits import MAX_BATCH
 
 if TYPE_CHECKING:
     # A message class's DESCRIPTOR is this type under the upb runtime (the default backend).
     from google._upb._message import Descriptor as UpbDescriptor
 
 _LENGTH_DELIMITED = 2
-
-# Each element type's field of a KServe tensor's contents.
-_TENSOR_CONTENTS = tuple(
-    f"{kind}_contents"
-    for kind in ("bool", "int", "int64", "uint", "uint64", "fp32", "fp64", "bytes")
-)
-# The most entries a repeated (or map) field of a request may hold, by message full name and
-# field name. A length is known without reading an entry, so a request of millions of tiny
-# entries (5 M webhook events in 55 MB) is refused in microseconds, where walking them to
-# check each one's bounds held the event loop for seconds. The public API's fields have
-# their own entries (a test holds every one to it); any other repeated field, which only
-# mesh services send, falls under DEFAULT_MAX_COUNT.
-MAX_COUNTS: Mapping[str, Mapping[str, int]] = {
-    # mediamesh.v1.Gateway
-    # GatewaySettings.max_adapters_per_request is at most 64.
-    "mediamesh.v1.GenerateRequest": {"adapters": 64},
-    # Three events exist (completed, failed, progress); a repeat is harmless, a list is not.
-    "mediamesh.v1.Webhook": {"events": 8},
-    "mediamesh.v1.ListJobsRequest": {"states": 16, "models": 256},
-    # inference.GRPCInferenceService: a model takes four inputs (prompt, negative_prompt,
-    # image, mask_image), and a BYTES tensor holds at most a batch of elements.
-    "inference.ModelInferRequest": {
-        "parameters": 64,
-        "inputs": 16,
-        "outputs": 16,
-        "raw_input_contents": 16,
-    },
-    "inference.ModelInferRequest.InferInputTensor": {"shape": 8, "parameters": 64},
-    "inference.ModelInferRequest.InferRequestedOutputTensor": {"parameters": 64},
-    "inference.InferTensorContents": dict.fromkeys(_TENSOR_CONTENTS, MAX_BATCH),
-}
-# Any other repeated field: far above what a mesh service sends (a batch's jobs, a worker's
-# models), far below what would stall a walk of it.
-DEFAULT_MAX_COUNT = 65_536
-
-
-def max_count(message: str, field: str) -> int:
-    """The most entries `field` of the message named `message` may hold."""
-    return MAX_COUNTS.get(message, {}).get(field, DEFAULT_MAX_COUNT)
-
 
 # Any rpc of the servicer passes through here, whatever its message types.
 # (Quoted: grpc's classes are generic only in their type stubs.)
@@ -147,37 +106,10 @@ def _bad_utf8(descriptor: Descriptor | UpbDescriptor, data: bytes, prefix: str) 
     return None
 
 
-def check_counts(message: Message, prefix: str = "") -> None:
-    """InvalidArgument naming the first repeated or map field (as a path, `webhook.events`)
-    with more entries than `max_count` allows, and the limit. Each field's length is checked
-    before any of its entries; the entries of a repeated message field are then checked in
-    turn, bounded by that count."""
-    owner = message.DESCRIPTOR.full_name
-    for field, value in message.ListFields():
-        path = prefix + field.name
-        if field.is_repeated:
-            count, limit = len(value), max_count(owner, field.name)
-            if count > limit:
-                raise InvalidArgument(f"{path}: {count} entries; the limit is {limit}")
-        if field.type != FieldDescriptor.TYPE_MESSAGE:
-            continue
-        if field.message_type.GetOptions().map_entry:
-            value_field = field.message_type.fields_by_name["value"]
-            if value_field.type == FieldDescriptor.TYPE_MESSAGE:
-                for key, item in value.items():
-                    check_counts(item, f"{path}[{str(key)[:64]!r}].")
-        elif field.is_repeated:
-            for index, item in enumerate(value):
-                check_counts(item, f"{path}[{index}].")
-        else:
-            check_counts(value, f"{path}.")
-
-
 def _check(request: object) -> None:
     if isinstance(request, Unparsable):
         raise InvalidArgument(request.reason)
     if isinstance(request, Message):
-        check_counts(request)
         check_bounds(request)
 
 

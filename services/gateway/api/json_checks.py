@@ -18,7 +18,7 @@ from typing import Any
 
 from google.protobuf.descriptor import FieldDescriptor
 
-from mediamesh.common.api.lenient import max_count
+from mediamesh.common.api.bounds import max_count
 from mediamesh.common.errors import InvalidArgument
 from mediamesh.common.limits import MAX_SEED
 

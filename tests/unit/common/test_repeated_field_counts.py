@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from mediamesh.common.api.lenient import DEFAULT_MAX_COUNT, MAX_COUNTS, check_counts, max_count
+from mediamesh.common.api.bounds import DEFAULT_MAX_COUNT, MAX_COUNTS, check_bounds, max_count
 from mediamesh.common.errors import InvalidArgument
 from mediamesh.common.generated.inference import grpc_service_pb2 as pb
 from mediamesh.common.generated.v1 import common_pb2, gateway_pb2
@@ -51,22 +51,22 @@ def test_a_field_over_its_count_is_refused_by_length_naming_it_and_the_limit():
     request.webhook.events.extend(["completed"] * 2_000_000)
     started = time.perf_counter()
     with pytest.raises(InvalidArgument) as caught:
-        check_counts(request)
+        check_bounds(request)
     assert time.perf_counter() - started < 0.05
     assert caught.value.message == "webhook.events: 2000000 entries; the limit is 8"
     # Nested in repeated messages and maps, with the path to the entry.
     infer = pb.ModelInferRequest(model_name="m")
     infer.inputs.add(name="prompt", shape=[1] * 9)
     with pytest.raises(InvalidArgument, match=r"^inputs\[0\]\.shape: 9 entries; the limit is 8$"):
-        check_counts(infer)
+        check_bounds(infer)
     infer = pb.ModelInferRequest(model_name="m")
     infer.inputs.add(name="prompt").contents.bytes_contents.extend([b""] * 257)
     with pytest.raises(InvalidArgument, match=r"contents\.bytes_contents: 257 entries"):
-        check_counts(infer)
+        check_bounds(infer)
     # At the limit passes; unlisted fields fall under the default.
     request = common_pb2.GenerateRequest(model="m")
     request.webhook.events.extend(["completed"] * 8)
-    check_counts(request)
+    check_bounds(request)
     assert max_count("mediamesh.v1.RunBatchRequest", "jobs") == DEFAULT_MAX_COUNT
 
 
