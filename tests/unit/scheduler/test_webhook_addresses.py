@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -20,12 +19,11 @@ from pydantic import SecretStr
 from mediamesh.common.webhook_settings import WebhookSettings
 from mediamesh.scheduler.store.artifacts import LocalArtifactStore
 from mediamesh.scheduler.store.deliveries import DeliveryStatus, WebhookDelivery
-from mediamesh.scheduler.store.job_store import JobStore
 from mediamesh.scheduler.store.writer import StoreWriter
 from mediamesh.scheduler.webhook_delivery import WebhookDeliverer
 from mediamesh.scheduler.webhook_policy import address_problem, matching_entries
 from mediamesh.scheduler.webhook_transport import PinnedBackend, pinned
-from tests.webhook_receiver import Receiver, webhook_receiver
+from tests.webhook_receiver import Receiver
 
 PUBLIC = ["93.184.216.34", "2606:2800:220:1:248:1893:25c8:1946"]
 
@@ -96,22 +94,6 @@ def test_matching_entries_respect_ports() -> None:
 
 
 # ---- at delivery ------------------------------------------------------------------------
-
-
-@pytest.fixture
-async def writer(tmp_path: Path) -> AsyncIterator[StoreWriter]:
-    store = JobStore(tmp_path / "jobs.sqlite3")
-    writer = StoreWriter(store)
-    writer.start()
-    yield writer
-    await writer.close(5.0)
-    await store.close()
-
-
-@pytest.fixture
-async def receiver() -> AsyncIterator[Receiver]:
-    async with webhook_receiver() as r:
-        yield r
 
 
 def deliverer(writer: StoreWriter, tmp_path: Path, allowed: list[str]) -> WebhookDeliverer:

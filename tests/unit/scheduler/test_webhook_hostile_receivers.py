@@ -18,26 +18,9 @@ from mediamesh.common.webhook_settings import WebhookSettings
 from mediamesh.scheduler import webhook_delivery
 from mediamesh.scheduler.store.artifacts import LocalArtifactStore
 from mediamesh.scheduler.store.deliveries import DeliveryStatus, WebhookDelivery
-from mediamesh.scheduler.store.job_store import JobStore
 from mediamesh.scheduler.store.writer import StoreWriter
 from mediamesh.scheduler.webhook_delivery import RESPONSE_READ_BYTES, WebhookDeliverer
 from tests.webhook_receiver import Receiver, webhook_receiver
-
-
-@pytest.fixture
-async def writer(tmp_path: Path) -> AsyncIterator[StoreWriter]:
-    store = JobStore(tmp_path / "jobs.sqlite3")
-    writer = StoreWriter(store)
-    writer.start()
-    yield writer
-    await writer.close(5.0)
-    await store.close()
-
-
-@pytest.fixture
-async def receiver() -> AsyncIterator[Receiver]:
-    async with webhook_receiver() as r:
-        yield r
 
 
 @pytest.fixture
