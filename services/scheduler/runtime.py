@@ -32,7 +32,7 @@ from mediamesh.scheduler.core.effects import (
     Progressed,
     Transition,
 )
-from mediamesh.scheduler.core.interface import NewJob, SchedulingCore
+from mediamesh.scheduler.core.interface import INVALID_REQUEST, NewJob, SchedulingCore
 from mediamesh.scheduler.core.job_listing import JobPage, JobQuery, list_jobs
 from mediamesh.scheduler.core.jobs import Job, JobState, Priority
 from mediamesh.scheduler.core.units import WorkerInfo
@@ -67,7 +67,9 @@ STORE_PROBE_INTERVAL_S = 2.0
 QUEUE_POSITION_REFRESH_S = 1.0
 # Refusals the caller caused (a wrong model or key, too short a timeout) are INFO; those
 # of load or of the store, which an operator may have to act on, are WARNING.
-_CALLER_REFUSALS = frozenset({"unknown_model", "idempotency_conflict", "timeout_too_short"})
+_CALLER_REFUSALS = frozenset(
+    {"unknown_model", "idempotency_conflict", "timeout_too_short", INVALID_REQUEST}
+)
 
 
 class SchedulerRuntime:
@@ -433,13 +435,21 @@ class SchedulerRuntime:
         try:
             return await self.submissions.submit(new)
         except MeshError as exc:
-            self._refused(new, exc)
+            reason = exc.reason if isinstance(exc, Refused) else "other"
+            self.refused(new.model, new.tenant, new.trace_carrier, exc, reason)
             raise
 
-    def _refused(self, new: NewJob, exc: MeshError) -> None:
-        """Count and (a line per queue and reason a minute) log a job refused at Submit."""
-        reason = exc.reason if isinstance(exc, Refused) else "other"
-        spec = self.core.specs.get(new.model)
+    def refused(
+        self,
+        model: str,
+        tenant: str,
+        trace_carrier: Mapping[str, str],
+        exc: MeshError,
+        reason: str,
+    ) -> None:
+        """Count and (a line per queue and reason a minute) log a job refused at Submit,
+        by admission or (the servicer's call) by the request checks before it."""
+        spec = self.core.specs.get(model)
         queue = spec.modality if spec is not None else metrics.UNKNOWN_QUEUE
         metrics.JOBS_REFUSED.labels(queue, reason).inc()
         kind = (queue, reason)
@@ -450,13 +460,13 @@ class SchedulerRuntime:
         log_job(
             log,
             "job refused",
-            new.trace_carrier,
+            trace_carrier,
             logging.INFO if quiet else logging.WARNING,
             queue=queue,
             reason=reason,
             code=exc.code.value,
-            tenant=new.tenant,
-            model=new.model,
+            tenant=tenant,
+            model=model,
             error=exc.message,
             # Refused alike since the last line, not logged.
             unlogged=self._refusals_unlogged.pop(kind, 0),

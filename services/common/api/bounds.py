@@ -67,9 +67,9 @@ def check_bounds(message: Message, prefix: str = "") -> None:
     for field, value in message.ListFields():
         path = prefix + field.name
         if field.is_repeated:
-            limit = max_count(owner, field.name)
-            if len(value) > limit:
-                raise InvalidArgument(f"{path}: {len(value)} entries; the limit is {limit}")
+            most = max_count(owner, field.name)
+            if len(value) > most:
+                raise InvalidArgument(f"{path}: {len(value)} entries; the limit is {most}")
         if field.type == FieldDescriptor.TYPE_MESSAGE and field.message_type.GetOptions().map_entry:
             _check_map(field, value, path)
         elif field.type in _TEXT:

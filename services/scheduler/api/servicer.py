@@ -21,7 +21,7 @@ from mediamesh.common.tenants import checked_tenant
 from mediamesh.common.warmup import WARMUP_WARMING
 from mediamesh.scheduler.api import convert
 from mediamesh.scheduler.core.delivery import ResultDelivery
-from mediamesh.scheduler.core.interface import NewJob
+from mediamesh.scheduler.core.interface import INVALID_REQUEST, NewJob
 from mediamesh.scheduler.core.jobs import Job, Priority, TenantQuota
 from mediamesh.scheduler.core.units import WorkerInfo
 from mediamesh.scheduler.events import WatchEvent
@@ -94,14 +94,26 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         and whether it was that earlier one."""
         # Again here: a gateway's checks are not the scheduler's only defence.
         fields = request_fields(request.request)
-        spec = find_model(self.registry, fields.model)
-        tenant = checked_tenant(request.tenant)
-        delivery = self._delivery(request.request, tenant)
+        carrier = request_trace_carrier(dict(context.invocation_metadata() or ()))
         inputs = self.runtime.inputs
-        fields = await inputs.with_uploads(fields, tenant)
-        params = resolve(spec, fields, max_adapters=self.runtime.settings.max_adapters_per_request)
-        params = await inputs.store(spec, params, fields)
-        priority = parse_priority(fields.priority)
+        try:
+            spec = find_model(self.registry, fields.model)
+        except MeshError as exc:
+            self.runtime.refused(fields.model, request.tenant, carrier, exc, "unknown_model")
+            raise
+        try:
+            tenant = checked_tenant(request.tenant)
+            delivery = self._delivery(request.request, tenant)
+            fields = await inputs.with_uploads(fields, tenant)
+            limit = self.runtime.settings.max_adapters_per_request
+            params = resolve(spec, fields, max_adapters=limit)
+            params = await inputs.store(spec, params, fields)
+            priority = parse_priority(fields.priority)
+        except MeshError as exc:
+            # Counted beside admission's refusals, so that one series shows every Submit
+            # refused: a client sending bad requests is as visible as a full queue.
+            self.runtime.refused(fields.model, request.tenant, carrier, exc, INVALID_REQUEST)
+            raise
         new = NewJob(
             tenant=tenant,
             model=spec.name,
@@ -114,7 +126,7 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
                 max_queued=request.max_queued_jobs,
                 max_running=request.max_running_jobs,
             ),
-            trace_carrier=request_trace_carrier(dict(context.invocation_metadata() or ())),
+            trace_carrier=carrier,
             delivery=delivery,
             any_seed=fields.seed is None,
         )

@@ -54,8 +54,10 @@ class Rejection:
 
 
 # Why a new job is refused, fixed so that a metric labelled by them stays small: those a
-# Rejection gives, and STORE_UNAVAILABLE, which the service adds when its store fails.
+# Rejection gives, STORE_UNAVAILABLE, which the service adds when its store fails, and
+# INVALID_REQUEST, for a request its checks refuse before admission.
 STORE_UNAVAILABLE = "store_unavailable"
+INVALID_REQUEST = "invalid_request"
 REFUSAL_REASONS = (
     "unknown_model",
     "idempotency_conflict",
@@ -65,6 +67,9 @@ REFUSAL_REASONS = (
     "timeout_too_short",
     "deadline_unmeetable",
     STORE_UNAVAILABLE,
+    # Refused by the request checks before admission (a value past the model's limits, an
+    # unknown upload, a webhook the policy refuses): a caller's mistake.
+    INVALID_REQUEST,
     "other",
 )
 

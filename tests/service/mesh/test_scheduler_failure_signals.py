@@ -146,6 +146,33 @@ async def test_refusals_at_admission_are_counted_by_reason_and_logged_sparingly(
     assert {level for level, f in lines if f["reason"] == "queue_full"} == {logging.WARNING}
 
 
+async def test_requests_refused_before_admission_are_counted_too(
+    tmp_path: Path, models_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="mediamesh.scheduler")
+    mesh = await start_mesh(tmp_path, models_dir, [["echo"]])
+    invalid_before = refusals("image", "invalid_request") or 0.0
+    unknown_before = refusals("unknown", "unknown_model") or 0.0
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{mesh.scheduler.port}") as channel:
+            stub = scheduler_pb2_grpc.SchedulerStub(channel)
+            too_many = common_pb2.GenerateRequest(model="echo", prompt="x", steps=10_000)
+            with pytest.raises(grpc.aio.AioRpcError) as raised:
+                await stub.Submit(scheduler_pb2.SubmitRequest(tenant="acme", request=too_many))
+            assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert await refused(mesh, model="no-such-model") == grpc.StatusCode.NOT_FOUND
+    finally:
+        await stop_mesh(mesh)
+    assert refusals("image", "invalid_request") == invalid_before + 1
+    assert refusals("unknown", "unknown_model") == unknown_before + 1
+    reasons = {
+        r.fields["reason"]  # type: ignore[attr-defined]
+        for r in caplog.records
+        if r.getMessage() == "job refused"
+    }
+    assert {"invalid_request", "unknown_model"} <= reasons
+
+
 async def test_a_failing_store_turns_readiness_off_until_it_recovers(
     tmp_path: Path, models_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
