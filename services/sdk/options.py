@@ -161,7 +161,8 @@ def check_option(name: str, value: object) -> None:
         allowed = f"{name}: must be a whole number from {low} to {high}"
         number = _whole_number(value)
         if number is None:
-            raise TypeError(f"{allowed}, got {_shown(value)}")
+            # No range: it would be the wire type's, not the model's (checked by the mesh).
+            raise TypeError(f"{name}: must be a whole number, got {_shown(value)}")
         if not low <= number <= high:
             raise ValueError(f"{allowed}, got {number}")
     elif kind is float:

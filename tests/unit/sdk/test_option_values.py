@@ -48,9 +48,9 @@ def test_a_number_out_of_range_is_a_value_error_naming_the_option(
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        ({"steps": 4.5}, "steps: must be a whole number from 0 to 4294967295, got 4.5"),
-        ({"steps": True}, "steps: must be a whole number from 0 to 4294967295, got True"),
-        ({"fps": "12"}, "fps: must be a whole number from 0 to 4294967295, got '12'"),
+        ({"steps": 4.5}, "steps: must be a whole number, got 4.5"),
+        ({"steps": True}, "steps: must be a whole number, got True"),
+        ({"fps": "12"}, "fps: must be a whole number, got '12'"),
         ({"guidance_scale": "high"}, "guidance_scale: must be a number, got 'high'"),
         ({"negative_prompt": 3}, "negative_prompt: must be a string, got 3"),
         ({"image": "in.png"}, "image: must be bytes, got 'in.png'"),
