@@ -188,8 +188,11 @@ class BatchRunner:
         `timeout_s`, whichever is first."""
         waits = [self._open[b].wait() for b in self.unapplied(batch_ids)]
         if waits:
+            # asyncio.timeout: wait_for on Python 3.11 can drop a cancellation that lands
+            # as the wait ends (see common/aio.py).
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.gather(*waits), timeout_s)
+                async with asyncio.timeout(timeout_s):
+                    await asyncio.gather(*waits)
 
     async def _on_worker_event(self, batch_id: str, event: WorkerEvent) -> None:
         core = self.core

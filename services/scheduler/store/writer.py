@@ -159,8 +159,11 @@ class StoreWriter:
 
     async def flush(self, timeout_s: float) -> bool:
         """Wait (at most `timeout_s`) until every state saved so far is in the store."""
+        # asyncio.timeout: wait_for on Python 3.11 can drop a cancellation that lands as
+        # the writer goes idle (see common/aio.py).
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._idle.wait(), timeout_s)
+            async with asyncio.timeout(timeout_s):
+                await self._idle.wait()
         return self._idle.is_set()
 
     async def close(self, timeout_s: float) -> None:

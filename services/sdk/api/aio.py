@@ -101,8 +101,12 @@ class AsyncTransport:
                 if limit is None or left is None:
                     message = await call.read()
                 else:
+                    # asyncio.timeout, not wait_for: on Python 3.11 wait_for drops a
+                    # cancellation that lands as the read completes, and the caller's task
+                    # (`mediamesh batch` on Ctrl-C) then waited on the next event for ever.
                     try:
-                        message = await asyncio.wait_for(call.read(), max(left, 0.0))
+                        async with asyncio.timeout(max(left, 0.0)):
+                            message = await call.read()
                     except TimeoutError:
                         connected = self._channel.get_state() is grpc.ChannelConnectivity.READY
                         raise limit.expired(connected) from None

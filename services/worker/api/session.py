@@ -84,7 +84,10 @@ class SchedulerSession:
         self._settling = (list(batch_ids), answer)
         self.runtime.state_changed.set()  # wakes the session loop, which asks
         try:
-            settled = await asyncio.wait_for(asyncio.shield(answer), timeout_s)
+            # asyncio.timeout: wait_for on Python 3.11 can drop a cancellation that lands
+            # as the answer arrives (see common/aio.py).
+            async with asyncio.timeout(timeout_s):
+                settled = await asyncio.shield(answer)
         except TimeoutError:
             return False
         finally:
