@@ -28,7 +28,9 @@ import asyncio
 import dataclasses
 import json
 import os
+import signal
 import sys
+import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
@@ -373,6 +375,13 @@ def _run_into_folder(args: argparse.Namespace, lines: list[BatchLine]) -> int:
     )  # fmt: skip
 
     async def main() -> Counts:
+        # Ctrl-C through the loop's own handler: it wakes the loop through its wakeup fd.
+        # asyncio.run's handler only cancels once the loop next runs Python, and with every
+        # line waiting on a quiet stream nothing woke it, so the run sat out the streams
+        # (seen once in a CI run: 30 s and no exit).
+        this = asyncio.current_task()
+        if this is not None and threading.current_thread() is threading.main_thread():
+            asyncio.get_running_loop().add_signal_handler(signal.SIGINT, this.cancel)
         options = gateway_options(args)
         async with AsyncClient(args.gateway, **options) as client:
             with (args.out / MANIFEST).open("a", encoding="utf-8") as manifest:
@@ -388,7 +397,7 @@ def _run_into_folder(args: argparse.Namespace, lines: list[BatchLine]) -> int:
         bar.close()
         print(f"mediamesh batch: {_first(fatal)}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, asyncio.CancelledError):
         # Lines that ended are recorded, those in flight are not: a re-run picks them up.
         bar.close()
         print("mediamesh batch: interrupted; re-run the same command to resume", file=sys.stderr)
