@@ -55,12 +55,12 @@ def result(url: str, expires: int | None = None) -> str:
     return frame("end", "result", data)
 
 
-def run_page(answers: list[dict], tmp_path: Path) -> dict:
+def run_harness(tmp_path: Path, scenario: dict) -> dict:
+    """What the page's script did in Node (web_page_harness.js) given `scenario`."""
     app = tmp_path / "app.js"
     app.write_bytes(page.read_static("app.js"))
-    scenario = json.dumps({"answers": answers})
     done = subprocess.run(
-        [str(NODE), str(HARNESS), str(app), scenario],
+        [str(NODE), str(HARNESS), str(app), json.dumps(scenario)],
         capture_output=True,
         text=True,
         timeout=60,
@@ -68,6 +68,10 @@ def run_page(answers: list[dict], tmp_path: Path) -> dict:
     )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
+
+
+def run_page(answers: list[dict], tmp_path: Path) -> dict:
+    return run_harness(tmp_path, {"answers": answers})
 
 
 def test_it_reconnects_through_503_and_429_backing_off_and_waiting_out_retry_after(tmp_path):

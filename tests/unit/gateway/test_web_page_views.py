@@ -9,13 +9,11 @@ The page's script runs in Node (web_page_harness.js) against scripted answers.
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from mediamesh.gateway.web import page
-from tests.unit.gateway.test_web_page_reconnects import HARNESS, NODE, refused, result, stream
+from tests.unit.gateway.test_web_page_reconnects import NODE, refused, result, run_harness, stream
 
 pytestmark = pytest.mark.skipif(NODE is None, reason="node is not installed")
 GONE = {"code": "NOT_FOUND", "message": "job_id: no job 'gone'"}
@@ -33,19 +31,9 @@ JOBS = [{"job_id": "j0", "model": "m", "prompt": "a fox", "state": "SUCCEEDED"}]
 
 
 def run_page(tmp_path: Path, run: str | None = None, **scenario: object) -> dict:
-    app = tmp_path / "app.js"
-    app.write_bytes(page.read_static("app.js"))
     if run is not None:
         scenario["run"] = run
-    done = subprocess.run(
-        [str(NODE), str(HARNESS), str(app), json.dumps({"answers": [], **scenario})],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)
+    return run_harness(tmp_path, {"answers": [], **scenario})
 
 
 def with_model(script: str, model: dict = IMAGE_MODEL) -> str:
