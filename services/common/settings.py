@@ -7,6 +7,7 @@ Nothing here reads the environment at import time: the process entry points call
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -49,6 +50,18 @@ DEFAULT_OTLP_ENDPOINT = "http://127.0.0.1:4317"
 # is not set, the traces-only one first as the OpenTelemetry spec orders them: the exporter
 # is given its endpoint, so it would not read them itself.
 OTEL_ENDPOINT_VARIABLES = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
+# The same for telemetry.otlp_export_timeout_s, read in the spec's unit, milliseconds: the
+# installed exporter would read them as seconds (opentelemetry-python #4044), but it is given
+# its timeout, so a value set for every service of a deployment means here what it means to
+# the others.
+OTEL_TIMEOUT_VARIABLES = ("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "OTEL_EXPORTER_OTLP_TIMEOUT")
+# What one OTLP export, retries included, may take before it gives up. 2 s, not the SDK's 10:
+# with the collector down, exports pending at shutdown held a worker 7.5 s and the scheduler
+# 14 s past SIGTERM, beyond what a spot pod's grace leaves after its drain. The 0.1 s floor
+# also refuses a variable written in seconds (10, which would be 10 ms); the ceiling is not
+# about shutdown, which waits for the last spans 2.5 s at most whatever this is.
+DEFAULT_OTLP_EXPORT_TIMEOUT_S = 2.0
+OTLP_EXPORT_TIMEOUT_BOUNDS_S = (0.1, 60.0)
 
 
 class TelemetrySettings(Section):
@@ -57,6 +70,13 @@ class TelemetrySettings(Section):
     traces: Literal["none", "console", "otlp", "file"] = "none"
     # Unset: the OTEL_ENDPOINT_VARIABLES, else this default.
     otlp_endpoint: str = DEFAULT_OTLP_ENDPOINT
+    # Unset: the OTEL_TIMEOUT_VARIABLES (milliseconds), else this default.
+    otlp_export_timeout_s: float = Field(
+        DEFAULT_OTLP_EXPORT_TIMEOUT_S,
+        ge=OTLP_EXPORT_TIMEOUT_BOUNDS_S[0],
+        le=OTLP_EXPORT_TIMEOUT_BOUNDS_S[1],
+        allow_inf_nan=False,
+    )
     trace_file: Path | None = None
     log_format: Literal["text", "json"] = "text"
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = "INFO"
@@ -655,18 +675,59 @@ def load_mesh_config(
     """The mesh config from `path` (None: defaults), then MEDIAMESH_* variables of `environ`
     (None: this process's environment), then dotted `overrides` (flags), highest last.
 
-    An unset telemetry.otlp_endpoint is taken from the standard OpenTelemetry variables
-    (OTEL_ENDPOINT_VARIABLES) of the same `environ`, when one is set.
+    An unset telemetry.otlp_endpoint or telemetry.otlp_export_timeout_s is taken from the
+    standard OpenTelemetry variables (OTEL_ENDPOINT_VARIABLES, OTEL_TIMEOUT_VARIABLES) of the
+    same `environ`, when one is set.
 
     Raises ConfigError with one line naming the file line or variable at fault.
     """
     environ = os.environ if environ is None else environ
     config = load_layered(MeshConfig, path, overrides, environ)
-    if "otlp_endpoint" in config.telemetry.model_fields_set:
+    telemetry = _with_otel_variables(config.telemetry, environ)
+    if telemetry is config.telemetry:
         return config
-    for name in OTEL_ENDPOINT_VARIABLES:
-        endpoint = environ.get(name, "").strip()
-        if endpoint:
-            telemetry = config.telemetry.model_copy(update={"otlp_endpoint": endpoint})
-            return config.model_copy(update={"telemetry": telemetry})
-    return config
+    return config.model_copy(update={"telemetry": telemetry})
+
+
+def _with_otel_variables(
+    telemetry: TelemetrySettings, environ: Mapping[str, str]
+) -> TelemetrySettings:
+    """`telemetry` with the OTLP settings no layer gave taken from the OpenTelemetry
+    variables that are set; `telemetry` itself when there are none."""
+    given = telemetry.model_fields_set
+    update: dict[str, object] = {}
+    endpoint = _first_set(environ, OTEL_ENDPOINT_VARIABLES)
+    if endpoint is not None and "otlp_endpoint" not in given:
+        update["otlp_endpoint"] = endpoint[1]
+    timeout = _first_set(environ, OTEL_TIMEOUT_VARIABLES)
+    if timeout is not None and "otlp_export_timeout_s" not in given:
+        update["otlp_export_timeout_s"] = _otel_timeout_s(*timeout)
+    return telemetry.model_copy(update=update) if update else telemetry
+
+
+def _first_set(environ: Mapping[str, str], names: tuple[str, ...]) -> tuple[str, str] | None:
+    """The first of `names` set in `environ` to more than blanks, with its value stripped (an
+    empty variable counts as unset, as the OpenTelemetry spec has it)."""
+    for name in names:
+        value = environ.get(name, "").strip()
+        if value:
+            return name, value
+    return None
+
+
+def _otel_timeout_s(name: str, value: str) -> float:
+    """The milliseconds of the OpenTelemetry variable `name`, in seconds; ConfigError naming
+    it when `value` is not a number of milliseconds within the setting's bounds (model_copy
+    does not validate)."""
+    low_ms, high_ms = (bound * 1000 for bound in OTLP_EXPORT_TIMEOUT_BOUNDS_S)
+    try:
+        milliseconds = float(value)
+    except ValueError:
+        milliseconds = math.nan
+    # Written so that NaN fails it too.
+    if not low_ms <= milliseconds <= high_ms:
+        raise ConfigError(
+            f"env {name}: {value!r} is not a number of milliseconds from {low_ms:g} to "
+            f"{high_ms:g} (the OpenTelemetry unit: 2000 is 2 s)"
+        )
+    return milliseconds / 1000

@@ -32,10 +32,6 @@ log = logging.getLogger(__name__)
 _tracing_enabled = False
 # Kept to cut its exports short at shutdown when the collector does not answer.
 _otlp_exporter: SpanExporter | None = None
-# One export, retries included, gives up after this (the SDK's default is 10 s): with the
-# collector down, exports still pending at shutdown held a worker 7.5 s and the scheduler
-# 14 s past SIGTERM, beyond what a spot pod's grace leaves after its drain.
-OTLP_EXPORT_TIMEOUT_S = 2.0
 # The most that `shutdown_tracing` waits for the last spans to be exported.
 TRACING_SHUTDOWN_TIMEOUT_S = 2.5
 # W3C trace context alone (no baggage): what a request's trace is taken from.
@@ -131,8 +127,12 @@ def setup_tracing(settings: TelemetrySettings, service: str) -> None:
     else:
         from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
 
+        # Its timeout is in seconds; never 0, which it would take for unset and replace with
+        # the OpenTelemetry variables read as seconds (the setting's bounds keep it over 0).
         exporter = OTLPSpanExporter(
-            endpoint=settings.otlp_endpoint, insecure=True, timeout=OTLP_EXPORT_TIMEOUT_S
+            endpoint=settings.otlp_endpoint,
+            insecure=True,
+            timeout=settings.otlp_export_timeout_s,
         )
         provider.add_span_processor(BatchSpanProcessor(exporter))
         _otlp_exporter = exporter
