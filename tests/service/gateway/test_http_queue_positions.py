@@ -29,7 +29,7 @@ async def test_a_waiting_job_hears_its_position_fall(mesh: InProcessMesh) -> Non
         # Shapes differ, so no two share a batch: each waits for the one before it, and the
         # middle one runs for seconds, long past the once-a-second refresh of positions.
         ids = []
-        for size, steps in ((512, 10), (480, 16), (128, 4)):
+        for size, steps in ((512, 10), (480, 50), (128, 4)):
             body = {"model": "flux-tiny", "prompt": "x", "width": size, "height": size}
             answer = await client.post("/v1/jobs", json={**body, "steps": steps})
             assert answer.status_code == 202, answer.text
