@@ -470,6 +470,9 @@ class SchedulerSettings(Section):
     heartbeat_misses_allowed: int = Field(3, ge=1)
     max_attempts: int = Field(3, ge=1)
     retention_s: float = Field(24 * 3600.0, gt=0)
+    # Ended jobs kept in memory, the ones that ended last; older ones within retention are
+    # read back from the job store when asked for (scheduler/ended_jobs.py).
+    ended_jobs_in_memory: int = Field(10_000, ge=0)
     placement: dict[PriorityName, PlacementSettings] = Field(default_factory=_default_placement)
     # LoRA adapters one request may name; the scheduler checks again what gateways sent.
     max_adapters_per_request: int = Field(DEFAULT_MAX_ADAPTERS_PER_REQUEST, ge=0, le=64)

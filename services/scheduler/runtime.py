@@ -33,9 +33,10 @@ from mediamesh.scheduler.core.effects import (
     Transition,
 )
 from mediamesh.scheduler.core.interface import INVALID_REQUEST, NewJob, SchedulingCore
-from mediamesh.scheduler.core.job_listing import JobPage, JobQuery, list_jobs
+from mediamesh.scheduler.core.job_listing import JobQuery
 from mediamesh.scheduler.core.jobs import Job, JobState, Priority
 from mediamesh.scheduler.core.units import WorkerInfo
+from mediamesh.scheduler.ended_jobs import EndedJobs, JobRecord
 from mediamesh.scheduler.events import EventHub, WatchEvent, notice_event
 from mediamesh.scheduler.inputs import job_inputs
 from mediamesh.scheduler.roster import WorkerRoster
@@ -91,7 +92,10 @@ class SchedulerRuntime:
         self.store = store
         # Whether the store takes writes: the scheduler's readiness follows it (main).
         self.store_health = StoreHealth()
-        self.writer = StoreWriter(store, health=self.store_health)
+        self.results: dict[str, StoredArtifact] = {}
+        # The newest ended jobs stay in memory; older ones are read back from the store.
+        self.ended = EndedJobs(core, store, self.results, settings.ended_jobs_in_memory)
+        self.writer = StoreWriter(store, health=self.store_health, on_ends_stored=self.ended.stored)
         artifacts = RecentArtifacts(
             InStoreResults(artifacts, store, self.writer, settings.artifacts.in_store_limit),
             recent_result_max_bytes,
@@ -102,9 +106,8 @@ class SchedulerRuntime:
         self.link = link
         self.settings = settings
         self.hub = EventHub()
-        self.results: dict[str, StoredArtifact] = {}
         self.webhooks = WebhookDeliverer(
-            webhooks or WebhookSettings(), self.writer, artifacts, self.results
+            webhooks or WebhookSettings(), self.writer, artifacts, self.stored_artifact
         )
         self._kick = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
@@ -146,7 +149,8 @@ class SchedulerRuntime:
         await asyncio.to_thread(self.inputs.uploads.load)
         await self._purge(cutoff)
         restored = 0
-        for job, result in await self.store.load(cutoff):
+        loaded = await self.store.load(cutoff, self.settings.ended_jobs_in_memory)
+        for job, result in [*loaded.unfinished, *loaded.ended]:
             if result:
                 self.results[job.job_id] = StoredArtifact(**result)
             was_unfinished = not job.state.terminal
@@ -159,6 +163,7 @@ class SchedulerRuntime:
                 self.writer.save(job)
                 self._log_recovered(job, *previous)
                 metrics.JOBS.labels(job.queue, "RECOVERED").inc()
+        self.ended.loaded(loaded)
         self.writer.start()
         self.webhooks.start(await self.store.load_deliveries())
         if restored:
@@ -322,6 +327,7 @@ class SchedulerRuntime:
     async def _purge(self, cutoff: float) -> None:
         """Delete the jobs that ended before `cutoff`: rows, artifacts, and from memory."""
         for job in await self.store.purge(cutoff):
+            self.ended.purged(job.job_id, job.state)
             artifact = self.results.pop(job.job_id, None)
             await self.artifacts.delete(artifact.path if artifact else job.artifact_path)
             for copy in job.copies:
@@ -409,7 +415,7 @@ class SchedulerRuntime:
             if stale := self.checkpoints.files_of_ended(job):
                 self._spawn(self.checkpoints.delete(stale))
             self.hub.publish(self.final_event(job))
-            self.webhooks.job_ended(job)
+            self.webhooks.job_ended(job, self.results.get(job.job_id))
 
     def queued_event(self, job: Job) -> WatchEvent:
         position = self.core.queue_position(job)
@@ -418,10 +424,11 @@ class SchedulerRuntime:
             job.job_id, JobState.QUEUED, "queued", position=position, eta_s=eta, queue=job.queue
         )
 
-    def final_event(self, job: Job) -> WatchEvent:
+    def final_event(self, job: Job, artifact: StoredArtifact | None = None) -> WatchEvent:
+        """The ended job's last event; `artifact` is its result when it is not in memory."""
         if job.state is JobState.SUCCEEDED:
             return WatchEvent(
-                job.job_id, job.state, "result", artifact=self.results.get(job.job_id)
+                job.job_id, job.state, "result", artifact=artifact or self.results.get(job.job_id)
             )
         return WatchEvent(
             job.job_id, job.state, "error", code=job.error_code, message=job.error_message
@@ -472,24 +479,36 @@ class SchedulerRuntime:
             unlogged=self._refusals_unlogged.pop(kind, 0),
         )
 
-    def owned_job(self, job_id: str, tenant: str, *, admin: bool = False) -> Job:
-        """The job if it exists and belongs to the tenant (any tenant, for a caller with the
-        admin scope); otherwise NOT_FOUND, identically. No tenant name matches every job."""
-        job = self.core.jobs.get(job_id)
-        if job is None or (job.tenant != tenant and not admin):
+    async def owned_job(self, job_id: str, tenant: str, *, admin: bool = False) -> JobRecord:
+        """The job, from memory or the store, if it exists and belongs to the tenant (any
+        tenant, for a caller with the admin scope); otherwise NOT_FOUND, identically. No
+        tenant name matches every job."""
+        record = await self.ended.find(job_id)
+        if record is None or (record.job.tenant != tenant and not admin):
             raise NotFound(f"job_id: no job {job_id!r}")
-        return job
+        return record
 
-    def list_jobs(self, tenant: str, query: JobQuery, *, admin: bool = False) -> JobPage:
-        """A page of the tenant's jobs (every tenant's for a caller with the admin scope)."""
-        return list_jobs(self.core.jobs, tenant, query, admin=admin)
+    async def stored_artifact(self, job_id: str) -> StoredArtifact | None:
+        """The job's stored result, from memory or the store."""
+        record = await self.ended.find(job_id)
+        return record.artifact if record is not None else None
 
-    def cancel(self, job_id: str, tenant: str, *, admin: bool = False) -> Job:
-        self.owned_job(job_id, tenant, admin=admin)
+    async def list_jobs(
+        self, tenant: str, query: JobQuery, *, admin: bool = False
+    ) -> tuple[list[JobRecord], bool]:
+        """A page of the tenant's jobs (every tenant's for a caller with the admin scope),
+        and whether more follow."""
+        return await self.ended.page(tenant, query, admin=admin)
+
+    async def cancel(self, job_id: str, tenant: str, *, admin: bool = False) -> JobRecord:
+        """Stop the job; one that has ended is answered as it stands."""
+        record = await self.owned_job(job_id, tenant, admin=admin)
+        if record.job.state.terminal:
+            return record
         job = self.core.cancel(job_id)
         self.apply(self.core.take_effects())
         assert job is not None
-        return job
+        return JobRecord(job, self.results.get(job_id))
 
     async def watch(
         self,
@@ -503,13 +522,13 @@ class SchedulerRuntime:
         """The job's current state, then its events to its end; with `final_only` its final
         event alone, or the current state and the final event with `snapshot_first` (a
         caller that submitted in the same call learns the job's id from it)."""
-        job = self.owned_job(job_id, tenant, admin=admin)
+        job, artifact = await self.owned_job(job_id, tenant, admin=admin)
         queue = self.hub.subscribe(job_id, final_only=final_only)
         snapshot: WatchEvent | None = None
         try:
             # Decide from the snapshot, not the job: it may end while the snapshot is sent,
             # and its final event must then still come through the queue.
-            snapshot = self.snapshot_event(job)
+            snapshot = self.snapshot_event(job, artifact)
             if not final_only:
                 self._watching(job_id, snapshot)
             if snapshot.final or not final_only or snapshot_first:
@@ -526,9 +545,9 @@ class SchedulerRuntime:
             if snapshot is not None and not final_only:
                 self._watching(job_id, None)
 
-    def snapshot_event(self, job: Job) -> WatchEvent:
+    def snapshot_event(self, job: Job, artifact: StoredArtifact | None = None) -> WatchEvent:
         if job.state.terminal:
-            return self.final_event(job)
+            return self.final_event(job, artifact)
         if job.state is JobState.QUEUED:
             return self.queued_event(job)
         if job.step == 0:
@@ -552,8 +571,7 @@ class SchedulerRuntime:
 
     async def artifact_of(self, job_id: str, tenant: str, *, admin: bool = False) -> StoredArtifact:
         """The job's stored result; FAILED_PRECONDITION without one, NOT_FOUND once gone."""
-        job = self.owned_job(job_id, tenant, admin=admin)
-        artifact = self.results.get(job_id)
+        job, artifact = await self.owned_job(job_id, tenant, admin=admin)
         if job.state is not JobState.SUCCEEDED or artifact is None:
             raise FailedPrecondition(
                 f"job_id: job {job_id!r} has no result (state {job.state.value})"
@@ -562,12 +580,12 @@ class SchedulerRuntime:
             raise NotFound(f"job_id: the artifact of job {job_id!r} is gone (retention)")
         return artifact
 
-    async def result_url(self, job: Job, inline_limit: int) -> SignedUrl | None:
+    async def result_url(self, record: JobRecord, inline_limit: int) -> SignedUrl | None:
         """A presigned URL of the job's result, when the request set result_as_url or the
         result exceeds `inline_limit` and the artifact store can sign one (the local
         backend cannot: those results are fetched with Download, or over HTTP from the
         gateway's result endpoint)."""
-        artifact = self.results.get(job.job_id)
+        job, artifact = record
         if job.state is not JobState.SUCCEEDED or artifact is None:
             return None
         if not job.delivery.result_as_url and artifact.size_bytes <= inline_limit:

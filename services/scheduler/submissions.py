@@ -30,7 +30,7 @@ from mediamesh.scheduler.core.interface import (
 )
 from mediamesh.scheduler.core.jobs import Job
 from mediamesh.scheduler.store.health import INSERTS, StoreHealth
-from mediamesh.scheduler.store.job_store import JobStore
+from mediamesh.scheduler.store.job_store import DuplicateKey, JobStore
 
 log = logging.getLogger("mediamesh.scheduler")
 
@@ -55,6 +55,18 @@ class Refused(MeshError):
 
 class StoreUnavailable(Unavailable, Refused):
     """The job store failed to take the job: UNAVAILABLE, worth a retry."""
+
+
+def _same_request(earlier: Job, new: NewJob) -> Job:
+    """`earlier`, the job `new`'s idempotency key names, when `new` repeats its request;
+    refused INVALID_ARGUMENT, naming the field, when it asks for another."""
+    if differing := conflicting_field(earlier, new):
+        raise Refused(
+            conflict_message(earlier, differing),
+            code=StatusCode.INVALID_ARGUMENT,
+            reason="idempotency_conflict",
+        )
+    return earlier
 
 
 class Submissions:
@@ -87,13 +99,7 @@ class Submissions:
                 job = await asyncio.shield(earlier)
             except Exception:
                 continue  # its write failed: this one tries
-            if differing := conflicting_field(job, new):
-                raise Refused(
-                    conflict_message(job, differing),
-                    code=StatusCode.INVALID_ARGUMENT,
-                    reason="idempotency_conflict",
-                )
-            return job, True
+            return _same_request(job, new), True
         outcome = self._core.prepare(new)
         if not isinstance(outcome, Accepted):
             raise Refused(
@@ -110,8 +116,22 @@ class Submissions:
             self._writing[key] = writing
         # Shielded: once the row is written the job must be queued, even if the caller goes
         # away meanwhile (its retry then finds the job by its key).
-        job = await asyncio.shield(writing)
+        try:
+            job = await asyncio.shield(writing)
+        except DuplicateKey:
+            return await self._stored_under_key(new), True
         return job, job is not outcome.job
+
+    async def _stored_under_key(self, new: NewJob) -> Job:
+        """The ended job the store holds under the new job's key, the scheduler having
+        dropped it from memory (ended_jobs.py); refused when `new` asks for another."""
+        stored = await self._store.by_key(new.tenant, new.idempotency_key)
+        if stored is None:
+            # Purged at its retention between the insert and this read: a retry is new.
+            raise Unavailable(
+                "idempotency_key: the earlier job under this key just ended its retention; retry"
+            )
+        return _same_request(stored[0], new)
 
     def _written(self, key: _Key, job: Job, writing: asyncio.Future[Job]) -> None:
         if self._writing.get(key) is writing:
@@ -125,6 +145,9 @@ class Submissions:
     async def _persist_and_admit(self, job: Job) -> Job:
         try:
             await self._store.insert(job)
+        except DuplicateKey:
+            # Not the store failing: the key names an ended job no longer in memory.
+            raise
         except Exception as exc:
             metrics.STORE_WRITE_FAILURES.labels("insert").inc()
             self._health.failed(INSERTS)

@@ -25,7 +25,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx
@@ -70,6 +70,10 @@ def tenant_slots(max_concurrent: int) -> int:
     return max(1, max_concurrent // TENANT_SHARE)
 
 
+async def _no_artifact(job_id: str) -> StoredArtifact | None:
+    return None
+
+
 class WebhookDeliverer:
     """Queues, signs, sends and retries the deliveries of every job's webhook."""
 
@@ -78,14 +82,15 @@ class WebhookDeliverer:
         settings: WebhookSettings,
         writer: StoreWriter,
         artifacts: ArtifactStore,
-        results: Mapping[str, StoredArtifact],
+        artifact_of: Callable[[str], Awaitable[StoredArtifact | None]] | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.settings = settings
         self._writer = writer
         self._artifacts = artifacts
-        # Results by job id, for the fresh result URL each attempt of "completed" carries.
-        self._results = results
+        # A job's stored result, for the fresh result URL each attempt of "completed"
+        # carries (a late retry may find the job read back from the store).
+        self._artifact_of = artifact_of or _no_artifact
         self._clock = clock
         self._client: httpx.AsyncClient | None = None
         self._slots = asyncio.Semaphore(settings.max_concurrent)
@@ -115,8 +120,9 @@ class WebhookDeliverer:
 
     # ---- events from the runtime ---------------------------------------------------------
 
-    def job_ended(self, job: Job) -> None:
-        """The job reached a terminal state: "completed" or "failed", if its webhook asked."""
+    def job_ended(self, job: Job, artifact: StoredArtifact | None) -> None:
+        """The job reached a terminal state: "completed" or "failed", if its webhook asked;
+        `artifact` is its result, if it has one."""
         hook = job.delivery.webhook
         if hook is None:
             return
@@ -124,7 +130,6 @@ class WebhookDeliverer:
         if not hook.wants(event):
             return
         fields: dict[str, Any] = {}
-        artifact = self._results.get(job.job_id)
         if event == "completed" and artifact is not None:
             fields["result"] = {
                 "mime_type": artifact.mime_type,
@@ -262,10 +267,10 @@ class WebhookDeliverer:
         """The recorded payload, with a result URL signed now for a "completed" event (one
         recorded with the payload could have expired by a late retry)."""
         payload = json.loads(delivery.payload)
-        artifact = self._results.get(delivery.job_id)
-        if delivery.event == "completed" and artifact is not None and "result" in payload:
+        if delivery.event == "completed" and "result" in payload:
             with contextlib.suppress(Exception):
-                signed = await self._artifacts.signed_url(artifact.path)
+                artifact = await self._artifact_of(delivery.job_id)
+                signed = await self._artifacts.signed_url(artifact.path) if artifact else None
                 if signed is not None:
                     payload["result"]["url"] = signed.url
                     payload["result"]["url_expires_unix_ms"] = signed.expires_unix_ms

@@ -24,6 +24,7 @@ from mediamesh.scheduler.core.delivery import ResultDelivery
 from mediamesh.scheduler.core.interface import INVALID_REQUEST, NewJob
 from mediamesh.scheduler.core.jobs import Job, Priority, TenantQuota
 from mediamesh.scheduler.core.units import WorkerInfo
+from mediamesh.scheduler.ended_jobs import JobRecord
 from mediamesh.scheduler.events import WatchEvent
 from mediamesh.scheduler.runtime import SchedulerRuntime
 from mediamesh.scheduler.store.artifacts import SignedUrl
@@ -155,12 +156,16 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         artifact = event.artifact
         if artifact is None:
             return None, None
-        job = self.runtime.core.jobs.get(event.job_id)
-        as_url = job is not None and job.delivery.result_as_url
+        # From memory, or from the store for an ended job no longer held.
+        record = await self.runtime.ended.find(event.job_id)
+        as_url = record is not None and record.job.delivery.result_as_url
         if not as_url and artifact.size_bytes <= self.inline_limit:
             return await self.runtime.artifacts.read(artifact.path), None
-        url = await self.runtime.result_url(job, self.inline_limit) if job is not None else None
-        return None, url
+        if record is None:
+            return None, None
+        return None, await self.runtime.result_url(
+            JobRecord(record.job, artifact), self.inline_limit
+        )
 
     async def Watch(
         self,
@@ -190,15 +195,13 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
     ) -> common_pb2.JobInfo:
         """Cancels the tenant's job (any job for admin) and answers with its state afterwards."""
         tenant = checked_tenant(request.tenant)
-        job = self.runtime.cancel(request.job_id, tenant, admin=request.admin)
-        url = await self.runtime.result_url(job, self.inline_limit)
-        return self._job_info(job, url)
+        record = await self.runtime.cancel(request.job_id, tenant, admin=request.admin)
+        url = await self.runtime.result_url(record, self.inline_limit)
+        return self._job_info(record, url)
 
-    def _job_info(self, job: Job, url: SignedUrl | None) -> common_pb2.JobInfo:
-        core = self.runtime.core
-        return convert.job_info(
-            job, self.runtime.results.get(job.job_id), url, paused=core.is_paused(job)
-        )
+    def _job_info(self, record: JobRecord, url: SignedUrl | None) -> common_pb2.JobInfo:
+        job = record.job
+        return convert.job_info(job, record.artifact, url, paused=self.runtime.core.is_paused(job))
 
     async def GetJob(
         self,
@@ -207,9 +210,9 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
     ) -> common_pb2.JobInfo:
         """The tenant's job (any job for admin); NOT_FOUND otherwise."""
         tenant = checked_tenant(request.tenant)
-        job = self.runtime.owned_job(request.job_id, tenant, admin=request.admin)
-        url = await self.runtime.result_url(job, self.inline_limit)
-        return self._job_info(job, url)
+        record = await self.runtime.owned_job(request.job_id, tenant, admin=request.admin)
+        url = await self.runtime.result_url(record, self.inline_limit)
+        return self._job_info(record, url)
 
     async def ListJobs(
         self,
@@ -221,11 +224,11 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         """A page of the tenant's jobs (every tenant's for admin)."""
         tenant = checked_tenant(request.tenant)
         query = convert.job_query(request.query)
-        page = self.runtime.list_jobs(tenant, query, admin=request.admin)
-        reply = gateway_pb2.ListJobsResponse(has_more=page.has_more)
-        for job in page.jobs:
-            url = await self.runtime.result_url(job, self.inline_limit)
-            reply.jobs.append(self._job_info(job, url))
+        records, has_more = await self.runtime.list_jobs(tenant, query, admin=request.admin)
+        reply = gateway_pb2.ListJobsResponse(has_more=has_more)
+        for record in records:
+            url = await self.runtime.result_url(record, self.inline_limit)
+            reply.jobs.append(self._job_info(record, url))
         return reply
 
     async def ListModels(
@@ -448,10 +451,7 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
                 device_seconds_by_tenant=dict(ledger.by_tenant),
             )
         )
-        counts: dict[str, int] = {}
-        for job in core.jobs.values():
-            counts[job.state.value] = counts.get(job.state.value, 0) + 1
-        status.jobs_by_state.update(counts)
+        status.jobs_by_state.update(self.runtime.ended.counts_by_state())
         return status
 
 

@@ -1,7 +1,7 @@
 """Which of a tenant's jobs one page of a job listing holds.
 
-Pure: it reads the jobs the core holds (queued, on a worker, or ended and not yet
-forgotten) and knows nothing of the transport. Jobs are ordered by acceptance time, ties
+Pure: it reads the jobs it is given (the core's, and ended ones read back from the store)
+and knows nothing of the transport. Jobs are ordered by acceptance time, ties
 broken by id, so a page boundary is a position in a fixed order: a page continues after
 the last job of the previous one, and jobs accepted meanwhile never shift what follows.
 """
@@ -9,7 +9,7 @@ the last job of the previous one, and jobs accepted meanwhile never shift what f
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from mediamesh.common.errors import InvalidArgument
@@ -54,39 +54,62 @@ class JobPage:
     has_more: bool
 
 
-def _order_key(job: Job) -> tuple[float, str]:
+OrderKey = tuple[float, str]
+
+
+def order_key(job: Job) -> OrderKey:
+    """Where a job stands in every listing: acceptance time, ties broken by id."""
     return (job.created_at, job.job_id)
+
+
+def check_anchor(query: JobQuery, anchor: Job | None, tenant: str, *, admin: bool) -> None:
+    """InvalidArgument unless `anchor`, the job `query.after_job_id` names, is one the
+    caller may see."""
+    if anchor is None or not (admin or anchor.tenant == tenant):
+        # The same answer whether the job never existed, was forgotten or is another
+        # tenant's: a listing must not reveal other tenants' job ids.
+        raise InvalidArgument(
+            f"after_job_id: no job {query.after_job_id!r} (it may have been forgotten "
+            "when its result's retention ended); start the listing again without it"
+        )
+
+
+def matching(
+    jobs: Iterable[Job], tenant: str, query: JobQuery, *, admin: bool, after: OrderKey | None
+) -> Iterator[Job]:
+    """The jobs `query` selects, in no particular order, past `after` in its direction."""
+    for job in jobs:
+        if not (admin or job.tenant == tenant):
+            continue
+        if query.states and job.state not in query.states:
+            continue
+        if query.models and job.model not in query.models:
+            continue
+        if after is not None:
+            key = order_key(job)
+            if key <= after if query.oldest_first else key >= after:
+                continue
+        yield job
+
+
+def page_of(candidates: Iterable[Job], query: JobQuery) -> JobPage:
+    """The first page of `candidates` in the order `query` asks for (a checked query)."""
+    # One more than a page tells whether more follow, without sorting every job.
+    pick = heapq.nsmallest if query.oldest_first else heapq.nlargest
+    chosen = pick(query.page_size + 1, candidates, key=order_key)
+    return JobPage(chosen[: query.page_size], len(chosen) > query.page_size)
 
 
 def list_jobs(
     jobs: Mapping[str, Job], tenant: str, query: JobQuery, *, admin: bool = False
 ) -> JobPage:
-    """The page of `tenant`'s jobs (every tenant's for `admin`) that `query` asks for,
-    newest first unless it asks for oldest first."""
+    """The page of `tenant`'s jobs (every tenant's for `admin`) among `jobs` that `query`
+    asks for, newest first unless it asks for oldest first."""
     query = query.checked()
-    visible = (job for job in jobs.values() if admin or job.tenant == tenant)
-    candidates: Iterable[Job] = (
-        job
-        for job in visible
-        if (not query.states or job.state in query.states)
-        and (not query.models or job.model in query.models)
-    )
+    after = None
     if query.after_job_id:
         anchor = jobs.get(query.after_job_id)
-        if anchor is None or not (admin or anchor.tenant == tenant):
-            # The same answer whether the job never existed, was forgotten or is another
-            # tenant's: a listing must not reveal other tenants' job ids.
-            raise InvalidArgument(
-                f"after_job_id: no job {query.after_job_id!r} (it may have been forgotten "
-                "when its result's retention ended); start the listing again without it"
-            )
-        boundary = _order_key(anchor)
-        candidates = (
-            job
-            for job in candidates
-            if (_order_key(job) > boundary if query.oldest_first else _order_key(job) < boundary)
-        )
-    # One more than a page tells whether more follow, without sorting every job.
-    pick = heapq.nsmallest if query.oldest_first else heapq.nlargest
-    chosen = pick(query.page_size + 1, candidates, key=_order_key)
-    return JobPage(chosen[: query.page_size], len(chosen) > query.page_size)
+        check_anchor(query, anchor, tenant, admin=admin)
+        assert anchor is not None
+        after = order_key(anchor)
+    return page_of(matching(jobs.values(), tenant, query, admin=admin, after=after), query)

@@ -224,8 +224,8 @@ class JobLifecycle:
 
     def _finish(self, job: Job, state: JobState, reason: str = "") -> None:
         job.finished_at = self._clock()
-        # Ended jobs stay in memory until retention and nothing reads their inputs again;
-        # holding inline images that long would grow memory with every image job kept.
+        # Nothing reads an ended job's inputs again, and the newest ended jobs stay in
+        # memory (ended_jobs.py); holding their inline images would multiply that memory.
         job.params = without_inline_bytes(job.params)
         self.ended[(job.queue, state)] += 1
         self._outbox.transition(job, state, reason)

@@ -21,7 +21,7 @@ from typing import Any, NamedTuple, TypeVar
 
 from mediamesh.scheduler.core.delivery import ResultDelivery
 from mediamesh.scheduler.core.jobs import GenerationParams, Job, JobState, Priority, TenantQuota
-from mediamesh.scheduler.store import deliveries, result_rows
+from mediamesh.scheduler.store import deliveries, job_reads, result_rows
 from mediamesh.scheduler.store.deliveries import WebhookDelivery
 from mediamesh.scheduler.store.group_commit import GroupCommit
 
@@ -52,7 +52,10 @@ CREATE TABLE IF NOT EXISTS jobs (
     spot_fallback INTEGER NOT NULL,
     result TEXT,
     delivery TEXT NOT NULL DEFAULT '{}',
-    trace_carrier TEXT NOT NULL DEFAULT '{}'
+    trace_carrier TEXT NOT NULL DEFAULT '{}',
+    worker_id TEXT NOT NULL DEFAULT '',
+    batch_id TEXT NOT NULL DEFAULT '',
+    pauses INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS jobs_unfinished ON jobs (state) WHERE finished_at IS NULL;
 CREATE INDEX IF NOT EXISTS jobs_finished ON jobs (finished_at) WHERE finished_at IS NOT NULL;
@@ -85,12 +88,39 @@ _COLUMNS = [
     "result",
     "delivery",
     "trace_carrier",
+    "worker_id",
+    "batch_id",
+    "pauses",
+]
+
+# What a state change rewrites. Params stay as inserted: the job in memory drops its inline
+# inputs when it ends, and the row keeps them. The identity columns never change, and
+# leaving them out means SQLite leaves the indexes over them alone at every transition.
+_CHANGING_COLUMNS = [
+    c
+    for c in _COLUMNS
+    if c
+    not in (
+        "job_id",
+        "tenant",
+        "model",
+        "queue",
+        "priority",
+        "params",
+        "created_at",
+        "idempotency_key",
+        "result",
+    )
 ]
 
 # Columns added after the first release, with their definitions, for databases made before.
 _ADDED_COLUMNS = {
     "trace_carrier": "TEXT NOT NULL DEFAULT '{}'",
     "delivery": "TEXT NOT NULL DEFAULT '{}'",
+    # Where the job ran last: an ended job read back answers as it did from memory.
+    "worker_id": "TEXT NOT NULL DEFAULT ''",
+    "batch_id": "TEXT NOT NULL DEFAULT ''",
+    "pauses": "INTEGER NOT NULL DEFAULT 0",
 }
 
 
@@ -101,6 +131,26 @@ class PurgedJob(NamedTuple):
     artifact_path: str | None
     # Backend objects a result kept in the store had been copied to (for a presigned URL).
     copies: tuple[str, ...] = ()
+    state: str = ""
+
+
+class DuplicateKey(Exception):
+    """A new job's idempotency key already names a stored job of its tenant."""
+
+
+StoredJob = tuple[Job, dict[str, Any] | None]
+
+
+class LoadedJobs(NamedTuple):
+    """What a restarting scheduler takes back from the store (see `JobStore.load`)."""
+
+    unfinished: list[StoredJob]
+    # The newest ended jobs within retention, oldest end first.
+    ended: list[StoredJob]
+    # The end key of the newest ended job left in the store alone, and how many such jobs
+    # there are by state; None and empty when every one was loaded.
+    left_out_up_to: job_reads.EndKey | None
+    left_out_counts: dict[str, int]
 
 
 # A job's params and quota never change but its row is written at every transition;
@@ -156,10 +206,14 @@ def job_row(job: Job, result: dict[str, Any] | None = None) -> tuple[Any, ...]:
         json.dumps(result) if result is not None else None,
         json.dumps(job.delivery.to_record()),
         json.dumps(job.trace_carrier),
+        job.worker_id or job.last_worker_id,
+        job.batch_id or "",
+        job.pauses,
     )
 
 
 def job_from_row(row: sqlite3.Row) -> tuple[Job, dict[str, Any] | None]:
+    state = JobState(row["state"])
     job = Job(
         job_id=row["job_id"],
         tenant=row["tenant"],
@@ -171,7 +225,7 @@ def job_from_row(row: sqlite3.Row) -> tuple[Job, dict[str, Any] | None]:
         deadline=row["deadline"],
         idempotency_key=row["idempotency_key"],
         quota=TenantQuota(**json.loads(row["quota"])),
-        state=JobState(row["state"]),
+        state=state,
         cost_s=row["cost_s"],
         attempts=row["attempts"],
         worker_losses=row["worker_losses"],
@@ -184,6 +238,12 @@ def job_from_row(row: sqlite3.Row) -> tuple[Job, dict[str, Any] | None]:
         spot_fallback=bool(row["spot_fallback"]),
         trace_carrier=json.loads(row["trace_carrier"]),
         delivery=ResultDelivery.from_record(json.loads(row["delivery"])),
+        # A job on a worker when the row was written still names it (a restart reads it
+        # before queueing the job again); any other keeps it as where it last ran.
+        worker_id=row["worker_id"] if state.in_flight and row["worker_id"] else None,
+        last_worker_id=row["worker_id"],
+        batch_id=row["batch_id"] or None,
+        pauses=row["pauses"],
     )
     result = json.loads(row["result"]) if row["result"] else None
     return job, result
@@ -208,6 +268,7 @@ class JobStore:
         # NORMAL with WAL survives a process crash (SIGKILL); only power loss can drop the tail.
         db.execute("PRAGMA synchronous=NORMAL")
         db.executescript(_SCHEMA)
+        db.executescript(job_reads.LISTING_SCHEMA)
         db.execute(
             "CREATE TABLE IF NOT EXISTS store_probe (id INTEGER PRIMARY KEY, at REAL NOT NULL)"
         )
@@ -268,8 +329,14 @@ class JobStore:
         await self._run(self._probe)
 
     async def insert(self, job: Job) -> None:
-        """Write a new job; returns once it is committed, raises if it could not be."""
-        await self._inserts.add(job_row(job))
+        """Write a new job; returns once it is committed, raises if it could not be
+        (DuplicateKey when its tenant's idempotency key names a stored job)."""
+        try:
+            await self._inserts.add(job_row(job))
+        except sqlite3.IntegrityError as exc:
+            if job.idempotency_key and "idempotency_key" in str(exc):
+                raise DuplicateKey(str(exc)) from exc
+            raise
 
     def _save_many(
         self,
@@ -279,11 +346,7 @@ class JobStore:
     ) -> None:
         assert self._db is not None
         placeholders = ",".join("?" * len(_COLUMNS))
-        # Params stay as inserted: the job in memory drops its inline inputs when it ends,
-        # and the row keeps them (and need not rewrite them at every transition).
-        updates = ",".join(
-            f"{c}=excluded.{c}" for c in _COLUMNS[1:] if c not in ("params", "result")
-        )
+        updates = ",".join(f"{c}=excluded.{c}" for c in _CHANGING_COLUMNS)
         # One transaction for the group: one commit (one WAL sync) however many jobs moved.
         self._db.execute("BEGIN IMMEDIATE")
         try:
@@ -350,30 +413,49 @@ class JobStore:
         assert self._db is not None
         return read(self._db, *args)
 
-    def _load(self, since_finished: float) -> list[tuple[Job, dict[str, Any] | None]]:
+    def _load(self, since_finished: float, ended_limit: int) -> LoadedJobs:
         assert self._db is not None
-        rows = self._db.execute(
-            "SELECT * FROM jobs WHERE finished_at IS NULL OR finished_at >= ? ORDER BY created_at",
-            (since_finished,),
-        ).fetchall()
-        return [job_from_row(r) for r in rows]
+        unfinished = [job_from_row(r) for r in job_reads.unfinished(self._db)]
+        ended, left_out = job_reads.newest_ended(self._db, since_finished, ended_limit)
+        counts = job_reads.ended_counts(self._db, left_out) if left_out is not None else {}
+        return LoadedJobs(unfinished, [job_from_row(r) for r in ended], left_out, counts)
 
-    async def load(self, since_finished: float) -> list[tuple[Job, dict[str, Any] | None]]:
-        """Unfinished jobs, and finished ones still within retention."""
-        return await self._run(self._load, since_finished)
+    async def load(self, since_finished: float, ended_limit: int) -> LoadedJobs:
+        """Unfinished jobs, and the `ended_limit` newest of those that ended at or after
+        `since_finished`."""
+        return await self._run(self._load, since_finished, ended_limit)
+
+    def _by_key(self, tenant: str, idempotency_key: str) -> StoredJob | None:
+        assert self._db is not None
+        row = job_reads.by_key(self._db, tenant, idempotency_key)
+        return job_from_row(row) if row else None
+
+    async def by_key(self, tenant: str, idempotency_key: str) -> StoredJob | None:
+        """The tenant's stored job submitted under `idempotency_key`, if there is one."""
+        return await self._run(self._by_key, tenant, idempotency_key)
+
+    def _ended_page(self, **query: Any) -> list[StoredJob]:
+        assert self._db is not None
+        return [job_from_row(r) for r in job_reads.ended_page(self._db, **query)]
+
+    async def ended_page(self, **query: Any) -> list[StoredJob]:
+        """Ended jobs in listing order; the arguments are `job_reads.ended_page`'s."""
+        return await self._run(functools.partial(self._ended_page, **query))
 
     def _get(self, job_id: str) -> tuple[Job, dict[str, Any] | None] | None:
         assert self._db is not None
         row = self._db.execute("SELECT * FROM jobs WHERE job_id = ?", (job_id,)).fetchone()
         return job_from_row(row) if row else None
 
-    async def get(self, job_id: str) -> tuple[Job, dict[str, Any] | None] | None:
+    async def get(self, job_id: str) -> StoredJob | None:
+        """The stored job and its result record, if the store has the job."""
         return await self._run(self._get, job_id)
 
     def _purge(self, finished_before: float) -> list[PurgedJob]:
         assert self._db is not None
         rows = self._db.execute(
-            "SELECT job_id, result FROM jobs WHERE finished_at IS NOT NULL AND finished_at < ?",
+            "SELECT job_id, state, result FROM jobs "
+            "WHERE finished_at IS NOT NULL AND finished_at < ?",
             (finished_before,),
         ).fetchall()
         purged = [
@@ -381,6 +463,7 @@ class JobStore:
                 r["job_id"],
                 json.loads(r["result"])["path"] if r["result"] else None,
                 tuple(result_rows.delete_results(self._db, [r["job_id"]])),
+                r["state"],
             )
             for r in rows
         ]

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from mediamesh.scheduler import metrics
@@ -46,8 +47,11 @@ class StoreWriter:
         max_backoff_s: float = 5.0,
         health: StoreHealth | None = None,
         ended_inputs: EndedInputs | None = None,
+        on_ends_stored: Callable[[list[Job]], None] | None = None,
     ) -> None:
         self._store = store
+        # Told of the jobs whose end each write landed (they may now leave memory).
+        self._on_ends_stored = on_ends_stored
         # Told of the jobs whose end each write landed: it removes their input files.
         self._ended_inputs = ended_inputs or EndedInputs()
         # Told of every write's outcome: state changes that do not land turn readiness off.
@@ -140,6 +144,11 @@ class StoreWriter:
             backoff = self._first_backoff_s
             self._health.succeeded(TRANSITIONS)
             metrics.STORE_PENDING_WRITES.set(len(self._pending))
+            if ended and self._on_ends_stored is not None:
+                try:
+                    self._on_ends_stored(ended)
+                except Exception:
+                    log.exception("noting the stored ends of %d jobs failed", len(ended))
             if ended:
                 try:
                     await self._ended_inputs.ended(ended)

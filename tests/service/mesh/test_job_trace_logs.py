@@ -91,7 +91,7 @@ async def test_a_line_never_takes_the_trace_of_the_span_current_where_it_is_logg
         other = SpanContext(int("5" * 32, 16), int("6" * 16, 16), is_remote=False)
         with trace.use_span(NonRecordingSpan(other)):
             for job_id in trace_of:
-                mesh.scheduler.runtime.cancel(job_id, "acme")
+                await mesh.scheduler.runtime.cancel(job_id, "acme")
     finally:
         await stop_mesh(mesh)
     lines = job_lines(caplog)

@@ -16,7 +16,7 @@ async def test_final_event_after_the_snapshot_is_not_lost(tmp_path, models_dir):
         watch = runtime.watch(handle.job_id, "default")
         snapshot = await watch.__anext__()
         assert snapshot.kind == "queued"
-        runtime.cancel(handle.job_id, "default")  # ends while the snapshot is "in flight"
+        await runtime.cancel(handle.job_id, "default")  # ends while the snapshot is "in flight"
         final = await watch.__anext__()
         assert final.final and final.code == "CANCELLED"
         await watch.aclose()

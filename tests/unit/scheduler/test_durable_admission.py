@@ -17,8 +17,6 @@ from mediamesh.scheduler.store.writer import StoreWriter
 
 from .fakes import FakeClock, make_core, new_job, worker
 
-# The column the first schema did not have.
-TRACE_COLUMN = ",\n    trace_carrier TEXT NOT NULL DEFAULT '{}'"
 TRACE = {"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}
 
 
@@ -50,19 +48,23 @@ def test_admitting_a_key_already_held_returns_the_held_job():
     assert second.job_id not in core.jobs and core.queue_depth("image") == 1
 
 
-def test_a_store_made_before_trace_carriers_gains_the_column(tmp_path: Path):
+def test_a_store_made_before_the_added_columns_gains_them(tmp_path: Path):
     path = tmp_path / "jobs.sqlite3"
     core = make_core(FakeClock())
     old = prepared(core)
-    columns = job_store._COLUMNS[:-1]
+    added = job_store._ADDED_COLUMNS
+    first_schema = job_store._SCHEMA
+    for column, definition in added.items():
+        first_schema = first_schema.replace(f",\n    {column} {definition}", "")
+    kept = [(c, v) for c, v in zip(job_store._COLUMNS, job_row(old), strict=True) if c not in added]
     with sqlite3.connect(path) as db:
-        db.executescript(
-            job_store._SCHEMA.replace(",\n    trace_carrier TEXT NOT NULL DEFAULT '{}'", "")
-        )
-        assert "trace_carrier" not in {r[1] for r in db.execute("PRAGMA table_info(jobs)")}
+        db.executescript(first_schema)
+        present = {r[1] for r in db.execute("PRAGMA table_info(jobs)")}
+        assert not present & set(added)
         db.execute(
-            f"INSERT INTO jobs ({','.join(columns)}) VALUES ({','.join('?' * len(columns))})",
-            job_row(old)[:-1],
+            f"INSERT INTO jobs ({','.join(c for c, _ in kept)}) "
+            f"VALUES ({','.join('?' * len(kept))})",
+            [v for _, v in kept],
         )
 
     async def reopen() -> tuple[Job, Job]:
@@ -71,13 +73,14 @@ def test_a_store_made_before_trace_carriers_gains_the_column(tmp_path: Path):
             new = prepared(core)
             new.trace_carrier = dict(TRACE)
             await store.insert(new)
-            loaded = {job.job_id: job for job, _ in await store.load(0.0)}
+            loaded = {job.job_id: job for job, _ in (await store.load(0.0, 10)).unfinished}
             return loaded[old.job_id], loaded[new.job_id]
         finally:
             await store.close()
 
     loaded_old, loaded_new = asyncio.run(reopen())
     assert loaded_old.trace_carrier == {} and loaded_new.trace_carrier == TRACE
+    assert (loaded_old.last_worker_id, loaded_old.batch_id, loaded_old.pauses) == ("", None, 0)
 
 
 class FlakyStore:

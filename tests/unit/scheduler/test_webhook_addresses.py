@@ -100,7 +100,7 @@ def deliverer(writer: StoreWriter, tmp_path: Path, allowed: list[str]) -> Webhoo
     settings = WebhookSettings(
         allowed_hosts=allowed, secrets={"acme": SecretStr("s")}, max_attempts=1, timeout_s=5.0
     )
-    return WebhookDeliverer(settings, writer, LocalArtifactStore(tmp_path / "artifacts"), {})
+    return WebhookDeliverer(settings, writer, LocalArtifactStore(tmp_path / "artifacts"))
 
 
 def delivery(url: str) -> WebhookDelivery:

@@ -35,7 +35,9 @@ async def writer(store: JobStore) -> AsyncIterator[StoreWriter]:
 def deliverer(
     settings: WebhookSettings, writer: StoreWriter, tmp_path: Path, clock: FakeClock
 ) -> WebhookDeliverer:
-    return WebhookDeliverer(settings, writer, LocalArtifactStore(tmp_path / "artifacts"), {}, clock)
+    return WebhookDeliverer(
+        settings, writer, LocalArtifactStore(tmp_path / "artifacts"), clock=clock
+    )
 
 
 @pytest.mark.parametrize(

@@ -68,9 +68,7 @@ async def test_a_dripping_answer_fails_the_attempt_within_the_timeout(
     # 200 and its headers at once, then a byte of the body every 0.3 s: no read ever waits
     # for the 1 s timeout, so only a limit on the whole attempt ends it.
     receiver.mode, receiver.drip_interval_s = "drip", 0.3
-    hooks = WebhookDeliverer(
-        settings(receiver), writer, LocalArtifactStore(tmp_path / "artifacts"), {}
-    )
+    hooks = WebhookDeliverer(settings(receiver), writer, LocalArtifactStore(tmp_path / "artifacts"))
     hook = delivery(1, receiver.url)
     try:
         hooks.start([hook])
@@ -91,7 +89,6 @@ async def test_a_slow_tenant_holds_only_its_share_and_another_tenant_is_delivere
         settings(receiver, other, max_concurrent=4, timeout_s=3.0),
         writer,
         LocalArtifactStore(tmp_path / "artifacts"),
-        {},
     )
     slow = [delivery(n, receiver.url) for n in range(8)]
     fast = delivery(0, other.url, tenant="fast")
@@ -118,7 +115,6 @@ async def test_a_huge_answer_is_not_read(
         settings(receiver, timeout_s=10.0),
         writer,
         LocalArtifactStore(tmp_path / "artifacts"),
-        {},
     )
     hook = delivery(1, receiver.url)
     try:
@@ -171,7 +167,7 @@ async def test_at_most_the_limit_of_an_answer_body_is_read(
         headers = {"content-length": str(size)} if declared else {}
         return httpx.Response(200, headers=headers, stream=body)
 
-    hooks = WebhookDeliverer(settings(), writer, LocalArtifactStore(tmp_path / "a"), {})
+    hooks = WebhookDeliverer(settings(), writer, LocalArtifactStore(tmp_path / "a"))
     monkeypatch.setattr(hooks, "resolve", public_address)
     hooks._client = httpx.AsyncClient(transport=httpx.MockTransport(answer))
     hook = delivery(1, "https://hooks.example.com/hook")
