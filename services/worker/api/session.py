@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
+from typing import NamedTuple
 
 import grpc
 
@@ -18,6 +20,14 @@ from mediamesh.worker.runtime import WorkerRuntime
 log = logging.getLogger("mediamesh.worker")
 
 _REFUSALS = (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED)
+
+
+class _Reported(NamedTuple):
+    """What a heartbeat tells the scheduler to route by; a beat goes at once when it changes."""
+
+    draining: bool
+    adapters: dict[str, list[tuple[str, float]]]
+    residency: dict[str, tuple[bool, float]]
 
 
 class SchedulerSession:
@@ -162,6 +172,9 @@ class SchedulerSession:
             self._failed_attach_log.reset()  # a failure after this one is news at once
             log.info("registered with the scheduler at %s", self.address)
             every = reply.heartbeat_interval_s or 1.0
+            loop = asyncio.get_running_loop()
+            sent: _Reported | None = None
+            sent_at = -math.inf
             while True:
                 self.runtime.state_changed.clear()
                 if self._reregister:
@@ -174,18 +187,27 @@ class SchedulerSession:
                     call, *self._settling
                 ):
                     return
-                await call.write(
-                    scheduler_pb2.WorkerMessage(
-                        heartbeat=scheduler_pb2.WorkerHeartbeat(
-                            draining=self.runtime.draining,
-                            running_batches=self.runtime.running_batches,
-                            adapters=model_adapters(self.runtime.loaded_adapters()),
-                            residency=model_residency(self.runtime.residency_report()),
+                runtime = self.runtime
+                reported = _Reported(
+                    runtime.draining, runtime.loaded_adapters(), runtime.residency_report()
+                )
+                # Every batch's start and end wake this loop, and most change nothing the
+                # scheduler routes by: a beat then would cost both processes a message per
+                # batch (at one job a batch, the worker's loop took the GIL from its device
+                # thread for it). A change goes at once, sameness at the interval.
+                if reported != sent or loop.time() - sent_at >= every:
+                    await call.write(
+                        scheduler_pb2.WorkerMessage(
+                            heartbeat=scheduler_pb2.WorkerHeartbeat(
+                                draining=reported.draining,
+                                running_batches=runtime.running_batches,
+                                adapters=model_adapters(reported.adapters),
+                                residency=model_residency(reported.residency),
+                            )
                         )
                     )
-                )
-                # Report a drain at once, otherwise beat at the interval the scheduler asked for.
-                await wait_event(self.runtime.state_changed, every)
+                    sent, sent_at = reported, loop.time()
+                await wait_event(runtime.state_changed, max(sent_at + every - loop.time(), 0.0))
         finally:
             call.cancel()
 
