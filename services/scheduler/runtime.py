@@ -372,7 +372,11 @@ class SchedulerRuntime:
     def _on_transition(self, effect: Transition) -> None:
         job, state = effect.job, effect.state
         artifact = self.results.get(job.job_id)
-        self.writer.save(job, artifact.__dict__ if artifact and state.terminal else None)
+        self.writer.save(
+            job,
+            artifact.__dict__ if artifact and state.terminal else None,
+            may_wait=state.in_flight,
+        )
         if not state.terminal:
             self.checkpoints.seen(job)
         log_job(

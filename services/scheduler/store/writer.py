@@ -35,6 +35,13 @@ from mediamesh.scheduler.store.job_store import JobStore, job_row
 
 log = logging.getLogger("mediamesh.scheduler.store")
 
+# How long a write of nothing but jobs moving onto a worker (dispatched, running) may wait
+# for more: a restart queues those jobs again whatever they were, so their states need not
+# land on their own. At one job at a time each job took four commits (accepted, dispatched,
+# running, ended); its end, due within this time for a short job, now takes the two middle
+# ones along.
+IN_FLIGHT_WRITE_DELAY_S = 0.05
+
 
 class StoreWriter:
     """The one path by which jobs already in the store are written again."""
@@ -65,6 +72,8 @@ class StoreWriter:
         # Job id -> result bytes to keep in the store.
         self._results: dict[str, bytes] = {}
         self._wake = asyncio.Event()
+        # Set by anything that should be written without the delay above.
+        self._due = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
         self._task: asyncio.Task[None] | None = None
@@ -83,12 +92,14 @@ class StoreWriter:
         self._deliveries[delivery.delivery_id] = delivery
         self._idle.clear()
         self._wake.set()
+        self._due.set()
 
     def save_result(self, job_id: str, data: bytes) -> None:
         """Have the job's result bytes written soon, before or with its next state."""
         self._results[job_id] = data
         self._idle.clear()
         self._wake.set()
+        self._due.set()
 
     def unsaved_result(self, job_id: str) -> bytes | None:
         """Result bytes queued and not yet handed to the store (None otherwise)."""
@@ -98,8 +109,11 @@ class StoreWriter:
         """Drop result bytes not yet handed to the store (a result no longer wanted)."""
         self._results.pop(job_id, None)
 
-    def save(self, job: Job, result: dict[str, Any] | None = None) -> None:
-        """Have the job's state written soon; `result` (its artifact) is written with it."""
+    def save(
+        self, job: Job, result: dict[str, Any] | None = None, *, may_wait: bool = False
+    ) -> None:
+        """Have the job's state written soon; `result` (its artifact) is written with it.
+        `may_wait`: the write may wait IN_FLIGHT_WRITE_DELAY_S for more to go with it."""
         earlier = self._pending.get(job.job_id)
         if result is None and earlier is not None:
             result = earlier[1]
@@ -107,6 +121,8 @@ class StoreWriter:
         metrics.STORE_PENDING_WRITES.set(len(self._pending))
         self._idle.clear()
         self._wake.set()
+        if not may_wait:
+            self._due.set()
 
     async def _run(self) -> None:
         backoff = self._first_backoff_s
@@ -114,7 +130,12 @@ class StoreWriter:
             if not self._pending and not self._deliveries and not self._results:
                 self._idle.set()
                 await self._wake.wait()
+            if not self._due.is_set():
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(IN_FLIGHT_WRITE_DELAY_S):
+                        await self._due.wait()
             self._wake.clear()
+            self._due.clear()
             group, self._pending = self._pending, {}
             hooks, self._deliveries = self._deliveries, {}
             results, self._results = self._results, {}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import time
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,7 @@ from mediamesh.scheduler.core.jobs import Job, JobState
 from mediamesh.scheduler.core.scheduler import Accepted
 from mediamesh.scheduler.store import job_store
 from mediamesh.scheduler.store.job_store import JobStore, job_row
-from mediamesh.scheduler.store.writer import StoreWriter
+from mediamesh.scheduler.store.writer import IN_FLIGHT_WRITE_DELAY_S, StoreWriter
 
 from .fakes import FakeClock, make_core, new_job, worker
 
@@ -121,3 +122,35 @@ def test_a_failed_write_is_retried_with_the_newest_state_and_the_result_it_carri
     (row,) = store.groups[0]
     columns = dict(zip(job_store._COLUMNS, row, strict=True))
     assert columns["error_message"] == "later" and columns["result"] == '{"path": "/a.png"}'
+
+
+def test_a_job_moving_onto_a_worker_waits_for_its_end_and_lands_with_it():
+    async def scenario() -> tuple[FlakyStore, float]:
+        store = FlakyStore(failures=0)
+        writer = StoreWriter(store)  # type: ignore[arg-type]
+        writer.start()
+        core = make_core(FakeClock())
+        job, other = prepared(core), prepared(core)
+        job.state = JobState.RUNNING
+        writer.save(job, may_wait=True)
+        await asyncio.sleep(IN_FLIGHT_WRITE_DELAY_S / 5)
+        assert store.groups == []  # still waiting for more
+        job.state = JobState.SUCCEEDED
+        writer.save(job)
+        assert await writer.flush(5.0)
+        # Alone, a job going onto a worker still lands, after the delay at most.
+        other.state = JobState.DISPATCHED
+        started = time.monotonic()
+        writer.save(other, may_wait=True)
+        assert await writer.flush(5.0)
+        waited = time.monotonic() - started
+        await writer.close(1.0)
+        return store, waited
+
+    store, waited = asyncio.run(scenario())
+    states = [
+        [dict(zip(job_store._COLUMNS, row, strict=True))["state"] for row in group]
+        for group in store.groups
+    ]
+    assert states == [["SUCCEEDED"], ["DISPATCHED"]]
+    assert waited < IN_FLIGHT_WRITE_DELAY_S + 0.5
