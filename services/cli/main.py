@@ -50,8 +50,8 @@ def build_parser() -> argparse.ArgumentParser:
         "restart one that exits, and stop them all on Ctrl-C or SIGTERM.",
         epilog="exit status: 0 stopped by Ctrl-C or SIGTERM once ready; 1 not ready within "
         "--ready-timeout, or a child exited during start-up (its reason printed); 2 a "
-        "configuration refused, before anything started (named field) or by a child during "
-        "start-up (named service and field); 130/143 Ctrl-C/SIGTERM before the mesh was ready",
+        "configuration refused before anything started (named field); 130/143 Ctrl-C/SIGTERM "
+        "before the mesh was ready",
     )
     _config_arg(up)
     up.add_argument("--models-dir", type=Path, default=None, help="where the tiny models live")

@@ -33,13 +33,10 @@ from mediamesh.common.settings import InternalAuthSettings, MeshConfig
 
 _PR_SET_PDEATHSIG = 1
 # What `mediamesh up` exits with (see `mediamesh up --help`): a configuration it refuses
-# before starting anything, or that a child refuses during start-up, exits 2, as the load of
-# a bad config does; a signal during start-up exits as a shell reports one (128 + it).
+# before starting anything exits 2, as the load of a bad config does; a signal during
+# start-up exits as a shell reports one (128 + it).
 EXIT_NOT_READY = 1
 EXIT_CONFIG = 2
-# What a service exits with when it refuses to start with its configuration: one line naming
-# the setting at fault (`mediamesh.cli.main.main`).
-CHILD_EXIT_REFUSED = 2
 # SIGINT 130, SIGTERM 143.
 EXIT_SIGNAL_BASE = 128
 
@@ -110,11 +107,6 @@ class Child:
     @property
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
-
-    @property
-    def refused(self) -> bool:
-        """Whether this run exited refusing its configuration."""
-        return self.process is not None and self.process.poll() == CHILD_EXIT_REFUSED
 
     def exit_reason(self) -> str | None:
         """Why this run exited, as its log says: the one-line error it printed
@@ -294,26 +286,21 @@ class Mesh:
 class StartUpFailed(RuntimeError):
     """Children exited before the mesh was ready; the message says why each did.
 
-    `exit_code` is EXIT_CONFIG when one of them refused its configuration, as `up` itself
-    refuses one (`refuse_unstartable`), else EXIT_NOT_READY. A child exits 2 for what the
-    machine refuses as well (a port in use, a model that does not fit, a folder it cannot
-    write): its line names the setting, which is where the fix goes all the same."""
+    `up` exits 1 for it (EXIT_NOT_READY), not 2, even when the child refused its
+    configuration: a child exits 2 for a ConfigError and for a StartupError alike (a port
+    in use, a model that does not fit), so its code cannot tell a configuration error
+    from the machine's state. What `up` can check itself it checks before starting
+    anything (`refuse_unstartable`), and exits 2 for."""
 
     def __init__(self, dead: list[Child]) -> None:
         super().__init__("; ".join(_start_up_failure(c) for c in dead))
-        refused = any(c.refused for c in dead)
-        self.exit_code = EXIT_CONFIG if refused else EXIT_NOT_READY
 
 
 def _start_up_failure(child: Child) -> str:
     reason = child.exit_reason()
-    # "exited during start-up" stays first whatever the code: what scripts and tests match.
-    what = "exited during start-up"
-    if child.refused:
-        what += ", refusing its configuration"
     if reason is None:
-        return f"{child.name} {what}; see {child.log_path}"
-    return f"{child.name} {what}: {reason} (log: {child.log_path})"
+        return f"{child.name} exited during start-up; see {child.log_path}"
+    return f"{child.name} exited during start-up: {reason} (log: {child.log_path})"
 
 
 def run_up(config: MeshConfig, run_dir: Path, ready_timeout_s: float, restart: bool) -> int:
@@ -350,7 +337,7 @@ def run_up(config: MeshConfig, run_dir: Path, ready_timeout_s: float, restart: b
         return 0
     except StartUpFailed as exc:
         print(f"mediamesh: {exc}", file=sys.stderr)
-        return exc.exit_code
+        return EXIT_NOT_READY
     finally:
         mesh.stop()
         print("mediamesh stopped", flush=True)

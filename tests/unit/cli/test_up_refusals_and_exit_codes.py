@@ -1,13 +1,11 @@
 """`mediamesh up` refuses what it cannot start before starting anything (exit 2, naming the
-field), exits 2 too when a child refuses its configuration during start-up (naming it), says
-which children are not ready on stderr, and exits 130/143 when a signal stops it during
-start-up."""
+field), says which children are not ready on stderr, and exits 130/143 when a signal stops
+it during start-up."""
 
 from __future__ import annotations
 
 import os
 import signal
-import sys
 from pathlib import Path
 
 import pytest
@@ -97,78 +95,6 @@ def test_a_signal_during_start_up_exits_128_plus_it(
     fake_mesh.during_wait = staticmethod(lambda: os.kill(os.getpid(), signum))
     assert up.run_up(_config(), tmp_path, 60.0, restart=True) == code
     assert f"{signal.Signals(signum).name} before the mesh was ready" in capsys.readouterr().err
-
-
-# Stand-ins for the services, run as up's children: one that refuses its configuration as a
-# service does (its one line, then exit 2), failures of other kinds, and one that waits to be
-# stopped.
-REFUSES = (
-    "import sys; print('mediamesh: gateway.api_keys: none on 0.0.0.0', file=sys.stderr); "
-    "sys.exit(2)"
-)
-CRASHES = "raise RuntimeError('boom')"
-KILLED = "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"
-WAITS = "import time; time.sleep(60)"
-
-
-class _ScriptedMesh(up.Mesh):
-    """The real mesh, whose children run `scripts` (by child name; WAITS for the others)
-    rather than the services, and which never sees a child serving: nothing is dialled."""
-
-    scripts: dict[str, str] = {}
-    made: list[up.Mesh] = []
-
-    def __init__(self, config: MeshConfig, run_dir: Path, restart: bool = True) -> None:
-        super().__init__(config, run_dir, restart)
-        for child in self.children:
-            child.argv = [sys.executable, "-c", self.scripts.get(child.name, WAITS)]
-        self.made.append(self)
-
-    def _serving(self, child: up.Child) -> bool:
-        return False
-
-
-@pytest.fixture
-def scripted_mesh(monkeypatch):
-    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-    monkeypatch.setattr(up, "Mesh", _ScriptedMesh)
-    monkeypatch.setattr(_ScriptedMesh, "made", [])
-    yield _ScriptedMesh
-    for mesh in _ScriptedMesh.made:
-        for child in mesh.children:
-            if child.alive:
-                child.process.kill()  # type: ignore[union-attr]
-                child.process.wait()  # type: ignore[union-attr]
-    for signum, handler in handlers.items():
-        signal.signal(signum, handler)
-
-
-def test_a_child_refusing_its_configuration_exits_2_naming_it(
-    scripted_mesh, tmp_path: Path, capsys
-) -> None:
-    scripted_mesh.scripts = {"gateway": REFUSES}
-    assert up.run_up(_config(), tmp_path, 20.0, restart=True) == up.EXIT_CONFIG == 2
-    err = capsys.readouterr().err
-    assert (
-        "mediamesh: gateway exited during start-up, refusing its configuration: "
-        f"gateway.api_keys: none on 0.0.0.0 (log: {tmp_path / 'gateway.log'})"
-    ) in err
-    # The others were stopped, by up: none exited on its own.
-    (mesh,) = scripted_mesh.made
-    others = [c for c in mesh.children if c is not mesh.gateway]
-    assert [c.process.returncode for c in others] == [-signal.SIGTERM] * len(others)
-
-
-@pytest.mark.parametrize(("script", "reason"), [(CRASHES, "RuntimeError: boom"), (KILLED, None)])
-def test_a_child_failing_otherwise_still_exits_1(
-    scripted_mesh, tmp_path: Path, capsys, script: str, reason: str | None
-) -> None:
-    scripted_mesh.scripts = {"w0": script}
-    assert up.run_up(_config(), tmp_path, 20.0, restart=True) == up.EXIT_NOT_READY == 1
-    err = capsys.readouterr().err
-    said = f": {reason} (log: " if reason else "; see "
-    assert f"mediamesh: w0 exited during start-up{said}" in err
-    assert "refusing" not in err
 
 
 @pytest.mark.parametrize(
