@@ -113,6 +113,11 @@ WEBHOOK_ATTEMPTS = Counter(
 STORE_PENDING_WRITES = Gauge(
     "mediamesh_store_pending_writes", "Jobs whose latest state is not yet in the job store."
 )
+ENDED_JOBS_IN_MEMORY = Gauge(
+    "mediamesh_ended_jobs_in_memory",
+    "Ended jobs held in memory whose ends are stored: at most "
+    "scheduler.ended_jobs_in_memory; older ones are read back from the job store.",
+)
 ON_DEMAND_COST = Gauge(
     "mediamesh_on_demand_equivalent_cost",
     "What the device-seconds so far would have cost all on on-demand.",

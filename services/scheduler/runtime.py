@@ -245,6 +245,7 @@ class SchedulerRuntime:
         while True:
             try:
                 metrics.publish_gauges(self.core, queues)
+                metrics.ENDED_JOBS_IN_MEMORY.set(self.ended.held)
             except Exception:
                 log.exception("setting the gauges failed; trying again")
             await asyncio.sleep(GAUGE_INTERVAL_S)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+from prometheus_client import REGISTRY
 
 from mediamesh.common.generated.v1 import common_pb2, gateway_pb2
 from tests.service.conftest import InProcessMesh, start_mesh, stop_mesh
@@ -76,6 +77,11 @@ async def test_every_read_finds_ended_jobs_no_longer_in_memory(mesh: InProcessMe
     theirs = (await _run(mesh, echo("b0"), KEY_B)).job_id
     await _until_dropped(mesh, mine[:3])
     assert mesh.scheduler.runtime.ended.held == HELD
+    for _ in range(100):  # the gauges are set every 0.2 s
+        if REGISTRY.get_sample_value("mediamesh_ended_jobs_in_memory") == HELD:
+            break
+        await asyncio.sleep(0.02)
+    assert REGISTRY.get_sample_value("mediamesh_ended_jobs_in_memory") == HELD
 
     # GetJob: the same answer as while it was in memory.
     info = await stub.GetJob(gateway_pb2.GetJobRequest(job_id=first.job_id), metadata=auth(KEY_A))
