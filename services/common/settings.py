@@ -232,6 +232,9 @@ class GatewayHttpSettings(Section):
     # Seconds a connection has to send a whole request head (request line and headers), from
     # its opening or from the first byte of its next request; then it is closed.
     header_timeout_s: float = Field(10.0, gt=0, le=300)
+    # Seconds a request body may go without a byte arriving while the gateway waits for it;
+    # then it is answered 408 and closed (an upload on a slow link keeps arriving).
+    body_timeout_s: float = Field(30.0, gt=0, le=600)
     # Seconds an idle kept-alive connection stays open between requests.
     keep_alive_s: int = Field(5, ge=1, le=300)
     # Connections open at once; one more is answered 503 and closed.

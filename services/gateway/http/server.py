@@ -9,9 +9,11 @@ connections it holds open (its `limit_concurrency` answers 503 to requests, once
 has arrived, on connections it keeps): one client trickling bytes kept a connection for as
 long as it liked, and enough half-sent requests used up the process's file descriptors,
 which took the gRPC listener down with this one. `GuardedH11Protocol` closes a connection
-whose request head is not complete within `gateway.http.header_timeout_s`, and answers 503
-to, and closes, each connection beyond `gateway.http.max_connections`. A public deployment
-still belongs behind a reverse proxy or load balancer.
+whose request head is not complete within `gateway.http.header_timeout_s`, answers 408 to,
+and closes, one whose request body goes `gateway.http.body_timeout_s` without a byte while
+the gateway waits for it, and answers 503 to, and closes, each connection beyond
+`gateway.http.max_connections`. A public deployment still belongs behind a reverse proxy
+or load balancer.
 """
 
 from __future__ import annotations
@@ -49,21 +51,40 @@ _FULL = (
 ) % (len(_FULL_BODY), _FULL_BODY)
 
 
+# What a request whose body stalled is told before its connection is closed.
+_STALLED_BODY = (
+    b'{"code":"DEADLINE_EXCEEDED","message":"the request body stopped arriving '
+    b'(gateway.http.body_timeout_s)"}'
+)
+_STALLED = (
+    b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\n"
+    b"connection: close\r\ncontent-length: %d\r\n\r\n%s"
+) % (len(_STALLED_BODY), _STALLED_BODY)
+
+
 class GuardedH11Protocol(H11Protocol):
     """uvicorn's HTTP/1.1 protocol with a deadline for each request head and a cap on the
     connections open at once (see the module's docstring). `for_settings` makes the class
     one server uses."""
 
     header_timeout_s: ClassVar[float] = 10.0
+    body_timeout_s: ClassVar[float] = 30.0
     max_connections: ClassVar[int] = 1000
     _head_timer: asyncio.TimerHandle | None = None
+    _body_timer: asyncio.TimerHandle | None = None
 
     @classmethod
-    def for_settings(cls, max_connections: int, header_timeout_s: float) -> type[H11Protocol]:
+    def for_settings(
+        cls, max_connections: int, header_timeout_s: float, body_timeout_s: float = 30.0
+    ) -> type[H11Protocol]:
         return type(
             cls.__name__,
             (cls,),
-            {"max_connections": max_connections, "header_timeout_s": header_timeout_s},
+            {
+                "max_connections": max_connections,
+                "header_timeout_s": header_timeout_s,
+                "body_timeout_s": body_timeout_s,
+            },
         )
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -88,9 +109,11 @@ class GuardedH11Protocol(H11Protocol):
         super().data_received(data)
         if self.conn.their_state is not h11.IDLE:
             self._head_read()
+        self._await_body()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._head_read()
+        self._body_done()
         super().connection_lost(exc)
 
     def _await_head(self) -> None:
@@ -107,6 +130,36 @@ class GuardedH11Protocol(H11Protocol):
         if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
             # No response: the client may have sent nothing yet (a browser's preconnect).
             self.transport.close()
+
+    def _await_body(self) -> None:
+        """While a request's body is still to come, each byte restarts its timer."""
+        self._body_done()
+        if self.conn.their_state is h11.SEND_BODY:
+            self._body_timer = self.loop.call_later(self.body_timeout_s, self._body_late)
+
+    def _body_done(self) -> None:
+        if self._body_timer is not None:
+            self._body_timer.cancel()
+            self._body_timer = None
+
+    def _body_late(self) -> None:
+        self._body_timer = None
+        if self.conn.their_state is not h11.SEND_BODY or self.transport.is_closing():
+            return
+        if self.flow.read_paused:
+            # The gateway stopped reading (the app has not taken what came): not the client.
+            self._await_body()
+            return
+        if _refusal_log.due("body"):
+            log.warning(
+                "closed an HTTP connection whose request body stalled for %.0f s "
+                "(gateway.http.body_timeout_s); logged at most once every %.0f s",
+                self.body_timeout_s,
+                _refusal_log.every_s,
+            )
+        if self.cycle is None or not self.cycle.response_started:
+            self.transport.write(_STALLED)
+        self.transport.close()
 
 
 def connection_cap(max_connections: int) -> int:
@@ -172,7 +225,7 @@ async def start_http(
     sock = listening_socket("http_port", host, port, section="gateway")
     sock.setblocking(False)
     protocol = GuardedH11Protocol.for_settings(
-        connection_cap(limits.max_connections), limits.header_timeout_s
+        connection_cap(limits.max_connections), limits.header_timeout_s, limits.body_timeout_s
     )
     config = uvicorn.Config(
         app,

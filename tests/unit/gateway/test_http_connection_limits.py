@@ -1,5 +1,6 @@
 """The HTTP face's own connection limits: a request head must arrive within
-gateway.http.header_timeout_s (however slowly its bytes trickle), and connections beyond
+gateway.http.header_timeout_s (however slowly its bytes trickle), a request body may not
+stall for gateway.http.body_timeout_s (though it may take longer in all), and connections beyond
 gateway.http.max_connections are answered 503 and closed, so one client cannot hold the
 gateway's sockets and file descriptors."""
 
@@ -10,7 +11,7 @@ import time
 from collections.abc import AsyncIterator
 
 import pytest
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
 
 from mediamesh.common.registry import load_registry
 from mediamesh.common.settings import GatewayHttpSettings, GatewaySettings, MeshConfig, TlsSettings
@@ -18,6 +19,7 @@ from mediamesh.gateway.http.server import HttpServer, start_http
 from mediamesh.gateway.main import start_gateway
 
 HEAD_TIMEOUT_S = 0.5
+BODY_TIMEOUT_S = 0.5
 GET = b"GET /ping HTTP/1.1\r\nhost: localhost\r\n\r\n"
 
 
@@ -28,12 +30,18 @@ def app() -> FastAPI:
     async def ping() -> dict[str, bool]:
         return {"ok": True}
 
+    @served.post("/count")
+    async def count(request: Request) -> dict[str, int]:
+        return {"bytes": len(await request.body())}
+
     return served
 
 
 @pytest.fixture
 async def server() -> AsyncIterator[HttpServer]:
-    limits = GatewayHttpSettings(header_timeout_s=HEAD_TIMEOUT_S, max_connections=2)
+    limits = GatewayHttpSettings(
+        header_timeout_s=HEAD_TIMEOUT_S, body_timeout_s=BODY_TIMEOUT_S, max_connections=2
+    )
     running = await start_http(app(), "127.0.0.1", 0, TlsSettings(), limits)
     yield running
     await running.stop(0)
@@ -125,3 +133,35 @@ async def test_the_gateway_serves_its_http_face_within_its_settings():
         writer.close()
     finally:
         await gateway.stop(0)
+
+
+def post_head(length: int) -> bytes:
+    return (
+        b"POST /count HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/octet-stream\r\n"
+        b"content-length: %d\r\n\r\n" % length
+    )
+
+
+async def test_a_request_body_that_stalls_is_answered_408_and_closed(server: HttpServer):
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    started = time.perf_counter()
+    writer.write(post_head(100) + b"x" * 10)
+    reply = await answer(reader)
+    took = time.perf_counter() - started
+    assert reply.startswith(b"HTTP/1.1 408") and b"gateway.http.body_timeout_s" in reply
+    assert BODY_TIMEOUT_S * 0.8 < took < BODY_TIMEOUT_S + 1.5
+    assert await closed_after(reader) < 1.5
+    writer.close()
+
+
+async def test_a_slow_body_that_keeps_arriving_is_served(server: HttpServer):
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    started = time.perf_counter()
+    writer.write(post_head(8))
+    for _ in range(8):  # one byte every 0.2 s: 1.6 s in all, each gap under the timeout
+        await asyncio.sleep(BODY_TIMEOUT_S * 0.4)
+        writer.write(b"x")
+    reply = await answer(reader)
+    assert reply.startswith(b"HTTP/1.1 200") and reply.endswith(b'{"bytes":8}')
+    assert time.perf_counter() - started > 3 * BODY_TIMEOUT_S
+    writer.close()
