@@ -228,7 +228,8 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             results = await run_call(self.up, call, caller, context, on_progress)
         except MeshError as exc:
             raise refusal(exc) from None
-        return messages.infer_response(request, encode_outputs(results, call.outputs))
+        outputs = encode_outputs(results, call.outputs, call.element_dims)
+        return messages.infer_response(request, outputs)
 
     # ---- helpers -------------------------------------------------------------------------
 

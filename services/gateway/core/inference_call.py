@@ -120,6 +120,9 @@ class InferCall:
     model: str
     elements: tuple[RequestFields, ...]
     outputs: tuple[str, ...]
+    # The prompt's dimensions after the first: () for [N], (1,) for [N, 1]. The outputs take
+    # the same, so a client that batches as [N, 1] reads its answers in the shape it sent.
+    element_dims: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -206,7 +209,12 @@ def parse_call(
             where = f" (element {index})" if len(prompts) > 1 else ""
             raise InvalidArgument(exc.message + where) from None
         elements.append(fields)
-    return InferCall(spec.name, tuple(elements), _outputs(spec.name, requested_outputs))
+    return InferCall(
+        spec.name,
+        tuple(elements),
+        _outputs(spec.name, requested_outputs),
+        tuple(by_name[PROMPT].shape[1:]),
+    )
 
 
 def _inputs_by_name(spec: ModelSpec, inputs: Sequence[InputTensor]) -> dict[str, InputTensor]:
@@ -409,9 +417,12 @@ def _outputs(model: str, requested: Sequence[RequestedOutput]) -> tuple[str, ...
     return tuple(dict.fromkeys(o.name for o in requested)) or known
 
 
-def encode_outputs(results: Sequence[ElementResult], wanted: Sequence[str]) -> list[OutputTensor]:
-    """The `wanted` output tensors (`output`, `seed`) for the results, in element order."""
-    shape = (len(results),)
+def encode_outputs(
+    results: Sequence[ElementResult], wanted: Sequence[str], element_dims: tuple[int, ...] = ()
+) -> list[OutputTensor]:
+    """The `wanted` output tensors (`output`, `seed`) for the results, in element order, of
+    shape [N, *element_dims]."""
+    shape = (len(results), *element_dims)
     tensors = []
     for name in wanted:
         if name == OUTPUT:

@@ -97,6 +97,13 @@ async def test_raw_input_contents_request_built_by_hand(keyed_mesh):
     assert [Image.open(io.BytesIO(i)).size for i in images] == [(32, 64), (32, 64)]
 
 
+async def test_a_prompt_batched_as_n_by_1_is_answered_as_n_by_1(keyed_mesh):
+    request = prompt_request("flux-tiny", b"a fox", b"a cat", steps=1, width=32)
+    request.inputs[0].shape[:] = [2, 1]
+    response = await stub_for(keyed_mesh).ModelInfer(request, metadata=auth(KEY_A))
+    assert {o.name: list(o.shape) for o in response.outputs} == {"output": [2, 1], "seed": [2, 1]}
+
+
 async def test_typed_bytes_contents_with_a_shared_negative_prompt(tmp_path: Path, models_dir: Path):
     # sdxl-tiny, not echo: echo uses no negative prompt, so it refuses one.
     mesh = await start_mesh(

@@ -82,9 +82,13 @@ def test_typed_and_raw_contents_give_the_same_call():
     assert typed.outputs == ("output",)
 
 
-def test_shape_n_by_1_is_accepted():
+def test_shape_n_by_1_is_accepted_and_answered_in_the_same_shape():
     call = parse_call(FLUX, [prompts("x", "y", shape=(2, 1))], {}, [])
-    assert len(call.elements) == 2
+    assert len(call.elements) == 2 and call.element_dims == (1,)
+    results = [ElementResult(b"a", "image/png", 5), ElementResult(b"b", "image/png", 6)]
+    output, seed = encode_outputs(results, call.outputs, call.element_dims)
+    assert output.shape == seed.shape == (2, 1)
+    assert parse_call(FLUX, [prompts("x", "y")], {}, []).element_dims == ()
 
 
 def test_one_negative_prompt_applies_to_every_element():
