@@ -25,6 +25,7 @@ from mediamesh.common.params import find_model
 from mediamesh.common.registry import ModelSpec
 from mediamesh.gateway.api.dataplane import DataPlane
 from mediamesh.gateway.api.json_checks import check_json_message
+from mediamesh.gateway.api.oip_plane import InferencePlane
 from mediamesh.gateway.api.upstream import with_trace
 from mediamesh.gateway.core.tenancy import Caller, Tenancy
 
@@ -174,6 +175,8 @@ class JsonPlane:
 
     def __init__(self, plane: DataPlane) -> None:
         self.plane = plane
+        # The Open Inference Protocol's REST face reaches the mesh through this.
+        self.inference = InferencePlane(plane.up)
 
     def spec(self, model: str) -> ModelSpec:
         """The registry entry the gateway checks `model`'s requests against, for a rule its

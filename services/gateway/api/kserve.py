@@ -48,12 +48,13 @@ log = logging.getLogger("mediamesh.gateway.kserve")
 SERVER_NAME = "mediamesh"
 # Protocol extensions served: request priority and timeout, and request parameters.
 EXTENSIONS = ("schedule_policy", "parameters")
-_READY_TIMEOUT_S = 5
+READY_TIMEOUT_S = 5
 # The rpcs that need no API key: probes send none, and learn nothing about tenants.
 OPEN_METHODS = ("ServerLive", "ServerReady")
 
 
-def _server_version() -> str:
+def server_version() -> str:
+    """mediamesh's version, as server metadata names it."""
     try:
         return importlib.metadata.version("mediamesh")
     except importlib.metadata.PackageNotFoundError:
@@ -106,7 +107,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         """The server's name, mediamesh version and the protocol extensions it serves."""
         reader_of(self.up.tenancy, context)
         return pb.ServerMetadataResponse(
-            name=SERVER_NAME, version=_server_version(), extensions=list(EXTENSIONS)
+            name=SERVER_NAME, version=server_version(), extensions=list(EXTENSIONS)
         )
 
     async def ModelMetadata(
@@ -234,24 +235,36 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     # ---- helpers -------------------------------------------------------------------------
 
     def _model(self, name: str, version: str) -> ModelSpec:
-        spec = self.up.registry.get(name)
-        if spec is None:
-            raise NotFound(
-                f"Request for unknown model: '{name}' is not found; "
-                f"known: {', '.join(self.up.registry.names)}"
-            )
-        check_version(spec, version)
-        return spec
+        return inference_model(self.up, name, version)
 
     async def _ready_models(self) -> set[str]:
-        try:
-            async with mesh_errors():
-                reply = await self.up.scheduler.ListModels(
-                    gateway_pb2.ListModelsRequest(), timeout=_READY_TIMEOUT_S
-                )
-        except MeshError:
-            return set()
-        return {m.name for m in reply.models if m.ready}
+        return await ready_models(self.up)
+
+
+def inference_model(up: Upstream, name: str, version: str) -> ModelSpec:
+    """The registry entry of `name` at `version` ("" or the one version); NotFound worded
+    as Triton words it otherwise."""
+    spec = up.registry.get(name)
+    if spec is None:
+        raise NotFound(
+            f"Request for unknown model: '{name}' is not found; "
+            f"known: {', '.join(up.registry.names)}"
+        )
+    check_version(spec, version)
+    return spec
+
+
+async def ready_models(up: Upstream) -> set[str]:
+    """The models some serving worker has ready, as the scheduler reports them; none when
+    it cannot be reached."""
+    try:
+        async with mesh_errors():
+            reply = await up.scheduler.ListModels(
+                gateway_pb2.ListModelsRequest(), timeout=READY_TIMEOUT_S
+            )
+    except MeshError:
+        return set()
+    return {m.name for m in reply.models if m.ready}
 
 
 def registration(upstream: Upstream) -> Registration:

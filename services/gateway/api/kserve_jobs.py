@@ -87,10 +87,11 @@ async def run_call(
     up: Upstream,
     call: InferCall,
     caller: Caller,
-    context: grpc.aio.ServicerContext[Any, Any],
+    context: grpc.aio.ServicerContext[Any, Any] | None,
     on_progress: ProgressSink | None = None,
 ) -> list[ElementResult]:
     """Admits the caller, submits one job per element and waits for all, reporting progress.
+    `context` is the gRPC call's, whose deadline bounds the jobs too (None over HTTP).
 
     The results are in element order. If any job fails, the call is cancelled or the caller
     leaves, every job of the call is cancelled and the error is raised. Raises PayloadTooLarge

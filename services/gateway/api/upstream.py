@@ -152,7 +152,9 @@ def scoped(job_id: str, caller: Caller, offset: int = 0) -> scheduler_pb2.Scoped
 
 
 def call_deadline_ms(
-    timeout_ms: int | None, context: grpc.aio.ServicerContext[Any, Any], follows_job: bool = True
+    timeout_ms: int | None,
+    context: grpc.aio.ServicerContext[Any, Any] | None,
+    follows_job: bool = True,
 ) -> int:
     """The earlier of a request's own timeout and the call's gRPC deadline, as Unix ms (0: none).
 
@@ -164,7 +166,7 @@ def call_deadline_ms(
     candidates = []
     if timeout_ms:
         candidates.append(now + timeout_ms / 1000)
-    remaining = context.time_remaining() if follows_job else None
+    remaining = context.time_remaining() if follows_job and context is not None else None
     if remaining is not None:
         candidates.append(now + remaining)
     return int(min(candidates) * 1000) if candidates else 0

@@ -4,7 +4,8 @@ transport-neutral codes), a JSON body `{code, message}`, and the headers HTTP cl
 with a 405.
 
 Under the OpenAI-compatible paths the body is OpenAI's shape instead, `{"error": {message,
-type, code, param}}`, which its clients read.
+type, code, param}}`, which its clients read; under the Open Inference Protocol's /v2 it is
+that protocol's `{"error": message}`.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from mediamesh.common.errors import InvalidArgument, MeshError, StatusCode
 from mediamesh.common.http_status import http_status_of
 
 OPENAI_PREFIXES = ("/v1/images/", "/v1/videos", "/v1/models/")
+# The Open Inference Protocol's REST paths (http/oip.py).
+OIP_PREFIX = "/v2"
 # The mesh's own API under /v1, whose errors keep the mesh's `{code, message}` shape even
 # when no route matched. Any other /v1 path is one an OpenAI client may call (POST
 # /v1/chat/completions): its 404 or 405 comes in OpenAI's shape, which that client reads.
@@ -57,7 +60,9 @@ def error_response(
         status = UNSUPPORTED_MEDIA_TYPE
     status = status or http_status_of(error)
     body: dict[str, object] = {"code": str(error.code), "message": error.message}
-    if openai or path.startswith(OPENAI_PREFIXES):
+    if path == OIP_PREFIX or path.startswith(OIP_PREFIX + "/"):
+        body = {"error": error.message}
+    elif openai or path.startswith(OPENAI_PREFIXES):
         body = {
             "error": {
                 "message": error.message,

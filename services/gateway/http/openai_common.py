@@ -19,6 +19,7 @@ from mediamesh.common.limits import MAX_SEED
 from mediamesh.common.params import parse_priority
 from mediamesh.gateway.api.json_plane import JsonObject, JsonPlane, generate_request_schema
 from mediamesh.gateway.core.tenancy import Caller, Tenancy
+from mediamesh.gateway.http.disconnects import unless_client_leaves
 from mediamesh.gateway.http.errors import renamed_fields
 
 log = logging.getLogger("mediamesh.gateway.openai")
@@ -144,27 +145,11 @@ async def answered_or_cancelled(
     """`answer`, built from `jobs`' results; if the client leaves first, or building it
     fails, the jobs are cancelled. Their ids were never given to the client, so nobody could
     fetch what they went on to make (and the openai client's retries would stack copies)."""
-    answering = asyncio.ensure_future(answer)
-    leaving = asyncio.ensure_future(_client_left(request))
     try:
-        await asyncio.wait({answering, leaving}, return_when=asyncio.FIRST_COMPLETED)
-        if not answering.done():
-            answering.cancel()
-            raise MeshError("the client closed the connection", code=StatusCode.CANCELLED)
-        return answering.result()
+        return await unless_client_leaves(request, answer)
     except BaseException:
-        answering.cancel()
         await asyncio.shield(_cancel_all(plane, caller, jobs))
         raise
-    finally:
-        leaving.cancel()
-
-
-async def _client_left(request: Request) -> None:
-    """Returns when the client disconnects. The body has been read by then, so the server
-    has nothing else to hand over on this channel."""
-    while (await request.receive())["type"] != "http.disconnect":
-        pass
 
 
 def image_seeds(seed: int | None, n: int) -> list[int | None]:

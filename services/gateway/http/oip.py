@@ -1,0 +1,104 @@
+"""The Open Inference Protocol over HTTP/REST (KServe v2, Triton) under /v2: health, server
+and model metadata, model readiness and inference, with the binary tensor data extension.
+
+The same models, tensors, parameters, API keys and quotas as the gRPC protocol on the
+gateway's gRPC port (README, Open Inference Protocol); errors are `{"error": message}`
+with the mesh's HTTP statuses. The health probes need no key, as on gRPC.
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
+
+from mediamesh.common.errors import NotFound
+from mediamesh.gateway.core.oip_rest import (
+    HEADER_LENGTH,
+    encode_infer_response,
+    model_metadata,
+    parse_infer_request,
+)
+from mediamesh.gateway.http.bodies import read_body
+from mediamesh.gateway.http.context import Authorization, context_of
+from mediamesh.gateway.http.disconnects import unless_client_leaves
+
+router = APIRouter(tags=["Open Inference Protocol"])
+# The protocol answers a false probe with a 4xx status, as Triton does.
+_NOT_READY = 400
+_MODEL = "/v2/models/{model}"
+_VERSIONED = "/v2/models/{model}/versions/{version}"
+
+
+@router.get("/v2/health/live", summary="Server live")
+async def server_live() -> JSONResponse:
+    """200 while the gateway serves (no API key needed)."""
+    return JSONResponse({"live": True})
+
+
+@router.get("/v2/health/ready", summary="Server ready")
+async def server_ready(request: Request) -> JSONResponse:
+    """200 when some model is ready in the mesh, else 400 (no API key needed)."""
+    ready = bool(await context_of(request).plane.inference.ready_models())
+    return JSONResponse({"ready": ready}, status_code=200 if ready else _NOT_READY)
+
+
+@router.get("/v2", summary="Server metadata")
+async def server_metadata(request: Request, authorization: Authorization = None) -> JSONResponse:
+    """The server's name, mediamesh version and the protocol extensions it serves."""
+    plane = context_of(request).plane
+    plane.reader(authorization)
+    return JSONResponse(plane.inference.server_metadata())
+
+
+@router.get(_MODEL, summary="Model metadata")
+@router.get(_VERSIONED, summary="Model metadata (a version)")
+async def model_metadata_route(
+    request: Request, model: str, version: str = "", authorization: Authorization = None
+) -> JSONResponse:
+    """The model's input and output tensors; 404 for an unknown model or version."""
+    plane = context_of(request).plane
+    plane.reader(authorization)
+    return JSONResponse(model_metadata(plane.inference.model(model, version)))
+
+
+@router.get(_MODEL + "/ready", summary="Model ready")
+@router.get(_VERSIONED + "/ready", summary="Model ready (a version)")
+async def model_ready(
+    request: Request, model: str, version: str = "", authorization: Authorization = None
+) -> JSONResponse:
+    """200 when the model is ready in the mesh, else 400; an unknown model is not ready."""
+    plane = context_of(request).plane
+    plane.reader(authorization)
+    try:
+        plane.inference.model(model, version)
+    except NotFound:
+        ready = False
+    else:
+        ready = model in await plane.inference.ready_models()
+    return JSONResponse({"name": model, "ready": ready}, status_code=200 if ready else _NOT_READY)
+
+
+@router.post(_MODEL + "/infer", summary="Inference")
+@router.post(_VERSIONED + "/infer", summary="Inference (a version)")
+async def infer(
+    request: Request, model: str, version: str = "", authorization: Authorization = None
+) -> Response:
+    """Runs each element of the `prompt` input as one job and answers with the outputs, the
+    media one raw (the binary tensor data extension). The jobs are cancelled if the client
+    goes away."""
+    context = context_of(request)
+    plane = context.plane
+    caller = plane.caller(authorization, request.headers.get("traceparent"))
+    spec = plane.inference.model(model, version)
+    body = await read_body(request, context.max_body_bytes)
+    parsed = parse_infer_request(body, request.headers.get(HEADER_LENGTH))
+    # Cancelled with the client: the call's jobs are then cancelled too (kserve_jobs.py).
+    outputs = await unless_client_leaves(request, plane.inference.infer(caller, spec, parsed))
+    content, json_length = encode_infer_response(spec.name, parsed, outputs)
+    if json_length is None:
+        return Response(content, media_type="application/json")
+    return Response(
+        content,
+        media_type="application/octet-stream",
+        headers={HEADER_LENGTH: str(json_length)},
+    )
