@@ -21,6 +21,7 @@ from mediamesh.gateway.core.oip_rest import (
 from mediamesh.gateway.http.bodies import read_body
 from mediamesh.gateway.http.context import Authorization, context_of
 from mediamesh.gateway.http.disconnects import unless_client_leaves
+from mediamesh.gateway.http.errors import UnsupportedMediaType
 
 router = APIRouter(tags=["Open Inference Protocol"])
 # The protocol answers a false probe with a 4xx status, as Triton does.
@@ -53,24 +54,24 @@ async def server_metadata(request: Request, authorization: Authorization = None)
 @router.get(_MODEL, summary="Model metadata")
 @router.get(_VERSIONED, summary="Model metadata (a version)")
 async def model_metadata_route(
-    request: Request, model: str, version: str = "", authorization: Authorization = None
+    request: Request, model: str, authorization: Authorization = None
 ) -> JSONResponse:
     """The model's input and output tensors; 404 for an unknown model or version."""
     plane = context_of(request).plane
     plane.reader(authorization)
-    return JSONResponse(model_metadata(plane.inference.model(model, version)))
+    return JSONResponse(model_metadata(plane.inference.model(model, _version(request))))
 
 
 @router.get(_MODEL + "/ready", summary="Model ready")
 @router.get(_VERSIONED + "/ready", summary="Model ready (a version)")
 async def model_ready(
-    request: Request, model: str, version: str = "", authorization: Authorization = None
+    request: Request, model: str, authorization: Authorization = None
 ) -> JSONResponse:
     """200 when the model is ready in the mesh, else 400; an unknown model is not ready."""
     plane = context_of(request).plane
     plane.reader(authorization)
     try:
-        plane.inference.model(model, version)
+        plane.inference.model(model, _version(request))
     except NotFound:
         ready = False
     else:
@@ -80,16 +81,20 @@ async def model_ready(
 
 @router.post(_MODEL + "/infer", summary="Inference")
 @router.post(_VERSIONED + "/infer", summary="Inference (a version)")
-async def infer(
-    request: Request, model: str, version: str = "", authorization: Authorization = None
-) -> Response:
+async def infer(request: Request, model: str, authorization: Authorization = None) -> Response:
     """Runs each element of the `prompt` input as one job and answers with the outputs, the
     media one raw (the binary tensor data extension). The jobs are cancelled if the client
     goes away."""
     context = context_of(request)
     plane = context.plane
     caller = plane.caller(authorization, request.headers.get("traceparent"))
-    spec = plane.inference.model(model, version)
+    spec = plane.inference.model(model, _version(request))
+    encoding = request.headers.get("content-encoding", "identity").strip().lower()
+    if encoding != "identity":
+        # tritonclient.http can compress a request; the gateway reads bodies as sent.
+        raise UnsupportedMediaType(
+            f"Content-Encoding: {encoding!r} is not supported; send the body uncompressed"
+        )
     body = await read_body(request, context.max_body_bytes)
     parsed = parse_infer_request(body, request.headers.get(HEADER_LENGTH))
     # Cancelled with the client: the call's jobs are then cancelled too (kserve_jobs.py).
@@ -102,3 +107,9 @@ async def infer(
         media_type="application/octet-stream",
         headers={HEADER_LENGTH: str(json_length)},
     )
+
+
+def _version(request: Request) -> str:
+    """The path's model version; "" on the routes without one (a path parameter, never a
+    query one)."""
+    return str(request.path_params.get("version", ""))

@@ -134,6 +134,13 @@ async def test_keys_probes_and_errors_in_the_protocols_shape(http_mesh: InProces
         )
         assert bad.status_code == 400
         assert bad.json()["error"].startswith("outputs.seed.parameters.classification")
+        gzipped = await client.post(
+            "/v2/models/flux-tiny/infer",
+            content=b"\x1f\x8b...",
+            headers={**bearer(KEY_A), "content-encoding": "gzip"},
+        )
+        assert gzipped.status_code == 415
+        assert gzipped.json()["error"].startswith("Content-Encoding: 'gzip' is not supported")
         stray = await client.get("/v2/repository/index", headers=bearer(KEY_A))
         assert stray.status_code == 404 and set(stray.json()) == {"error"}
 
