@@ -4,18 +4,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from google.protobuf import json_format
+
 from mediamesh.common.errors import InvalidArgument
 from mediamesh.common.generated.inference import grpc_service_pb2 as pb
 from mediamesh.common.registry import ModelSpec
+from mediamesh.gateway.core import inference_call
 from mediamesh.gateway.core.inference_call import (
     MODEL_VERSION,
-    OUTPUTS,
     InputTensor,
     OutputTensor,
     ParamValue,
     RequestedOutput,
-    TensorSpec,
-    model_inputs,
 )
 
 FINAL_FLAG = "triton_final_response"
@@ -120,20 +120,5 @@ def stream_error(request: pb.ModelInferRequest, message: str) -> pb.ModelStreamI
 
 
 def model_metadata(spec: ModelSpec) -> pb.ModelMetadataResponse:
-    """The ModelMetadataResponse describing `spec`'s tensors, its one version and its pipeline.
-
-    The outputs are those a request may ask for; ModelStreamInfer's `preview` is not one.
-    """
-
-    def tensor(t: TensorSpec) -> pb.ModelMetadataResponse.TensorMetadata:
-        return pb.ModelMetadataResponse.TensorMetadata(
-            name=t.name, datatype=t.datatype, shape=list(t.shape)
-        )
-
-    return pb.ModelMetadataResponse(
-        name=spec.name,
-        versions=[MODEL_VERSION],
-        platform=f"mediamesh_{spec.pipeline}",
-        inputs=[tensor(t) for t in model_inputs(spec)],
-        outputs=[tensor(t) for t in OUTPUTS],
-    )
+    """The ModelMetadataResponse describing `spec` (see `inference_call.model_metadata`)."""
+    return json_format.ParseDict(inference_call.model_metadata(spec), pb.ModelMetadataResponse())

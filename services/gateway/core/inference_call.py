@@ -91,6 +91,23 @@ def model_inputs(spec: ModelSpec) -> tuple[TensorSpec, ...]:
     return prompts + images
 
 
+def model_metadata(spec: ModelSpec) -> dict[str, object]:
+    """`spec` as the protocol's model metadata describes a model (field for field, over gRPC
+    and HTTP alike): its one version, its pipeline, and the tensors a request may send and
+    ask for (ModelStreamInfer's `preview` is not one of those)."""
+
+    def tensor(t: TensorSpec) -> dict[str, object]:
+        return {"name": t.name, "datatype": t.datatype, "shape": list(t.shape)}
+
+    return {
+        "name": spec.name,
+        "versions": [MODEL_VERSION],
+        "platform": f"mediamesh_{spec.pipeline}",
+        "inputs": [tensor(t) for t in model_inputs(spec)],
+        "outputs": [tensor(t) for t in OUTPUTS],
+    }
+
+
 @dataclass(frozen=True)
 class InputTensor:
     """One input as sent: typed `elements` (contents.bytes_contents) and/or `raw` bytes."""

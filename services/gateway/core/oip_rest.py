@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from mediamesh.common.errors import InvalidArgument
-from mediamesh.common.registry import ModelSpec
 from mediamesh.gateway.core.inference_call import (
     MODEL_VERSION,
     OUTPUTS,
@@ -28,9 +27,8 @@ from mediamesh.gateway.core.inference_call import (
     OutputTensor,
     ParamValue,
     RequestedOutput,
-    TensorSpec,
-    model_inputs,
 )
+from mediamesh.gateway.core.json_kinds import json_kind
 from mediamesh.gateway.core.tensors import unpack_int64
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
@@ -73,7 +71,7 @@ def parse_infer_request(body: bytes, header_length: str | None) -> RestInferRequ
     _refuse_unknown(request, _REQUEST_KEYS, "")
     request_id = request.get("id", "")
     if not isinstance(request_id, str):
-        raise InvalidArgument(f"id: expected a string, got {_kind(request_id)}")
+        raise InvalidArgument(f"id: expected a string, got {json_kind(request_id)}")
     parameters = _parameters(request.get("parameters", {}), "parameters")
     all_binary = _flag(
         parameters.pop(BINARY_DATA_OUTPUT, False), f"parameters.{BINARY_DATA_OUTPUT}"
@@ -143,21 +141,6 @@ def encode_infer_response(
     return head + b"".join(blobs), len(head)
 
 
-def model_metadata(spec: ModelSpec) -> dict[str, Any]:
-    """The model metadata object of `spec`: the same tensors as the gRPC protocol's."""
-
-    def tensor(t: TensorSpec) -> dict[str, Any]:
-        return {"name": t.name, "datatype": t.datatype, "shape": list(t.shape)}
-
-    return {
-        "name": spec.name,
-        "versions": [MODEL_VERSION],
-        "platform": f"mediamesh_{spec.pipeline}",
-        "inputs": [tensor(t) for t in model_inputs(spec)],
-        "outputs": [tensor(t) for t in OUTPUTS],
-    }
-
-
 # ---- parsing helpers -----------------------------------------------------------------------
 
 
@@ -186,7 +169,7 @@ def _input(item: object, index: int, raw: memoryview) -> tuple[InputTensor, int]
     _refuse_unknown(tensor, _INPUT_KEYS, where)
     datatype = tensor.get("datatype")
     if not isinstance(datatype, str):
-        raise InvalidArgument(f"{where}.datatype: expected a string, got {_kind(datatype)}")
+        raise InvalidArgument(f"{where}.datatype: expected a string, got {json_kind(datatype)}")
     shape = tensor.get("shape")
     if not isinstance(shape, list) or not all(
         isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape
@@ -220,7 +203,7 @@ def _input(item: object, index: int, raw: memoryview) -> tuple[InputTensor, int]
         if not isinstance(element, str):
             raise InvalidArgument(
                 f"{where}.data[{position}]: a BYTES element is a string in JSON, got "
-                f"{_kind(element)}"
+                f"{json_kind(element)}"
             )
         encoded.append(element.encode())
     return InputTensor(
@@ -230,7 +213,7 @@ def _input(item: object, index: int, raw: memoryview) -> tuple[InputTensor, int]
 
 def _outputs(items: object) -> tuple[tuple[RequestedOutput, ...], set[str]]:
     if not isinstance(items, list):
-        raise InvalidArgument(f"outputs: expected a list, got {_kind(items)}")
+        raise InvalidArgument(f"outputs: expected a list, got {json_kind(items)}")
     requested, binary = [], set()
     for index, item in enumerate(items):
         output = _object(item, f"outputs[{index}]")
@@ -252,20 +235,20 @@ def _parameters(value: object, where: str) -> dict[str, ParamValue]:
             isinstance(item, float) and not math.isfinite(item)
         ):
             raise InvalidArgument(
-                f"{where}.{key}: expected a string, number or boolean, got {_kind(item)}"
+                f"{where}.{key}: expected a string, number or boolean, got {json_kind(item)}"
             )
     return dict(parameters)
 
 
 def _flag(value: ParamValue, where: str) -> bool:
     if not isinstance(value, bool):
-        raise InvalidArgument(f"{where}: expected true or false, got {_kind(value)}")
+        raise InvalidArgument(f"{where}: expected true or false, got {json_kind(value)}")
     return value
 
 
 def _object(value: object, where: str) -> dict[str, Any]:
     if not isinstance(value, dict):
-        raise InvalidArgument(f"{where}: expected a JSON object, got {_kind(value)}")
+        raise InvalidArgument(f"{where}: expected a JSON object, got {json_kind(value)}")
     return value
 
 
@@ -291,17 +274,3 @@ def _json_data(tensor: OutputTensor) -> list[int]:
     if tensor.datatype == "INT64":
         return unpack_int64(tensor.raw)
     raise InvalidArgument(f"outputs.{tensor.name}: {tensor.datatype} is sent raw only")
-
-
-def _kind(value: object) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "a list"
-    return "an object"

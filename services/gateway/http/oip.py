@@ -12,10 +12,10 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
 from mediamesh.common.errors import NotFound
+from mediamesh.gateway.core.inference_call import model_metadata
 from mediamesh.gateway.core.oip_rest import (
     HEADER_LENGTH,
     encode_infer_response,
-    model_metadata,
     parse_infer_request,
 )
 from mediamesh.gateway.http.bodies import read_body

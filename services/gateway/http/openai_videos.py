@@ -41,6 +41,7 @@ from mediamesh.gateway.api.json_plane import (
     request_from_form,
     request_from_json,
 )
+from mediamesh.gateway.core.json_kinds import json_kind
 from mediamesh.gateway.core.tenancy import Caller
 from mediamesh.gateway.http.bodies import FORMS, JSON, media_type, read_form, read_json
 from mediamesh.gateway.http.context import Authorization, context_of
@@ -232,15 +233,7 @@ def _json_text(name: str, value: object) -> str | None:
         return value
     if name == "seconds" and isinstance(value, int | float) and not isinstance(value, bool):
         return str(value)
-    raise InvalidArgument(f"{name}: expected a string, got {_json_type(value)}")
-
-
-def _json_type(value: object) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return "a number"
-    return "an array" if isinstance(value, list) else "an object"
+    raise InvalidArgument(f"{name}: expected a string, got {json_kind(value)}")
 
 
 def _form_texts(fields: JsonObject) -> dict[str, str]:

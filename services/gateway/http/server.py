@@ -72,6 +72,8 @@ class GuardedH11Protocol(H11Protocol):
     max_connections: ClassVar[int] = 1000
     _head_timer: asyncio.TimerHandle | None = None
     _body_timer: asyncio.TimerHandle | None = None
+    # When the connection last received bytes (or was last seen waiting on the gateway).
+    _heard_at: float = 0.0
 
     @classmethod
     def for_settings(
@@ -109,11 +111,17 @@ class GuardedH11Protocol(H11Protocol):
         super().data_received(data)
         if self.conn.their_state is not h11.IDLE:
             self._head_read()
-        self._await_body()
+        # One timer per body rather than one per chunk: it checks, when it fires, whether a
+        # byte came since, and waits out the rest of the window if one did.
+        self._heard_at = self.loop.time()
+        if self._body_timer is None and self.conn.their_state is h11.SEND_BODY:
+            self._body_timer = self.loop.call_later(self.body_timeout_s, self._body_late)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._head_read()
-        self._body_done()
+        if self._body_timer is not None:
+            self._body_timer.cancel()
+            self._body_timer = None
         super().connection_lost(exc)
 
     def _await_head(self) -> None:
@@ -131,24 +139,17 @@ class GuardedH11Protocol(H11Protocol):
             # No response: the client may have sent nothing yet (a browser's preconnect).
             self.transport.close()
 
-    def _await_body(self) -> None:
-        """While a request's body is still to come, each byte restarts its timer."""
-        self._body_done()
-        if self.conn.their_state is h11.SEND_BODY:
-            self._body_timer = self.loop.call_later(self.body_timeout_s, self._body_late)
-
-    def _body_done(self) -> None:
-        if self._body_timer is not None:
-            self._body_timer.cancel()
-            self._body_timer = None
-
     def _body_late(self) -> None:
         self._body_timer = None
         if self.conn.their_state is not h11.SEND_BODY or self.transport.is_closing():
             return
+        now = self.loop.time()
         if self.flow.read_paused:
             # The gateway stopped reading (the app has not taken what came): not the client.
-            self._await_body()
+            self._heard_at = now
+        quiet = now - self._heard_at
+        if quiet < self.body_timeout_s:
+            self._body_timer = self.loop.call_later(self.body_timeout_s - quiet, self._body_late)
             return
         if _refusal_log.due("body"):
             log.warning(

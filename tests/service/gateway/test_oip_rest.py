@@ -13,8 +13,9 @@ import httpx
 import pytest
 from PIL import Image
 
-from mediamesh.gateway.core.tensors import join_bytes_tensor, split_bytes_tensor
+from mediamesh.gateway.core.tensors import split_bytes_tensor
 from tests.conftest import ROOT
+from tests.oip_bodies import raw_inputs_body
 from tests.service.conftest import InProcessMesh
 from tests.service.gateway.conftest import KEY_A
 from tests.service.gateway.http_support import (
@@ -67,33 +68,16 @@ async def test_tritonclient_http_health_metadata_infer_and_errors(http_mesh: InP
 
 
 async def test_an_input_image_goes_raw_and_the_answer_names_its_id(http_mesh: InProcessMesh):  # noqa: F811
-    prompts = join_bytes_tensor([b"a red fox"])
-    image = join_bytes_tensor([png_bytes(64, 64)])
-    head = json.dumps(
-        {
-            "id": "edit-1",
-            "parameters": {"steps": 2, "strength": 0.5, "binary_data_output": True},
-            "inputs": [
-                {
-                    "name": "prompt",
-                    "shape": [1],
-                    "datatype": "BYTES",
-                    "parameters": {"binary_data_size": len(prompts)},
-                },
-                {
-                    "name": "image",
-                    "shape": [1],
-                    "datatype": "BYTES",
-                    "parameters": {"binary_data_size": len(image)},
-                },
-            ],
-        }
-    ).encode()
+    content, header_length = raw_inputs_body(
+        {"id": "edit-1", "parameters": {"steps": 2, "strength": 0.5, "binary_data_output": True}},
+        prompt=[b"a red fox"],
+        image=[png_bytes(64, 64)],
+    )
     async with http_client(http_mesh, KEY_A) as client:
         answer = await client.post(
             "/v2/models/flux-img2img-tiny/versions/1/infer",
-            content=head + prompts + image,
-            headers={"Inference-Header-Content-Length": str(len(head))},
+            content=content,
+            headers={"Inference-Header-Content-Length": header_length},
         )
     assert answer.status_code == 200, answer.text
     length = int(answer.headers["inference-header-content-length"])

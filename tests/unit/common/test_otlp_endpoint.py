@@ -1,4 +1,5 @@
-"""telemetry.otlp_endpoint, when unset, follows the standard OpenTelemetry variables.
+"""telemetry.otlp_endpoint, when unset, follows the standard OpenTelemetry variables (and a
+value set in any layer wins over them, here for the export timeout too).
 
 The exporter is given its endpoint, so it never read OTEL_EXPORTER_OTLP_ENDPOINT itself:
 a deployment that set only that variable exported to 127.0.0.1:4317, silently.
@@ -38,19 +39,45 @@ def test_an_empty_variable_counts_as_unset() -> None:
     assert endpoint({TRACES: " ", GENERAL: "http://general:4317"}) == "http://general:4317"
 
 
+# Each OTLP setting the OpenTelemetry variables fill when it is unset: (field, the value a
+# layer sets, the variables beside it, what the field then reads).
+FILLED_FROM_VARIABLES = [
+    (
+        "otlp_endpoint",
+        "http://mine:4317",
+        {GENERAL: "http://general:4317", TRACES: "http://traces:4317"},
+        "http://mine:4317",
+    ),
+    (
+        "otlp_export_timeout_s",
+        "3",
+        {"OTEL_EXPORTER_OTLP_TIMEOUT": "5000", "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT": "7000"},
+        3.0,
+    ),
+]
+
+
 @pytest.mark.parametrize("layer", ["file", "env", "flag"])
-def test_the_setting_from_any_layer_wins(tmp_path: Path, layer: str) -> None:
-    environ = {GENERAL: "http://general:4317", TRACES: "http://traces:4317"}
+@pytest.mark.parametrize(
+    ("field", "value", "variables", "expected"),
+    FILLED_FROM_VARIABLES,
+    ids=[f for f, *_ in FILLED_FROM_VARIABLES],
+)
+def test_the_setting_from_any_layer_wins(
+    tmp_path: Path, layer: str, field: str, value: str, variables: dict, expected: object
+) -> None:
+    environ = dict(variables)
     path = None
     flags: dict[str, object] = {}
     if layer == "file":
         path = tmp_path / "mesh.yaml"
-        path.write_text("telemetry:\n  otlp_endpoint: http://mine:4317\n")
+        path.write_text(f"telemetry:\n  {field}: {value}\n")
     elif layer == "env":
-        environ["MEDIAMESH_TELEMETRY__OTLP_ENDPOINT"] = "http://mine:4317"
+        environ[f"MEDIAMESH_TELEMETRY__{field.upper()}"] = value
     else:
-        flags["telemetry.otlp_endpoint"] = "http://mine:4317"
-    assert endpoint(environ, path, **flags) == "http://mine:4317"
+        flags[f"telemetry.{field}"] = value
+    telemetry = load_mesh_config(path, flags or None, environ).telemetry
+    assert getattr(telemetry, field) == expected
 
 
 def test_the_rest_of_the_telemetry_section_is_kept(tmp_path: Path) -> None:

@@ -61,19 +61,7 @@ def test_the_endpoint_variables_still_apply_beside_it() -> None:
     assert config.telemetry.otlp_endpoint == "http://collector:4317"
 
 
-@pytest.mark.parametrize("layer", ["file", "env", "flag"])
-def test_the_setting_from_any_layer_wins(tmp_path: Path, layer: str) -> None:
-    environ = {GENERAL: "5000", TRACES: "7000"}
-    path = None
-    flags: dict[str, object] = {}
-    if layer == "file":
-        path = tmp_path / "mesh.yaml"
-        path.write_text("telemetry:\n  otlp_export_timeout_s: 3\n")
-    elif layer == "env":
-        environ["MEDIAMESH_TELEMETRY__OTLP_EXPORT_TIMEOUT_S"] = "3"
-    else:
-        flags["telemetry.otlp_export_timeout_s"] = 3
-    assert timeout_s(environ, path, **flags) == 3.0
+# A value set in any layer wins over the variables: test_otlp_endpoint.py, for both settings.
 
 
 @pytest.mark.parametrize(

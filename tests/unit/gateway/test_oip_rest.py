@@ -15,6 +15,7 @@ from mediamesh.gateway.core.oip_rest import (
     parse_infer_request,
 )
 from mediamesh.gateway.core.tensors import join_bytes_tensor, pack_int64, split_bytes_tensor
+from tests.oip_bodies import raw_inputs_body
 
 
 def body(document: dict, *raw: bytes) -> tuple[bytes, str | None]:
@@ -62,26 +63,10 @@ def test_a_json_request_with_nested_strings():
 def test_binary_inputs_follow_the_json_in_their_order():
     prompts = join_bytes_tensor([b"one", b"two"])
     image = join_bytes_tensor([b"\x89PNG..."])
-    data, length = body(
-        {
-            "parameters": {"binary_data_output": True},
-            "inputs": [
-                {
-                    "name": "prompt",
-                    "shape": [2],
-                    "datatype": "BYTES",
-                    "parameters": {"binary_data_size": len(prompts)},
-                },
-                {
-                    "name": "image",
-                    "shape": [1],
-                    "datatype": "BYTES",
-                    "parameters": {"binary_data_size": len(image)},
-                },
-            ],
-        },
-        prompts,
-        image,
+    data, length = raw_inputs_body(
+        {"parameters": {"binary_data_output": True}},
+        prompt=[b"one", b"two"],
+        image=[b"\x89PNG..."],
     )
     request = parse_infer_request(data, length)
     assert [t.raw for t in request.inputs] == [prompts, image]
