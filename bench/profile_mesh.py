@@ -1,6 +1,7 @@
 """Where the mesh's CPU goes: an echo mesh under closed-loop load, CPU per request per process.
 
 `python -m bench.profile_mesh [--concurrency 64] [--requests 4000] [--py-spy DIR]`
+`python -m bench.profile_mesh --model flux-tiny --workers 1 --concurrency 1 --py-spy DIR --gil`
 
 CPU time comes from psutil (user + system, every thread) sampled around the measured level,
 so the figures are milliseconds of CPU per completed request. With `--py-spy DIR` each mesh
@@ -21,8 +22,6 @@ import psutil
 
 from bench.common import level_from_load, loadgen_argv
 from bench.launcher import ROOT, Mesh, running_mesh
-
-WORKERS = [{"models": ["echo"], "torch_threads": 1}, {"models": ["echo"], "torch_threads": 1}]
 
 
 def _cpu_seconds(process: psutil.Process) -> float:
@@ -58,19 +57,25 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--requests", type=int, default=4000)
     parser.add_argument("--api", default="native", choices=["native", "kserve"])
+    parser.add_argument("--model", default="echo", help="a model of the shipped registry")
+    parser.add_argument("--workers", type=int, default=2, help="workers of 1 torch thread each")
     parser.add_argument("--py-spy", type=Path, default=None, help="record py-spy profiles here")
     parser.add_argument("--native", action="store_true", help="py-spy: C frames too")
+    parser.add_argument(
+        "--gil", action="store_true", help="py-spy: sample the thread holding the GIL, idle too"
+    )
     parser.add_argument("--strace", type=Path, default=None, help="syscall counts here")
     parser.add_argument(
         "--in-store-max-bytes", type=int, default=None, help="scheduler.artifacts setting"
     )
     args = parser.parse_args()
     scheduler = {"artifacts": {"in_store_max_bytes": args.in_store_max_bytes}}
-    with running_mesh(WORKERS, scheduler) as mesh:
+    workers = [{"models": [args.model], "torch_threads": 1} for _ in range(args.workers)]
+    with running_mesh(workers, scheduler) as mesh:
         roles = _roles(mesh)
         argv = loadgen_argv(
             mesh.gateway,
-            ["echo"],
+            [args.model],
             api=args.api,
             concurrency=args.concurrency,
             requests=args.requests,
@@ -94,7 +99,8 @@ def main() -> None:
                     subprocess.Popen(
                         [py_spy, "record", "--pid", str(process.pid), "--format", "speedscope"]
                         + ["--duration", "4", "--rate", "200", "-o", str(out)]
-                        + (["--native"] if args.native else ["--nonblocking"]),
+                        + (["--native"] if args.native else ["--nonblocking"])
+                        + (["--gil", "--idle"] if args.gil else []),
                         stdout=subprocess.DEVNULL,
                         stderr=subprocess.DEVNULL,
                     )

@@ -79,6 +79,9 @@ IDEMPOTENCY_KEY = FieldLimit(256)
 # UTF-8 takes at most 4 bytes a character.
 PROMPT = FieldLimit(4 * MAX_PROMPT_CHARS, per_model="max_prompt_chars")
 ADDRESS = FieldLimit(512)
+# W3C trace context headers: `traceparent` is 55 characters, `tracestate` at most 512.
+TRACE_HEADER_NAME = FieldLimit(64)
+TRACE_HEADER_VALUE = FieldLimit(512)
 POOL = FieldLimit(32, r"^[a-z][a-z0-9-]{0,31}$")
 PARALLELISM = FieldLimit(16, r"^[a-z]{1,16}$")
 # HostedModel.warmup: "", "none", "warming" or "warm".
@@ -149,6 +152,10 @@ REQUEST_LIMITS: Mapping[str, Mapping[str, FieldLimit]] = {
     "mediamesh.v1.SubmitRequest": {"tenant": TENANT},
     "mediamesh.v1.ScopedUploadChunk": {"tenant": TENANT},
     "mediamesh.v1.ScopedJobRequest": {"job_id": JOB_ID, "tenant": TENANT},
+    "mediamesh.v1.JobLinkRequest.TraceContextEntry": {
+        "key": TRACE_HEADER_NAME,
+        "value": TRACE_HEADER_VALUE,
+    },
     "mediamesh.v1.ScopedListJobsRequest": {"tenant": TENANT},
     "mediamesh.v1.WorkerRegistration": {"worker_id": WORKER_ID, "address": ADDRESS, "pool": POOL},
     "mediamesh.v1.Device": {"id": DEVICE_ID},

@@ -167,12 +167,27 @@ def tracer(name: str) -> trace.Tracer:
     return trace.get_tracer(name)
 
 
+# The span of one JobLink exchange, on either end (the gateway's CLIENT, the scheduler's
+# SERVER): the pair a call per job would have had for its rpc.
+JOB_LINK_EXCHANGE_SPAN = "/mediamesh.v1.Scheduler/JobLink exchange"
+# The stream that outlives any request (JobLink carries many jobs' exchanges): a span of it
+# would last the process's life and join whichever request opened it. Its exchanges make
+# spans of their own.
+UNTRACED_METHOD = "JobLink"
+
+
+def _traced_methods() -> Any:
+    from opentelemetry.instrumentation.grpc import filters
+
+    return filters.negate(filters.method_name(UNTRACED_METHOD))
+
+
 def server_tracing_interceptors() -> list[Any]:
     if not _tracing_enabled:
         return []
     from opentelemetry.instrumentation.grpc import aio_server_interceptor
 
-    return [aio_server_interceptor()]
+    return [aio_server_interceptor(filter_=_traced_methods())]
 
 
 def client_tracing_interceptors() -> list[Any]:
@@ -180,7 +195,7 @@ def client_tracing_interceptors() -> list[Any]:
         return []
     from opentelemetry.instrumentation.grpc import aio_client_interceptors
 
-    return list(aio_client_interceptors())
+    return list(aio_client_interceptors(filter_=_traced_methods()))
 
 
 def current_trace_carrier() -> dict[str, str]:

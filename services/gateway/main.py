@@ -43,6 +43,8 @@ class GatewayService:
     # What stop() gives in-flight calls and streams when not told otherwise
     # (gateway.shutdown_grace_s).
     shutdown_grace_s: float = 20.0
+    # Its JobLink stream is closed once the listeners have stopped.
+    upstream: Upstream | None = None
 
     @property
     def port(self) -> int:
@@ -63,6 +65,8 @@ class GatewayService:
         if self.http is not None:
             stops.append(self.http.stop(grace))
         await asyncio.gather(*stops)
+        if self.upstream is not None:
+            await self.upstream.aclose()
         await self.channel.close()  # type: ignore[attr-defined]
 
 
@@ -128,7 +132,7 @@ async def start_gateway(
     watch_task = asyncio.create_task(watch.run(), name="scheduler-watch")
     log.info("gateway serving on %s:%d", g.host, server.port)
     service = GatewayService(
-        server, channel, watch, watch_task, shutdown_grace_s=g.shutdown_grace_s
+        server, channel, watch, watch_task, shutdown_grace_s=g.shutdown_grace_s, upstream=upstream
     )
     if g.http_port is not None:
         # Same host, keys and TLS as the gRPC listener, so the fail-closed check above

@@ -19,6 +19,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from mediamesh.common.api.health import answers_serving
+from mediamesh.common.api.status import from_number
 from mediamesh.common.generated.v1 import common_pb2, scheduler_pb2, worker_pb2
 from mediamesh.common.interceptors import INTERNAL_TOKEN_KEY
 from mediamesh.common.limits import BATCH_ID_PATTERN, JOB_ID_PATTERN, WORKER_ID_PATTERN
@@ -54,6 +55,12 @@ BASES = {
         batch_id="fuzz-batch", model=ECHO.name, jobs=[VALID_SPEC]
     ),
 }
+BASES["mediamesh.v1.JobLinkRequests"] = scheduler_pb2.JobLinkRequests(
+    requests=[
+        scheduler_pb2.JobLinkRequest(exchange_id=1, submit=BASES["mediamesh.v1.SubmitRequest"]),
+        scheduler_pb2.JobLinkRequest(exchange_id=2, stop=True),
+    ]
+)
 
 
 def _batch(**job: int | str) -> bytes:
@@ -105,6 +112,8 @@ def hints() -> Hints:
             [0, 1, now_ms - 1000, now_ms + 60_000]
         ),
         ("mediamesh.v1.ScopedJobRequest", "tenant"): tenants,
+        # Few ids, so that exchanges collide and stops find them.
+        ("mediamesh.v1.JobLinkRequest", "exchange_id"): st.integers(0, 3),
         ("mediamesh.v1.ScopedJobRequest", "job_id"): st.from_regex(JOB_ID_PATTERN, fullmatch=True),
         ("mediamesh.v1.WorkerRegistration", "worker_id"): st.from_regex(
             WORKER_ID_PATTERN, fullmatch=True
@@ -166,9 +175,18 @@ def check_batch_event(data: bytes) -> None:
         _code_is_deliberate(event.error.code, event.error)
 
 
+def check_link_events(data: bytes) -> None:
+    for linked in scheduler_pb2.JobLinkEvents.FromString(data).events:
+        if linked.HasField("status"):
+            _code_is_deliberate(from_number(linked.status.code).name, linked.status)
+        elif linked.event.HasField("error"):
+            _code_is_deliberate(linked.event.error.code, linked.event.error)
+
+
 def probe_of(scheduler: grpc.Channel, worker: grpc.Channel) -> Probe:
     checks = {
         path_of(SCHEDULER.methods_by_name["Watch"]): check_event,
+        path_of(SCHEDULER.methods_by_name["JobLink"]): check_link_events,
         path_of(WORKER.methods_by_name["RunBatch"]): check_batch_event,
     }
     return Probe({SCHEDULER.full_name: scheduler, WORKER.full_name: worker}, checks)

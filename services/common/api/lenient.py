@@ -45,11 +45,19 @@ class Unparsable:
     reason: str
 
 
-def add_servicer(server: grpc.aio.Server, servicer: object, service: ServiceDescriptor) -> None:
+def add_servicer(
+    server: grpc.aio.Server,
+    servicer: object,
+    service: ServiceDescriptor,
+    bounds_checked_by_servicer: frozenset[str] = frozenset(),
+) -> None:
     """Registers `service`'s rpcs on `server`, each served by `servicer`'s method of that name.
 
     Requests that do not parse, or exceed a field's declared limit, are answered with
     INVALID_ARGUMENT before the servicer's method runs. Call before the server starts.
+    The streams named in `bounds_checked_by_servicer` are still refused for a message that
+    does not parse, but their servicer checks the limits itself: a message of theirs holds
+    several independent requests, and one request past a limit must fail alone.
     """
     handlers = {}
     for method in service.methods:
@@ -57,8 +65,13 @@ def add_servicer(server: grpc.aio.Server, servicer: object, service: ServiceDesc
         response_class = GetMessageClass(method.output_type)
         behaviour = getattr(servicer, method.name)
         shape = (method.client_streaming, method.server_streaming)
+        guard = _GUARDS[shape]
+        if method.name in bounds_checked_by_servicer:
+            if shape != (True, True):
+                raise ValueError(f"{method.name}: only a bidirectional stream checks its own")
+            guard = _parsed_stream_stream
         handlers[method.name] = _FACTORIES[shape](
-            _GUARDS[shape](behaviour),
+            guard(behaviour),
             request_deserializer=_parser(request_class),
             response_serializer=response_class.SerializeToString,
         )
@@ -119,6 +132,13 @@ async def _checked(requests: AsyncIterator[Any]) -> AsyncIterator[Any]:
         yield request
 
 
+async def _parsed(requests: AsyncIterator[Any]) -> AsyncIterator[Any]:
+    async for request in requests:
+        if isinstance(request, Unparsable):
+            raise InvalidArgument(request.reason)
+        yield request
+
+
 def _unary_unary(behaviour: _Behaviour) -> _Behaviour:
     async def guarded(request: Any, context: _Context) -> Any:
         _check(request)
@@ -146,6 +166,14 @@ def _stream_unary(behaviour: _Behaviour) -> _Behaviour:
 def _stream_stream(behaviour: _Behaviour) -> _Behaviour:
     async def guarded(requests: AsyncIterator[Any], context: _Context) -> AsyncIterator[Any]:
         async for response in behaviour(_checked(requests), context):
+            yield response
+
+    return guarded
+
+
+def _parsed_stream_stream(behaviour: _Behaviour) -> _Behaviour:
+    async def guarded(requests: AsyncIterator[Any], context: _Context) -> AsyncIterator[Any]:
+        async for response in behaviour(_parsed(requests), context):
             yield response
 
     return guarded

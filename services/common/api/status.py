@@ -32,3 +32,19 @@ def from_grpc(code: grpc.StatusCode | None) -> StatusCode:
     if code is None:
         return StatusCode.OK
     return _FROM_GRPC.get(code, StatusCode.UNKNOWN)
+
+
+_BY_NUMBER: Mapping[int, StatusCode] = MappingProxyType(
+    {grpc_code.value[0]: code for code, grpc_code in GRPC_STATUS.items()}
+)
+
+
+def to_number(code: StatusCode) -> int:
+    """`code` as gRPC numbers it on the wire (google.rpc.Code): what a status field holds."""
+    number: int = GRPC_STATUS[code].value[0]
+    return number
+
+
+def from_number(number: int) -> StatusCode:
+    """The code a status field's number stands for; UNKNOWN for a number gRPC does not use."""
+    return _BY_NUMBER.get(number, StatusCode.UNKNOWN)

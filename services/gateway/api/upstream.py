@@ -20,6 +20,7 @@ from mediamesh.common.generated.v1 import common_pb2, gateway_pb2, scheduler_pb2
 from mediamesh.common.log_throttle import LOG_EVERY_S, LogThrottle
 from mediamesh.common.registry import Registry
 from mediamesh.common.telemetry import forwarded_trace
+from mediamesh.gateway.api.job_link import FINAL_EVENTS, JobLink
 from mediamesh.gateway.core.tenancy import Caller, Tenancy
 
 log = logging.getLogger("mediamesh.gateway")
@@ -45,6 +46,8 @@ class Upstream:
     max_message_bytes: int = 64 * 1024 * 1024
     # LoRA adapters one request may name (GatewaySettings.max_adapters_per_request).
     max_adapters_per_request: int = DEFAULT_MAX_ADAPTERS_PER_REQUEST
+    # The one stream that carries final-only jobs; without it each is a call of its own.
+    link: JobLink | None = None
 
     @classmethod
     def over(
@@ -59,8 +62,19 @@ class Upstream:
         """An upstream that calls the scheduler over `channel`."""
         scheduler = scheduler_pb2_grpc.SchedulerStub(channel)
         return cls(
-            scheduler, registry, tenancy, inline_limit, max_message_bytes, max_adapters_per_request
+            scheduler,
+            registry,
+            tenancy,
+            inline_limit,
+            max_message_bytes,
+            max_adapters_per_request,
+            JobLink(scheduler, link_error),
         )
+
+    async def aclose(self) -> None:
+        """End the link's stream (at shutdown, before the channel closes)."""
+        if self.link is not None:
+            await self.link.aclose()
 
     async def submit(
         self, request: common_pb2.GenerateRequest, caller: Caller, deadline_ms: int
@@ -82,14 +96,19 @@ class Upstream:
     ) -> AsyncGenerator[common_pb2.GenerateEvent, None]:
         """Submit, then the job's events to its end, as callers get them, in one scheduler
         call; scheduler errors (Submit's among them) raise MeshError. With `final_only`,
-        the job's state when queued (naming the job) and then its final event alone."""
+        the job's state when queued (naming the job) and then its final event alone, over
+        the link's shared stream: two events a job cost less as two messages than as a call."""
         submit = submit_request(request, caller, deadline_ms)
         submit.final_only = final_only
+        if final_only and self.link is not None:
+            async for event in self.link.follow(submit, dict(caller.trace_metadata or ())):
+                yield self.outbound(event)
+            return
         call = self.scheduler.SubmitAndWatch(submit, metadata=caller.trace_metadata or None)
         try:
             async with mesh_errors():
                 async for event in call:
-                    if event.WhichOneof("event") in _FINAL_EVENTS:
+                    if event.WhichOneof("event") in FINAL_EVENTS:
                         await _ended(call)
                     yield self.outbound(event)
         finally:
@@ -287,27 +306,36 @@ async def mesh_errors() -> AsyncIterator[None]:
     try:
         yield
     except grpc.aio.AioRpcError as exc:
-        retry_ms = next(
-            (v for k, v in (exc.trailing_metadata() or ()) if k == RETRY_AFTER_KEY), "0"
+        raise mesh_error(exc) from None
+
+
+def mesh_error(exc: grpc.aio.AioRpcError) -> MeshError:
+    """A scheduler call's failure as callers get it (see `mesh_errors`)."""
+    retry_ms = next((v for k, v in (exc.trailing_metadata() or ()) if k == RETRY_AFTER_KEY), "0")
+    reworded = outward(exc)
+    if reworded is not None:
+        return MeshError(reworded[1], code=from_grpc(reworded[0]))
+    code = from_grpc(exc.code())
+    details = exc.details() or ""
+    if code is StatusCode.RESOURCE_EXHAUSTED and _OVERSIZED in details:
+        # The gateway's own channel refused an answer above its message limit: a
+        # configuration to fix, not a load to wait out (RESOURCE_EXHAUSTED would be a 429).
+        return MeshError(
+            f"the scheduler's answer is larger than gateway.max_message_bytes allows "
+            f"({details}); raise gateway.max_message_bytes",
+            code=StatusCode.INTERNAL,
         )
-        reworded = outward(exc)
-        if reworded is not None:
-            raise MeshError(reworded[1], code=from_grpc(reworded[0])) from None
-        code = from_grpc(exc.code())
-        details = exc.details() or ""
-        if code is StatusCode.RESOURCE_EXHAUSTED and _OVERSIZED in details:
-            # The gateway's own channel refused an answer above its message limit: a
-            # configuration to fix, not a load to wait out (RESOURCE_EXHAUSTED would be a 429).
-            raise MeshError(
-                f"the scheduler's answer is larger than gateway.max_message_bytes allows "
-                f"({details}); raise gateway.max_message_bytes",
-                code=StatusCode.INTERNAL,
-            ) from None
-        raise MeshError(details or code, code=code, retry_after_s=int(retry_ms) / 1000) from None
+    return MeshError(details or code, code=code, retry_after_s=int(retry_ms) / 1000)
 
 
-# The scheduler ends a job's stream right after one of these.
-_FINAL_EVENTS = ("result", "error")
+def link_error(exc: grpc.aio.AioRpcError | None) -> MeshError:
+    """What the open exchanges of a JobLink stream end with when it breaks: its call's
+    failure, as any call's; a stream the scheduler ended itself, as one unreachable."""
+    if exc is None:
+        return MeshError(UNREACHABLE_MESSAGE, code=StatusCode.UNAVAILABLE)
+    return mesh_error(exc)
+
+
 # Longest wait for the stream's end after its final event; past it the call is cancelled.
 _END_WAIT_S = 1.0
 

@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
-from typing import Any
 
 import grpc
 
@@ -20,6 +19,7 @@ from mediamesh.common.telemetry import request_trace_carrier
 from mediamesh.common.tenants import checked_tenant
 from mediamesh.common.warmup import WARMUP_WARMING
 from mediamesh.scheduler.api import convert
+from mediamesh.scheduler.api.job_link import serve_job_link
 from mediamesh.scheduler.core.delivery import ResultDelivery
 from mediamesh.scheduler.core.interface import INVALID_REQUEST, NewJob
 from mediamesh.scheduler.core.jobs import Job, Priority, TenantQuota
@@ -67,7 +67,8 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
     ) -> gateway_pb2.JobHandle:
         """Validates the request and queues a job; a repeated idempotency key returns the
         existing job, marked `deduplicated`."""
-        job, deduplicated = await self._submit(request, context)
+        carrier = request_trace_carrier(dict(context.invocation_metadata() or ()))
+        job, deduplicated = await self.submit(request, carrier)
         return gateway_pb2.JobHandle(
             job_id=job.job_id, state=convert.state(job.state), deduplicated=deduplicated
         )
@@ -79,23 +80,40 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
     ) -> AsyncIterator[common_pb2.GenerateEvent]:
         """Submit's checks and queueing, then the new job's events to its end, as Watch
         streams them; a repeated idempotency key follows the existing job."""
-        job, _deduplicated = await self._submit(request, context)
+        carrier = request_trace_carrier(dict(context.invocation_metadata() or ()))
+        async for event in self.submit_and_watch(request, carrier):
+            yield event
+
+    async def JobLink(
+        self,
+        requests: AsyncIterator[scheduler_pb2.JobLinkRequests],
+        context: grpc.aio.ServicerContext[
+            scheduler_pb2.JobLinkRequests, scheduler_pb2.JobLinkEvents
+        ],
+    ) -> AsyncIterator[scheduler_pb2.JobLinkEvents]:
+        """A gateway's SubmitAndWatch exchanges over one stream (job_link.py)."""
+        async for events in serve_job_link(requests, self.submit_and_watch):
+            yield events
+
+    async def submit_and_watch(
+        self, request: scheduler_pb2.SubmitRequest, carrier: dict[str, str]
+    ) -> AsyncIterator[common_pb2.GenerateEvent]:
+        """Submit's checks and queueing, then the job's events to its end (its state when
+        queued and its final event alone with `final_only`)."""
+        job, _deduplicated = await self.submit(request, carrier)
         events = self.runtime.watch(
             job.job_id, job.tenant, final_only=request.final_only, snapshot_first=True
         )
         async for event in self._encoded(events):
             yield event
 
-    async def _submit(
-        self,
-        request: scheduler_pb2.SubmitRequest,
-        context: grpc.aio.ServicerContext[scheduler_pb2.SubmitRequest, Any],
+    async def submit(
+        self, request: scheduler_pb2.SubmitRequest, carrier: dict[str, str]
     ) -> tuple[Job, bool]:
         """The job a SubmitRequest queues (or the earlier one its idempotency key names),
-        and whether it was that earlier one."""
+        and whether it was that earlier one; `carrier` is the request's trace context."""
         # Again here: a gateway's checks are not the scheduler's only defence.
         fields = request_fields(request.request)
-        carrier = request_trace_carrier(dict(context.invocation_metadata() or ()))
         inputs = self.runtime.inputs
         try:
             spec = find_model(self.registry, fields.model)
@@ -458,4 +476,5 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
 def registration(servicer: SchedulerServicer) -> tuple[tuple[str, ...], object]:
     """The service names and the server hook that serve mediamesh.v1.Scheduler with `servicer`."""
     service = scheduler_pb2.DESCRIPTOR.services_by_name["Scheduler"]
-    return (service.full_name,), lambda server: add_servicer(server, servicer, service)
+    own_checks = frozenset({"JobLink"})
+    return (service.full_name,), lambda server: add_servicer(server, servicer, service, own_checks)

@@ -17,7 +17,15 @@ from queries import dashboard_panels
 
 PROTOS = Path(__file__).resolve().parents[3] / "protos"
 # Streams whose duration is that of what they follow: the panel leaves them out.
-LIFETIME_STREAMS = {"Attach", "Generate", "Watch", "SubmitAndWatch", "RunBatch", "ModelStreamInfer"}
+LIFETIME_STREAMS = {
+    "Attach",
+    "Generate",
+    "Watch",
+    "SubmitAndWatch",
+    "JobLink",
+    "RunBatch",
+    "ModelStreamInfer",
+}
 # Streams bounded by the bytes they carry: their time is the file's size over the client's
 # bandwidth, not the server's handling, so the panel leaves them out too.
 TRANSFER_STREAMS = {"Download", "Upload"}

@@ -26,6 +26,57 @@ class SubmitRequest(_message.Message):
     final_only: bool
     def __init__(self, request: _Optional[_Union[_common_pb2.GenerateRequest, _Mapping]] = ..., tenant: _Optional[str] = ..., deadline_unix_ms: _Optional[int] = ..., tenant_weight: _Optional[float] = ..., max_queued_jobs: _Optional[int] = ..., max_running_jobs: _Optional[int] = ..., final_only: _Optional[bool] = ...) -> None: ...
 
+class JobLinkRequests(_message.Message):
+    __slots__ = ("requests",)
+    REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    requests: _containers.RepeatedCompositeFieldContainer[JobLinkRequest]
+    def __init__(self, requests: _Optional[_Iterable[_Union[JobLinkRequest, _Mapping]]] = ...) -> None: ...
+
+class JobLinkRequest(_message.Message):
+    __slots__ = ("exchange_id", "submit", "stop", "trace_context")
+    class TraceContextEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    EXCHANGE_ID_FIELD_NUMBER: _ClassVar[int]
+    SUBMIT_FIELD_NUMBER: _ClassVar[int]
+    STOP_FIELD_NUMBER: _ClassVar[int]
+    TRACE_CONTEXT_FIELD_NUMBER: _ClassVar[int]
+    exchange_id: int
+    submit: SubmitRequest
+    stop: bool
+    trace_context: _containers.ScalarMap[str, str]
+    def __init__(self, exchange_id: _Optional[int] = ..., submit: _Optional[_Union[SubmitRequest, _Mapping]] = ..., stop: _Optional[bool] = ..., trace_context: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class JobLinkEvents(_message.Message):
+    __slots__ = ("events",)
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    events: _containers.RepeatedCompositeFieldContainer[JobLinkEvent]
+    def __init__(self, events: _Optional[_Iterable[_Union[JobLinkEvent, _Mapping]]] = ...) -> None: ...
+
+class JobLinkEvent(_message.Message):
+    __slots__ = ("exchange_id", "event", "status")
+    EXCHANGE_ID_FIELD_NUMBER: _ClassVar[int]
+    EVENT_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    exchange_id: int
+    event: _common_pb2.GenerateEvent
+    status: ExchangeStatus
+    def __init__(self, exchange_id: _Optional[int] = ..., event: _Optional[_Union[_common_pb2.GenerateEvent, _Mapping]] = ..., status: _Optional[_Union[ExchangeStatus, _Mapping]] = ...) -> None: ...
+
+class ExchangeStatus(_message.Message):
+    __slots__ = ("code", "message", "retry_after_ms")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    RETRY_AFTER_MS_FIELD_NUMBER: _ClassVar[int]
+    code: int
+    message: str
+    retry_after_ms: int
+    def __init__(self, code: _Optional[int] = ..., message: _Optional[str] = ..., retry_after_ms: _Optional[int] = ...) -> None: ...
+
 class ScopedUploadChunk(_message.Message):
     __slots__ = ("chunk", "tenant", "quota_bytes")
     CHUNK_FIELD_NUMBER: _ClassVar[int]

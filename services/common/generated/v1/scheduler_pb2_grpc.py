@@ -52,6 +52,11 @@ class SchedulerStub:
                 request_serializer=mediamesh_dot_v1_dot_scheduler__pb2.SubmitRequest.SerializeToString,
                 response_deserializer=mediamesh_dot_v1_dot_common__pb2.GenerateEvent.FromString,
                 _registered_method=True)
+        self.JobLink = channel.stream_stream(
+                '/mediamesh.v1.Scheduler/JobLink',
+                request_serializer=mediamesh_dot_v1_dot_scheduler__pb2.JobLinkRequests.SerializeToString,
+                response_deserializer=mediamesh_dot_v1_dot_scheduler__pb2.JobLinkEvents.FromString,
+                _registered_method=True)
         self.Cancel = channel.unary_unary(
                 '/mediamesh.v1.Scheduler/Cancel',
                 request_serializer=mediamesh_dot_v1_dot_scheduler__pb2.ScopedJobRequest.SerializeToString,
@@ -118,6 +123,17 @@ class SchedulerServicer:
         gateway's Generate does, one round trip fewer than Submit and Watch. Submit's
         errors end the stream before any event. A repeated idempotency key follows the
         existing job.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def JobLink(self, request_iterator, context):
+        """Many SubmitAndWatch exchanges over one long-lived stream, each named by the
+        gateway's `exchange_id`: what a gateway's callers that answer once (KServe,
+        the HTTP faces) use, instead of a call per job. A message carries whatever
+        requests (or events) were waiting when it was sent. An exchange's refusal
+        ends that exchange alone; the stream ends only when the gateway closes it.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -198,6 +214,11 @@ def add_SchedulerServicer_to_server(servicer, server):
                     servicer.SubmitAndWatch,
                     request_deserializer=mediamesh_dot_v1_dot_scheduler__pb2.SubmitRequest.FromString,
                     response_serializer=mediamesh_dot_v1_dot_common__pb2.GenerateEvent.SerializeToString,
+            ),
+            'JobLink': grpc.stream_stream_rpc_method_handler(
+                    servicer.JobLink,
+                    request_deserializer=mediamesh_dot_v1_dot_scheduler__pb2.JobLinkRequests.FromString,
+                    response_serializer=mediamesh_dot_v1_dot_scheduler__pb2.JobLinkEvents.SerializeToString,
             ),
             'Cancel': grpc.unary_unary_rpc_method_handler(
                     servicer.Cancel,
@@ -322,6 +343,33 @@ class Scheduler:
             '/mediamesh.v1.Scheduler/SubmitAndWatch',
             mediamesh_dot_v1_dot_scheduler__pb2.SubmitRequest.SerializeToString,
             mediamesh_dot_v1_dot_common__pb2.GenerateEvent.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def JobLink(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/mediamesh.v1.Scheduler/JobLink',
+            mediamesh_dot_v1_dot_scheduler__pb2.JobLinkRequests.SerializeToString,
+            mediamesh_dot_v1_dot_scheduler__pb2.JobLinkEvents.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,196 @@
+"""The gateway's end of JobLink: the jobs of callers that answer once, over one stream.
+
+KServe, the Open Inference Protocol over REST, the OpenAI routes and the HTTP face's
+synchronous calls want a job's final event alone. Each used to be a SubmitAndWatch call of
+its own; here they are exchanges on one long-lived stream (`mediamesh.v1.Scheduler.JobLink`),
+opened when first needed and again after it breaks. A stream that breaks ends every open
+exchange with the error its own call would have ended with; the jobs themselves run on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Mapping
+
+import grpc
+from opentelemetry.trace import SpanKind
+
+from mediamesh.common.api.status import from_number
+from mediamesh.common.errors import MeshError, StatusCode
+from mediamesh.common.generated.v1 import common_pb2, scheduler_pb2, scheduler_pb2_grpc
+from mediamesh.common.telemetry import JOB_LINK_EXCHANGE_SPAN, current_trace_carrier, tracer
+
+# Most bytes of requests one message carries, unless a single request is larger.
+PACK_BYTES = 1 << 20
+# An exchange ends after one of these events (as does a SubmitAndWatch call).
+FINAL_EVENTS = ("result", "error")
+
+_tracer = tracer(__name__)
+
+# What an exchange's inbox holds: the job's events, then possibly the error that ended it.
+_Arrival = common_pb2.GenerateEvent | MeshError
+# The error a broken stream ends its exchanges with, from the call's failure (None: the
+# scheduler ended the stream itself).
+LinkError = Callable[[grpc.aio.AioRpcError | None], MeshError]
+
+
+class JobLink:
+    """Exchanges over the current stream to the scheduler; a new stream once it breaks.
+
+    `link_error` turns the stream's failure into what each open exchange raises (the same
+    rewording as for any call to the scheduler).
+    """
+
+    def __init__(
+        self,
+        scheduler: scheduler_pb2_grpc.SchedulerStub,
+        link_error: LinkError,
+    ) -> None:
+        self._scheduler = scheduler
+        self._link_error = link_error
+        self._stream: _Stream | None = None
+        self._ids = itertools.count(1)
+
+    async def follow(
+        self, submit: scheduler_pb2.SubmitRequest, forwarded_trace: Mapping[str, str]
+    ) -> AsyncIterator[common_pb2.GenerateEvent]:
+        """Submit over the link and yield the job's events to its final one; a refusal or
+        a broken link raises MeshError. `forwarded_trace` is the caller's trace context,
+        sent when this process does not trace (a tracing one sends its own span's)."""
+        stream = self._current()
+        with _tracer.start_as_current_span(JOB_LINK_EXCHANGE_SPAN, kind=SpanKind.CLIENT):
+            trace_context = current_trace_carrier() or dict(forwarded_trace)
+            exchange_id = next(self._ids)
+            inbox = stream.open(exchange_id, submit, trace_context)
+            ended = False
+            try:
+                while True:
+                    arrival = await inbox.get()
+                    if isinstance(arrival, MeshError):
+                        ended = True
+                        raise arrival
+                    ended = arrival.WhichOneof("event") in FINAL_EVENTS
+                    yield arrival
+                    if ended:
+                        return
+            finally:
+                stream.close(exchange_id, stop=not ended)
+
+    async def aclose(self) -> None:
+        """Close the current stream, ending its open exchanges."""
+        if self._stream is not None:
+            await self._stream.aclose()
+            self._stream = None
+
+    def _current(self) -> _Stream:
+        if self._stream is None or self._stream.broken:
+            self._stream = _Stream(self._scheduler, self._link_error)
+        return self._stream
+
+
+class _Stream:
+    """One JobLink call: a writer task packing requests, a reader task routing events."""
+
+    def __init__(self, scheduler: scheduler_pb2_grpc.SchedulerStub, link_error: LinkError) -> None:
+        self._call = scheduler.JobLink()
+        self._link_error = link_error
+        self._inboxes: dict[int, asyncio.Queue[_Arrival]] = {}
+        self._outbox: deque[scheduler_pb2.JobLinkRequest] = deque()
+        self._waiting = asyncio.Event()
+        self.broken = False
+        self._writer = asyncio.create_task(self._write(), name="job-link-writer")
+        self._reader = asyncio.create_task(self._read(), name="job-link-reader")
+
+    def open(
+        self,
+        exchange_id: int,
+        submit: scheduler_pb2.SubmitRequest,
+        trace_context: dict[str, str],
+    ) -> asyncio.Queue[_Arrival]:
+        inbox: asyncio.Queue[_Arrival] = asyncio.Queue()
+        self._inboxes[exchange_id] = inbox
+        self._send(
+            scheduler_pb2.JobLinkRequest(
+                exchange_id=exchange_id, submit=submit, trace_context=trace_context
+            )
+        )
+        return inbox
+
+    def close(self, exchange_id: int, stop: bool) -> None:
+        """Forget the exchange; with `stop`, tell the scheduler to stop following its job."""
+        if self._inboxes.pop(exchange_id, None) is not None and stop and not self.broken:
+            self._send(scheduler_pb2.JobLinkRequest(exchange_id=exchange_id, stop=True))
+
+    async def aclose(self) -> None:
+        self._fail(MeshError("the gateway is shutting down", code=StatusCode.UNAVAILABLE))
+        self._call.cancel()
+        for task in (self._writer, self._reader):
+            task.cancel()
+        await asyncio.gather(self._writer, self._reader, return_exceptions=True)
+
+    def _send(self, request: scheduler_pb2.JobLinkRequest) -> None:
+        self._outbox.append(request)
+        self._waiting.set()
+
+    async def _write(self) -> None:
+        # A failed write means the call has ended: the reader reports how.
+        with contextlib.suppress(grpc.aio.AioRpcError, asyncio.InvalidStateError):
+            while not self.broken:
+                await self._waiting.wait()
+                self._waiting.clear()
+                while self._outbox and not self.broken:
+                    await self._call.write(scheduler_pb2.JobLinkRequests(requests=self._pack()))
+
+    def _pack(self) -> list[scheduler_pb2.JobLinkRequest]:
+        pack: list[scheduler_pb2.JobLinkRequest] = []
+        size = 0
+        while self._outbox:
+            request_size = self._outbox[0].ByteSize()
+            if pack and size + request_size > PACK_BYTES:
+                break
+            pack.append(self._outbox.popleft())
+            size += request_size
+        return pack
+
+    async def _read(self) -> None:
+        failure: grpc.aio.AioRpcError | None = None
+        try:
+            async for message in self._call:
+                for event in message.events:
+                    self._route(event)
+        except grpc.aio.AioRpcError as exc:
+            failure = exc
+        self._fail(self._link_error(failure))
+
+    def _route(self, event: scheduler_pb2.JobLinkEvent) -> None:
+        inbox = self._inboxes.get(event.exchange_id)
+        if inbox is None:
+            return  # stopped: its caller left
+        if event.HasField("status"):
+            status = event.status
+            code = from_number(status.code)
+            if code is StatusCode.OK:
+                code = StatusCode.UNKNOWN  # an exchange never ends OK without its final event
+            inbox.put_nowait(
+                MeshError(
+                    status.message or code.value,
+                    code=code,
+                    retry_after_s=status.retry_after_ms / 1000,
+                )
+            )
+            del self._inboxes[event.exchange_id]
+            return
+        inbox.put_nowait(event.event)
+        if event.event.WhichOneof("event") in FINAL_EVENTS:
+            del self._inboxes[event.exchange_id]
+
+    def _fail(self, error: MeshError) -> None:
+        """End every open exchange with `error`; the next exchange opens a new stream."""
+        self.broken = True
+        for inbox in self._inboxes.values():
+            inbox.put_nowait(error)
+        self._inboxes.clear()
+        self._waiting.set()

@@ -1,0 +1,186 @@
+"""The gateway's JobLink: final-only jobs share one stream to the scheduler, a refusal or a
+caller leaving touches its own exchange alone, and a broken stream fails the open exchanges
+as unreachable and is opened again for the next job."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import grpc
+import pytest
+from prometheus_client import REGISTRY
+
+from mediamesh.common.errors import MeshError, ResourceExhausted, StatusCode
+from mediamesh.common.generated.inference import grpc_service_pb2 as kserve_pb
+from mediamesh.common.generated.inference import grpc_service_pb2_grpc as kserve_grpc
+from mediamesh.common.generated.v1 import common_pb2, scheduler_pb2, scheduler_pb2_grpc
+from mediamesh.common.registry import load_registry
+from mediamesh.common.settings import GatewaySettings, TenantSettings
+from mediamesh.gateway.api.upstream import UNREACHABLE_MESSAGE, Upstream
+from mediamesh.gateway.core.tenancy import Caller, Tenancy
+from mediamesh.scheduler.api.job_link import serve_job_link
+from tests.service.conftest import start_mesh, stop_mesh
+
+
+class LinkedScheduler(scheduler_pb2_grpc.SchedulerServicer):
+    """The real JobLink serving, over jobs named by their prompt: "refused", "hold" (until
+    stopped or released), or any other, answered at once."""
+
+    def __init__(self) -> None:
+        self.stopped: list[str] = []
+        self.release = asyncio.Event()
+        self.streams = 0
+
+    async def JobLink(self, requests, context):  # type: ignore[no-untyped-def]
+        self.streams += 1
+        async for events in serve_job_link(requests, self._follow):
+            yield events
+
+    async def _follow(
+        self, submit: scheduler_pb2.SubmitRequest, carrier: dict[str, str]
+    ) -> AsyncIterator[common_pb2.GenerateEvent]:
+        prompt = submit.request.prompt
+        if prompt == "refused":
+            raise ResourceExhausted("the image queue is full", retry_after_s=2)
+        yield common_pb2.GenerateEvent(job_id=prompt, state=common_pb2.QUEUED)
+        if prompt == "hold":
+            try:
+                await self.release.wait()
+            except asyncio.CancelledError:
+                self.stopped.append(prompt)
+                raise
+        result = common_pb2.Result(data=prompt.encode())
+        yield common_pb2.GenerateEvent(job_id=prompt, state=common_pb2.SUCCEEDED, result=result)
+
+
+async def serve(scheduler: LinkedScheduler, port: int = 0) -> tuple[grpc.aio.Server, int]:
+    server = grpc.aio.server()
+    scheduler_pb2_grpc.add_SchedulerServicer_to_server(scheduler, server)
+    bound = server.add_insecure_port(f"127.0.0.1:{port}")
+    await server.start()
+    return server, bound
+
+
+def upstream_over(channel: grpc.aio.Channel) -> Upstream:
+    tenancy = Tenancy(GatewaySettings(), time.monotonic)
+    return Upstream.over(channel, load_registry(), tenancy, 1 << 20, 1 << 26)
+
+
+async def final_event(up: Upstream, prompt: str) -> common_pb2.GenerateEvent:
+    request = common_pb2.GenerateRequest(model="echo", prompt=prompt)
+    events = [e async for e in up.submit_and_watch(request, CALLER, 0, final_only=True)]
+    assert events[0].state == common_pb2.QUEUED
+    return events[-1]
+
+
+CALLER = Caller("t", TenantSettings())
+
+
+async def test_jobs_share_one_stream_and_a_refusal_ends_its_own_exchange() -> None:
+    scheduler = LinkedScheduler()
+    server, port = await serve(scheduler)
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            up = upstream_over(channel)
+            prompts = [f"job-{i}" for i in range(30)]
+            finals = await asyncio.gather(*(final_event(up, p) for p in prompts))
+            assert [f.result.data.decode() for f in finals] == prompts
+            with pytest.raises(MeshError) as refused:
+                await final_event(up, "refused")
+            assert refused.value.code is StatusCode.RESOURCE_EXHAUSTED
+            assert refused.value.message == "the image queue is full"
+            assert refused.value.retry_after_s == 2
+            assert (await final_event(up, "after")).result.data == b"after"
+            assert scheduler.streams == 1
+            await up.aclose()
+    finally:
+        await server.stop(None)
+
+
+async def test_a_caller_that_leaves_stops_its_exchange_and_no_other() -> None:
+    scheduler = LinkedScheduler()
+    server, port = await serve(scheduler)
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            up = upstream_over(channel)
+            request = common_pb2.GenerateRequest(model="echo", prompt="hold")
+            events = up.submit_and_watch(request, CALLER, 0, final_only=True)
+            assert (await anext(events)).state == common_pb2.QUEUED
+            await events.aclose()
+            for _ in range(100):
+                if scheduler.stopped:
+                    break
+                await asyncio.sleep(0.01)
+            assert scheduler.stopped == ["hold"]
+            assert (await final_event(up, "next")).result.data == b"next"
+            await up.aclose()
+    finally:
+        await server.stop(None)
+
+
+async def test_a_broken_stream_fails_open_exchanges_and_the_next_job_opens_another() -> None:
+    first = LinkedScheduler()
+    server, port = await serve(first)
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        up = upstream_over(channel)
+        waiting = asyncio.create_task(final_event(up, "hold"))
+        await asyncio.sleep(0.2)
+        await server.stop(None)
+        with pytest.raises(MeshError) as broken:
+            await asyncio.wait_for(waiting, 10)
+        assert broken.value.code is StatusCode.UNAVAILABLE
+        assert broken.value.message == UNREACHABLE_MESSAGE
+        second = LinkedScheduler()
+        server, _ = await serve(second, port)
+        try:
+            # The channel reconnects on its own; the link opens a new stream on it.
+            for _ in range(50):
+                try:
+                    final = await final_event(up, "again")
+                    break
+                except MeshError:
+                    await asyncio.sleep(0.1)
+            assert final.result.data == b"again"
+            assert second.streams == 1
+            await up.aclose()
+        finally:
+            await server.stop(None)
+
+
+def _scheduler_calls(method: str) -> float:
+    total = 0.0
+    for metric in REGISTRY.collect():
+        for sample in metric.samples:
+            labels = sample.labels
+            if sample.name == "mediamesh_rpc_requests_total" and labels.get("method") == method:
+                total += sample.value
+    return total
+
+
+async def test_kserve_calls_through_a_mesh_make_no_call_per_job(
+    tmp_path: Path, models_dir: Path
+) -> None:
+    mesh = await start_mesh(tmp_path, models_dir, [["echo"]])
+    try:
+        before = _scheduler_calls("SubmitAndWatch")
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{mesh.gateway.port}") as channel:
+            stub = kserve_grpc.GRPCInferenceServiceStub(channel)
+
+            async def infer(index: int) -> kserve_pb.ModelInferResponse:
+                prompt = kserve_pb.ModelInferRequest.InferInputTensor(
+                    name="prompt",
+                    datatype="BYTES",
+                    shape=[1],
+                    contents=kserve_pb.InferTensorContents(bytes_contents=[b"p%d" % index]),
+                )
+                request = kserve_pb.ModelInferRequest(model_name="echo", inputs=[prompt])
+                return await stub.ModelInfer(request, timeout=30)
+
+            answers = await asyncio.gather(*(infer(i) for i in range(24)))
+        assert all(a.outputs for a in answers)
+        assert _scheduler_calls("SubmitAndWatch") == before
+    finally:
+        await stop_mesh(mesh)
