@@ -205,6 +205,15 @@ def current_trace_carrier() -> dict[str, str]:
     return carrier
 
 
+def span_trace_carrier(span: trace.Span) -> dict[str, str]:
+    """`span`'s context as W3C headers, without making it current: a span held across an
+    async generator's `yield` cannot be current, since the generator may be closed from
+    another context, where detaching it fails."""
+    carrier: dict[str, str] = {}
+    propagate.inject(carrier, context=trace.set_span_in_context(span))
+    return carrier
+
+
 def request_trace_carrier(metadata: Mapping[str, str | bytes]) -> dict[str, str]:
     """The trace a request belongs to, as W3C headers to keep with the job it creates.
 

@@ -1,10 +1,10 @@
 """The gateway's end of JobLink: the jobs of callers that answer once, over one stream.
 
-KServe, the Open Inference Protocol over REST, the OpenAI routes and the HTTP face's
-synchronous calls want a job's final event alone. Each used to be a SubmitAndWatch call of
-its own; here they are exchanges on one long-lived stream (`mediamesh.v1.Scheduler.JobLink`),
-opened when first needed and again after it breaks. A stream that breaks ends every open
-exchange with the error its own call would have ended with; the jobs themselves run on.
+KServe's ModelInfer, over gRPC and over REST, wants a job's final event alone. Each such job
+used to be a SubmitAndWatch call of its own; here they are exchanges on one long-lived stream
+(`mediamesh.v1.Scheduler.JobLink`), opened when first needed and again after it breaks. A
+stream that breaks ends every open exchange with the error its own call would have ended
+with; the jobs themselves run on.
 """
 
 from __future__ import annotations
@@ -16,12 +16,18 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable, Mapping
 
 import grpc
-from opentelemetry.trace import SpanKind
+from opentelemetry.trace import SpanKind, Status
+from opentelemetry.trace import StatusCode as SpanStatus
 
 from mediamesh.common.api.status import from_number
 from mediamesh.common.errors import MeshError, StatusCode
 from mediamesh.common.generated.v1 import common_pb2, scheduler_pb2, scheduler_pb2_grpc
-from mediamesh.common.telemetry import JOB_LINK_EXCHANGE_SPAN, current_trace_carrier, tracer
+from mediamesh.common.telemetry import (
+    JOB_LINK_EXCHANGE_SPAN,
+    is_server_fault,
+    span_trace_carrier,
+    tracer,
+)
 
 # Most bytes of requests one message carries, unless a single request is larger.
 PACK_BYTES = 1 << 20
@@ -61,23 +67,26 @@ class JobLink:
         a broken link raises MeshError. `forwarded_trace` is the caller's trace context,
         sent when this process does not trace (a tracing one sends its own span's)."""
         stream = self._current()
-        with _tracer.start_as_current_span(JOB_LINK_EXCHANGE_SPAN, kind=SpanKind.CLIENT):
-            trace_context = current_trace_carrier() or dict(forwarded_trace)
-            exchange_id = next(self._ids)
-            inbox = stream.open(exchange_id, submit, trace_context)
-            ended = False
-            try:
-                while True:
-                    arrival = await inbox.get()
-                    if isinstance(arrival, MeshError):
-                        ended = True
-                        raise arrival
-                    ended = arrival.WhichOneof("event") in FINAL_EVENTS
-                    yield arrival
-                    if ended:
-                        return
-            finally:
-                stream.close(exchange_id, stop=not ended)
+        span = _tracer.start_span(JOB_LINK_EXCHANGE_SPAN, kind=SpanKind.CLIENT)
+        trace_context = span_trace_carrier(span) or dict(forwarded_trace)
+        exchange_id = next(self._ids)
+        inbox = stream.open(exchange_id, submit, trace_context)
+        ended = False
+        try:
+            while True:
+                arrival = await inbox.get()
+                if isinstance(arrival, MeshError):
+                    ended = True
+                    if is_server_fault(arrival.code):
+                        span.set_status(Status(SpanStatus.ERROR, arrival.message))
+                    raise arrival
+                ended = arrival.WhichOneof("event") in FINAL_EVENTS
+                yield arrival
+                if ended:
+                    return
+        finally:
+            stream.close(exchange_id, stop=not ended)
+            span.end()
 
     async def aclose(self) -> None:
         """Close the current stream, ending its open exchanges."""
