@@ -21,6 +21,7 @@ from mediamesh.common.preemption import preemption_table
 from mediamesh.common.registry import Registry
 from mediamesh.common.server import Registration, RunningServer, start_server
 from mediamesh.common.settings import MeshConfig
+from mediamesh.scheduler.api.job_link import JobLinks
 from mediamesh.scheduler.api.servicer import SchedulerServicer, registration
 from mediamesh.scheduler.api.worker_link import GrpcWorkerLink
 from mediamesh.scheduler.batches import WorkerLink
@@ -44,6 +45,8 @@ class SchedulerService:
     server: RunningServer
     # Keeps readiness in step with the job store (see `_follow_store`).
     health_task: asyncio.Task[None] | None = None
+    # The gateways' JobLink streams, which take no new job once stopping begins.
+    links: JobLinks | None = None
 
     @property
     def port(self) -> int:
@@ -54,6 +57,8 @@ class SchedulerService:
             self.health_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self.health_task
+        if self.links is not None:
+            self.links.close()
         await self.server.stop(grace_s)
         await self.runtime.stop()
 
@@ -147,4 +152,4 @@ async def start_scheduler(
     )
     log.info("scheduler serving on %s:%d", s.host, server.port)
     following = asyncio.create_task(_follow_store(runtime.store_health, server), name="health")
-    return SchedulerService(runtime, server, following)
+    return SchedulerService(runtime, server, following, servicer.links)

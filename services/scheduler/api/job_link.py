@@ -22,7 +22,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from mediamesh.common.api.bounds import check_bounds
 from mediamesh.common.api.status import to_number
-from mediamesh.common.errors import InvalidArgument, MeshError
+from mediamesh.common.errors import InvalidArgument, MeshError, Unavailable
 from mediamesh.common.generated.v1 import common_pb2, scheduler_pb2
 from mediamesh.common.telemetry import (
     JOB_LINK_EXCHANGE_SPAN,
@@ -46,16 +46,51 @@ PACK_BYTES = 1 << 20
 _tracer = tracer(__name__)
 
 
+class JobLinks:
+    """A scheduler's open JobLink streams, closed together when it stops.
+
+    A stream outlives any call, so a stopping server's grace would otherwise see a gateway go
+    on submitting over it; closed, a stream refuses new submits as a stopped server refuses
+    new calls, and ends once its open exchanges have.
+    """
+
+    def __init__(self) -> None:
+        self._open: set[_Link] = set()
+        self.closing = False
+
+    def close(self) -> None:
+        """Close every open stream, and each stream opened from now on."""
+        self.closing = True
+        for link in self._open:
+            link.close()
+
+    def opened(self, link: _Link) -> None:
+        """Hold a stream that has just opened (closed at once when closing already)."""
+        self._open.add(link)
+        if self.closing:
+            link.close()
+
+    def ended(self, link: _Link) -> None:
+        """Forget a stream that has ended."""
+        self._open.discard(link)
+
+
 async def serve_job_link(
-    requests: AsyncIterator[scheduler_pb2.JobLinkRequests], follow: Follow
+    requests: AsyncIterator[scheduler_pb2.JobLinkRequests],
+    follow: Follow,
+    links: JobLinks | None = None,
 ) -> AsyncIterator[scheduler_pb2.JobLinkEvents]:
-    """The stream's answers to `requests`, each exchange followed with `follow`."""
+    """The stream's answers to `requests`, each exchange followed with `follow`; kept in
+    `links` while open."""
     link = _Link(follow)
+    links = links or JobLinks()
+    links.opened(link)
     reader = asyncio.create_task(link.read(requests), name="job-link-reader")
     try:
         async for events in link.sent(reader):
             yield events
     finally:
+        links.ended(link)
         reader.cancel()
         link.stop_all()
 
@@ -81,6 +116,12 @@ class _Link:
         self._outbox: deque[scheduler_pb2.JobLinkEvent] = deque()
         # Set when there is something to send, or an exchange or the reading ended.
         self._stirred = asyncio.Event()
+        self._closing = False
+
+    def close(self) -> None:
+        """Take no more submits; end once the open exchanges have."""
+        self._closing = True
+        self._stirred.set()
 
     async def read(self, requests: AsyncIterator[scheduler_pb2.JobLinkRequests]) -> None:
         try:
@@ -96,12 +137,10 @@ class _Link:
             self._stirred.clear()
             while self._outbox:
                 yield scheduler_pb2.JobLinkEvents(events=self._pack())
-            if reader.done():
-                failure = reader.exception()
-                if failure is not None:
-                    raise failure  # a message that did not parse: the whole stream is refused
-                if not self._exchanges and not self._outbox:
-                    return
+            if reader.done() and (failure := reader.exception()) is not None:
+                raise failure  # a message that did not parse: the whole stream is refused
+            if (reader.done() or self._closing) and not self._exchanges and not self._outbox:
+                return
 
     def stop_all(self) -> None:
         for task in self._exchanges.values():
@@ -138,6 +177,10 @@ class _Link:
         if exchange_id in self._exchanges:
             refusal = InvalidArgument(f"exchange_id: {exchange_id} is already open")
             self._send(exchange_status(exchange_id, refusal))
+            return
+        if self._closing:
+            stopping = Unavailable("the scheduler is shutting down; retry")
+            self._send(exchange_status(exchange_id, stopping))
             return
         try:
             check_bounds(request)

@@ -19,7 +19,7 @@ from mediamesh.common.telemetry import request_trace_carrier
 from mediamesh.common.tenants import checked_tenant
 from mediamesh.common.warmup import WARMUP_WARMING
 from mediamesh.scheduler.api import convert
-from mediamesh.scheduler.api.job_link import serve_job_link
+from mediamesh.scheduler.api.job_link import JobLinks, serve_job_link
 from mediamesh.scheduler.core.delivery import ResultDelivery
 from mediamesh.scheduler.core.interface import INVALID_REQUEST, NewJob
 from mediamesh.scheduler.core.jobs import Job, Priority, TenantQuota
@@ -59,6 +59,8 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         self.chunk_bytes = chunk_bytes
         # Model name -> "resume"/"restart", read from the model files once at start.
         self.preemption = preemption or {}
+        # Closed when the scheduler stops (SchedulerService.stop).
+        self.links = JobLinks()
 
     async def Submit(
         self,
@@ -92,7 +94,7 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         ],
     ) -> AsyncIterator[scheduler_pb2.JobLinkEvents]:
         """A gateway's SubmitAndWatch exchanges over one stream (job_link.py)."""
-        async for events in serve_job_link(requests, self.submit_and_watch):
+        async for events in serve_job_link(requests, self.submit_and_watch, self.links):
             yield events
 
     async def submit_and_watch(

@@ -11,7 +11,7 @@ import pytest
 from mediamesh.common.api.status import to_number
 from mediamesh.common.errors import InvalidArgument, ResourceExhausted, StatusCode
 from mediamesh.common.generated.v1 import common_pb2, scheduler_pb2
-from mediamesh.scheduler.api.job_link import PACK_BYTES, serve_job_link
+from mediamesh.scheduler.api.job_link import PACK_BYTES, JobLinks, serve_job_link
 
 
 class StandIn:
@@ -190,3 +190,34 @@ async def test_a_message_that_does_not_parse_refuses_the_whole_stream() -> None:
     with pytest.raises(InvalidArgument, match="not a valid"):
         await link.ended()
     assert stand_in.stopped == ["job-1"]  # its exchanges end with the stream
+
+
+async def test_a_closed_link_refuses_new_jobs_and_ends_once_its_open_exchanges_have() -> None:
+    stand_in = StandIn()
+    links = JobLinks()
+    requests: asyncio.Queue[scheduler_pb2.JobLinkRequests] = asyncio.Queue()
+
+    async def incoming() -> AsyncIterator[scheduler_pb2.JobLinkRequests]:
+        while True:
+            yield await requests.get()
+
+    messages: list[scheduler_pb2.JobLinkEvents] = []
+
+    async def serve() -> None:
+        async for message in serve_job_link(incoming(), stand_in.follow, links):
+            messages.append(message)
+
+    task = asyncio.create_task(serve())
+    requests.put_nowait(scheduler_pb2.JobLinkRequests(requests=[submit(1, "hold")]))
+    await settle()
+    links.close()
+    requests.put_nowait(scheduler_pb2.JobLinkRequests(requests=[submit(2)]))
+    await settle()
+    events = [e for m in messages for e in m.events]
+    (refused,) = [e for e in events if e.exchange_id == 2]
+    assert refused.status.code == to_number(StatusCode.UNAVAILABLE)
+    assert refused.status.message == "the scheduler is shutting down; retry"
+    assert not task.done()  # the held job's exchange is still open, though the gateway's side is
+    stand_in.release.set()
+    await asyncio.wait_for(task, 5)
+    assert [e for m in messages for e in m.events][-1].event.HasField("result")
