@@ -10,8 +10,8 @@ with; the jobs themselves run on.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
+import logging
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Mapping
 
@@ -35,6 +35,7 @@ PACK_BYTES = 1 << 20
 FINAL_EVENTS = ("result", "error")
 
 _tracer = tracer(__name__)
+log = logging.getLogger(__name__)
 
 # What an exchange's inbox holds: the job's events, then possibly the error that ended it.
 _Arrival = common_pb2.GenerateEvent | MeshError
@@ -145,13 +146,27 @@ class _Stream:
         self._waiting.set()
 
     async def _write(self) -> None:
-        # A failed write means the call has ended: the reader reports how.
-        with contextlib.suppress(grpc.aio.AioRpcError, asyncio.InvalidStateError):
+        try:
             while not self.broken:
                 await self._waiting.wait()
                 self._waiting.clear()
                 while self._outbox and not self.broken:
                     await self._call.write(scheduler_pb2.JobLinkRequests(requests=self._pack()))
+        except (grpc.aio.AioRpcError, asyncio.InvalidStateError):
+            pass  # the call has ended: the reader reports how
+        except Exception:
+            self._give_up("writer")
+
+    def _give_up(self, part: str) -> None:
+        """A fault of this code, not of the call: no exchange may wait on a stream that
+        will never move again, so they all fail and the next job opens another."""
+        log.exception("the JobLink stream's %s failed; a new stream takes the next job", part)
+        self._fail(
+            MeshError(
+                "the gateway's link to the scheduler failed; retry", code=StatusCode.UNAVAILABLE
+            )
+        )
+        self._call.cancel()
 
     def _pack(self) -> list[scheduler_pb2.JobLinkRequest]:
         pack: list[scheduler_pb2.JobLinkRequest] = []
@@ -172,6 +187,9 @@ class _Stream:
                     self._route(event)
         except grpc.aio.AioRpcError as exc:
             failure = exc
+        except Exception:
+            self._give_up("reader")
+            return
         self._fail(self._link_error(failure))
 
     def _route(self, event: scheduler_pb2.JobLinkEvent) -> None:

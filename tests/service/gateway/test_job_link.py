@@ -5,6 +5,7 @@ as unreachable and is opened again for the next job."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -20,6 +21,7 @@ from mediamesh.common.generated.inference import grpc_service_pb2_grpc as kserve
 from mediamesh.common.generated.v1 import common_pb2, scheduler_pb2, scheduler_pb2_grpc
 from mediamesh.common.registry import load_registry
 from mediamesh.common.settings import GatewaySettings, TenantSettings
+from mediamesh.gateway.api.job_link import _Stream
 from mediamesh.gateway.api.upstream import UNREACHABLE_MESSAGE, Upstream
 from mediamesh.gateway.core.tenancy import Caller, Tenancy
 from mediamesh.scheduler.api.job_link import serve_job_link
@@ -70,6 +72,19 @@ def upstream_over(channel: grpc.aio.Channel) -> Upstream:
     return Upstream.over(channel, load_registry(), tenancy, 1 << 20, 1 << 26)
 
 
+@contextlib.asynccontextmanager
+async def linked_upstream(scheduler: LinkedScheduler) -> AsyncIterator[Upstream]:
+    """An upstream whose link reaches `scheduler`, served for the block's length."""
+    server, port = await serve(scheduler)
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            up = upstream_over(channel)
+            yield up
+            await up.aclose()
+    finally:
+        await server.stop(None)
+
+
 async def final_event(up: Upstream, prompt: str) -> common_pb2.GenerateEvent:
     request = common_pb2.GenerateRequest(model="echo", prompt=prompt)
     events = [e async for e in up.submit_and_watch(request, CALLER, 0, final_only=True)]
@@ -82,44 +97,32 @@ CALLER = Caller("t", TenantSettings())
 
 async def test_jobs_share_one_stream_and_a_refusal_ends_its_own_exchange() -> None:
     scheduler = LinkedScheduler()
-    server, port = await serve(scheduler)
-    try:
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-            up = upstream_over(channel)
-            prompts = [f"job-{i}" for i in range(30)]
-            finals = await asyncio.gather(*(final_event(up, p) for p in prompts))
-            assert [f.result.data.decode() for f in finals] == prompts
-            with pytest.raises(MeshError) as refused:
-                await final_event(up, "refused")
-            assert refused.value.code is StatusCode.RESOURCE_EXHAUSTED
-            assert refused.value.message == "the image queue is full"
-            assert refused.value.retry_after_s == 2
-            assert (await final_event(up, "after")).result.data == b"after"
-            assert scheduler.streams == 1
-            await up.aclose()
-    finally:
-        await server.stop(None)
+    async with linked_upstream(scheduler) as up:
+        prompts = [f"job-{i}" for i in range(30)]
+        finals = await asyncio.gather(*(final_event(up, p) for p in prompts))
+        assert [f.result.data.decode() for f in finals] == prompts
+        with pytest.raises(MeshError) as refused:
+            await final_event(up, "refused")
+        assert refused.value.code is StatusCode.RESOURCE_EXHAUSTED
+        assert refused.value.message == "the image queue is full"
+        assert refused.value.retry_after_s == 2
+        assert (await final_event(up, "after")).result.data == b"after"
+        assert scheduler.streams == 1
 
 
 async def test_a_caller_that_leaves_stops_its_exchange_and_no_other() -> None:
     scheduler = LinkedScheduler()
-    server, port = await serve(scheduler)
-    try:
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-            up = upstream_over(channel)
-            request = common_pb2.GenerateRequest(model="echo", prompt="hold")
-            events = up.submit_and_watch(request, CALLER, 0, final_only=True)
-            assert (await anext(events)).state == common_pb2.QUEUED
-            await events.aclose()
-            for _ in range(100):
-                if scheduler.stopped:
-                    break
-                await asyncio.sleep(0.01)
-            assert scheduler.stopped == ["hold"]
-            assert (await final_event(up, "next")).result.data == b"next"
-            await up.aclose()
-    finally:
-        await server.stop(None)
+    async with linked_upstream(scheduler) as up:
+        request = common_pb2.GenerateRequest(model="echo", prompt="hold")
+        events = up.submit_and_watch(request, CALLER, 0, final_only=True)
+        assert (await anext(events)).state == common_pb2.QUEUED
+        await events.aclose()
+        for _ in range(100):
+            if scheduler.stopped:
+                break
+            await asyncio.sleep(0.01)
+        assert scheduler.stopped == ["hold"]
+        assert (await final_event(up, "next")).result.data == b"next"
 
 
 async def test_a_broken_stream_fails_open_exchanges_and_the_next_job_opens_another() -> None:
@@ -188,3 +191,24 @@ async def test_kserve_calls_through_a_mesh_make_no_call_per_job(
         assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
     finally:
         await stop_mesh(mesh)
+
+
+async def test_a_fault_in_the_link_fails_its_exchanges_instead_of_leaving_them_waiting(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    scheduler = LinkedScheduler()
+    async with linked_upstream(scheduler) as up:
+        route = _Stream._route
+
+        def faulty(stream: _Stream, event: scheduler_pb2.JobLinkEvent) -> None:
+            raise RuntimeError("a bug in routing")
+
+        monkeypatch.setattr(_Stream, "_route", faulty)
+        with pytest.raises(MeshError) as failed:
+            await asyncio.wait_for(final_event(up, "first"), 10)
+        assert failed.value.code is StatusCode.UNAVAILABLE
+        assert failed.value.message == "the gateway's link to the scheduler failed; retry"
+        assert "the JobLink stream's reader failed" in caplog.text
+        monkeypatch.setattr(_Stream, "_route", route)
+        assert (await final_event(up, "second")).result.data == b"second"
+        assert scheduler.streams == 2
