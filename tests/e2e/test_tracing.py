@@ -53,8 +53,10 @@ def test_a_call_is_one_trace_across_three_processes_natively_and_over_kserve(
     trace_id = generate["context"]["trace_id"]
     in_trace = [s for s in spans if s["context"]["trace_id"] == trace_id]
     by_service = {(s["resource"]["attributes"]["service.name"], s["name"]) for s in in_trace}
-    assert ("gateway", "/mediamesh.v1.Scheduler/SubmitAndWatch") in by_service  # client side
-    assert ("scheduler", "/mediamesh.v1.Scheduler/SubmitAndWatch") in by_service
+    # The job goes over the gateway's JobLink stream: each end has a span for its exchange,
+    # in the call's trace; the stream itself, which outlives every call, has none.
+    assert ("gateway", JOB_LINK_EXCHANGE_SPAN) in by_service  # client side
+    assert ("scheduler", JOB_LINK_EXCHANGE_SPAN) in by_service
     assert ("scheduler", "queue wait") in by_service
     assert ("scheduler", "batch") in by_service
     assert ("worker worker-0", "/mediamesh.v1.Worker/RunBatch") in by_service
@@ -62,8 +64,7 @@ def test_a_call_is_one_trace_across_three_processes_natively_and_over_kserve(
     steps = [e for e in run["events"] if e["name"] == "StepDone"]
     assert [e["attributes"]["mediamesh.step"] for e in steps] == [1, 2, 3]
 
-    # A KServe call's job goes over the gateway's JobLink stream: each end has a span for its
-    # exchange, in the call's trace; the stream itself, which outlives every call, has none.
+    # A KServe call's job too.
     infer = next(s for s in spans if s["name"] == "/inference.GRPCInferenceService/ModelInfer")
     trace_id = infer["context"]["trace_id"]
     in_trace = [s for s in spans if s["context"]["trace_id"] == trace_id]

@@ -1,10 +1,10 @@
-"""The gateway's end of JobLink: the jobs of callers that answer once, over one stream.
+"""The gateway's end of JobLink: its callers' jobs over one stream to the scheduler.
 
-KServe's ModelInfer, over gRPC and over REST, wants a job's final event alone. Each such job
-used to be a SubmitAndWatch call of its own; here they are exchanges on one long-lived stream
-(`mediamesh.v1.Scheduler.JobLink`), opened when first needed and again after it breaks. A
-stream that breaks ends every open exchange with the error its own call would have ended
-with; the jobs themselves run on.
+Each job used to be a SubmitAndWatch call of its own; here jobs are exchanges on one
+long-lived stream (`mediamesh.v1.Scheduler.JobLink`), opened when first needed and again
+after it breaks. A stream that breaks ends every open exchange with the error its own call
+would have ended with; the jobs themselves run on. (Jobs with latent previews keep a call of
+their own: see `Upstream.submit_and_watch`.)
 """
 
 from __future__ import annotations

@@ -94,13 +94,17 @@ class Upstream:
         deadline_ms: int,
         final_only: bool = False,
     ) -> AsyncGenerator[common_pb2.GenerateEvent, None]:
-        """Submit, then the job's events to its end, as callers get them, in one scheduler
-        call; scheduler errors (Submit's among them) raise MeshError. With `final_only`,
-        the job's state when queued (naming the job) and then its final event alone, over
-        the link's shared stream: two events a job cost less as two messages than as a call."""
+        """Submit, then the job's events to its end, as callers get them; scheduler errors
+        (Submit's among them) raise MeshError. With `final_only`, the job's state when queued
+        (naming the job) and then its final event alone.
+
+        A job's events go over the link's shared stream, a few small messages costing less
+        than a call of their own, unless the job asks for latent previews: images, which a
+        call per job keeps under its own flow control, so that a caller slow to read them
+        holds them back at the scheduler instead of in the gateway's memory."""
         submit = submit_request(request, caller, deadline_ms)
         submit.final_only = final_only
-        if final_only and self.link is not None:
+        if self.link is not None and (final_only or not request.preview_every_steps):
             async for event in self.link.follow(submit, dict(caller.trace_metadata or ())):
                 yield self.outbound(event)
             return

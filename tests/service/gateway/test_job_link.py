@@ -164,7 +164,7 @@ def _scheduler_calls(method: str) -> float:
     return total
 
 
-async def test_kserve_calls_through_a_mesh_make_no_call_per_job(
+async def test_kserve_and_generate_calls_through_a_mesh_make_no_call_per_job(
     tmp_path: Path, models_dir: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     mesh = await start_mesh(tmp_path, models_dir, [["echo"]])
@@ -184,7 +184,10 @@ async def test_kserve_calls_through_a_mesh_make_no_call_per_job(
                 return await stub.ModelInfer(request, timeout=30)
 
             answers = await asyncio.gather(*(infer(i) for i in range(24)))
+            generate = common_pb2.GenerateRequest(model="echo", prompt="native", steps=3)
+            events = [e async for e in mesh.gateway_stub().Generate(generate, timeout=30)]
         assert all(a.outputs for a in answers)
+        assert [e.WhichOneof("event") for e in events][-4:] == [*["progress"] * 3, "result"]
         assert _scheduler_calls("SubmitAndWatch") == before
         # An exchange's span outlives the generator's frames it is made in: made current
         # there, its end logged "Failed to detach context" with a traceback, every call.

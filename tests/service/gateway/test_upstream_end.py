@@ -1,7 +1,7 @@
 """The gateway reads a job stream's end before handing over its final event, so a caller that
-stops there (a Generate stream's caller) leaves a finished call behind, not one to cancel: a
-cancelled call costs both ends a stream reset, about 5% of the gateway's CPU under load.
-(Callers that want the final event alone go over the JobLink stream instead.)"""
+stops there leaves a finished call behind, not one to cancel: a cancelled call costs both ends
+a stream reset, about 5% of the gateway's CPU under load. (Only jobs with latent previews
+still make a call of their own; the others go over the JobLink stream.)"""
 
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ async def test_a_caller_that_stops_at_the_result_leaves_the_call_ended_not_cance
             tenancy = Tenancy(GatewaySettings(), time.monotonic)
             up = Upstream.over(channel, load_registry(), tenancy, 1 << 20, 1 << 26)
             caller = Caller("t", TenantSettings())
-            request = common_pb2.GenerateRequest(model="echo", prompt="x")
+            request = common_pb2.GenerateRequest(model="echo", prompt="x", preview_every_steps=1)
             events = up.submit_and_watch(request, caller, 0)
             async for event in events:
                 if event.HasField("result"):

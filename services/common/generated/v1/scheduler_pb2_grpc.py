@@ -130,8 +130,9 @@ class SchedulerServicer:
 
     def JobLink(self, request_iterator, context):
         """Many SubmitAndWatch exchanges over one long-lived stream, each named by the
-        gateway's `exchange_id`: what a gateway's callers that answer once (KServe
-        ModelInfer, over gRPC and REST) use, instead of a call per job. A message carries whatever
+        gateway's `exchange_id`: how a gateway submits and follows its callers' jobs,
+        instead of a call per job (except jobs with latent previews, whose images a
+        call's own flow control holds back for a slow reader). A message carries whatever
         requests (or events) were waiting when it was sent. An exchange's refusal
         ends that exchange alone; the stream ends only when the gateway closes it.
         """
