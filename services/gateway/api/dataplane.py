@@ -112,11 +112,16 @@ class DataPlane:
                 gateway_pb2.ListModelsRequest(), timeout=UNARY_TIMEOUT_S
             )
 
-    async def watch(self, job_id: str, caller: Caller) -> AsyncIterator[common_pb2.GenerateEvent]:
-        """The job's events from its current state to its end; a result above the inline
-        limit comes as an artifact reference (fetch it with `download`)."""
+    async def watch(
+        self, job_id: str, caller: Caller, final_only: bool = False
+    ) -> AsyncIterator[common_pb2.GenerateEvent]:
+        """The job's events from its current state to its end (its final event alone with
+        `final_only`); a result above the inline limit comes as an artifact reference (fetch
+        it with `download`)."""
+        request = scoped(job_id, caller)
+        request.final_only = final_only
         async with mesh_errors():
-            async for event in self.up.scheduler.Watch(scoped(job_id, caller)):
+            async for event in self.up.scheduler.Watch(request):
                 yield self.up.outbound(event)
 
     async def download(

@@ -19,7 +19,7 @@ from google.protobuf import json_format
 from google.protobuf.descriptor import FieldDescriptor
 
 from mediamesh.common.api.bounds import check_bounds
-from mediamesh.common.errors import InvalidArgument
+from mediamesh.common.errors import InvalidArgument, Unavailable
 from mediamesh.common.generated.v1 import common_pb2, gateway_pb2
 from mediamesh.common.params import find_model
 from mediamesh.common.registry import ModelSpec
@@ -251,6 +251,18 @@ class JsonPlane:
         """The job's events as `event_view` shows them, from its current state to its end."""
         async for event in self.plane.watch(job_id, caller):
             yield event_view(event)
+
+    async def outcome(self, job_id: str, caller: Caller) -> tuple[JsonObject, bytes | None]:
+        """The job's final event as `event_view` shows it, once the job has ended, and its
+        result's bytes when they came inline (None: too large, or a URL was asked for; fetch
+        them with `download`). The scheduler sends no progress for this wait."""
+        final: common_pb2.GenerateEvent | None = None
+        async for event in self.plane.watch(job_id, caller, final_only=True):
+            final = event
+        if final is None:
+            raise Unavailable(f"job {job_id}: its event stream ended without its end")
+        inline = final.result.data if final.HasField("result") and final.result.data else None
+        return event_view(final), inline
 
     async def download(
         self, job_id: str, caller: Caller, offset: int = 0

@@ -172,14 +172,17 @@ async def _cancel_all(plane: JsonPlane, caller: Caller, jobs: list[str]) -> None
             await plane.cancel(job_id, caller)
 
 
-async def final_event(plane: JsonPlane, job_id: str, caller: Caller) -> JsonObject:
-    """The job's result event; its error (with the job's code) raises MeshError."""
-    async for event in plane.events(job_id, caller):
-        if event["kind"] == "result":
-            return event
-        if event["kind"] == "error":
-            code = StatusCode.parse(event["code"])
-            raise MeshError(event["message"] or f"job {job_id} failed", code=code)
+async def final_event(
+    plane: JsonPlane, job_id: str, caller: Caller
+) -> tuple[JsonObject, bytes | None]:
+    """The job's result event, and its bytes when they came with it; its error (with the
+    job's code) raises MeshError."""
+    event, inline = await plane.outcome(job_id, caller)
+    if event["kind"] == "result":
+        return event, inline
+    if event["kind"] == "error":
+        code = StatusCode.parse(event["code"])
+        raise MeshError(event["message"] or f"job {job_id} failed", code=code)
     raise MeshError(f"job {job_id}: its event stream ended early", code=StatusCode.UNAVAILABLE)
 
 

@@ -361,7 +361,7 @@ async def _image(
     plane: JsonPlane, job_id: str, caller: Caller, response_format: ResponseFormat, request: Request
 ) -> tuple[JsonObject, str]:
     """One job's image as the answer carries it, and its MIME type."""
-    event = await final_event(plane, job_id, caller)
+    event, inline = await final_event(plane, job_id, caller)
     mime_type = str(event.get("mime_type", ""))
     if response_format == "url":
         # OpenAI's clients open the url without a key: a gateway with keys signs it.
@@ -369,5 +369,6 @@ async def _image(
         signed = links.query(job_id, caller.tenant) if links is not None else None
         url = result_url(base_url_of(request), job_id, event.get("url"), signed)
         return {"url": url}, mime_type
-    data = await result_bytes(plane, job_id, caller)
+    # Bytes small enough to come with the job's end need no download of their own.
+    data = inline if inline is not None else await result_bytes(plane, job_id, caller)
     return {"b64_json": base64.b64encode(data).decode()}, mime_type

@@ -12,6 +12,7 @@ import numpy as np
 import openai
 import pytest
 from PIL import Image
+from prometheus_client import REGISTRY
 
 from mediamesh.common.registry import load_registry
 from mediamesh.common.settings import MeshConfig
@@ -58,6 +59,44 @@ async def test_images_generate_as_b64_json_and_as_url(http_mesh: InProcessMesh):
         for data in (fetched.content, images[0])
     )
     assert np.abs(alone - batched).max() <= 2, "the same seed gives the same image"
+    await client.close()
+
+
+def _scheduler_calls(method: str) -> float:
+    return sum(
+        sample.value
+        for metric in REGISTRY.collect()
+        for sample in metric.samples
+        if sample.name == "mediamesh_rpc_requests_total" and sample.labels.get("method") == method
+    )
+
+
+async def test_a_small_b64_image_comes_with_the_jobs_end_and_a_large_one_is_downloaded(
+    http_mesh: InProcessMesh,  # noqa: F811
+):
+    client = openai_client(http_mesh)
+    upstream = http_mesh.gateway.upstream
+    assert upstream is not None
+
+    async def one_image() -> bytes:
+        answer = await client.images.generate(
+            model="flux-tiny", prompt="a fox", size="64x64", response_format="b64_json",
+            extra_body={"steps": 1, "seed": 3},
+        )  # fmt: skip
+        return base64.b64decode((answer.data or [])[0].b64_json or "")
+
+    downloads = _scheduler_calls("Download")
+    small = await one_image()
+    assert small.startswith(PNG)
+    assert _scheduler_calls("Download") == downloads, "inline bytes need no download"
+    limit = upstream.inline_limit
+    upstream.inline_limit = 16  # every result is now too large to come inline
+    try:
+        large = await one_image()
+    finally:
+        upstream.inline_limit = limit
+    assert large == small
+    assert _scheduler_calls("Download") == downloads + 1
     await client.close()
 
 
