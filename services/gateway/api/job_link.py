@@ -80,7 +80,10 @@ class JobLink:
                     ended = True
                     if is_server_fault(arrival.code):
                         span.set_status(Status(SpanStatus.ERROR, arrival.message))
-                    raise arrival
+                    # A broken stream hands every exchange the same error: each raises its own.
+                    raise MeshError(
+                        arrival.message, code=arrival.code, retry_after_s=arrival.retry_after_s
+                    )
                 ended = arrival.WhichOneof("event") in FINAL_EVENTS
                 yield arrival
                 if ended:
