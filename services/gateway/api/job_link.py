@@ -19,6 +19,7 @@ import grpc
 from opentelemetry.trace import SpanKind, Status
 from opentelemetry.trace import StatusCode as SpanStatus
 
+from mediamesh.common.api.packing import take_pack
 from mediamesh.common.api.status import from_number
 from mediamesh.common.errors import MeshError, StatusCode
 from mediamesh.common.generated.v1 import common_pb2, scheduler_pb2, scheduler_pb2_grpc
@@ -154,7 +155,8 @@ class _Stream:
                 await self._waiting.wait()
                 self._waiting.clear()
                 while self._outbox and not self.broken:
-                    await self._call.write(scheduler_pb2.JobLinkRequests(requests=self._pack()))
+                    pack = take_pack(self._outbox, PACK_BYTES)
+                    await self._call.write(scheduler_pb2.JobLinkRequests(requests=pack))
         except (grpc.aio.AioRpcError, asyncio.InvalidStateError):
             pass  # the call has ended: the reader reports how
         except Exception:
@@ -170,17 +172,6 @@ class _Stream:
             )
         )
         self._call.cancel()
-
-    def _pack(self) -> list[scheduler_pb2.JobLinkRequest]:
-        pack: list[scheduler_pb2.JobLinkRequest] = []
-        size = 0
-        while self._outbox:
-            request_size = self._outbox[0].ByteSize()
-            if pack and size + request_size > PACK_BYTES:
-                break
-            pack.append(self._outbox.popleft())
-            size += request_size
-        return pack
 
     async def _read(self) -> None:
         failure: grpc.aio.AioRpcError | None = None

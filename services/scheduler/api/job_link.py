@@ -21,6 +21,7 @@ from collections.abc import AsyncIterator, Callable
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from mediamesh.common.api.bounds import check_bounds
+from mediamesh.common.api.packing import take_pack
 from mediamesh.common.api.status import to_number
 from mediamesh.common.errors import InvalidArgument, MeshError, Unavailable
 from mediamesh.common.generated.v1 import common_pb2, scheduler_pb2
@@ -136,7 +137,7 @@ class _Link:
             await self._stirred.wait()
             self._stirred.clear()
             while self._outbox:
-                yield scheduler_pb2.JobLinkEvents(events=self._pack())
+                yield scheduler_pb2.JobLinkEvents(events=take_pack(self._outbox, PACK_BYTES))
             if reader.done() and (failure := reader.exception()) is not None:
                 raise failure  # a message that did not parse: the whole stream is refused
             if (reader.done() or self._closing) and not self._exchanges and not self._outbox:
@@ -146,17 +147,6 @@ class _Link:
         for task in self._exchanges.values():
             task.cancel()
         self._exchanges.clear()
-
-    def _pack(self) -> list[scheduler_pb2.JobLinkEvent]:
-        pack: list[scheduler_pb2.JobLinkEvent] = []
-        size = 0
-        while self._outbox:
-            event_size = self._outbox[0].ByteSize()
-            if pack and size + event_size > PACK_BYTES:
-                break
-            pack.append(self._outbox.popleft())
-            size += event_size
-        return pack
 
     def _send(self, event: scheduler_pb2.JobLinkEvent) -> None:
         self._outbox.append(event)
