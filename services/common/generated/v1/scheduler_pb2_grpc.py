@@ -134,7 +134,9 @@ class SchedulerServicer:
         instead of a call per job (except jobs with latent previews, whose images a
         call's own flow control holds back for a slow reader). A message carries whatever
         requests (or events) were waiting when it was sent. An exchange's refusal
-        ends that exchange alone; the stream ends only when the gateway closes it.
+        ends that exchange alone. The stream ends when the gateway closes it, or when
+        the scheduler stops: it then refuses new submits UNAVAILABLE and ends once its
+        open exchanges have.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
