@@ -18,7 +18,6 @@ from collections.abc import AsyncIterator, Callable, Mapping
 import grpc
 from opentelemetry.trace import SpanKind, Status
 from opentelemetry.trace import StatusCode as SpanStatus
-from prometheus_client import Counter, Gauge
 
 from mediamesh.common.api.packing import take_pack
 from mediamesh.common.api.status import from_number
@@ -30,6 +29,7 @@ from mediamesh.common.telemetry import (
     span_trace_carrier,
     tracer,
 )
+from mediamesh.gateway.metrics import JOB_LINK_EXCHANGES, JOB_LINK_STREAMS
 
 # Most bytes of requests one message carries, unless a single request is larger.
 PACK_BYTES = 1 << 20
@@ -38,15 +38,6 @@ FINAL_EVENTS = ("result", "error")
 
 _tracer = tracer(__name__)
 log = logging.getLogger(__name__)
-
-STREAMS = Counter(
-    "mediamesh_gateway_job_link_streams",
-    "JobLink streams the gateway opened to the scheduler: one for its first job, one more "
-    "after each break.",
-)
-EXCHANGES = Gauge(
-    "mediamesh_gateway_job_link_exchanges", "Jobs the gateway follows over JobLink now."
-)
 
 # What an exchange's inbox holds: the job's events, then possibly the error that ended it.
 _Arrival = common_pb2.GenerateEvent | MeshError
@@ -83,7 +74,7 @@ class JobLink:
         trace_context = span_trace_carrier(span) or dict(forwarded_trace)
         exchange_id = next(self._ids)
         inbox = stream.open(exchange_id, submit, trace_context)
-        EXCHANGES.inc()
+        JOB_LINK_EXCHANGES.inc()
         ended = False
         try:
             while True:
@@ -101,7 +92,7 @@ class JobLink:
                 if ended:
                     return
         finally:
-            EXCHANGES.dec()
+            JOB_LINK_EXCHANGES.dec()
             stream.close(exchange_id, stop=not ended)
             span.end()
 
@@ -114,7 +105,7 @@ class JobLink:
     def _current(self) -> _Stream:
         if self._stream is None or self._stream.broken:
             self._stream = _Stream(self._scheduler, self._link_error)
-            STREAMS.inc()
+            JOB_LINK_STREAMS.inc()
         return self._stream
 
 

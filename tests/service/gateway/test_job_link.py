@@ -21,9 +21,10 @@ from mediamesh.common.generated.inference import grpc_service_pb2_grpc as kserve
 from mediamesh.common.generated.v1 import common_pb2, scheduler_pb2, scheduler_pb2_grpc
 from mediamesh.common.registry import load_registry
 from mediamesh.common.settings import GatewaySettings, TenantSettings
-from mediamesh.gateway.api.job_link import EXCHANGES, STREAMS, _Stream
+from mediamesh.gateway.api.job_link import _Stream
 from mediamesh.gateway.api.upstream import UNREACHABLE_MESSAGE, Upstream
 from mediamesh.gateway.core.tenancy import Caller, Tenancy
+from mediamesh.gateway.metrics import JOB_LINK_EXCHANGES, JOB_LINK_STREAMS
 from mediamesh.scheduler.api.job_link import serve_job_link
 from tests.service.conftest import start_mesh, stop_mesh
 
@@ -126,7 +127,7 @@ async def test_a_caller_that_leaves_stops_its_exchange_and_no_other() -> None:
 
 
 async def test_a_broken_stream_fails_open_exchanges_and_the_next_job_opens_another() -> None:
-    streams_before = STREAMS._value.get()
+    streams_before = JOB_LINK_STREAMS._value.get()
     first = LinkedScheduler()
     server, port = await serve(first)
     async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
@@ -151,8 +152,8 @@ async def test_a_broken_stream_fails_open_exchanges_and_the_next_job_opens_anoth
             assert final.result.data == b"again"
             assert second.streams == 1
             # Operators see the break: a second stream opened, and nothing left open.
-            assert STREAMS._value.get() == streams_before + 2
-            assert EXCHANGES._value.get() == 0
+            assert JOB_LINK_STREAMS._value.get() == streams_before + 2
+            assert JOB_LINK_EXCHANGES._value.get() == 0
             await up.aclose()
         finally:
             await server.stop(None)

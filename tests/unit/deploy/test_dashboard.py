@@ -21,6 +21,7 @@ METRIC_MODULES = (
     "mediamesh.scheduler.metrics",
     "mediamesh.worker.metrics",
     "mediamesh.gateway.http.request_metrics",
+    "mediamesh.gateway.metrics",
 )
 # Labels Prometheus adds to every scraped series.
 TARGET_LABELS = {"instance", "job", "namespace", "pod", "component", "modality", "mediamesh_pool"}
