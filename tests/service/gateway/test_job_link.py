@@ -15,7 +15,7 @@ import grpc
 import pytest
 from prometheus_client import REGISTRY
 
-from mediamesh.common.errors import MeshError, ResourceExhausted, StatusCode
+from mediamesh.common.errors import MeshError, StatusCode
 from mediamesh.common.generated.inference import grpc_service_pb2 as kserve_pb
 from mediamesh.common.generated.inference import grpc_service_pb2_grpc as kserve_grpc
 from mediamesh.common.generated.v1 import common_pb2, scheduler_pb2, scheduler_pb2_grpc
@@ -26,38 +26,21 @@ from mediamesh.gateway.api.upstream import UNREACHABLE_MESSAGE, Upstream
 from mediamesh.gateway.core.tenancy import Caller, Tenancy
 from mediamesh.gateway.metrics import JOB_LINK_EXCHANGES, JOB_LINK_STREAMS
 from mediamesh.scheduler.api.job_link import serve_job_link
+from tests.job_link_stand_in import StandIn
 from tests.service.conftest import start_mesh, stop_mesh
 
 
 class LinkedScheduler(scheduler_pb2_grpc.SchedulerServicer):
-    """The real JobLink serving, over jobs named by their prompt: "refused", "hold" (until
-    stopped or released), or any other, answered at once."""
+    """The real JobLink serving, over the stand-in's jobs; counts the streams opened."""
 
     def __init__(self) -> None:
-        self.stopped: list[str] = []
-        self.release = asyncio.Event()
+        self.stand_in = StandIn(retry_after_s=2)
         self.streams = 0
 
     async def JobLink(self, requests, context):  # type: ignore[no-untyped-def]
         self.streams += 1
-        async for events in serve_job_link(requests, self._follow):
+        async for events in serve_job_link(requests, self.stand_in.follow):
             yield events
-
-    async def _follow(
-        self, submit: scheduler_pb2.SubmitRequest, carrier: dict[str, str]
-    ) -> AsyncIterator[common_pb2.GenerateEvent]:
-        prompt = submit.request.prompt
-        if prompt == "refused":
-            raise ResourceExhausted("the image queue is full", retry_after_s=2)
-        yield common_pb2.GenerateEvent(job_id=prompt, state=common_pb2.QUEUED)
-        if prompt == "hold":
-            try:
-                await self.release.wait()
-            except asyncio.CancelledError:
-                self.stopped.append(prompt)
-                raise
-        result = common_pb2.Result(data=prompt.encode())
-        yield common_pb2.GenerateEvent(job_id=prompt, state=common_pb2.SUCCEEDED, result=result)
 
 
 async def serve(scheduler: LinkedScheduler, port: int = 0) -> tuple[grpc.aio.Server, int]:
@@ -86,8 +69,8 @@ async def linked_upstream(scheduler: LinkedScheduler) -> AsyncIterator[Upstream]
         await server.stop(None)
 
 
-async def final_event(up: Upstream, prompt: str) -> common_pb2.GenerateEvent:
-    request = common_pb2.GenerateRequest(model="echo", prompt=prompt)
+async def final_event(up: Upstream, prompt: str, model: str = "echo") -> common_pb2.GenerateEvent:
+    request = common_pb2.GenerateRequest(model=model, prompt=prompt)
     events = [e async for e in up.submit_and_watch(request, CALLER, 0, final_only=True)]
     assert events[0].state == common_pb2.QUEUED
     return events[-1]
@@ -103,7 +86,7 @@ async def test_jobs_share_one_stream_and_a_refusal_ends_its_own_exchange() -> No
         finals = await asyncio.gather(*(final_event(up, p) for p in prompts))
         assert [f.result.data.decode() for f in finals] == prompts
         with pytest.raises(MeshError) as refused:
-            await final_event(up, "refused")
+            await final_event(up, "refused", "refused")
         assert refused.value.code is StatusCode.RESOURCE_EXHAUSTED
         assert refused.value.message == "the image queue is full"
         assert refused.value.retry_after_s == 2
@@ -114,15 +97,15 @@ async def test_jobs_share_one_stream_and_a_refusal_ends_its_own_exchange() -> No
 async def test_a_caller_that_leaves_stops_its_exchange_and_no_other() -> None:
     scheduler = LinkedScheduler()
     async with linked_upstream(scheduler) as up:
-        request = common_pb2.GenerateRequest(model="echo", prompt="hold")
+        request = common_pb2.GenerateRequest(model="hold", prompt="hold")
         events = up.submit_and_watch(request, CALLER, 0, final_only=True)
         assert (await anext(events)).state == common_pb2.QUEUED
         await events.aclose()
         for _ in range(100):
-            if scheduler.stopped:
+            if scheduler.stand_in.stopped:
                 break
             await asyncio.sleep(0.01)
-        assert scheduler.stopped == ["hold"]
+        assert scheduler.stand_in.stopped == ["hold"]
         assert (await final_event(up, "next")).result.data == b"next"
 
 
@@ -132,7 +115,7 @@ async def test_a_broken_stream_fails_open_exchanges_and_the_next_job_opens_anoth
     server, port = await serve(first)
     async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
         up = upstream_over(channel)
-        waiting = asyncio.create_task(final_event(up, "hold"))
+        waiting = asyncio.create_task(final_event(up, "hold", "hold"))
         await asyncio.sleep(0.2)
         await server.stop(None)
         with pytest.raises(MeshError) as broken:

@@ -9,38 +9,10 @@ from collections.abc import AsyncIterator
 import pytest
 
 from mediamesh.common.api.status import to_number
-from mediamesh.common.errors import InvalidArgument, ResourceExhausted, StatusCode
+from mediamesh.common.errors import InvalidArgument, StatusCode
 from mediamesh.common.generated.v1 import common_pb2, scheduler_pb2
 from mediamesh.scheduler.api.job_link import PACK_BYTES, JobLinks, serve_job_link
-
-
-class StandIn:
-    """Follows a job by its model's name: "refused", "crash", "hold" (until stopped), or
-    any other, whose queued state and result (of `result_bytes`) come at once."""
-
-    def __init__(self, result_bytes: int = 3) -> None:
-        self.result_bytes = result_bytes
-        self.stopped: list[str] = []
-        self.release = asyncio.Event()
-
-    async def follow(
-        self, submit: scheduler_pb2.SubmitRequest, carrier: dict[str, str]
-    ) -> AsyncIterator[common_pb2.GenerateEvent]:
-        prompt = submit.request.prompt
-        model = submit.request.model
-        if model == "refused":
-            raise ResourceExhausted("the image queue is full", retry_after_s=1.5)
-        if model == "crash":
-            raise RuntimeError("a bug")
-        yield common_pb2.GenerateEvent(job_id=prompt, state=common_pb2.QUEUED)
-        if model == "hold":
-            try:
-                await self.release.wait()
-            except asyncio.CancelledError:
-                self.stopped.append(prompt)
-                raise
-        result = common_pb2.Result(data=b"x" * self.result_bytes)
-        yield common_pb2.GenerateEvent(job_id=prompt, state=common_pb2.SUCCEEDED, result=result)
+from tests.job_link_stand_in import StandIn
 
 
 def submit(exchange_id: int, model: str = "echo", **trace: str) -> scheduler_pb2.JobLinkRequest:
@@ -96,7 +68,7 @@ async def settle() -> None:
 
 
 async def test_exchanges_come_back_in_order_by_id_and_share_messages() -> None:
-    link = Link(StandIn())
+    link = Link(StandIn(result_bytes=3))
     link.send(submit(1), submit(2), submit(3))
     link.close()
     await link.ended()
@@ -109,7 +81,7 @@ async def test_exchanges_come_back_in_order_by_id_and_share_messages() -> None:
 
 
 async def test_a_refusal_ends_its_exchange_alone_with_its_code_and_retry_hint() -> None:
-    link = Link(StandIn())
+    link = Link(StandIn(result_bytes=3))
     link.send(submit(1, "refused"), submit(2), submit(3, "crash"))
     link.close()
     await link.ended()
@@ -124,7 +96,7 @@ async def test_a_refusal_ends_its_exchange_alone_with_its_code_and_retry_hint() 
 
 
 async def test_a_stopped_exchange_stops_following_and_sends_nothing_more() -> None:
-    stand_in = StandIn()
+    stand_in = StandIn(result_bytes=3)
     link = Link(stand_in)
     link.send(submit(1, "hold"), submit(2, "hold"))
     await settle()
@@ -139,7 +111,7 @@ async def test_a_stopped_exchange_stops_following_and_sends_nothing_more() -> No
 
 
 async def test_the_stream_stays_open_while_an_exchange_is() -> None:
-    stand_in = StandIn()
+    stand_in = StandIn(result_bytes=3)
     link = Link(stand_in)
     link.send(submit(1, "hold"))
     link.close()
@@ -151,7 +123,7 @@ async def test_the_stream_stays_open_while_an_exchange_is() -> None:
 
 
 async def test_bad_requests_are_refused_one_exchange_at_a_time() -> None:
-    link = Link(StandIn())
+    link = Link(StandIn(result_bytes=3))
     crowded = {f"k{i}": "v" for i in range(9)}
     link.send(
         submit(1, **crowded),
@@ -182,7 +154,7 @@ async def test_events_beyond_the_pack_size_go_in_another_message() -> None:
 
 
 async def test_a_message_that_does_not_parse_refuses_the_whole_stream() -> None:
-    stand_in = StandIn()
+    stand_in = StandIn(result_bytes=3)
     link = Link(stand_in)
     link.send(submit(1, "hold"))
     await settle()
@@ -193,7 +165,7 @@ async def test_a_message_that_does_not_parse_refuses_the_whole_stream() -> None:
 
 
 async def test_a_closed_link_refuses_new_jobs_and_ends_once_its_open_exchanges_have() -> None:
-    stand_in = StandIn()
+    stand_in = StandIn(result_bytes=3)
     links = JobLinks()
     requests: asyncio.Queue[scheduler_pb2.JobLinkRequests] = asyncio.Queue()
 
