@@ -64,11 +64,17 @@ class JobLink:
         self._ids = itertools.count(1)
 
     async def follow(
-        self, submit: scheduler_pb2.SubmitRequest, forwarded_trace: Mapping[str, str]
+        self,
+        submit: scheduler_pb2.SubmitRequest,
+        forwarded_trace: Mapping[str, str],
+        cancel_when_left: bool = False,
     ) -> AsyncIterator[common_pb2.GenerateEvent]:
         """Submit over the link and yield the job's events to its final one; a refusal or
         a broken link raises MeshError. `forwarded_trace` is the caller's trace context,
-        sent when this process does not trace (a tracing one sends its own span's)."""
+        sent when this process does not trace (a tracing one sends its own span's).
+
+        Closed before the final event, the exchange stops; with `cancel_when_left` its job is
+        cancelled too, even one whose queued event (naming it) has not arrived yet."""
         stream = self._current()
         span = _tracer.start_span(JOB_LINK_EXCHANGE_SPAN, kind=SpanKind.CLIENT)
         trace_context = span_trace_carrier(span) or dict(forwarded_trace)
@@ -93,7 +99,7 @@ class JobLink:
                     return
         finally:
             JOB_LINK_EXCHANGES.dec()
-            stream.close(exchange_id, stop=not ended)
+            stream.close(exchange_id, left=not ended, cancel=cancel_when_left)
             span.end()
 
     async def aclose(self) -> None:
@@ -137,9 +143,14 @@ class _Stream:
         )
         return inbox
 
-    def close(self, exchange_id: int, stop: bool) -> None:
-        """Forget the exchange; with `stop`, tell the scheduler to stop following its job."""
-        if self._inboxes.pop(exchange_id, None) is not None and stop and not self.broken:
+    def close(self, exchange_id: int, left: bool, cancel: bool) -> None:
+        """Forget the exchange; one its caller `left` is stopped at the scheduler, and with
+        `cancel` its job is cancelled there too."""
+        if self._inboxes.pop(exchange_id, None) is None or not left or self.broken:
+            return
+        if cancel:
+            self._send(scheduler_pb2.JobLinkRequest(exchange_id=exchange_id, cancel=True))
+        else:
             self._send(scheduler_pb2.JobLinkRequest(exchange_id=exchange_id, stop=True))
 
     async def aclose(self) -> None:

@@ -111,11 +111,15 @@ async def run_call(
     calls: list[Events] = []
     streams: list[Events] = []
     try:
-        # Each element in element order, one scheduler call each that submits and then
-        # follows; its first event names the job, so a later failure can cancel it.
+        # Each element in element order, submitted and then followed. Closing its events
+        # before the end cancels the job, even one whose first event has not named it yet.
         for fields in call.elements:
             events = up.submit_and_watch(
-                generate_request(fields), caller, deadline_ms, final_only=on_progress is None
+                generate_request(fields),
+                caller,
+                deadline_ms,
+                final_only=on_progress is None,
+                cancel_when_left=True,
             )
             calls.append(events)
             opening = await anext(events)
@@ -125,7 +129,9 @@ async def run_call(
     except BaseException:
         for opened in calls:
             await opened.aclose()
-        await asyncio.shield(_cancel(up, caller.tenant, job_ids))
+        if up.link is None:
+            # Each job took a call of its own, which cancels nothing when closed.
+            await asyncio.shield(_cancel(up, caller.tenant, job_ids))
         raise
     total = sum(len(r.data) for r in results)
     if total > up.max_message_bytes - _ENVELOPE_BYTES:

@@ -93,10 +93,13 @@ class Upstream:
         caller: Caller,
         deadline_ms: int,
         final_only: bool = False,
+        cancel_when_left: bool = False,
     ) -> AsyncGenerator[common_pb2.GenerateEvent, None]:
         """Submit, then the job's events to its end, as callers get them; scheduler errors
         (Submit's among them) raise MeshError. With `final_only`, the job's state when queued
-        (naming the job) and then its final event alone.
+        (naming the job) and then its final event alone. With `cancel_when_left`, closing this
+        before the final event cancels the job, even before its first event has named it
+        (over the link; a call of its own leaves a job not yet named to run on).
 
         A job's events go over the link's shared stream, a few small messages costing less
         than a call of their own, unless the job asks for latent previews: images, which a
@@ -105,7 +108,8 @@ class Upstream:
         submit = submit_request(request, caller, deadline_ms)
         submit.final_only = final_only
         if self.link is not None and (final_only or not request.preview_every_steps):
-            async for event in self.link.follow(submit, dict(caller.trace_metadata or ())):
+            trace = dict(caller.trace_metadata or ())
+            async for event in self.link.follow(submit, trace, cancel_when_left):
                 yield self.outbound(event)
             return
         call = self.scheduler.SubmitAndWatch(submit, metadata=caller.trace_metadata or None)

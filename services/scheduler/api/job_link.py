@@ -6,7 +6,8 @@ latency). Over one stream an exchange costs a message each way, and a message ca
 whatever was waiting when it was sent, so under load one message serves several jobs.
 
 Each exchange runs as its own task and ends alone: its submit refused, its job followed to
-the final event, or stopped by the gateway. The stream ends when the gateway closes its side
+the final event, or stopped by the gateway (cancelling its job, when asked, even one whose id
+the gateway has not been told yet). The stream ends when the gateway closes its side
 and the exchanges still open have ended, or when the gateway goes away (the jobs run on; only
 their followers stop, as when a call per job is cancelled).
 """
@@ -14,9 +15,11 @@ their followers stop, as when a call per job is cancelled).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
@@ -37,8 +40,10 @@ log = logging.getLogger(__name__)
 
 # Submits a job and yields its events to its end: the servicer's SubmitAndWatch.
 Follow = Callable[
-    [scheduler_pb2.SubmitRequest, dict[str, str]], AsyncIterator[common_pb2.GenerateEvent]
+    [scheduler_pb2.SubmitRequest, dict[str, str]], AsyncGenerator[common_pb2.GenerateEvent, None]
 ]
+# Cancels a tenant's job (job id, tenant), as the Cancel rpc does.
+CancelJob = Callable[[str, str], Awaitable[object]]
 
 # Most bytes of events one message carries, unless a single event is larger: small events
 # are not held behind a message that nears the gateway's limit.
@@ -79,11 +84,12 @@ class JobLinks:
 async def serve_job_link(
     requests: AsyncIterator[scheduler_pb2.JobLinkRequests],
     follow: Follow,
+    cancel_job: CancelJob,
     links: JobLinks | None = None,
 ) -> AsyncIterator[scheduler_pb2.JobLinkEvents]:
-    """The stream's answers to `requests`, each exchange followed with `follow`; kept in
-    `links` while open."""
-    link = _Link(follow)
+    """The stream's answers to `requests`, each exchange followed with `follow` (and its job
+    cancelled with `cancel_job` when the gateway asks); kept in `links` while open."""
+    link = _Link(follow, cancel_job)
     links = links or JobLinks()
     links.opened(link)
     reader = asyncio.create_task(link.read(requests), name="job-link-reader")
@@ -108,12 +114,26 @@ def exchange_status(exchange_id: int, error: MeshError) -> scheduler_pb2.JobLink
     )
 
 
+@dataclass
+class _Exchange:
+    """An open exchange: the task following its job, and what cancelling the job needs."""
+
+    task: asyncio.Task[None]
+    tenant: str
+    # Known once the job's first event (its state when queued) has been sent.
+    job_id: str = ""
+    # The gateway asked to cancel the job: no more events are sent, and the job is
+    # cancelled as soon as its id is known.
+    unwanted: bool = False
+
+
 class _Link:
     """One stream's open exchanges and the events waiting to be sent."""
 
-    def __init__(self, follow: Follow) -> None:
+    def __init__(self, follow: Follow, cancel_job: CancelJob) -> None:
         self._follow = follow
-        self._exchanges: dict[int, asyncio.Task[None]] = {}
+        self._cancel_job = cancel_job
+        self._exchanges: dict[int, _Exchange] = {}
         self._outbox: deque[scheduler_pb2.JobLinkEvent] = deque()
         # Set when there is something to send, or an exchange or the reading ended.
         self._stirred = asyncio.Event()
@@ -144,8 +164,8 @@ class _Link:
                 return
 
     def stop_all(self) -> None:
-        for task in self._exchanges.values():
-            task.cancel()
+        for exchange in self._exchanges.values():
+            exchange.task.cancel()
         self._exchanges.clear()
 
     def _send(self, event: scheduler_pb2.JobLinkEvent) -> None:
@@ -156,9 +176,12 @@ class _Link:
         exchange_id = request.exchange_id
         action = request.WhichOneof("action")
         if action == "stop":
-            running = self._exchanges.pop(exchange_id, None)
-            if running is not None:
-                running.cancel()
+            stopped = self._exchanges.pop(exchange_id, None)
+            if stopped is not None:
+                stopped.task.cancel()
+            return
+        if action == "cancel":
+            self._cancel(exchange_id)
             return
         if action != "submit":
             refusal = InvalidArgument("action: an exchange opens with submit")
@@ -181,11 +204,22 @@ class _Link:
             self._run(exchange_id, request.submit, dict(request.trace_context)),
             name=f"job-link-exchange-{exchange_id}",
         )
-        self._exchanges[exchange_id] = task
+        self._exchanges[exchange_id] = _Exchange(task, request.submit.tenant)
         task.add_done_callback(lambda done: self._ended(exchange_id, done))
 
+    def _cancel(self, exchange_id: int) -> None:
+        exchange = self._exchanges.get(exchange_id)
+        if exchange is None or exchange.unwanted:
+            return  # ended already: its job's end stands
+        exchange.unwanted = True
+        if exchange.job_id:
+            # Following a job that may not move for a while: interrupt, then cancel it.
+            exchange.task.cancel()
+        # Otherwise the submit is under way: the job is cancelled when its first event names it.
+
     def _ended(self, exchange_id: int, task: asyncio.Task[None]) -> None:
-        if self._exchanges.get(exchange_id) is task:
+        exchange = self._exchanges.get(exchange_id)
+        if exchange is not None and exchange.task is task:
             del self._exchanges[exchange_id]
         self._stirred.set()
 
@@ -202,15 +236,26 @@ class _Link:
             record_exception=False,
             set_status_on_exception=False,
         ) as span:
+            # Held from the start: a stream that ends clears the link's exchanges.
+            exchange = self._exchanges[exchange_id]
             try:
                 carrier = request_trace_carrier(trace_context)
-                async for event in self._follow(submit, carrier):
-                    self._send(scheduler_pb2.JobLinkEvent(exchange_id=exchange_id, event=event))
+                async with contextlib.aclosing(self._follow(submit, carrier)) as events:
+                    async for event in events:
+                        exchange.job_id = event.job_id
+                        if exchange.unwanted:
+                            break
+                        self._send(scheduler_pb2.JobLinkEvent(exchange_id=exchange_id, event=event))
+                if exchange.unwanted:
+                    await self._cancel_unwanted(exchange)
             except MeshError as exc:
                 if is_server_fault(exc.code):
                     span.set_status(Status(StatusCode.ERROR, exc.message))
-                self._send(exchange_status(exchange_id, exc))
+                if not exchange.unwanted:
+                    self._send(exchange_status(exchange_id, exc))
             except asyncio.CancelledError:
+                if exchange.unwanted and exchange.job_id:
+                    await self._cancel_unwanted(exchange)
                 raise
             except Exception as exc:
                 log.exception("JobLink exchange %d failed", exchange_id)
@@ -220,3 +265,8 @@ class _Link:
                         exchange_id, MeshError("internal error; see the scheduler's log")
                     )
                 )
+
+    async def _cancel_unwanted(self, exchange: _Exchange) -> None:
+        # Shielded: the stream ending while it runs must not leave the job to run on.
+        with contextlib.suppress(MeshError):
+            await asyncio.shield(self._cancel_job(exchange.job_id, exchange.tenant))

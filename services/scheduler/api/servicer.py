@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 
 import grpc
 
@@ -94,12 +94,17 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         ],
     ) -> AsyncIterator[scheduler_pb2.JobLinkEvents]:
         """A gateway's SubmitAndWatch exchanges over one stream (job_link.py)."""
-        async for events in serve_job_link(requests, self.submit_and_watch, self.links):
+        async for events in serve_job_link(
+            requests, self.submit_and_watch, self._cancel_for_tenant, self.links
+        ):
             yield events
+
+    async def _cancel_for_tenant(self, job_id: str, tenant: str) -> None:
+        await self.runtime.cancel(job_id, tenant, admin=False)
 
     async def submit_and_watch(
         self, request: scheduler_pb2.SubmitRequest, carrier: dict[str, str]
-    ) -> AsyncIterator[common_pb2.GenerateEvent]:
+    ) -> AsyncGenerator[common_pb2.GenerateEvent, None]:
         """Submit's checks and queueing, then the job's events to its end (its state when
         queued and its final event alone with `final_only`)."""
         job, _deduplicated = await self.submit(request, carrier)

@@ -1,5 +1,6 @@
 """The gateway's JobLink: final-only jobs share one stream to the scheduler, a refusal or a
-caller leaving touches its own exchange alone, and a broken stream fails the open exchanges
+caller leaving touches its own exchange alone (cancelling its job when asked, even before the
+job is named), and a broken stream fails the open exchanges
 as unreachable and is opened again for the next job."""
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ class LinkedScheduler(scheduler_pb2_grpc.SchedulerServicer):
 
     async def JobLink(self, requests, context):  # type: ignore[no-untyped-def]
         self.streams += 1
-        async for events in serve_job_link(requests, self.stand_in.follow):
+        async for events in serve_job_link(requests, self.stand_in.follow, self.stand_in.cancel):
             yield events
 
 
@@ -106,6 +107,26 @@ async def test_a_caller_that_leaves_stops_its_exchange_and_no_other() -> None:
                 break
             await asyncio.sleep(0.01)
         assert scheduler.stand_in.stopped == ["hold"]
+        assert (await final_event(up, "next")).result.data == b"next"
+
+
+async def test_a_caller_that_leaves_before_its_job_is_named_can_still_cancel_it() -> None:
+    scheduler = LinkedScheduler()
+    stand_in = scheduler.stand_in
+    async with linked_upstream(scheduler) as up:
+        request = common_pb2.GenerateRequest(model="slow-submit", prompt="unwanted")
+        events = up.submit_and_watch(request, CALLER, 0, final_only=True, cancel_when_left=True)
+        opening = asyncio.create_task(anext(events))
+        await asyncio.sleep(0.2)  # the submit reaches the scheduler and waits there
+        opening.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await opening
+        stand_in.submitted.set()
+        for _ in range(100):
+            if stand_in.cancelled:
+                break
+            await asyncio.sleep(0.01)
+        assert stand_in.cancelled == [("unwanted", "t")]
         assert (await final_event(up, "next")).result.data == b"next"
 
 

@@ -1,5 +1,5 @@
 """The scheduler's side of JobLink, over a stand-in for SubmitAndWatch: exchanges are routed
-by id, end alone, can be stopped, and share messages when they wait together."""
+by id, end alone, can be stopped or cancelled, and share messages when they wait together."""
 
 from __future__ import annotations
 
@@ -39,7 +39,8 @@ class Link:
             yield item
 
     async def _serve(self, stand_in: StandIn) -> None:
-        async for message in serve_job_link(self._incoming(), stand_in.follow):  # type: ignore[arg-type]
+        requests = self._incoming()
+        async for message in serve_job_link(requests, stand_in.follow, stand_in.cancel):  # type: ignore[arg-type]
             self.messages.append(message)
 
     def send(self, *requests: scheduler_pb2.JobLinkRequest) -> None:
@@ -110,6 +111,31 @@ async def test_a_stopped_exchange_stops_following_and_sends_nothing_more() -> No
     assert [e.event.state for e in link.of(2)] == [common_pb2.QUEUED, common_pb2.SUCCEEDED]
 
 
+async def test_a_cancelled_exchange_cancels_its_job_once_known_and_sends_nothing_more() -> None:
+    stand_in = StandIn(result_bytes=3)
+    link = Link(stand_in)
+    link.send(submit(1, "hold"), submit(2, "slow-submit"), submit(3, "hold"))
+    await settle()
+    # Job 1 is known and waiting; job 2's submit is still under way, so its id is not.
+    link.send(
+        scheduler_pb2.JobLinkRequest(exchange_id=1, cancel=True),
+        scheduler_pb2.JobLinkRequest(exchange_id=2, cancel=True),
+        scheduler_pb2.JobLinkRequest(exchange_id=99, cancel=True),
+    )
+    await settle()
+    assert stand_in.cancelled == [("job-1", "t")]
+    stand_in.submitted.set()
+    await settle()
+    assert stand_in.cancelled == [("job-1", "t"), ("job-2", "t")]
+    stand_in.release.set()
+    link.close()
+    await link.ended()
+    assert [e.event.state for e in link.of(1)] == [common_pb2.QUEUED]
+    assert link.of(2) == []  # cancelled before its queued event was sent
+    assert [e.event.state for e in link.of(3)] == [common_pb2.QUEUED, common_pb2.SUCCEEDED]
+    assert link.of(99) == []
+
+
 async def test_the_stream_stays_open_while_an_exchange_is() -> None:
     stand_in = StandIn(result_bytes=3)
     link = Link(stand_in)
@@ -176,7 +202,7 @@ async def test_a_closed_link_refuses_new_jobs_and_ends_once_its_open_exchanges_h
     messages: list[scheduler_pb2.JobLinkEvents] = []
 
     async def serve() -> None:
-        async for message in serve_job_link(incoming(), stand_in.follow, links):
+        async for message in serve_job_link(incoming(), stand_in.follow, stand_in.cancel, links):
             messages.append(message)
 
     task = asyncio.create_task(serve())

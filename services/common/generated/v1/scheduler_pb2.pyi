@@ -33,7 +33,7 @@ class JobLinkRequests(_message.Message):
     def __init__(self, requests: _Optional[_Iterable[_Union[JobLinkRequest, _Mapping]]] = ...) -> None: ...
 
 class JobLinkRequest(_message.Message):
-    __slots__ = ("exchange_id", "submit", "stop", "trace_context")
+    __slots__ = ("exchange_id", "submit", "stop", "cancel", "trace_context")
     class TraceContextEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -44,12 +44,14 @@ class JobLinkRequest(_message.Message):
     EXCHANGE_ID_FIELD_NUMBER: _ClassVar[int]
     SUBMIT_FIELD_NUMBER: _ClassVar[int]
     STOP_FIELD_NUMBER: _ClassVar[int]
+    CANCEL_FIELD_NUMBER: _ClassVar[int]
     TRACE_CONTEXT_FIELD_NUMBER: _ClassVar[int]
     exchange_id: int
     submit: SubmitRequest
     stop: bool
+    cancel: bool
     trace_context: _containers.ScalarMap[str, str]
-    def __init__(self, exchange_id: _Optional[int] = ..., submit: _Optional[_Union[SubmitRequest, _Mapping]] = ..., stop: _Optional[bool] = ..., trace_context: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    def __init__(self, exchange_id: _Optional[int] = ..., submit: _Optional[_Union[SubmitRequest, _Mapping]] = ..., stop: _Optional[bool] = ..., cancel: _Optional[bool] = ..., trace_context: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class JobLinkEvents(_message.Message):
     __slots__ = ("events",)
