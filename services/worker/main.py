@@ -28,6 +28,7 @@ from mediamesh.worker.models.device_loss import device_lost
 from mediamesh.worker.models.host import ModelHost
 from mediamesh.worker.models.hub_source import fetch_if_allowed
 from mediamesh.worker.models.memory import device_memory, one_line
+from mediamesh.worker.models.openmp import team_releaser, then_released
 from mediamesh.worker.residency import (
     Residency,
     ResidencyLimits,
@@ -243,9 +244,12 @@ async def start_worker(
     if after_exposure_check is not None:
         after_exposure_check()
     specs = hosted_specs(registry, worker)
-    hosts, residency = await asyncio.to_thread(load_hosts, config, worker, specs)
+    release_team = await asyncio.to_thread(team_releaser)
+    hosts, residency = await asyncio.to_thread(
+        then_released, release_team, load_hosts, config, worker, specs
+    )
     warming = needs_warmup(hosts)
-    runtime = WorkerRuntime(worker.worker_id, worker.pool, hosts, residency)
+    runtime = WorkerRuntime(worker.worker_id, worker.pool, hosts, residency, release_team)
     exit_requested = asyncio.Event()
 
     def on_drain(grace_s: float, exit_after: bool) -> None:
@@ -297,7 +301,9 @@ async def _warm_up(
 ) -> None:
     """Runs the warm-up shapes on the device, then registers as warm and reports SERVING."""
     try:
-        took = await asyncio.to_thread(run_warmups, runtime.hosts)
+        took = await asyncio.to_thread(
+            then_released, runtime.release_team, run_warmups, runtime.hosts
+        )
     except DeviceGroupLost as lost:
         # Left to the task, the worker would stay warming (NOT_SERVING) for ever.
         runtime.lose_devices(str(lost))

@@ -12,7 +12,7 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -93,6 +93,7 @@ class WorkerRuntime:
         pool: str,
         hosts: dict[str, ModelHost],
         residency: Residency | None = None,
+        release_team: Callable[[], None] | None = None,
     ) -> None:
         self.worker_id = worker_id
         self.pool = pool
@@ -107,7 +108,10 @@ class WorkerRuntime:
         # and waiting in line does not count, nor one that left the device to encode.
         self._batch_devices: dict[str, list[str]] = {}
         self._held_devices: list[str] = []
-        self.gate = DeviceGate(on_hand_over=self._device_handed_over)
+        # Frees the calling thread's OpenMP team (models/openmp.py): each batch thread's, as
+        # it gives the device up.
+        self.release_team = release_team
+        self.gate = DeviceGate(on_hand_over=self._device_handed_over, on_leave=release_team)
         self._running: dict[str, _Running] = {}
         self._lock = threading.Lock()
         self.draining = False

@@ -5,6 +5,10 @@ every batch holds the gate while it computes. A running batch asked to pause giv
 up at its next step boundary, with its state (latents, sampler, generators) kept where it
 is, on its thread's stack, and waits in line again with a rank above ordinary batches, so
 it resumes as soon as the urgent batch that paused it has ended.
+
+A thread giving the device up first calls `on_leave`: the worker frees the thread's OpenMP
+team there (models/openmp.py), so that the teams of threads not computing do not slow down
+the one that is.
 """
 
 from __future__ import annotations
@@ -30,14 +34,19 @@ class DeviceGate:
     `on_hand_over(previous, holder)` is called each time the device changes hands (either
     may be None: the device was or is now free), under the gate's lock so that the calls
     come in the order the hand-overs happened; it must be quick and not call the gate.
+    `on_leave()` is called on the thread of a batch about to give the device up, or done
+    with it (`release`, `step_aside`), outside the lock.
     """
 
     def __init__(
-        self, on_hand_over: Callable[[str | None, str | None], None] | None = None
+        self,
+        on_hand_over: Callable[[str | None, str | None], None] | None = None,
+        on_leave: Callable[[], None] | None = None,
     ) -> None:
         self._cond = threading.Condition()
         self._holder: str | None = None
         self._on_hand_over = on_hand_over
+        self._on_leave = on_leave
         self._waiting: list[tuple[int, int, str]] = []
         self._arrivals = itertools.count()
 
@@ -72,6 +81,7 @@ class DeviceGate:
 
     def release(self, batch_id: str) -> None:
         """The batch no longer uses the device."""
+        self._leaving()
         with self._cond:
             if self._holder == batch_id:
                 self._hold(None)
@@ -85,6 +95,7 @@ class DeviceGate:
     def step_aside(self, batch_id: str) -> None:
         """Called by the holder: let the waiting urgent batches run, then take the device
         back before any ordinary batch. Returns holding the device again."""
+        self._leaving()
         with self._cond:
             if self._holder == batch_id:
                 self._hold(None)
@@ -93,6 +104,11 @@ class DeviceGate:
             self._cond.wait_for(lambda: self._is_next(batch_id))
             heapq.heappop(self._waiting)
             self._hold(batch_id)
+
+    def _leaving(self) -> None:
+        # Also when the batch let go earlier (to encode): what ran since is freed too.
+        if self._on_leave is not None:
+            self._on_leave()
 
     def _hold(self, holder: str | None) -> None:
         """Called with the lock held."""
