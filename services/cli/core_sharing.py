@@ -2,10 +2,13 @@
 
 torch sizes its intra-op pool to every core of the host, for each worker; several CPU
 workers on one host then run more threads than there are cores, and the gateway and the
-scheduler wait behind them. Measured on a 2-core host (README, Performance): one core left
-to the mesh was worth more to throughput than a second torch thread. So a CPU worker that
-sets no `torch_threads` gets an equal share of the cores less one, at least one thread; a
-worker's explicit `torch_threads` is kept as it is.
+scheduler wait behind them. So a CPU worker that sets no `torch_threads` gets an equal share
+of the cores less one, at least one thread; a worker's explicit `torch_threads` is kept as
+it is. (The first measurement behind the spare core, one 1-thread worker beating one
+2-thread worker on two cores, was taken while the worker's batch threads kept an OpenMP
+team each; since they free them, a lone 2-thread worker is the faster at c=32: README,
+Performance. The default still leaves the core, so that meshes started side by side, as
+the tests start them, do not run more threads than cores.)
 """
 
 from __future__ import annotations
