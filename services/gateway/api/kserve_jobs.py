@@ -129,9 +129,9 @@ async def run_call(
     except BaseException:
         for opened in calls:
             await opened.aclose()
-        if up.link is None:
-            # Each job took a call of its own, which cancels nothing when closed.
-            await asyncio.shield(_cancel(up, caller.tenant, job_ids))
+        # Also those it named on calls of their own, or followed on with Watch; a job the
+        # link cancelled already is answered as it stands.
+        await asyncio.shield(_cancel(up, caller.tenant, job_ids))
         raise
     total = sum(len(r.data) for r in results)
     if total > up.max_message_bytes - _ENVELOPE_BYTES:

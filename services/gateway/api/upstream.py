@@ -26,6 +26,10 @@ from mediamesh.gateway.core.tenancy import Caller, Tenancy
 log = logging.getLogger("mediamesh.gateway")
 
 SUBMIT_TIMEOUT_S = 30
+# Inline input bytes (image and mask) above which a job takes a call of its own: on the
+# shared link its request would hold every other job's messages behind it while it crosses
+# (20 ms for 8 MiB on loopback, about 70 ms at 1 Gbit/s); a call's stream is its own.
+LINK_MAX_INPUT_BYTES = 256 * 1024
 # Longest one upload may stream (30 MB over a slow link).
 UPLOAD_TIMEOUT_S = 600
 
@@ -98,16 +102,12 @@ class Upstream:
         """Submit, then the job's events to its end, as callers get them; scheduler errors
         (Submit's among them) raise MeshError. With `final_only`, the job's state when queued
         (naming the job) and then its final event alone. With `cancel_when_left`, closing this
-        before the final event cancels the job, even before its first event has named it
-        (over the link; a call of its own leaves a job not yet named to run on).
-
-        A job's events go over the link's shared stream, a few small messages costing less
-        than a call of their own, unless the job asks for latent previews: images, which a
-        call per job keeps under its own flow control, so that a caller slow to read them
-        holds them back at the scheduler instead of in the gateway's memory."""
+        before the final event over the link cancels the job, even before its first event has
+        named it; a job on a call of its own (`_suits_link`) runs on, for the caller to cancel
+        by its id."""
         submit = submit_request(request, caller, deadline_ms)
         submit.final_only = final_only
-        if self.link is not None and (final_only or not request.preview_every_steps):
+        if self.link is not None and _suits_link(request, final_only):
             trace = dict(caller.trace_metadata or ())
             async for event in self.link.follow(submit, trace, cancel_when_left):
                 yield self.outbound(event)
@@ -346,6 +346,17 @@ def link_error(exc: grpc.aio.AioRpcError | None) -> MeshError:
 
 # Longest wait for the stream's end after its final event; past it the call is cancelled.
 _END_WAIT_S = 1.0
+
+
+def _suits_link(request: common_pb2.GenerateRequest, final_only: bool) -> bool:
+    """Whether a job goes over the link's shared stream, where a few small messages cost less
+    than a call of its own. Not a job with large inline inputs (LINK_MAX_INPUT_BYTES), nor
+    one that asks for latent previews: images, which a call keeps under its own flow
+    control, so that a caller slow to read them holds them back at the scheduler instead of
+    in the gateway's memory."""
+    if len(request.image) + len(request.mask_image) > LINK_MAX_INPUT_BYTES:
+        return False
+    return final_only or not request.preview_every_steps
 
 
 async def _ended(call: grpc.aio.UnaryStreamCall[Any, Any]) -> None:

@@ -23,7 +23,7 @@ from mediamesh.common.generated.v1 import common_pb2, scheduler_pb2, scheduler_p
 from mediamesh.common.registry import load_registry
 from mediamesh.common.settings import GatewaySettings, TenantSettings
 from mediamesh.gateway.api.job_link import _Stream
-from mediamesh.gateway.api.upstream import UNREACHABLE_MESSAGE, Upstream
+from mediamesh.gateway.api.upstream import LINK_MAX_INPUT_BYTES, UNREACHABLE_MESSAGE, Upstream
 from mediamesh.gateway.core.tenancy import Caller, Tenancy
 from mediamesh.gateway.metrics import JOB_LINK_EXCHANGES, JOB_LINK_STREAMS
 from mediamesh.scheduler.api.job_link import serve_job_link
@@ -37,6 +37,13 @@ class LinkedScheduler(scheduler_pb2_grpc.SchedulerServicer):
     def __init__(self) -> None:
         self.stand_in = StandIn(retry_after_s=2)
         self.streams = 0
+        # SubmitAndWatch calls: the jobs that did not go over the link.
+        self.calls = 0
+
+    async def SubmitAndWatch(self, request, context):  # type: ignore[no-untyped-def]
+        self.calls += 1
+        async for event in self.stand_in.follow(request, {}):
+            yield event
 
     async def JobLink(self, requests, context):  # type: ignore[no-untyped-def]
         self.streams += 1
@@ -93,6 +100,23 @@ async def test_jobs_share_one_stream_and_a_refusal_ends_its_own_exchange() -> No
         assert refused.value.retry_after_s == 2
         assert (await final_event(up, "after")).result.data == b"after"
         assert scheduler.streams == 1
+
+
+async def test_a_job_with_large_inline_inputs_takes_a_call_of_its_own() -> None:
+    scheduler = LinkedScheduler()
+    async with linked_upstream(scheduler) as up:
+        for size, prompt in ((LINK_MAX_INPUT_BYTES + 1, "large"), (LINK_MAX_INPUT_BYTES, "at")):
+            half = size // 2
+            request = common_pb2.GenerateRequest(
+                model="echo", prompt=prompt, image=b"i" * half, mask_image=b"m" * (size - half)
+            )
+            events = [e async for e in up.submit_and_watch(request, CALLER, 0, final_only=True)]
+            assert events[-1].result.data == prompt.encode()
+            if prompt == "large":
+                # Alone on its own stream: on the link it would hold every other job's
+                # messages behind it while it crossed.
+                assert (scheduler.calls, scheduler.streams) == (1, 0)
+        assert (scheduler.calls, scheduler.streams) == (1, 1)
 
 
 async def test_a_caller_that_leaves_stops_its_exchange_and_no_other() -> None:
