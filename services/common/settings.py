@@ -237,6 +237,9 @@ class GatewayHttpSettings(Section):
     body_timeout_s: float = Field(30.0, gt=0, le=600)
     # Seconds an idle kept-alive connection stays open between requests.
     keep_alive_s: int = Field(5, ge=1, le=300)
+    # Seconds a connection has to finish its TLS handshake (with gateway.tls); then it is
+    # closed. The request head's own time starts after it.
+    tls_handshake_timeout_s: float = Field(10.0, gt=0, le=300)
     # Connections open at once; one more is answered 503 and closed.
     max_connections: int = Field(1000, ge=1, le=1_000_000)
     # The longest request head (request line and headers) read; 431/400 beyond it.

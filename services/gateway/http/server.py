@@ -12,8 +12,10 @@ which took the gRPC listener down with this one. `GuardedH11Protocol` closes a c
 whose request head is not complete within `gateway.http.header_timeout_s`, answers 408 to,
 and closes, one whose request body goes `gateway.http.body_timeout_s` without a byte while
 the gateway waits for it, and answers 503 to, and closes, each connection beyond
-`gateway.http.max_connections`. A public deployment still belongs behind a reverse proxy
-or load balancer.
+`gateway.http.max_connections`. With TLS, the handshake comes before any of that, and
+uvicorn leaves it asyncio's default of 60 s; `_EmbeddedServer` gives it
+`gateway.http.tls_handshake_timeout_s`. A public deployment still belongs behind a reverse
+proxy or load balancer.
 """
 
 from __future__ import annotations
@@ -22,9 +24,10 @@ import asyncio
 import contextlib
 import logging
 import resource
+import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import h11
 import uvicorn
@@ -182,10 +185,35 @@ def connection_cap(max_connections: int) -> int:
 
 
 class _EmbeddedServer(uvicorn.Server):
+    def __init__(self, config: uvicorn.Config, tls_handshake_timeout_s: float) -> None:
+        super().__init__(config)
+        self.tls_handshake_timeout_s = tls_handshake_timeout_s
+
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
         # The gateway's stop event handles the signals; uvicorn must not take them over.
         yield
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        # uvicorn creates its listener with no ssl_handshake_timeout, and offers no way to
+        # pass one: for the length of its start-up, the loop's create_server adds it.
+        loop = asyncio.get_running_loop()
+        create_server = loop.create_server
+        shadowed = "create_server" in vars(loop)
+
+        async def with_handshake_timeout(*args: Any, **kwargs: Any) -> asyncio.Server:
+            if kwargs.get("ssl") is not None:
+                kwargs.setdefault("ssl_handshake_timeout", self.tls_handshake_timeout_s)
+            return await create_server(*args, **kwargs)
+
+        loop.create_server = with_handshake_timeout  # type: ignore[method-assign]
+        try:
+            await super().startup(sockets)
+        finally:
+            if shadowed:
+                loop.create_server = create_server  # type: ignore[method-assign]
+            else:
+                del loop.create_server
 
 
 @dataclass
@@ -239,7 +267,7 @@ async def start_http(
         ssl_certfile=str(tls.cert_file) if tls.enabled else None,
         ssl_keyfile=str(tls.key_file) if tls.enabled else None,
     )
-    server = _EmbeddedServer(config)
+    server = _EmbeddedServer(config, limits.tls_handshake_timeout_s)
     task = asyncio.create_task(server.serve(sockets=[sock]), name="gateway-http")
     while not server.started:
         if task.done():

@@ -1,4 +1,5 @@
-"""The HTTP face's own connection limits: a request head must arrive within
+"""The HTTP face's own connection limits: a TLS handshake must finish within
+gateway.http.tls_handshake_timeout_s, a request head must arrive within
 gateway.http.header_timeout_s (however slowly its bytes trickle), a request body may not
 stall for gateway.http.body_timeout_s (though it may take longer in all), and connections beyond
 gateway.http.max_connections are answered 503 and closed, so one client cannot hold the
@@ -7,8 +8,10 @@ gateway's sockets and file descriptors."""
 from __future__ import annotations
 
 import asyncio
+import ssl
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 from fastapi import FastAPI, Request
@@ -17,9 +20,11 @@ from mediamesh.common.registry import load_registry
 from mediamesh.common.settings import GatewayHttpSettings, GatewaySettings, MeshConfig, TlsSettings
 from mediamesh.gateway.http.server import HttpServer, start_http
 from mediamesh.gateway.main import start_gateway
+from tests.service.pki import SERVER_NAME, make_pki
 
 HEAD_TIMEOUT_S = 0.5
 BODY_TIMEOUT_S = 0.5
+HANDSHAKE_TIMEOUT_S = 0.5
 GET = b"GET /ping HTTP/1.1\r\nhost: localhost\r\n\r\n"
 
 
@@ -70,6 +75,31 @@ async def test_a_connection_that_does_not_finish_its_request_head_is_closed(serv
     reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
     assert await closed_after(reader) < HEAD_TIMEOUT_S + 1.5
     writer.close()
+
+
+async def test_a_tls_handshake_that_does_not_finish_in_time_is_closed(tmp_path: Path):
+    pki = make_pki(tmp_path)
+    tls = TlsSettings(cert_file=pki.cert_file, key_file=pki.key_file)
+    limits = GatewayHttpSettings(tls_handshake_timeout_s=HANDSHAKE_TIMEOUT_S, header_timeout_s=60)
+    running = await start_http(app(), "127.0.0.1", 0, tls, limits)
+    try:
+        # The loop is left as it was: only uvicorn's listener got the timeout.
+        assert "create_server" not in vars(asyncio.get_running_loop())
+        client = ssl.create_default_context(cafile=str(pki.ca_file))
+        reader, writer = await asyncio.open_connection(
+            "127.0.0.1", running.port, ssl=client, server_hostname=SERVER_NAME
+        )
+        writer.write(GET)
+        assert (await answer(reader)).startswith(b"HTTP/1.1 200")
+        writer.close()
+        # A client that opens a connection and never says hello: asyncio's default would
+        # hold it for 60 s, and the request head's timeout starts only after the handshake.
+        reader, writer = await asyncio.open_connection("127.0.0.1", running.port)
+        took = await closed_after(reader)
+        assert HANDSHAKE_TIMEOUT_S * 0.8 < took < HANDSHAKE_TIMEOUT_S + 1.5
+        writer.close()
+    finally:
+        await running.stop(0)
 
 
 async def test_trickling_bytes_does_not_extend_the_deadline(server: HttpServer):
