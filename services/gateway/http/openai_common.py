@@ -124,7 +124,7 @@ def admitted(
 
 
 async def submit_all(
-    plane: JsonPlane, caller: Caller, submissions: Iterable[Awaitable[JsonObject]]
+    plane: JsonPlane, caller: Caller, submissions: Iterable[Awaitable[str]]
 ) -> list[str]:
     """The job ids of `submissions`, made one after another. If one fails (or the client
     leaves), those made before it are cancelled: the answer is an error that names none of
@@ -132,7 +132,7 @@ async def submit_all(
     jobs: list[str] = []
     try:
         for submission in submissions:
-            jobs.append((await submission)["job_id"])
+            jobs.append(await submission)
     except BaseException:
         await asyncio.shield(_cancel_all(plane, caller, jobs))
         raise

@@ -208,7 +208,7 @@ async def generate_images(request: Request, authorization: Authorization = None)
         openai_names(GENERATION_NAMES),
         admitted(context.plane.tenancy, caller, model, body.priority, count) as paid,
     ):
-        jobs = await submit_all(plane, caller, (plane.submit(r, paid) for r in requests))
+        jobs = await submit_all(plane, caller, (plane.submit_for_id(r, paid) for r in requests))
     log_end_user("/v1/images/generations", caller, user, jobs)
     images = _images(plane, jobs, caller, body.response_format, request)
     answer = await answered_or_cancelled(request, plane, caller, jobs, images)
@@ -293,7 +293,7 @@ async def edit_images(request: Request, authorization: Authorization = None) -> 
                 for generate in requests:
                     generate.mask_image = converted
                     check_bounds(generate)
-            jobs = await submit_all(plane, caller, (plane.submit(r, paid) for r in requests))
+            jobs = await submit_all(plane, caller, (plane.submit_for_id(r, paid) for r in requests))
     log_end_user("/v1/images/edits", caller, user, jobs)
     images = _images(plane, jobs, caller, response_format, request)
     answer = await answered_or_cancelled(request, plane, caller, jobs, images)

@@ -128,17 +128,17 @@ async def test_jobs_submitted_before_one_that_fails_are_cancelled(
     client: httpx.AsyncClient,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    submit = JsonPlane.submit
+    submit = JsonPlane.submit_for_id
     made: list[str] = []
 
-    async def second_refused(plane: JsonPlane, request: object, caller: object) -> dict:
+    async def second_refused(plane: JsonPlane, request: object, caller: object) -> str:
         if made:
             raise ResourceExhausted("queue: full (a scheduler's refusal, here made up)")
-        job = await submit(plane, request, caller)  # type: ignore[arg-type]
-        made.append(job["job_id"])
-        return job
+        job_id = await submit(plane, request, caller)  # type: ignore[arg-type]
+        made.append(job_id)
+        return job_id
 
-    monkeypatch.setattr(JsonPlane, "submit", second_refused)
+    monkeypatch.setattr(JsonPlane, "submit_for_id", second_refused)
     body = {"model": "flux-tiny", "prompt": "x", "n": 2, "steps": 50}
     refused = await client.post(GENERATIONS, json=body, headers=bearer(KEY_A))
     assert refused.status_code == 429, refused.text

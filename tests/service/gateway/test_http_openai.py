@@ -86,9 +86,16 @@ async def test_a_small_b64_image_comes_with_the_jobs_end_and_a_large_one_is_down
         return base64.b64decode((answer.data or [])[0].b64_json or "")
 
     downloads = _scheduler_calls("Download")
+    calls = {m: _scheduler_calls(m) for m in ("Submit", "GetJob", "Watch")}
     small = await one_image()
     assert small.startswith(PNG)
     assert _scheduler_calls("Download") == downloads, "inline bytes need no download"
+    # A Submit that names the job and a Watch that waits for its end; nothing else.
+    assert {m: _scheduler_calls(m) - n for m, n in calls.items()} == {
+        "Submit": 1,
+        "GetJob": 0,
+        "Watch": 1,
+    }
     limit = upstream.inline_limit
     upstream.inline_limit = 16  # every result is now too large to come inline
     try:
