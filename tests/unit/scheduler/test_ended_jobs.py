@@ -1,8 +1,11 @@
 """Which ended jobs stay in memory, and listings merged from memory and a real job store:
-each job once, in order, whatever order the ends were stored in."""
+each job once, in order, whatever order the ends were stored in, read beside the store's
+writes rather than behind them."""
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -121,3 +124,38 @@ async def test_with_no_room_every_stored_end_leaves_memory(store: JobStore):
     assert (await ended.find(jobs[1].job_id)).job is jobs[1]
     core.forget(jobs[1].job_id)  # no-op: unfinished jobs are never forgotten
     assert jobs[1].job_id in core.jobs
+
+
+async def test_a_listing_reads_beside_the_writes_not_behind_them(store: JobStore):
+    clock = FakeClock()
+    core = make_core(clock)
+    jobs = await accepted(core, store, clock, 3)
+    for at, job in enumerate(jobs, start=10):
+        await end_at(core, store, clock, job, float(at))
+    # The writer's thread is busy (a long commit, say): a listing still answers.
+    writing = threading.Event()
+    release = threading.Event()
+
+    def long_write() -> None:
+        writing.set()
+        release.wait(10)
+
+    busy = store._executor.submit(long_write)
+    assert writing.wait(5)
+    try:
+        page = await asyncio.wait_for(
+            store.ended_page(
+                up_to=(100.0, "~"),
+                tenant="t1",
+                states=(),
+                models=(),
+                after=None,
+                oldest_first=True,
+                limit=10,
+            ),
+            5,
+        )
+    finally:
+        release.set()
+        busy.result(10)
+    assert [job.job_id for job, _ in page] == [job.job_id for job in jobs]
