@@ -7,8 +7,8 @@ of the cores less one, at least one thread; a worker's explicit `torch_threads` 
 it is. (The first measurement behind the spare core, one 1-thread worker beating one
 2-thread worker on two cores, was taken while the worker's batch threads kept an OpenMP
 team each; since they free them, a lone 2-thread worker is the faster at c=32: README,
-Performance. The default still leaves the core, so that meshes started side by side, as
-the tests start them, do not run more threads than cores.)
+Performance. The rule stands until it is measured with several workers and on larger
+hosts; a host whose only work is one CPU worker should set `torch_threads` to every core.)
 """
 
 from __future__ import annotations
