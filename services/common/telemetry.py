@@ -170,16 +170,19 @@ def tracer(name: str) -> trace.Tracer:
 # The span of one JobLink exchange, on either end (the gateway's CLIENT, the scheduler's
 # SERVER): the pair a call per job would have had for its rpc.
 JOB_LINK_EXCHANGE_SPAN = "/mediamesh.v1.Scheduler/JobLink exchange"
-# The stream that outlives any request (JobLink carries many jobs' exchanges): a span of it
-# would last the process's life and join whichever request opened it. Its exchanges make
-# spans of their own.
-UNTRACED_METHOD = "JobLink"
+# The span of one batch on a BatchLink stream, on either end (the scheduler's CLIENT, the
+# worker's SERVER): the pair a RunBatch call would have had.
+BATCH_LINK_BATCH_SPAN = "/mediamesh.v1.Worker/BatchLink batch"
+# The streams that outlive any request (JobLink carries many jobs' exchanges, BatchLink many
+# batches): a span of one would last the process's life and join whichever request opened
+# it. Their exchanges and batches make spans of their own.
+UNTRACED_METHODS = ("JobLink", "BatchLink")
 
 
 def _traced_methods() -> Any:
     from opentelemetry.instrumentation.grpc import filters
 
-    return filters.negate(filters.method_name(UNTRACED_METHOD))
+    return filters.negate(filters.any_of(*[filters.method_name(m) for m in UNTRACED_METHODS]))
 
 
 def server_tracing_interceptors() -> list[Any]:

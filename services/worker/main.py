@@ -8,7 +8,7 @@ import logging
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from mediamesh.common.credentials import NO_INTERNAL_CREDENTIAL, InternalCredentials
 from mediamesh.common.exposure import refuse_open_off_loopback
@@ -17,6 +17,7 @@ from mediamesh.common.registry import ModelSpec, Registry
 from mediamesh.common.server import Registration, RunningServer, start_server
 from mediamesh.common.settings import ConfigError, MeshConfig, WorkerSettings
 from mediamesh.worker import metrics
+from mediamesh.worker.api.batch_link import BatchLinks
 from mediamesh.worker.api.registration import DeviceMemory, worker_registration
 from mediamesh.worker.api.servicer import WorkerServicer, adder, service_names
 from mediamesh.worker.api.session import SchedulerSession
@@ -147,6 +148,8 @@ class WorkerService:
     _follow_task: asyncio.Task[None]
     # Runs the warm-up shapes, then registers the models as warm (done at once without any).
     warm_task: asyncio.Task[None]
+    # The schedulers' BatchLink streams, which take no new batch once stopping begins.
+    links: BatchLinks = field(default_factory=BatchLinks)
 
     @property
     def port(self) -> int:
@@ -178,6 +181,7 @@ class WorkerService:
         self._follow_task.cancel()
         self.warm_task.cancel()
         await self.session.stop()
+        self.links.close()
         await self.server.stop(grace_s)
         await asyncio.to_thread(self.runtime.close)
 
@@ -256,8 +260,9 @@ async def start_worker(
         if exit_after:
             exit_requested.set()
 
+    servicer = WorkerServicer(runtime, on_drain)
     server = await start_server(
-        [Registration(service_names(), adder(WorkerServicer(runtime, on_drain)))],
+        [Registration(service_names(), adder(servicer))],
         host=worker.host,
         port=worker.port,
         max_message_bytes=worker.max_message_bytes,
@@ -292,7 +297,14 @@ async def start_worker(
     follow_task = asyncio.create_task(_follow_runtime(runtime, server, exit_requested))
     log.info("worker %s serving on %s (pool %s)", worker.worker_id, address, worker.pool)
     return WorkerService(
-        runtime, server, session, exit_requested, memory_task, follow_task, warm_task
+        runtime,
+        server,
+        session,
+        exit_requested,
+        memory_task,
+        follow_task,
+        warm_task,
+        servicer.links,
     )
 
 

@@ -11,7 +11,7 @@ import pytest
 from mediamesh.common.generated.inference import grpc_service_pb2 as kserve_pb
 from mediamesh.common.generated.inference import grpc_service_pb2_grpc as kserve_grpc
 from mediamesh.common.generated.v1 import common_pb2, gateway_pb2_grpc
-from mediamesh.common.telemetry import JOB_LINK_EXCHANGE_SPAN
+from mediamesh.common.telemetry import BATCH_LINK_BATCH_SPAN, JOB_LINK_EXCHANGE_SPAN
 from tests.e2e.conftest import stop
 
 pytestmark = pytest.mark.e2e
@@ -59,8 +59,21 @@ def test_a_call_is_one_trace_across_three_processes_natively_and_over_kserve(
     assert ("scheduler", JOB_LINK_EXCHANGE_SPAN) in by_service
     assert ("scheduler", "queue wait") in by_service
     assert ("scheduler", "batch") in by_service
-    assert ("worker worker-0", "/mediamesh.v1.Worker/RunBatch") in by_service
+    # The batch goes over the scheduler's BatchLink stream to the worker, the same way.
+    assert ("scheduler", BATCH_LINK_BATCH_SPAN) in by_service  # client side
+    assert ("worker worker-0", BATCH_LINK_BATCH_SPAN) in by_service
+    # batch -> its link span (scheduler) -> its link span (worker) -> run batch.
+    by_id = {s["context"]["span_id"]: s for s in in_trace}
     run = next(s for s in in_trace if s["name"] == "run batch")
+    chain = [run]
+    while chain[-1].get("parent_id") in by_id and len(chain) < 4:
+        chain.append(by_id[chain[-1]["parent_id"]])
+    assert [(s["resource"]["attributes"]["service.name"], s["name"]) for s in chain] == [
+        ("worker worker-0", "run batch"),
+        ("worker worker-0", BATCH_LINK_BATCH_SPAN),
+        ("scheduler", BATCH_LINK_BATCH_SPAN),
+        ("scheduler", "batch"),
+    ]
     steps = [e for e in run["events"] if e["name"] == "StepDone"]
     assert [e["attributes"]["mediamesh.step"] for e in steps] == [1, 2, 3]
 
@@ -72,5 +85,6 @@ def test_a_call_is_one_trace_across_three_processes_natively_and_over_kserve(
     assert ("gateway", JOB_LINK_EXCHANGE_SPAN) in by_service
     assert ("scheduler", JOB_LINK_EXCHANGE_SPAN) in by_service
     assert ("scheduler", "queue wait") in by_service
-    assert ("worker worker-0", "/mediamesh.v1.Worker/RunBatch") in by_service
-    assert not [s for s in spans if s["name"] == "/mediamesh.v1.Scheduler/JobLink"]
+    assert ("worker worker-0", BATCH_LINK_BATCH_SPAN) in by_service
+    for stream in ("/mediamesh.v1.Scheduler/JobLink", "/mediamesh.v1.Worker/BatchLink"):
+        assert not [s for s in spans if s["name"] == stream]

@@ -136,10 +136,25 @@ def requests_for(method: object, known: Hints) -> st.SearchStrategy[bytes]:
     choices = [messages(descriptor, known)]
     if descriptor.full_name in BASES:
         choices.append(variations(BASES[descriptor.full_name], known))
+    specs = st.lists(variations(VALID_SPEC, known), min_size=1, max_size=3)
     if descriptor.full_name == "mediamesh.v1.RunBatchRequest":
-        specs = st.lists(variations(VALID_SPEC, known), min_size=1, max_size=3)
         choices.append(
             specs.map(lambda jobs: worker_pb2.RunBatchRequest(model=ECHO.name, jobs=jobs))
+        )
+    if descriptor.full_name == "mediamesh.v1.BatchLinkRequests":
+        # Runnable batches under few ids, so that they collide and stops find them.
+        run = st.builds(
+            lambda batch_id, jobs: worker_pb2.BatchLinkRequest(
+                run=worker_pb2.RunBatchRequest(batch_id=batch_id, model=ECHO.name, jobs=jobs)
+            ),
+            st.sampled_from(["b0", "b1"]),
+            specs,
+        )
+        stop = st.sampled_from(["b0", "b1"]).map(lambda b: worker_pb2.BatchLinkRequest(stop=b))
+        choices.append(
+            st.lists(st.one_of(run, stop), min_size=1, max_size=3).map(
+                lambda requests: worker_pb2.BatchLinkRequests(requests=requests)
+            )
         )
     return st.one_of(choices).map(lambda m: m.SerializeToString())
 
@@ -183,11 +198,20 @@ def check_link_events(data: bytes) -> None:
             _code_is_deliberate(linked.event.error.code, linked.event.error)
 
 
+def check_batch_link_events(data: bytes) -> None:
+    for linked in worker_pb2.BatchLinkEvents.FromString(data).events:
+        if linked.HasField("end"):
+            _code_is_deliberate(from_number(linked.end.code).name, linked.end)
+        elif linked.HasField("event") and linked.event.HasField("error"):
+            _code_is_deliberate(linked.event.error.code, linked.event.error)
+
+
 def probe_of(scheduler: grpc.Channel, worker: grpc.Channel) -> Probe:
     checks = {
         path_of(SCHEDULER.methods_by_name["Watch"]): check_event,
         path_of(SCHEDULER.methods_by_name["JobLink"]): check_link_events,
         path_of(WORKER.methods_by_name["RunBatch"]): check_batch_event,
+        path_of(WORKER.methods_by_name["BatchLink"]): check_batch_link_events,
     }
     return Probe({SCHEDULER.full_name: scheduler, WORKER.full_name: worker}, checks)
 

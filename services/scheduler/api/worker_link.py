@@ -1,10 +1,12 @@
-"""The scheduler's gRPC client to workers: RunBatch streams and cancels."""
+"""The scheduler's gRPC client to workers: batches (over each worker's BatchLink stream, or
+RunBatch calls for a worker without one) and cancels."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
+from typing import Any
 
 import grpc
 
@@ -13,6 +15,7 @@ from mediamesh.common.channels import internal_channel
 from mediamesh.common.credentials import InternalCredentials
 from mediamesh.common.generated.v1 import worker_pb2, worker_pb2_grpc
 from mediamesh.common.work import JobParams, WorkerEvent
+from mediamesh.scheduler.api.batch_link import BatchStream, LinkUnsupported
 from mediamesh.scheduler.batches import BatchUndelivered, WorkerGone
 
 log = logging.getLogger(__name__)
@@ -27,6 +30,10 @@ class GrpcWorkerLink:
         self._channels: dict[str, grpc.aio.Channel] = {}
         # A stub builds a callable per rpc: built once per channel, not once per batch.
         self._stubs: dict[str, worker_pb2_grpc.WorkerStub] = {}
+        # Each worker's BatchLink stream, opened for its first batch and again once broken.
+        self._streams: dict[str, BatchStream] = {}
+        # Workers that answered BatchLink UNIMPLEMENTED (an older release): a call per batch.
+        self._calls_only: set[str] = set()
         self._closing: set[asyncio.Task[None]] = set()
 
     def _stub(self, address: str) -> worker_pb2_grpc.WorkerStub:
@@ -50,8 +57,8 @@ class GrpcWorkerLink:
         (urgent work).
 
         Raises BatchUndelivered when the worker never took the batch, WorkerGone when its
-        connection broke after; other RPC errors propagate.
-        Closing the iterator cancels the call.
+        connection broke after (or its devices are gone); other failures propagate.
+        Closing the iterator stops the batch there.
         """
         request = worker_pb2.RunBatchRequest(
             batch_id=batch_id,
@@ -59,6 +66,26 @@ class GrpcWorkerLink:
             jobs=[worker_wire.job_spec(j, 0) for j in jobs],
             pause_batch_id=pause_batch_id,
         )
+        if address not in self._calls_only:
+            try:
+                async for events in self._stream(address).run(request):
+                    yield events
+                return
+            except LinkUnsupported:
+                log.info("worker at %s has no BatchLink; its batches go by RunBatch", address)
+                self._calls_only.add(address)
+        async for events in self._run_by_call(address, request):
+            yield events
+
+    def _stream(self, address: str) -> BatchStream:
+        stream = self._streams.get(address)
+        if stream is None or stream.broken:
+            stream = self._streams[address] = BatchStream(self._stub(address))
+        return stream
+
+    async def _run_by_call(
+        self, address: str, request: worker_pb2.RunBatchRequest
+    ) -> AsyncIterator[list[WorkerEvent]]:
         call = self._stub(address).RunBatch(request)
         try:
             metadata = await call.initial_metadata()
@@ -80,13 +107,21 @@ class GrpcWorkerLink:
 
     def reset(self, address: str) -> None:
         """Drop the channel to `address`: a worker registering again there must not inherit
-        a channel still backing off from its predecessor's death."""
+        a channel still backing off from its predecessor's death (nor its stream, nor the
+        way its predecessor took batches)."""
+        self._calls_only.discard(address)
+        stream = self._streams.pop(address, None)
+        if stream is not None:
+            self._close_later(stream.aclose())
         self._stubs.pop(address, None)
         channel = self._channels.pop(address, None)
         if channel is not None:
-            closing = asyncio.get_running_loop().create_task(channel.close())
-            self._closing.add(closing)
-            closing.add_done_callback(self._closing.discard)
+            self._close_later(channel.close())
+
+    def _close_later(self, closing: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(closing)
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
 
     async def cancel(self, address: str, job_ids: list[str]) -> None:
         """Asks the worker at `address` to cancel `job_ids`; a failure is logged, never raised."""
@@ -98,7 +133,10 @@ class GrpcWorkerLink:
             log.warning("cancel on %s failed: %s", address, exc.details())
 
     async def close(self) -> None:
-        """Closes every channel, including those still closing after `reset`."""
+        """Closes every stream and channel, including those still closing after `reset`."""
+        for stream in self._streams.values():
+            await stream.aclose()
+        self._streams.clear()
         for channel in self._channels.values():
             await channel.close()
         self._channels.clear()

@@ -11,6 +11,7 @@ from mediamesh.common.api import worker_wire
 from mediamesh.common.api.lenient import add_servicer
 from mediamesh.common.generated.v1 import worker_pb2, worker_pb2_grpc
 from mediamesh.common.telemetry import request_trace_carrier
+from mediamesh.worker.api.batch_link import BatchLinks, serve_batch_link
 from mediamesh.worker.runtime import WorkerRuntime
 
 
@@ -24,6 +25,8 @@ class WorkerServicer(worker_pb2_grpc.WorkerServicer):
     def __init__(self, runtime: WorkerRuntime, on_drain: Callable[[float, bool], None]) -> None:
         self.runtime = runtime
         self._on_drain = on_drain
+        # The schedulers' BatchLink streams, which take no new batch once stopping begins.
+        self.links = BatchLinks()
 
     async def RunBatch(
         self,
@@ -45,6 +48,16 @@ class WorkerServicer(worker_pb2_grpc.WorkerServicer):
         async for group in groups:
             for message in worker_wire.batch_events(group):
                 yield message
+
+    async def BatchLink(
+        self,
+        requests: AsyncIterator[worker_pb2.BatchLinkRequests],
+        context: grpc.aio.ServicerContext[worker_pb2.BatchLinkRequests, worker_pb2.BatchLinkEvents],
+    ) -> AsyncIterator[worker_pb2.BatchLinkEvents]:
+        """Runs the batches sent over the stream, each as RunBatch would, and streams their
+        messages tagged with their batch ids."""
+        async for events in serve_batch_link(requests, self.runtime, self.links):
+            yield events
 
     async def Cancel(
         self,
@@ -100,4 +113,7 @@ def service_names() -> tuple[str, ...]:
 
 def adder(servicer: WorkerServicer) -> Callable[[grpc.aio.Server], None]:
     """The server hook that registers `servicer` as mediamesh.v1.Worker."""
-    return lambda server: add_servicer(server, servicer, _SERVICE)
+    # A BatchLink message holds several batches: one past a limit fails alone.
+    return lambda server: add_servicer(
+        server, servicer, _SERVICE, bounds_checked_by_servicer=frozenset({"BatchLink"})
+    )

@@ -25,39 +25,53 @@ _sym_db = _symbol_database.Default()
 from mediamesh.common.generated.v1 import common_pb2 as mediamesh_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19mediamesh/v1/worker.proto\x12\x0cmediamesh.v1\x1a\x19mediamesh/v1/common.proto\"\x90\x04\n\x07JobSpec\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0e\n\x06prompt\x18\x02 \x01(\t\x12\x17\n\x0fnegative_prompt\x18\x03 \x01(\t\x12\r\n\x05steps\x18\x04 \x01(\r\x12\x0c\n\x04seed\x18\x05 \x01(\x04\x12\r\n\x05width\x18\x06 \x01(\r\x12\x0e\n\x06height\x18\x07 \x01(\r\x12\x12\n\nnum_frames\x18\x08 \x01(\r\x12\x16\n\x0eguidance_scale\x18\t \x01(\x02\x12\x12\n\nduration_s\x18\n \x01(\x02\x12\x18\n\x10\x64\x65\x61\x64line_unix_ms\x18\x0b \x01(\x03\x12\x19\n\x11resume_checkpoint\x18\x0c \x01(\t\x12\x1e\n\x16\x63heckpoint_every_steps\x18\r \x01(\r\x12\x15\n\routput_format\x18\x0e \x01(\t\x12\x16\n\x0eoutput_quality\x18\x0f \x01(\r\x12\x0b\n\x03\x66ps\x18\x10 \x01(\r\x12\x1b\n\x13preview_every_steps\x18\x11 \x01(\r\x12%\n\x05image\x18\x12 \x01(\x0b\x32\x16.mediamesh.v1.InputRef\x12*\n\nmask_image\x18\x13 \x01(\x0b\x32\x16.mediamesh.v1.InputRef\x12\x10\n\x08strength\x18\x14 \x01(\x02\x12*\n\x08\x61\x64\x61pters\x18\x15 \x03(\x0b\x32\x18.mediamesh.v1.AdapterRef\x12\x11\n\tuse_cache\x18\x16 \x01(\x08\":\n\x08InputRef\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\x12\x10\n\x08\x61rtifact\x18\x02 \x01(\t\x12\x0e\n\x06sha256\x18\x03 \x01(\t\"o\n\x0fRunBatchRequest\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12#\n\x04jobs\x18\x03 \x03(\x0b\x32\x15.mediamesh.v1.JobSpec\x12\x16\n\x0epause_batch_id\x18\x04 \x01(\t\":\n\tJobOutput\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\x12\x11\n\tmime_type\x18\x02 \x01(\t\x12\x0c\n\x04seed\x18\x03 \x01(\x04\"-\n\tPreempted\x12\x12\n\ncheckpoint\x18\x01 \x01(\t\x12\x0c\n\x04step\x18\x02 \x01(\r\"0\n\x0c\x43heckpointed\x12\x12\n\ncheckpoint\x18\x01 \x01(\t\x12\x0c\n\x04step\x18\x02 \x01(\r\"\xee\x02\n\nBatchEvent\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12*\n\x08progress\x18\x02 \x01(\x0b\x32\x16.mediamesh.v1.ProgressH\x00\x12)\n\x06output\x18\x03 \x01(\x0b\x32\x17.mediamesh.v1.JobOutputH\x00\x12$\n\x05\x65rror\x18\x04 \x01(\x0b\x32\x13.mediamesh.v1.ErrorH\x00\x12,\n\tpreempted\x18\x05 \x01(\x0b\x32\x17.mediamesh.v1.PreemptedH\x00\x12\x32\n\x0c\x63heckpointed\x18\x06 \x01(\x0b\x32\x1a.mediamesh.v1.CheckpointedH\x00\x12&\n\x06notice\x18\x07 \x01(\x0b\x32\x14.mediamesh.v1.NoticeH\x00\x12\x14\n\x0cstep_seconds\x18\x08 \x01(\x01\x12\x14\n\x0c\x66itted_batch\x18\t \x01(\r\x12\x14\n\x0cmore_job_ids\x18\n \x03(\tB\x07\n\x05\x65vent\"$\n\x11\x43\x61ncelJobsRequest\x12\x0f\n\x07job_ids\x18\x01 \x03(\t\"\'\n\x12\x43\x61ncelJobsResponse\x12\x11\n\tcancelled\x18\x01 \x03(\t\"-\n\x0c\x44rainRequest\x12\x0f\n\x07grace_s\x18\x01 \x01(\x01\x12\x0c\n\x04\x65xit\x18\x02 \x01(\x08\"\"\n\rDrainResponse\x12\x11\n\tpreempted\x18\x01 \x03(\t\"\x15\n\x13WorkerStatusRequest\"o\n\x14WorkerStatusResponse\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x0c\n\x04pool\x18\x02 \x01(\t\x12\x0e\n\x06models\x18\x03 \x03(\t\x12\x14\n\x0crunning_jobs\x18\x04 \x03(\t\x12\x10\n\x08\x64raining\x18\x05 \x01(\x08\x32\xaf\x02\n\x06Worker\x12\x45\n\x08RunBatch\x12\x1d.mediamesh.v1.RunBatchRequest\x1a\x18.mediamesh.v1.BatchEvent0\x01\x12K\n\x06\x43\x61ncel\x12\x1f.mediamesh.v1.CancelJobsRequest\x1a .mediamesh.v1.CancelJobsResponse\x12@\n\x05\x44rain\x12\x1a.mediamesh.v1.DrainRequest\x1a\x1b.mediamesh.v1.DrainResponse\x12O\n\x06Status\x12!.mediamesh.v1.WorkerStatusRequest\x1a\".mediamesh.v1.WorkerStatusResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19mediamesh/v1/worker.proto\x12\x0cmediamesh.v1\x1a\x19mediamesh/v1/common.proto\"\x90\x04\n\x07JobSpec\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0e\n\x06prompt\x18\x02 \x01(\t\x12\x17\n\x0fnegative_prompt\x18\x03 \x01(\t\x12\r\n\x05steps\x18\x04 \x01(\r\x12\x0c\n\x04seed\x18\x05 \x01(\x04\x12\r\n\x05width\x18\x06 \x01(\r\x12\x0e\n\x06height\x18\x07 \x01(\r\x12\x12\n\nnum_frames\x18\x08 \x01(\r\x12\x16\n\x0eguidance_scale\x18\t \x01(\x02\x12\x12\n\nduration_s\x18\n \x01(\x02\x12\x18\n\x10\x64\x65\x61\x64line_unix_ms\x18\x0b \x01(\x03\x12\x19\n\x11resume_checkpoint\x18\x0c \x01(\t\x12\x1e\n\x16\x63heckpoint_every_steps\x18\r \x01(\r\x12\x15\n\routput_format\x18\x0e \x01(\t\x12\x16\n\x0eoutput_quality\x18\x0f \x01(\r\x12\x0b\n\x03\x66ps\x18\x10 \x01(\r\x12\x1b\n\x13preview_every_steps\x18\x11 \x01(\r\x12%\n\x05image\x18\x12 \x01(\x0b\x32\x16.mediamesh.v1.InputRef\x12*\n\nmask_image\x18\x13 \x01(\x0b\x32\x16.mediamesh.v1.InputRef\x12\x10\n\x08strength\x18\x14 \x01(\x02\x12*\n\x08\x61\x64\x61pters\x18\x15 \x03(\x0b\x32\x18.mediamesh.v1.AdapterRef\x12\x11\n\tuse_cache\x18\x16 \x01(\x08\":\n\x08InputRef\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\x12\x10\n\x08\x61rtifact\x18\x02 \x01(\t\x12\x0e\n\x06sha256\x18\x03 \x01(\t\"o\n\x0fRunBatchRequest\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12#\n\x04jobs\x18\x03 \x03(\x0b\x32\x15.mediamesh.v1.JobSpec\x12\x16\n\x0epause_batch_id\x18\x04 \x01(\t\"E\n\x11\x42\x61tchLinkRequests\x12\x30\n\x08requests\x18\x01 \x03(\x0b\x32\x1e.mediamesh.v1.BatchLinkRequest\"\xd8\x01\n\x10\x42\x61tchLinkRequest\x12,\n\x03run\x18\x01 \x01(\x0b\x32\x1d.mediamesh.v1.RunBatchRequestH\x00\x12\x0e\n\x04stop\x18\x02 \x01(\tH\x00\x12G\n\rtrace_context\x18\x03 \x03(\x0b\x32\x30.mediamesh.v1.BatchLinkRequest.TraceContextEntry\x1a\x33\n\x11TraceContextEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\x08\n\x06\x61\x63tion\"?\n\x0f\x42\x61tchLinkEvents\x12,\n\x06\x65vents\x18\x01 \x03(\x0b\x32\x1c.mediamesh.v1.BatchLinkEvent\"\x93\x01\n\x0e\x42\x61tchLinkEvent\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\t\x12\x12\n\x08\x61\x63\x63\x65pted\x18\x02 \x01(\x08H\x00\x12)\n\x05\x65vent\x18\x03 \x01(\x0b\x32\x18.mediamesh.v1.BatchEventH\x00\x12%\n\x03\x65nd\x18\x04 \x01(\x0b\x32\x16.mediamesh.v1.BatchEndH\x00\x42\t\n\x07outcome\")\n\x08\x42\x61tchEnd\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0f\n\x07message\x18\x02 \x01(\t\":\n\tJobOutput\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\x12\x11\n\tmime_type\x18\x02 \x01(\t\x12\x0c\n\x04seed\x18\x03 \x01(\x04\"-\n\tPreempted\x12\x12\n\ncheckpoint\x18\x01 \x01(\t\x12\x0c\n\x04step\x18\x02 \x01(\r\"0\n\x0c\x43heckpointed\x12\x12\n\ncheckpoint\x18\x01 \x01(\t\x12\x0c\n\x04step\x18\x02 \x01(\r\"\xee\x02\n\nBatchEvent\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12*\n\x08progress\x18\x02 \x01(\x0b\x32\x16.mediamesh.v1.ProgressH\x00\x12)\n\x06output\x18\x03 \x01(\x0b\x32\x17.mediamesh.v1.JobOutputH\x00\x12$\n\x05\x65rror\x18\x04 \x01(\x0b\x32\x13.mediamesh.v1.ErrorH\x00\x12,\n\tpreempted\x18\x05 \x01(\x0b\x32\x17.mediamesh.v1.PreemptedH\x00\x12\x32\n\x0c\x63heckpointed\x18\x06 \x01(\x0b\x32\x1a.mediamesh.v1.CheckpointedH\x00\x12&\n\x06notice\x18\x07 \x01(\x0b\x32\x14.mediamesh.v1.NoticeH\x00\x12\x14\n\x0cstep_seconds\x18\x08 \x01(\x01\x12\x14\n\x0c\x66itted_batch\x18\t \x01(\r\x12\x14\n\x0cmore_job_ids\x18\n \x03(\tB\x07\n\x05\x65vent\"$\n\x11\x43\x61ncelJobsRequest\x12\x0f\n\x07job_ids\x18\x01 \x03(\t\"\'\n\x12\x43\x61ncelJobsResponse\x12\x11\n\tcancelled\x18\x01 \x03(\t\"-\n\x0c\x44rainRequest\x12\x0f\n\x07grace_s\x18\x01 \x01(\x01\x12\x0c\n\x04\x65xit\x18\x02 \x01(\x08\"\"\n\rDrainResponse\x12\x11\n\tpreempted\x18\x01 \x03(\t\"\x15\n\x13WorkerStatusRequest\"o\n\x14WorkerStatusResponse\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x0c\n\x04pool\x18\x02 \x01(\t\x12\x0e\n\x06models\x18\x03 \x03(\t\x12\x14\n\x0crunning_jobs\x18\x04 \x03(\t\x12\x10\n\x08\x64raining\x18\x05 \x01(\x08\x32\x80\x03\n\x06Worker\x12\x45\n\x08RunBatch\x12\x1d.mediamesh.v1.RunBatchRequest\x1a\x18.mediamesh.v1.BatchEvent0\x01\x12O\n\tBatchLink\x12\x1f.mediamesh.v1.BatchLinkRequests\x1a\x1d.mediamesh.v1.BatchLinkEvents(\x01\x30\x01\x12K\n\x06\x43\x61ncel\x12\x1f.mediamesh.v1.CancelJobsRequest\x1a .mediamesh.v1.CancelJobsResponse\x12@\n\x05\x44rain\x12\x1a.mediamesh.v1.DrainRequest\x1a\x1b.mediamesh.v1.DrainResponse\x12O\n\x06Status\x12!.mediamesh.v1.WorkerStatusRequest\x1a\".mediamesh.v1.WorkerStatusResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'mediamesh.v1.worker_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
+  _globals['_BATCHLINKREQUEST_TRACECONTEXTENTRY']._loaded_options = None
+  _globals['_BATCHLINKREQUEST_TRACECONTEXTENTRY']._serialized_options = b'8\001'
   _globals['_JOBSPEC']._serialized_start=71
   _globals['_JOBSPEC']._serialized_end=599
   _globals['_INPUTREF']._serialized_start=601
   _globals['_INPUTREF']._serialized_end=659
   _globals['_RUNBATCHREQUEST']._serialized_start=661
   _globals['_RUNBATCHREQUEST']._serialized_end=772
-  _globals['_JOBOUTPUT']._serialized_start=774
-  _globals['_JOBOUTPUT']._serialized_end=832
-  _globals['_PREEMPTED']._serialized_start=834
-  _globals['_PREEMPTED']._serialized_end=879
-  _globals['_CHECKPOINTED']._serialized_start=881
-  _globals['_CHECKPOINTED']._serialized_end=929
-  _globals['_BATCHEVENT']._serialized_start=932
-  _globals['_BATCHEVENT']._serialized_end=1298
-  _globals['_CANCELJOBSREQUEST']._serialized_start=1300
-  _globals['_CANCELJOBSREQUEST']._serialized_end=1336
-  _globals['_CANCELJOBSRESPONSE']._serialized_start=1338
-  _globals['_CANCELJOBSRESPONSE']._serialized_end=1377
-  _globals['_DRAINREQUEST']._serialized_start=1379
-  _globals['_DRAINREQUEST']._serialized_end=1424
-  _globals['_DRAINRESPONSE']._serialized_start=1426
-  _globals['_DRAINRESPONSE']._serialized_end=1460
-  _globals['_WORKERSTATUSREQUEST']._serialized_start=1462
-  _globals['_WORKERSTATUSREQUEST']._serialized_end=1483
-  _globals['_WORKERSTATUSRESPONSE']._serialized_start=1485
-  _globals['_WORKERSTATUSRESPONSE']._serialized_end=1596
-  _globals['_WORKER']._serialized_start=1599
-  _globals['_WORKER']._serialized_end=1902
+  _globals['_BATCHLINKREQUESTS']._serialized_start=774
+  _globals['_BATCHLINKREQUESTS']._serialized_end=843
+  _globals['_BATCHLINKREQUEST']._serialized_start=846
+  _globals['_BATCHLINKREQUEST']._serialized_end=1062
+  _globals['_BATCHLINKREQUEST_TRACECONTEXTENTRY']._serialized_start=1001
+  _globals['_BATCHLINKREQUEST_TRACECONTEXTENTRY']._serialized_end=1052
+  _globals['_BATCHLINKEVENTS']._serialized_start=1064
+  _globals['_BATCHLINKEVENTS']._serialized_end=1127
+  _globals['_BATCHLINKEVENT']._serialized_start=1130
+  _globals['_BATCHLINKEVENT']._serialized_end=1277
+  _globals['_BATCHEND']._serialized_start=1279
+  _globals['_BATCHEND']._serialized_end=1320
+  _globals['_JOBOUTPUT']._serialized_start=1322
+  _globals['_JOBOUTPUT']._serialized_end=1380
+  _globals['_PREEMPTED']._serialized_start=1382
+  _globals['_PREEMPTED']._serialized_end=1427
+  _globals['_CHECKPOINTED']._serialized_start=1429
+  _globals['_CHECKPOINTED']._serialized_end=1477
+  _globals['_BATCHEVENT']._serialized_start=1480
+  _globals['_BATCHEVENT']._serialized_end=1846
+  _globals['_CANCELJOBSREQUEST']._serialized_start=1848
+  _globals['_CANCELJOBSREQUEST']._serialized_end=1884
+  _globals['_CANCELJOBSRESPONSE']._serialized_start=1886
+  _globals['_CANCELJOBSRESPONSE']._serialized_end=1925
+  _globals['_DRAINREQUEST']._serialized_start=1927
+  _globals['_DRAINREQUEST']._serialized_end=1972
+  _globals['_DRAINRESPONSE']._serialized_start=1974
+  _globals['_DRAINRESPONSE']._serialized_end=2008
+  _globals['_WORKERSTATUSREQUEST']._serialized_start=2010
+  _globals['_WORKERSTATUSREQUEST']._serialized_end=2031
+  _globals['_WORKERSTATUSRESPONSE']._serialized_start=2033
+  _globals['_WORKERSTATUSRESPONSE']._serialized_end=2144
+  _globals['_WORKER']._serialized_start=2147
+  _globals['_WORKER']._serialized_end=2531
 # @@protoc_insertion_point(module_scope)

@@ -77,6 +77,55 @@ class RunBatchRequest(_message.Message):
     pause_batch_id: str
     def __init__(self, batch_id: _Optional[str] = ..., model: _Optional[str] = ..., jobs: _Optional[_Iterable[_Union[JobSpec, _Mapping]]] = ..., pause_batch_id: _Optional[str] = ...) -> None: ...
 
+class BatchLinkRequests(_message.Message):
+    __slots__ = ("requests",)
+    REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    requests: _containers.RepeatedCompositeFieldContainer[BatchLinkRequest]
+    def __init__(self, requests: _Optional[_Iterable[_Union[BatchLinkRequest, _Mapping]]] = ...) -> None: ...
+
+class BatchLinkRequest(_message.Message):
+    __slots__ = ("run", "stop", "trace_context")
+    class TraceContextEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    RUN_FIELD_NUMBER: _ClassVar[int]
+    STOP_FIELD_NUMBER: _ClassVar[int]
+    TRACE_CONTEXT_FIELD_NUMBER: _ClassVar[int]
+    run: RunBatchRequest
+    stop: str
+    trace_context: _containers.ScalarMap[str, str]
+    def __init__(self, run: _Optional[_Union[RunBatchRequest, _Mapping]] = ..., stop: _Optional[str] = ..., trace_context: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class BatchLinkEvents(_message.Message):
+    __slots__ = ("events",)
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    events: _containers.RepeatedCompositeFieldContainer[BatchLinkEvent]
+    def __init__(self, events: _Optional[_Iterable[_Union[BatchLinkEvent, _Mapping]]] = ...) -> None: ...
+
+class BatchLinkEvent(_message.Message):
+    __slots__ = ("batch_id", "accepted", "event", "end")
+    BATCH_ID_FIELD_NUMBER: _ClassVar[int]
+    ACCEPTED_FIELD_NUMBER: _ClassVar[int]
+    EVENT_FIELD_NUMBER: _ClassVar[int]
+    END_FIELD_NUMBER: _ClassVar[int]
+    batch_id: str
+    accepted: bool
+    event: BatchEvent
+    end: BatchEnd
+    def __init__(self, batch_id: _Optional[str] = ..., accepted: _Optional[bool] = ..., event: _Optional[_Union[BatchEvent, _Mapping]] = ..., end: _Optional[_Union[BatchEnd, _Mapping]] = ...) -> None: ...
+
+class BatchEnd(_message.Message):
+    __slots__ = ("code", "message")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    code: int
+    message: str
+    def __init__(self, code: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...
+
 class JobOutput(_message.Message):
     __slots__ = ("data", "mime_type", "seed")
     DATA_FIELD_NUMBER: _ClassVar[int]

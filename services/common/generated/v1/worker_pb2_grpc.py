@@ -40,6 +40,11 @@ class WorkerStub:
                 request_serializer=mediamesh_dot_v1_dot_worker__pb2.RunBatchRequest.SerializeToString,
                 response_deserializer=mediamesh_dot_v1_dot_worker__pb2.BatchEvent.FromString,
                 _registered_method=True)
+        self.BatchLink = channel.stream_stream(
+                '/mediamesh.v1.Worker/BatchLink',
+                request_serializer=mediamesh_dot_v1_dot_worker__pb2.BatchLinkRequests.SerializeToString,
+                response_deserializer=mediamesh_dot_v1_dot_worker__pb2.BatchLinkEvents.FromString,
+                _registered_method=True)
         self.Cancel = channel.unary_unary(
                 '/mediamesh.v1.Worker/Cancel',
                 request_serializer=mediamesh_dot_v1_dot_worker__pb2.CancelJobsRequest.SerializeToString,
@@ -66,6 +71,19 @@ class WorkerServicer:
         an error or a preemption for each job. The stream ends when every job has ended.
         The worker sends the initial-metadata header "mediamesh-batch-accepted: 1" as soon
         as it takes the call; a call that ends without it never ran any of its jobs.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def BatchLink(self, request_iterator, context):
+        """Many RunBatch runs over one long-lived stream, each named by its batch id: how the
+        scheduler sends a worker its batches, instead of a call per batch. A message carries
+        whatever requests (or events) were waiting when it was sent. A batch refused, or
+        failing, ends alone with the status its own call would have ended with. The stream
+        ending or breaking stops the batches still open on it, as cancelling their calls
+        would. A stopping worker refuses new batches UNAVAILABLE and ends the stream once its
+        open batches have.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -100,6 +118,11 @@ def add_WorkerServicer_to_server(servicer, server):
                     servicer.RunBatch,
                     request_deserializer=mediamesh_dot_v1_dot_worker__pb2.RunBatchRequest.FromString,
                     response_serializer=mediamesh_dot_v1_dot_worker__pb2.BatchEvent.SerializeToString,
+            ),
+            'BatchLink': grpc.stream_stream_rpc_method_handler(
+                    servicer.BatchLink,
+                    request_deserializer=mediamesh_dot_v1_dot_worker__pb2.BatchLinkRequests.FromString,
+                    response_serializer=mediamesh_dot_v1_dot_worker__pb2.BatchLinkEvents.SerializeToString,
             ),
             'Cancel': grpc.unary_unary_rpc_method_handler(
                     servicer.Cancel,
@@ -145,6 +168,33 @@ class Worker:
             '/mediamesh.v1.Worker/RunBatch',
             mediamesh_dot_v1_dot_worker__pb2.RunBatchRequest.SerializeToString,
             mediamesh_dot_v1_dot_worker__pb2.BatchEvent.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def BatchLink(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/mediamesh.v1.Worker/BatchLink',
+            mediamesh_dot_v1_dot_worker__pb2.BatchLinkRequests.SerializeToString,
+            mediamesh_dot_v1_dot_worker__pb2.BatchLinkEvents.FromString,
             options,
             channel_credentials,
             insecure,

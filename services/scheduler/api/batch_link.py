@@ -1,0 +1,194 @@
+"""The scheduler's end of BatchLink: a worker's batches over one stream to it.
+
+Each batch used to be a RunBatch call of its own; here batches are named by their ids on one
+long-lived stream per worker (`mediamesh.v1.Worker.BatchLink`), opened when first needed and
+again after it breaks. A batch keeps a call's outcomes: never taken (`BatchUndelivered`),
+its worker gone (`WorkerGone`), or ended with a status; a stream that breaks ends each open
+batch as its own call would have ended.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import NoReturn
+
+import grpc
+from opentelemetry.trace import Span, SpanKind, Status
+from opentelemetry.trace import StatusCode as SpanStatus
+
+from mediamesh.common.api import worker_wire
+from mediamesh.common.api.packing import take_pack
+from mediamesh.common.api.status import from_number
+from mediamesh.common.errors import MeshError, StatusCode
+from mediamesh.common.generated.v1 import worker_pb2, worker_pb2_grpc
+from mediamesh.common.telemetry import (
+    BATCH_LINK_BATCH_SPAN,
+    is_server_fault,
+    span_trace_carrier,
+    tracer,
+)
+from mediamesh.common.work import WorkerEvent
+from mediamesh.scheduler.batches import BatchUndelivered, WorkerGone
+
+# Most bytes of requests one message carries, unless a single request is larger.
+PACK_BYTES = 1 << 20
+
+_tracer = tracer(__name__)
+log = logging.getLogger(__name__)
+
+
+class LinkUnsupported(Exception):
+    """The worker has no BatchLink (an older release): its batches go by RunBatch calls."""
+
+
+@dataclass(frozen=True)
+class _Broken:
+    """What a stream that broke hands each open batch: the call's code and details."""
+
+    code: grpc.StatusCode
+    details: str
+
+
+_Arrival = worker_pb2.BatchLinkEvent | _Broken
+
+
+class BatchStream:
+    """One BatchLink call: a writer task packing requests, a reader task routing messages."""
+
+    def __init__(self, worker: worker_pb2_grpc.WorkerStub) -> None:
+        self._call = worker.BatchLink()
+        self._inboxes: dict[str, asyncio.Queue[_Arrival]] = {}
+        self._outbox: deque[worker_pb2.BatchLinkRequest] = deque()
+        self._waiting = asyncio.Event()
+        self.broken = False
+        self._writer = asyncio.create_task(self._write(), name="batch-link-writer")
+        self._reader = asyncio.create_task(self._read(), name="batch-link-reader")
+
+    async def run(self, request: worker_pb2.RunBatchRequest) -> AsyncIterator[list[WorkerEvent]]:
+        """The batch's events, a message's together, until it ends (see `GrpcWorkerLink`).
+        Sent under the current span (the scheduler's `batch`), as a call would have been."""
+        batch_id = request.batch_id
+        if self.broken:
+            raise BatchUndelivered("UNAVAILABLE: the BatchLink stream had just broken")
+        if batch_id in self._inboxes:
+            raise BatchUndelivered(f"INVALID_ARGUMENT: batch {batch_id} is already open here")
+        span = _tracer.start_span(BATCH_LINK_BATCH_SPAN, kind=SpanKind.CLIENT)
+        inbox: asyncio.Queue[_Arrival] = asyncio.Queue()
+        self._inboxes[batch_id] = inbox
+        self._send(worker_pb2.BatchLinkRequest(run=request, trace_context=span_trace_carrier(span)))
+        accepted = ended = False
+        try:
+            while True:
+                arrival = await inbox.get()
+                if isinstance(arrival, _Broken):
+                    ended = True
+                    _raise_broken(arrival, accepted, span)
+                outcome = arrival.WhichOneof("outcome")
+                if outcome == "accepted":
+                    accepted = True
+                elif outcome == "event":
+                    events = worker_wire.worker_events(arrival.event)
+                    if events:
+                        yield events
+                elif outcome == "end":
+                    ended = True
+                    _raise_unless_ok(arrival.end, accepted, span)
+                    return
+        finally:
+            if self._inboxes.get(batch_id) is inbox:
+                del self._inboxes[batch_id]
+                if not ended and not self.broken:
+                    # Left before its end: the batch stops there, as a cancelled call did.
+                    self._send(worker_pb2.BatchLinkRequest(stop=batch_id))
+            span.end()
+
+    async def aclose(self) -> None:
+        """End the stream and every batch open on it (each as a cancelled call would)."""
+        self._fail(_Broken(grpc.StatusCode.CANCELLED, "the link to the worker was closed"))
+        self._call.cancel()
+        for task in (self._writer, self._reader):
+            task.cancel()
+        await asyncio.gather(self._writer, self._reader, return_exceptions=True)
+
+    def _send(self, request: worker_pb2.BatchLinkRequest) -> None:
+        self._outbox.append(request)
+        self._waiting.set()
+
+    async def _write(self) -> None:
+        try:
+            while not self.broken:
+                await self._waiting.wait()
+                self._waiting.clear()
+                while self._outbox and not self.broken:
+                    pack = take_pack(self._outbox, PACK_BYTES)
+                    await self._call.write(worker_pb2.BatchLinkRequests(requests=pack))
+        except (grpc.aio.AioRpcError, asyncio.InvalidStateError):
+            pass  # the call has ended: the reader reports how
+        except Exception:
+            self._give_up("writer")
+
+    def _give_up(self, part: str) -> None:
+        """A fault of this code, not of the call: no batch may wait on a stream that will
+        never move again, so they all end and the next batch opens another."""
+        log.exception("the BatchLink stream's %s failed; a new stream takes the next batch", part)
+        self._fail(_Broken(grpc.StatusCode.UNKNOWN, f"the scheduler's BatchLink {part} failed"))
+        self._call.cancel()
+
+    async def _read(self) -> None:
+        try:
+            async for message in self._call:
+                for event in message.events:
+                    self._route(event)
+        except grpc.aio.AioRpcError as exc:
+            self._fail(_Broken(exc.code(), exc.details() or exc.code().name))
+            return
+        except Exception:
+            self._give_up("reader")
+            return
+        # The worker ended the stream (it is stopping): what is open there will not end.
+        self._fail(_Broken(grpc.StatusCode.UNAVAILABLE, "the worker closed its BatchLink"))
+
+    def _route(self, event: worker_pb2.BatchLinkEvent) -> None:
+        inbox = self._inboxes.get(event.batch_id)
+        if inbox is not None:  # else stopped: the scheduler left it
+            inbox.put_nowait(event)
+
+    def _fail(self, broken: _Broken) -> None:
+        """End every open batch as `broken` says; the next batch opens a new stream."""
+        self.broken = True
+        for inbox in self._inboxes.values():
+            inbox.put_nowait(broken)
+        self._inboxes.clear()
+        self._waiting.set()
+
+
+def _raise_broken(broken: _Broken, accepted: bool, span: Span) -> NoReturn:
+    """The stream broke with the batch open: what its own call's failure would have raised."""
+    what = f"{broken.code.name}: {broken.details}"
+    span.set_status(Status(SpanStatus.ERROR, what))
+    if broken.code is grpc.StatusCode.UNIMPLEMENTED and not accepted:
+        raise LinkUnsupported(what)
+    if not accepted:
+        raise BatchUndelivered(what)
+    if broken.code is grpc.StatusCode.UNAVAILABLE:
+        raise WorkerGone(what)
+    raise MeshError(broken.details, code=StatusCode[broken.code.name])
+
+
+def _raise_unless_ok(end: worker_pb2.BatchEnd, accepted: bool, span: Span) -> None:
+    code = from_number(end.code)
+    if code is StatusCode.OK:
+        return
+    what = f"{code.name}: {end.message}"
+    if is_server_fault(code.value):
+        span.set_status(Status(SpanStatus.ERROR, what))
+    if not accepted:
+        raise BatchUndelivered(what)
+    if code is StatusCode.UNAVAILABLE:
+        # What a RunBatch call that failed UNAVAILABLE raised (its devices are gone).
+        raise WorkerGone(what)
+    raise MeshError(end.message or code.value, code=code)
