@@ -175,6 +175,11 @@ REQUEST_LIMITS: Mapping[str, Mapping[str, FieldLimit]] = {
         "model": MODEL_NAME,
         "pause_batch_id": BATCH_ID,
     },
+    "mediamesh.v1.BatchLinkRequest": {"stop": BATCH_ID},
+    "mediamesh.v1.BatchLinkRequest.TraceContextEntry": {
+        "key": TRACE_HEADER_NAME,
+        "value": TRACE_HEADER_VALUE,
+    },
     "mediamesh.v1.JobSpec": {
         "job_id": JOB_ID,
         "prompt": PROMPT,

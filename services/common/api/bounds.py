@@ -45,8 +45,9 @@ MAX_COUNTS: Mapping[str, Mapping[str, int]] = {
     "inference.ModelInferRequest.InferInputTensor": {"shape": 8, "parameters": 64},
     "inference.ModelInferRequest.InferRequestedOutputTensor": {"parameters": 64},
     "inference.InferTensorContents": dict.fromkeys(_TENSOR_CONTENTS, MAX_BATCH),
-    # mediamesh.v1.Scheduler: W3C trace context is `traceparent` and `tracestate`.
+    # JobLink (Scheduler) and BatchLink (Worker): W3C trace context, `traceparent`, `tracestate`.
     "mediamesh.v1.JobLinkRequest": {"trace_context": 8},
+    "mediamesh.v1.BatchLinkRequest": {"trace_context": 8},
 }
 # Any other repeated field: far above what a mesh service sends (a batch's jobs, a worker's
 # models), far below what would stall a walk of it.

@@ -20,6 +20,28 @@ from mediamesh.scheduler.batches import BatchUndelivered, WorkerGone
 
 log = logging.getLogger(__name__)
 
+# A batch whose request or results may be larger than this takes a RunBatch call of its own:
+# on the shared stream its bytes would hold every other batch's messages behind them while
+# they cross (a megabyte is about 8 ms at 1 Gbit/s), and a batch that large runs long enough
+# that a call's set-up (about a millisecond) is nothing beside it.
+LINK_MAX_BATCH_BYTES = 1 << 20
+# What the estimate of a result's size counts: raw 8-bit RGB per pixel of each frame, and
+# 48 kHz stereo float samples per second of audio (encoded results are smaller).
+_BYTES_PER_PIXEL = 3
+_AUDIO_BYTES_PER_S = 48_000 * 2 * 4
+
+
+def results_estimate_bytes(jobs: list[JobParams]) -> int:
+    """About the most bytes a batch's results take (see `_BYTES_PER_PIXEL`)."""
+    total = 0.0
+    for job in jobs:
+        g = job.generation
+        frames = max(g.num_frames, 1)
+        total += max(
+            g.width * g.height * frames * _BYTES_PER_PIXEL, g.duration_s * _AUDIO_BYTES_PER_S
+        )
+    return int(total)
+
 
 class GrpcWorkerLink:
     """The scheduler's WorkerLink over gRPC, keeping one channel per worker address."""
@@ -56,8 +78,10 @@ class GrpcWorkerLink:
         those of one message together; `pause_batch_id` names a batch there to pause for it
         (urgent work).
 
-        Raises BatchUndelivered when the worker never took the batch, WorkerGone when its
-        connection broke after (or its devices are gone); other failures propagate.
+        A small batch goes over the worker's BatchLink stream, a large one (LINK_MAX_BATCH_BYTES)
+        by a RunBatch call. Raises BatchUndelivered when the worker never took the batch,
+        WorkerGone when its connection broke after (or its devices are gone); other failures
+        propagate.
         Closing the iterator stops the batch there.
         """
         request = worker_pb2.RunBatchRequest(
@@ -66,7 +90,11 @@ class GrpcWorkerLink:
             jobs=[worker_wire.job_spec(j, 0) for j in jobs],
             pause_batch_id=pause_batch_id,
         )
-        if address not in self._calls_only:
+        small = (
+            request.ByteSize() <= LINK_MAX_BATCH_BYTES
+            and results_estimate_bytes(jobs) <= LINK_MAX_BATCH_BYTES
+        )
+        if small and address not in self._calls_only:
             try:
                 async for events in self._stream(address).run(request):
                     yield events

@@ -19,7 +19,11 @@ from mediamesh.common.generated.v1 import worker_pb2, worker_pb2_grpc
 from mediamesh.common.generation import GenerationParams
 from mediamesh.common.limits import MAX_PROMPT_CHARS
 from mediamesh.common.work import JobFinished, JobParams, StepDone, WorkerEvent
-from mediamesh.scheduler.api.worker_link import GrpcWorkerLink
+from mediamesh.scheduler.api.worker_link import (
+    LINK_MAX_BATCH_BYTES,
+    GrpcWorkerLink,
+    results_estimate_bytes,
+)
 from mediamesh.scheduler.batches import BatchUndelivered, WorkerGone
 from mediamesh.worker.api.servicer import WorkerServicer, adder
 
@@ -242,6 +246,20 @@ async def test_a_worker_lost_mid_batch_is_worker_gone_and_a_new_stream_follows(l
         await until(lambda: w.runtime.stopped == ["lost"])
     async with worker() as again:
         assert finished(await asyncio.wait_for(run(link, again.address, "fresh"), 10))
+
+
+async def test_a_batch_with_large_results_takes_a_call_of_its_own(link) -> None:
+    """Its results would hold every other batch's messages behind them on the stream."""
+    side = 1 + int((LINK_MAX_BATCH_BYTES / 2 / 3) ** 0.5)  # two jobs just past the limit
+    big = [
+        JobParams(f"big-j{i}", GenerationParams("a fox", width=side, height=side)) for i in range(2)
+    ]
+    assert results_estimate_bytes(big) > LINK_MAX_BATCH_BYTES >= results_estimate_bytes(big[:1])
+    async with worker() as w:
+        events = [e async for group in link.run_batch(w.address, "big", "echo", big) for e in group]
+        assert set(finished(events)) == {"big-j0", "big-j1"}
+        await run(link, w.address, "small")
+        assert w.counter.calls == {"RunBatch": 1, "BatchLink": 1}
 
 
 async def test_a_worker_without_batch_link_gets_its_batches_by_run_batch_calls(link) -> None:

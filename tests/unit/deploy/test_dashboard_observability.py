@@ -24,6 +24,7 @@ LIFETIME_STREAMS = {
     "SubmitAndWatch",
     "JobLink",
     "RunBatch",
+    "BatchLink",
     "ModelStreamInfer",
 }
 # Streams bounded by the bytes they carry: their time is the file's size over the client's
