@@ -12,14 +12,13 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from collections import deque
 from collections.abc import AsyncIterator, Callable, Mapping
 
 import grpc
 from opentelemetry.trace import SpanKind, Status
 from opentelemetry.trace import StatusCode as SpanStatus
 
-from mediamesh.common.api.packing import take_pack
+from mediamesh.common.api.multiplexed import Outbox, write_requests
 from mediamesh.common.api.status import from_number
 from mediamesh.common.errors import MeshError, StatusCode
 from mediamesh.common.generated.v1 import common_pb2, scheduler_pb2, scheduler_pb2_grpc
@@ -31,8 +30,6 @@ from mediamesh.common.telemetry import (
 )
 from mediamesh.gateway.metrics import JOB_LINK_EXCHANGES, JOB_LINK_STREAMS
 
-# Most bytes of requests one message carries, unless a single request is larger.
-PACK_BYTES = 1 << 20
 # An exchange ends after one of these events (as does a SubmitAndWatch call).
 FINAL_EVENTS = ("result", "error")
 
@@ -122,8 +119,7 @@ class _Stream:
         self._call = scheduler.JobLink()
         self._link_error = link_error
         self._inboxes: dict[int, asyncio.Queue[_Arrival]] = {}
-        self._outbox: deque[scheduler_pb2.JobLinkRequest] = deque()
-        self._waiting = asyncio.Event()
+        self._outbox: Outbox[scheduler_pb2.JobLinkRequest] = Outbox()
         self.broken = False
         self._writer = asyncio.create_task(self._write(), name="job-link-writer")
         self._reader = asyncio.create_task(self._read(), name="job-link-reader")
@@ -161,19 +157,16 @@ class _Stream:
         await asyncio.gather(self._writer, self._reader, return_exceptions=True)
 
     def _send(self, request: scheduler_pb2.JobLinkRequest) -> None:
-        self._outbox.append(request)
-        self._waiting.set()
+        self._outbox.put(request)
 
     async def _write(self) -> None:
         try:
-            while not self.broken:
-                await self._waiting.wait()
-                self._waiting.clear()
-                while self._outbox and not self.broken:
-                    pack = take_pack(self._outbox, PACK_BYTES)
-                    await self._call.write(scheduler_pb2.JobLinkRequests(requests=pack))
-        except (grpc.aio.AioRpcError, asyncio.InvalidStateError):
-            pass  # the call has ended: the reader reports how
+            await write_requests(
+                self._call,
+                self._outbox,
+                lambda: self.broken,
+                lambda pack: scheduler_pb2.JobLinkRequests(requests=pack),
+            )
         except Exception:
             self._give_up("writer")
 
@@ -229,4 +222,4 @@ class _Stream:
         for inbox in self._inboxes.values():
             inbox.put_nowait(error)
         self._inboxes.clear()
-        self._waiting.set()
+        self._outbox.stirred.set()

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import NoReturn
@@ -21,7 +20,7 @@ from opentelemetry.trace import Span, SpanKind, Status
 from opentelemetry.trace import StatusCode as SpanStatus
 
 from mediamesh.common.api import worker_wire
-from mediamesh.common.api.packing import take_pack
+from mediamesh.common.api.multiplexed import Outbox, write_requests
 from mediamesh.common.api.status import from_number
 from mediamesh.common.errors import MeshError, StatusCode
 from mediamesh.common.generated.v1 import worker_pb2, worker_pb2_grpc
@@ -33,9 +32,6 @@ from mediamesh.common.telemetry import (
 )
 from mediamesh.common.work import WorkerEvent
 from mediamesh.scheduler.batches import BatchUndelivered, WorkerGone
-
-# Most bytes of requests one message carries, unless a single request is larger.
-PACK_BYTES = 1 << 20
 
 _tracer = tracer(__name__)
 log = logging.getLogger(__name__)
@@ -62,8 +58,7 @@ class BatchStream:
     def __init__(self, worker: worker_pb2_grpc.WorkerStub) -> None:
         self._call = worker.BatchLink()
         self._inboxes: dict[str, asyncio.Queue[_Arrival]] = {}
-        self._outbox: deque[worker_pb2.BatchLinkRequest] = deque()
-        self._waiting = asyncio.Event()
+        self._outbox: Outbox[worker_pb2.BatchLinkRequest] = Outbox()
         self.broken = False
         self._writer = asyncio.create_task(self._write(), name="batch-link-writer")
         self._reader = asyncio.create_task(self._read(), name="batch-link-reader")
@@ -115,19 +110,16 @@ class BatchStream:
         await asyncio.gather(self._writer, self._reader, return_exceptions=True)
 
     def _send(self, request: worker_pb2.BatchLinkRequest) -> None:
-        self._outbox.append(request)
-        self._waiting.set()
+        self._outbox.put(request)
 
     async def _write(self) -> None:
         try:
-            while not self.broken:
-                await self._waiting.wait()
-                self._waiting.clear()
-                while self._outbox and not self.broken:
-                    pack = take_pack(self._outbox, PACK_BYTES)
-                    await self._call.write(worker_pb2.BatchLinkRequests(requests=pack))
-        except (grpc.aio.AioRpcError, asyncio.InvalidStateError):
-            pass  # the call has ended: the reader reports how
+            await write_requests(
+                self._call,
+                self._outbox,
+                lambda: self.broken,
+                lambda pack: worker_pb2.BatchLinkRequests(requests=pack),
+            )
         except Exception:
             self._give_up("writer")
 
@@ -163,7 +155,7 @@ class BatchStream:
         for inbox in self._inboxes.values():
             inbox.put_nowait(broken)
         self._inboxes.clear()
-        self._waiting.set()
+        self._outbox.stirred.set()
 
 
 def _raise_broken(broken: _Broken, accepted: bool, span: Span) -> NoReturn:

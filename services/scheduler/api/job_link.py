@@ -17,14 +17,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from mediamesh.common.api.bounds import check_bounds
-from mediamesh.common.api.packing import take_pack
+from mediamesh.common.api.multiplexed import (
+    OpenStreams,
+    Outbox,
+    read_requests,
+    served_messages,
+)
 from mediamesh.common.api.status import to_number
 from mediamesh.common.errors import InvalidArgument, MeshError, Unavailable
 from mediamesh.common.generated.v1 import common_pb2, scheduler_pb2
@@ -45,40 +49,11 @@ Follow = Callable[
 # Cancels a tenant's job (job id, tenant), as the Cancel rpc does.
 CancelJob = Callable[[str, str], Awaitable[object]]
 
-# Most bytes of events one message carries, unless a single event is larger: small events
-# are not held behind a message that nears the gateway's limit.
-PACK_BYTES = 1 << 20
-
 _tracer = tracer(__name__)
 
 
-class JobLinks:
-    """A scheduler's open JobLink streams, closed together when it stops.
-
-    A stream outlives any call, so a stopping server's grace would otherwise see a gateway go
-    on submitting over it; closed, a stream refuses new submits as a stopped server refuses
-    new calls, and ends once its open exchanges have.
-    """
-
-    def __init__(self) -> None:
-        self._open: set[_Link] = set()
-        self.closing = False
-
-    def close(self) -> None:
-        """Close every open stream, and each stream opened from now on."""
-        self.closing = True
-        for link in self._open:
-            link.close()
-
-    def opened(self, link: _Link) -> None:
-        """Hold a stream that has just opened (closed at once when closing already)."""
-        self._open.add(link)
-        if self.closing:
-            link.close()
-
-    def ended(self, link: _Link) -> None:
-        """Forget a stream that has ended."""
-        self._open.discard(link)
+class JobLinks(OpenStreams["_Link"]):
+    """A scheduler's open JobLink streams, closed together when it stops (OpenStreams)."""
 
 
 async def serve_job_link(
@@ -134,34 +109,24 @@ class _Link:
         self._follow = follow
         self._cancel_job = cancel_job
         self._exchanges: dict[int, _Exchange] = {}
-        self._outbox: deque[scheduler_pb2.JobLinkEvent] = deque()
-        # Set when there is something to send, or an exchange or the reading ended.
-        self._stirred = asyncio.Event()
+        self._outbox: Outbox[scheduler_pb2.JobLinkEvent] = Outbox()
         self._closing = False
 
     def close(self) -> None:
         """Take no more submits; end once the open exchanges have."""
         self._closing = True
-        self._stirred.set()
+        self._outbox.stirred.set()
 
     async def read(self, requests: AsyncIterator[scheduler_pb2.JobLinkRequests]) -> None:
-        try:
-            async for message in requests:
-                for request in message.requests:
-                    self._take(request)
-        finally:
-            self._stirred.set()
+        await read_requests(requests, self._take, self._outbox)
 
-    async def sent(self, reader: asyncio.Task[None]) -> AsyncIterator[scheduler_pb2.JobLinkEvents]:
-        while True:
-            await self._stirred.wait()
-            self._stirred.clear()
-            while self._outbox:
-                yield scheduler_pb2.JobLinkEvents(events=take_pack(self._outbox, PACK_BYTES))
-            if reader.done() and (failure := reader.exception()) is not None:
-                raise failure  # a message that did not parse: the whole stream is refused
-            if (reader.done() or self._closing) and not self._exchanges and not self._outbox:
-                return
+    def sent(self, reader: asyncio.Task[None]) -> AsyncIterator[scheduler_pb2.JobLinkEvents]:
+        return served_messages(
+            self._outbox,
+            reader,
+            lambda: (reader.done() or self._closing) and not self._exchanges,
+            lambda pack: scheduler_pb2.JobLinkEvents(events=pack),
+        )
 
     def stop_all(self) -> None:
         for exchange in self._exchanges.values():
@@ -169,8 +134,7 @@ class _Link:
         self._exchanges.clear()
 
     def _send(self, event: scheduler_pb2.JobLinkEvent) -> None:
-        self._outbox.append(event)
-        self._stirred.set()
+        self._outbox.put(event)
 
     def _take(self, request: scheduler_pb2.JobLinkRequest) -> None:
         exchange_id = request.exchange_id
@@ -221,7 +185,7 @@ class _Link:
         exchange = self._exchanges.get(exchange_id)
         if exchange is not None and exchange.task is task:
             del self._exchanges[exchange_id]
-        self._stirred.set()
+        self._outbox.stirred.set()
 
     async def _run(
         self,

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import deque
 from collections.abc import AsyncIterator, Mapping
 from typing import Protocol
 
@@ -24,7 +23,12 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from mediamesh.common.api import worker_wire
 from mediamesh.common.api.bounds import check_bounds
-from mediamesh.common.api.packing import take_pack
+from mediamesh.common.api.multiplexed import (
+    OpenStreams,
+    Outbox,
+    read_requests,
+    served_messages,
+)
 from mediamesh.common.api.status import to_number
 from mediamesh.common.errors import InvalidArgument, MeshError, Unavailable
 from mediamesh.common.errors import StatusCode as Code
@@ -39,10 +43,6 @@ from mediamesh.common.telemetry import (
 from mediamesh.common.work import JobParams, WorkerEvent
 
 log = logging.getLogger(__name__)
-
-# Most bytes of events one message carries, unless a single event is larger: small events
-# are not held behind results that near the scheduler's message limit.
-PACK_BYTES = 1 << 20
 
 _tracer = tracer(__name__)
 
@@ -63,33 +63,8 @@ class BatchRunner(Protocol):
         ...
 
 
-class BatchLinks:
-    """A worker's open BatchLink streams, closed together when it stops.
-
-    A stream outlives any call, so a stopping server's grace would otherwise wait for it
-    (and the scheduler could go on sending batches over it); closed, a stream refuses new
-    batches as a stopped server refuses new calls, and ends once its open batches have.
-    """
-
-    def __init__(self) -> None:
-        self._open: set[_Link] = set()
-        self.closing = False
-
-    def close(self) -> None:
-        """Close every open stream, and each stream opened from now on."""
-        self.closing = True
-        for link in self._open:
-            link.close()
-
-    def opened(self, link: _Link) -> None:
-        """Hold a stream that has just opened (closed at once when closing already)."""
-        self._open.add(link)
-        if self.closing:
-            link.close()
-
-    def ended(self, link: _Link) -> None:
-        """Forget a stream that has ended."""
-        self._open.discard(link)
+class BatchLinks(OpenStreams["_Link"]):
+    """A worker's open BatchLink streams, closed together when it stops (OpenStreams)."""
 
 
 async def serve_batch_link(
@@ -124,34 +99,24 @@ class _Link:
     def __init__(self, runner: BatchRunner) -> None:
         self._runner = runner
         self._batches: dict[str, asyncio.Task[None]] = {}
-        self._outbox: deque[worker_pb2.BatchLinkEvent] = deque()
-        # Set when there is something to send, or a batch or the reading ended.
-        self._stirred = asyncio.Event()
+        self._outbox: Outbox[worker_pb2.BatchLinkEvent] = Outbox()
         self._closing = False
 
     def close(self) -> None:
         """Take no more batches; end once the open ones have."""
         self._closing = True
-        self._stirred.set()
+        self._outbox.stirred.set()
 
     async def read(self, requests: AsyncIterator[worker_pb2.BatchLinkRequests]) -> None:
-        try:
-            async for message in requests:
-                for request in message.requests:
-                    self._take(request)
-        finally:
-            self._stirred.set()
+        await read_requests(requests, self._take, self._outbox)
 
-    async def sent(self, reader: asyncio.Task[None]) -> AsyncIterator[worker_pb2.BatchLinkEvents]:
-        while True:
-            await self._stirred.wait()
-            self._stirred.clear()
-            while self._outbox:
-                yield worker_pb2.BatchLinkEvents(events=take_pack(self._outbox, PACK_BYTES))
-            if reader.done() and (failure := reader.exception()) is not None:
-                raise failure  # a message that did not parse: the whole stream is refused
-            if (reader.done() or self._closing) and not self._batches and not self._outbox:
-                return
+    def sent(self, reader: asyncio.Task[None]) -> AsyncIterator[worker_pb2.BatchLinkEvents]:
+        return served_messages(
+            self._outbox,
+            reader,
+            lambda: (reader.done() or self._closing) and not self._batches,
+            lambda pack: worker_pb2.BatchLinkEvents(events=pack),
+        )
 
     def stop_all(self) -> None:
         for task in self._batches.values():
@@ -159,8 +124,7 @@ class _Link:
         self._batches.clear()
 
     def _send(self, event: worker_pb2.BatchLinkEvent) -> None:
-        self._outbox.append(event)
-        self._stirred.set()
+        self._outbox.put(event)
 
     def _take(self, request: worker_pb2.BatchLinkRequest) -> None:
         action = request.WhichOneof("action")
@@ -193,7 +157,7 @@ class _Link:
     def _ended(self, batch_id: str, task: asyncio.Task[None]) -> None:
         if self._batches.get(batch_id) is task:
             del self._batches[batch_id]
-        self._stirred.set()
+        self._outbox.stirred.set()
 
     async def _run(self, run: worker_pb2.RunBatchRequest, trace_context: dict[str, str]) -> None:
         batch_id = run.batch_id

@@ -8,10 +8,11 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from mediamesh.common.api.multiplexed import PACK_BYTES
 from mediamesh.common.api.status import to_number
 from mediamesh.common.errors import InvalidArgument, StatusCode
 from mediamesh.common.generated.v1 import common_pb2, scheduler_pb2
-from mediamesh.scheduler.api.job_link import PACK_BYTES, JobLinks, serve_job_link
+from mediamesh.scheduler.api.job_link import JobLinks, serve_job_link
 from tests.job_link_stand_in import StandIn
 
 
