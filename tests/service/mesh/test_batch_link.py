@@ -99,7 +99,10 @@ class Worker:
 
 
 @contextlib.asynccontextmanager
-async def worker(*, batch_link: bool = True) -> AsyncIterator[Worker]:
+async def worker(link: GrpcWorkerLink, *, batch_link: bool = True) -> AsyncIterator[Worker]:
+    """A worker serving on loopback; on the way out the scheduler's side closes first and the
+    server then stops with a grace, as a mesh stops: a server stopped at once under open
+    streams leaves gRPC operations to complete after this test's event loop has closed."""
     runtime = FakeRuntime()
     servicer = WorkerServicer(runtime, lambda *_: None)  # type: ignore[arg-type]
     counter = CallCounter()
@@ -113,7 +116,9 @@ async def worker(*, batch_link: bool = True) -> AsyncIterator[Worker]:
     try:
         yield Worker(runtime, servicer, server, counter, f"127.0.0.1:{port}")
     finally:
-        await server.stop(None)
+        await link.close()
+        servicer.links.close()
+        await server.stop(1.0)
 
 
 class OlderWorker(worker_pb2_grpc.WorkerServicer):
@@ -149,7 +154,7 @@ def finished(events: list[WorkerEvent]) -> dict[str, bytes]:
 
 
 async def test_batches_share_one_stream_and_each_gets_its_own_events(link) -> None:
-    async with worker() as w:
+    async with worker(link) as w:
         results = await asyncio.wait_for(
             asyncio.gather(*(run(link, w.address, f"b{i}") for i in range(4))), 20
         )
@@ -163,7 +168,7 @@ async def test_batches_share_one_stream_and_each_gets_its_own_events(link) -> No
 
 
 async def test_leaving_a_batch_early_stops_it_on_the_worker_and_nothing_else(link) -> None:
-    async with worker() as w:
+    async with worker(link) as w:
         held = link.run_batch(w.address, "held", "hold", jobs("held"))
         first = await asyncio.wait_for(anext(held), 10)
         assert [e.step for e in first] == [1, 1]
@@ -176,7 +181,7 @@ async def test_leaving_a_batch_early_stops_it_on_the_worker_and_nothing_else(lin
 
 async def test_a_refused_batch_is_undelivered_and_the_others_run(link) -> None:
     too_long = "x" * (4 * MAX_PROMPT_CHARS + 1)
-    async with worker() as w:
+    async with worker(link) as w:
         refused = link.run_batch(w.address, "refused", "echo", jobs("refused", prompt=too_long))
         beside = asyncio.create_task(run(link, w.address, "beside"))
         with pytest.raises(BatchUndelivered, match=r"INVALID_ARGUMENT.*prompt"):
@@ -186,7 +191,7 @@ async def test_a_refused_batch_is_undelivered_and_the_others_run(link) -> None:
 
 
 async def test_a_batch_id_already_open_is_refused_without_touching_the_open_one(link) -> None:
-    async with worker() as w:
+    async with worker(link) as w:
         held = link.run_batch(w.address, "same", "hold", jobs("same"))
         await asyncio.wait_for(anext(held), 10)
         stream = link._stream(w.address)
@@ -208,7 +213,7 @@ async def test_a_batch_id_already_open_is_refused_without_touching_the_open_one(
 async def test_a_batch_that_fails_on_the_worker_ends_as_its_call_would_have(
     link, model, raised, code
 ) -> None:
-    async with worker() as w:
+    async with worker(link) as w:
         with pytest.raises(raised) as failure:
             await asyncio.wait_for(run(link, w.address, "failing", model), 10)
         if code is not None:
@@ -219,7 +224,7 @@ async def test_a_batch_that_fails_on_the_worker_ends_as_its_call_would_have(
 
 
 async def test_a_stopping_worker_refuses_new_batches_and_finishes_open_ones(link) -> None:
-    async with worker() as w:
+    async with worker(link) as w:
         held = link.run_batch(w.address, "open", "hold", jobs("open"))
         await asyncio.wait_for(anext(held), 10)
         w.servicer.links.close()
@@ -236,7 +241,7 @@ async def test_a_stopping_worker_refuses_new_batches_and_finishes_open_ones(link
 
 
 async def test_a_worker_lost_mid_batch_is_worker_gone_and_a_new_stream_follows(link) -> None:
-    async with worker() as w:
+    async with worker(link) as w:
         held = link.run_batch(w.address, "lost", "hold", jobs("lost"))
         await asyncio.wait_for(anext(held), 10)
         await w.server.stop(None)
@@ -244,7 +249,7 @@ async def test_a_worker_lost_mid_batch_is_worker_gone_and_a_new_stream_follows(l
             async for _ in held:
                 pass
         await until(lambda: w.runtime.stopped == ["lost"])
-    async with worker() as again:
+    async with worker(link) as again:
         assert finished(await asyncio.wait_for(run(link, again.address, "fresh"), 10))
 
 
@@ -255,7 +260,7 @@ async def test_a_batch_with_large_results_takes_a_call_of_its_own(link) -> None:
         JobParams(f"big-j{i}", GenerationParams("a fox", width=side, height=side)) for i in range(2)
     ]
     assert results_estimate_bytes(big) > LINK_MAX_BATCH_BYTES >= results_estimate_bytes(big[:1])
-    async with worker() as w:
+    async with worker(link) as w:
         events = [e async for group in link.run_batch(w.address, "big", "echo", big) for e in group]
         assert set(finished(events)) == {"big-j0", "big-j1"}
         await run(link, w.address, "small")
@@ -263,7 +268,7 @@ async def test_a_batch_with_large_results_takes_a_call_of_its_own(link) -> None:
 
 
 async def test_a_worker_without_batch_link_gets_its_batches_by_run_batch_calls(link) -> None:
-    async with worker(batch_link=False) as w:
+    async with worker(link, batch_link=False) as w:
         for batch_id in ("old-1", "old-2"):
             events = await asyncio.wait_for(run(link, w.address, batch_id), 10)
             assert set(finished(events)) == {f"{batch_id}-j0", f"{batch_id}-j1"}
