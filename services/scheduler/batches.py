@@ -9,8 +9,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import AsyncIterator, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Protocol
 
 from mediamesh.common.errors import StatusCode
 from mediamesh.common.settings import SchedulerSettings
@@ -58,10 +58,13 @@ class WorkerLink(Protocol):
         model: str,
         jobs: list[JobParams],
         pause_batch_id: str = "",
+        trace_context: Mapping[str, str] | None = None,
     ) -> AsyncIterator[list[WorkerEvent]]:
         """The batch's events, in the groups they arrived in (a step of the whole batch is
         one group); raises BatchUndelivered if the worker never took it.
-        `pause_batch_id`: a batch on that worker to pause at its next step for this one."""
+        `pause_batch_id`: a batch on that worker to pause at its next step for this one.
+        `trace_context`: the batch's trace (its first job's W3C headers), for the worker's
+        log lines when this process does not trace (a tracing one sends its own span's)."""
         ...
 
     def reset(self, address: str) -> None:
@@ -118,10 +121,16 @@ class BatchRunner:
         with tracing.batch_span(dispatch) as span:
             applied = self._open[batch_id] = asyncio.Event()
             try:
-                # Only urgent batches name one, so links without pausing keep working.
-                pausing = {"pause_batch_id": dispatch.pauses} if dispatch.pauses else {}
+                # Each only when there is one, so links that take neither keep working: the
+                # batch to pause (urgent batches), and the batch's trace (its first job's).
+                options: dict[str, Any] = {"pause_batch_id": dispatch.pauses}
+                options["trace_context"] = dispatch.jobs[0].trace_carrier
                 stream = self.link.run_batch(
-                    dispatch.address, batch_id, dispatch.model, params, **pausing
+                    dispatch.address,
+                    batch_id,
+                    dispatch.model,
+                    params,
+                    **{name: value for name, value in options.items() if value},
                 )
                 async for events in stream:
                     for event in events:

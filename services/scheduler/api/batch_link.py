@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import NoReturn
 
@@ -63,9 +63,12 @@ class BatchStream:
         self._writer = asyncio.create_task(self._write(), name="batch-link-writer")
         self._reader = asyncio.create_task(self._read(), name="batch-link-reader")
 
-    async def run(self, request: worker_pb2.RunBatchRequest) -> AsyncIterator[list[WorkerEvent]]:
+    async def run(
+        self, request: worker_pb2.RunBatchRequest, first_job_trace: Mapping[str, str]
+    ) -> AsyncIterator[list[WorkerEvent]]:
         """The batch's events, a message's together, until it ends (see `GrpcWorkerLink`).
-        Sent under the current span (the scheduler's `batch`), as a call would have been."""
+        Sent under the current span (the scheduler's `batch`), as a call would have been;
+        without one (this process does not trace), with `first_job_trace`."""
         batch_id = request.batch_id
         if self.broken:
             raise BatchUndelivered("UNAVAILABLE: the BatchLink stream had just broken")
@@ -74,7 +77,8 @@ class BatchStream:
         span = _tracer.start_span(BATCH_LINK_BATCH_SPAN, kind=SpanKind.CLIENT)
         inbox: asyncio.Queue[_Arrival] = asyncio.Queue()
         self._inboxes[batch_id] = inbox
-        self._send(worker_pb2.BatchLinkRequest(run=request, trace_context=span_trace_carrier(span)))
+        trace_context = span_trace_carrier(span) or dict(first_job_trace)
+        self._send(worker_pb2.BatchLinkRequest(run=request, trace_context=trace_context))
         accepted = ended = False
         try:
             while True:

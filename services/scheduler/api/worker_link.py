@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator, Coroutine, Mapping
 from typing import Any
 
 import grpc
@@ -14,6 +14,7 @@ from mediamesh.common.api import worker_wire
 from mediamesh.common.channels import internal_channel
 from mediamesh.common.credentials import InternalCredentials
 from mediamesh.common.generated.v1 import worker_pb2, worker_pb2_grpc
+from mediamesh.common.telemetry import forwarded_trace
 from mediamesh.common.work import JobParams, WorkerEvent
 from mediamesh.scheduler.api.batch_link import BatchStream, LinkUnsupported
 from mediamesh.scheduler.batches import BatchUndelivered, WorkerGone
@@ -73,10 +74,12 @@ class GrpcWorkerLink:
         model: str,
         jobs: list[JobParams],
         pause_batch_id: str = "",
+        trace_context: Mapping[str, str] | None = None,
     ) -> AsyncIterator[list[WorkerEvent]]:
         """Runs a batch on the worker at `address`, yielding its events until the batch ends,
         those of one message together; `pause_batch_id` names a batch there to pause for it
-        (urgent work).
+        (urgent work). `trace_context` is the batch's trace, sent when this process does not
+        trace (a tracing one sends its own span's), so the worker's log lines name it.
 
         A small batch goes over the worker's BatchLink stream, a large one (LINK_MAX_BATCH_BYTES)
         by a RunBatch call. Raises BatchUndelivered when the worker never took the batch,
@@ -96,13 +99,13 @@ class GrpcWorkerLink:
         )
         if small and address not in self._calls_only:
             try:
-                async for events in self._stream(address).run(request):
+                async for events in self._stream(address).run(request, trace_context or {}):
                     yield events
                 return
             except LinkUnsupported:
                 log.info("worker at %s has no BatchLink; its batches go by RunBatch", address)
                 self._calls_only.add(address)
-        async for events in self._run_by_call(address, request):
+        async for events in self._run_by_call(address, request, trace_context or {}):
             yield events
 
     def _stream(self, address: str) -> BatchStream:
@@ -112,9 +115,12 @@ class GrpcWorkerLink:
         return stream
 
     async def _run_by_call(
-        self, address: str, request: worker_pb2.RunBatchRequest
+        self,
+        address: str,
+        request: worker_pb2.RunBatchRequest,
+        trace_context: Mapping[str, str],
     ) -> AsyncIterator[list[WorkerEvent]]:
-        call = self._stub(address).RunBatch(request)
+        call = self._stub(address).RunBatch(request, metadata=forwarded_trace(trace_context))
         try:
             metadata = await call.initial_metadata()
             if metadata.get(worker_wire.BATCH_ACCEPTED_KEY) is None:

@@ -4,6 +4,7 @@ a wrapper overrides `run_batch` and leaves the rest to the link it wraps."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from typing import Any
 
 from mediamesh.common.work import JobParams, WorkerEvent
 from mediamesh.scheduler.batches import WorkerLink
@@ -16,7 +17,7 @@ class ForwardingLink:
         self._link = link
 
     def run_batch(
-        self, address: str, batch_id: str, model: str, jobs: list[JobParams], **options: str
+        self, address: str, batch_id: str, model: str, jobs: list[JobParams], **options: Any
     ) -> AsyncIterator[list[WorkerEvent]]:
         return self._link.run_batch(address, batch_id, model, jobs, **options)
 

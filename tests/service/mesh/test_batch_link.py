@@ -196,7 +196,7 @@ async def test_a_batch_id_already_open_is_refused_without_touching_the_open_one(
         await asyncio.wait_for(anext(held), 10)
         stream = link._stream(w.address)
         with pytest.raises(BatchUndelivered, match="already open"):
-            await anext(stream.run(_request("same")))
+            await anext(stream.run(_request("same"), {}))
         w.runtime.release.set()
         rest = [e async for group in held for e in group]
         assert set(finished(rest)) == {"same-j0", "same-j1"}
@@ -265,6 +265,27 @@ async def test_a_batch_with_large_results_takes_a_call_of_its_own(link) -> None:
         assert set(finished(events)) == {"big-j0", "big-j1"}
         await run(link, w.address, "small")
         assert w.counter.calls == {"RunBatch": 1, "BatchLink": 1}
+
+
+TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
+TRACEPARENT = f"00-{TRACE_ID}-00f067aa0ba902b7-01"
+
+
+@pytest.mark.parametrize("batch_link", [True, False], ids=["stream", "call"])
+async def test_an_untraced_scheduler_sends_the_first_jobs_trace_for_the_workers_logs(
+    link, batch_link
+) -> None:
+    """This process does not trace: without the job's own trace context the worker's log
+    lines about the batch would name no trace."""
+    async with worker(link, batch_link=batch_link) as w:
+        batch = jobs("traced")
+        stream = link.run_batch(
+            w.address, "traced", "echo", batch, trace_context={"traceparent": TRACEPARENT}
+        )
+        assert finished([e async for group in stream for e in group])
+        await run(link, w.address, "untraced")
+    assert w.runtime.traces["traced"] == {"traceparent": TRACEPARENT}
+    assert w.runtime.traces["untraced"] == {}
 
 
 async def test_a_worker_without_batch_link_gets_its_batches_by_run_batch_calls(link) -> None:

@@ -31,7 +31,7 @@ class CheckpointingWorker:
         self.attempts: list[str | None] = []
 
     async def run_batch(
-        self, address: str, batch_id: str, model: str, jobs: list[JobParams]
+        self, address: str, batch_id: str, model: str, jobs: list[JobParams], **options: object
     ) -> AsyncIterator[list[WorkerEvent]]:
         (job,) = jobs
         self.attempts.append(job.resume_checkpoint)
