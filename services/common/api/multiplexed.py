@@ -7,6 +7,7 @@ server closes its streams so that they take no new work and end once their open 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any, Generic, Protocol, TypeVar
@@ -14,6 +15,8 @@ from typing import Any, Generic, Protocol, TypeVar
 import grpc
 
 from mediamesh.common.api.packing import Sized, take_pack
+
+log = logging.getLogger(__name__)
 
 # Most bytes of requests or events one message carries, unless a single one is larger: small
 # ones are not held behind a message that nears the receiver's limit.
@@ -134,3 +137,154 @@ async def write_requests(
                 await call.write(message(pack))
     except (grpc.aio.AioRpcError, asyncio.InvalidStateError):
         pass
+
+
+R = TypeVar("R", bound=Sized)
+A = TypeVar("A")
+E = TypeVar("E", bound=Sized)
+
+
+class ServedStream(Generic[E]):
+    """A server's end of one stream: its open units of work and the events waiting to be
+    sent. Subclasses take each request (`_take`), say whether any unit is open
+    (`_has_open`) and stop them all (`stop_all`)."""
+
+    def __init__(self, message: Callable[[list[E]], Any]) -> None:
+        self._message = message
+        self._outbox: Outbox[E] = Outbox()
+        self._closing = False
+
+    def close(self) -> None:
+        """Take no more work; end once the open work has."""
+        self._closing = True
+        self._outbox.stirred.set()
+
+    async def read(self, requests: AsyncIterator[Any]) -> None:
+        """Take every request the peer sends, until it stops sending."""
+        await read_requests(requests, self._take, self._outbox)
+
+    def sent(self, reader: asyncio.Task[None]) -> AsyncIterator[Any]:
+        """The messages to send, until `reader` has ended or the stream is closed, and
+        nothing is open or waiting."""
+        return served_messages(
+            self._outbox,
+            reader,
+            lambda: (reader.done() or self._closing) and not self._has_open(),
+            self._message,
+        )
+
+    def stop_all(self) -> None:
+        """Stop every open unit of work (the stream has ended)."""
+        raise NotImplementedError
+
+    def _send(self, event: E) -> None:
+        self._outbox.put(event)
+
+    def _take(self, request: Any) -> None:
+        raise NotImplementedError
+
+    def _has_open(self) -> bool:
+        raise NotImplementedError
+
+
+async def serve_stream(
+    stream: ServedStream[Any],
+    requests: AsyncIterator[Any],
+    streams: OpenStreams[Any],
+    name: str,
+) -> AsyncIterator[Any]:
+    """`stream`'s answers to `requests`, held in `streams` while open; when it ends (or its
+    peer goes away) its open work stops, as cancelling calls of their own would stop it."""
+    streams.opened(stream)
+    reader = asyncio.create_task(stream.read(requests), name=f"{name}-reader")
+    try:
+        async for message in stream.sent(reader):
+            yield message
+    finally:
+        streams.ended(stream)
+        reader.cancel()
+        stream.stop_all()
+
+
+class StreamClient(Generic[R, A]):
+    """A client's end of one stream: a writer task packing requests, a reader task handing
+    each event to the inbox of the unit of work it names. Once the call ends or breaks, every
+    open unit is handed what `_broken_by` makes of the failure, and the next unit of work
+    opens another stream (`broken`). Subclasses route events (`_route`) and word failures."""
+
+    def __init__(
+        self,
+        call: grpc.aio.StreamStreamCall[Any, Any],
+        name: str,
+        message: Callable[[list[R]], Any],
+    ) -> None:
+        self._call = call
+        self._name = name
+        self._message = message
+        self._inboxes: dict[Any, asyncio.Queue[A]] = {}
+        self._outbox: Outbox[R] = Outbox()
+        self.broken = False
+        self._writer = asyncio.create_task(self._write(), name=f"{name}-writer")
+        self._reader = asyncio.create_task(self._read(), name=f"{name}-reader")
+
+    async def aclose(self) -> None:
+        """End the stream and every unit of work open on it, each with `_closed()`."""
+        self._fail(self._closed())
+        self._call.cancel()
+        for task in (self._writer, self._reader):
+            task.cancel()
+        await asyncio.gather(self._writer, self._reader, return_exceptions=True)
+
+    def _send(self, request: R) -> None:
+        self._outbox.put(request)
+
+    async def _write(self) -> None:
+        try:
+            await write_requests(self._call, self._outbox, lambda: self.broken, self._message)
+        except Exception:
+            self._give_up("writer")
+
+    def _give_up(self, part: str) -> None:
+        """A fault of this code, not of the call: no unit of work may wait on a stream that
+        will never move again, so they all end and the next one opens another stream."""
+        log.exception(
+            "the %s stream's %s failed; a new stream takes the next one", self._name, part
+        )
+        self._fail(self._gave_up(part))
+        self._call.cancel()
+
+    async def _read(self) -> None:
+        failure: grpc.aio.AioRpcError | None = None
+        try:
+            async for message in self._call:
+                for event in message.events:
+                    self._route(event)
+        except grpc.aio.AioRpcError as exc:
+            failure = exc
+        except Exception:
+            self._give_up("reader")
+            return
+        self._fail(self._broken_by(failure))
+
+    def _fail(self, arrival: A) -> None:
+        """Hand every open unit `arrival` and forget them; the next opens a new stream."""
+        self.broken = True
+        for inbox in self._inboxes.values():
+            inbox.put_nowait(arrival)
+        self._inboxes.clear()
+        self._outbox.stirred.set()
+
+    def _route(self, event: Any) -> None:
+        raise NotImplementedError
+
+    def _broken_by(self, failure: grpc.aio.AioRpcError | None) -> A:
+        """What each open unit is handed when the call failed (None: the peer ended it)."""
+        raise NotImplementedError
+
+    def _closed(self) -> A:
+        """What each open unit is handed when this end closes the stream."""
+        raise NotImplementedError
+
+    def _gave_up(self, part: str) -> A:
+        """What each open unit is handed when this code's `part` failed."""
+        raise NotImplementedError

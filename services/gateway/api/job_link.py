@@ -18,7 +18,7 @@ import grpc
 from opentelemetry.trace import SpanKind, Status
 from opentelemetry.trace import StatusCode as SpanStatus
 
-from mediamesh.common.api.multiplexed import Outbox, write_requests
+from mediamesh.common.api.multiplexed import StreamClient
 from mediamesh.common.api.status import from_number
 from mediamesh.common.errors import MeshError, StatusCode
 from mediamesh.common.generated.v1 import common_pb2, scheduler_pb2, scheduler_pb2_grpc
@@ -112,17 +112,16 @@ class JobLink:
         return self._stream
 
 
-class _Stream:
-    """One JobLink call: a writer task packing requests, a reader task routing events."""
+class _Stream(StreamClient[scheduler_pb2.JobLinkRequest, _Arrival]):
+    """One JobLink call: a job's exchange on it, named by `exchange_id`."""
 
     def __init__(self, scheduler: scheduler_pb2_grpc.SchedulerStub, link_error: LinkError) -> None:
-        self._call = scheduler.JobLink()
         self._link_error = link_error
-        self._inboxes: dict[int, asyncio.Queue[_Arrival]] = {}
-        self._outbox: Outbox[scheduler_pb2.JobLinkRequest] = Outbox()
-        self.broken = False
-        self._writer = asyncio.create_task(self._write(), name="job-link-writer")
-        self._reader = asyncio.create_task(self._read(), name="job-link-reader")
+        super().__init__(
+            scheduler.JobLink(),
+            "JobLink",
+            lambda pack: scheduler_pb2.JobLinkRequests(requests=pack),
+        )
 
     def open(
         self,
@@ -149,50 +148,16 @@ class _Stream:
         else:
             self._send(scheduler_pb2.JobLinkRequest(exchange_id=exchange_id, stop=True))
 
-    async def aclose(self) -> None:
-        self._fail(MeshError("the gateway is shutting down", code=StatusCode.UNAVAILABLE))
-        self._call.cancel()
-        for task in (self._writer, self._reader):
-            task.cancel()
-        await asyncio.gather(self._writer, self._reader, return_exceptions=True)
+    def _broken_by(self, failure: grpc.aio.AioRpcError | None) -> _Arrival:
+        return self._link_error(failure)
 
-    def _send(self, request: scheduler_pb2.JobLinkRequest) -> None:
-        self._outbox.put(request)
+    def _closed(self) -> _Arrival:
+        return MeshError("the gateway is shutting down", code=StatusCode.UNAVAILABLE)
 
-    async def _write(self) -> None:
-        try:
-            await write_requests(
-                self._call,
-                self._outbox,
-                lambda: self.broken,
-                lambda pack: scheduler_pb2.JobLinkRequests(requests=pack),
-            )
-        except Exception:
-            self._give_up("writer")
-
-    def _give_up(self, part: str) -> None:
-        """A fault of this code, not of the call: no exchange may wait on a stream that
-        will never move again, so they all fail and the next job opens another."""
-        log.exception("the JobLink stream's %s failed; a new stream takes the next job", part)
-        self._fail(
-            MeshError(
-                "the gateway's link to the scheduler failed; retry", code=StatusCode.UNAVAILABLE
-            )
+    def _gave_up(self, part: str) -> _Arrival:
+        return MeshError(
+            "the gateway's link to the scheduler failed; retry", code=StatusCode.UNAVAILABLE
         )
-        self._call.cancel()
-
-    async def _read(self) -> None:
-        failure: grpc.aio.AioRpcError | None = None
-        try:
-            async for message in self._call:
-                for event in message.events:
-                    self._route(event)
-        except grpc.aio.AioRpcError as exc:
-            failure = exc
-        except Exception:
-            self._give_up("reader")
-            return
-        self._fail(self._link_error(failure))
 
     def _route(self, event: scheduler_pb2.JobLinkEvent) -> None:
         inbox = self._inboxes.get(event.exchange_id)
@@ -215,11 +180,3 @@ class _Stream:
         inbox.put_nowait(event.event)
         if event.event.WhichOneof("event") in FINAL_EVENTS:
             del self._inboxes[event.exchange_id]
-
-    def _fail(self, error: MeshError) -> None:
-        """End every open exchange with `error`; the next exchange opens a new stream."""
-        self.broken = True
-        for inbox in self._inboxes.values():
-            inbox.put_nowait(error)
-        self._inboxes.clear()
-        self._outbox.stirred.set()

@@ -20,7 +20,7 @@ from opentelemetry.trace import Span, SpanKind, Status
 from opentelemetry.trace import StatusCode as SpanStatus
 
 from mediamesh.common.api import worker_wire
-from mediamesh.common.api.multiplexed import Outbox, write_requests
+from mediamesh.common.api.multiplexed import StreamClient
 from mediamesh.common.api.status import from_number
 from mediamesh.common.errors import MeshError, StatusCode
 from mediamesh.common.generated.v1 import worker_pb2, worker_pb2_grpc
@@ -52,16 +52,15 @@ class _Broken:
 _Arrival = worker_pb2.BatchLinkEvent | _Broken
 
 
-class BatchStream:
-    """One BatchLink call: a writer task packing requests, a reader task routing messages."""
+class BatchStream(StreamClient[worker_pb2.BatchLinkRequest, _Arrival]):
+    """One BatchLink call: a batch on it, named by its batch id."""
 
     def __init__(self, worker: worker_pb2_grpc.WorkerStub) -> None:
-        self._call = worker.BatchLink()
-        self._inboxes: dict[str, asyncio.Queue[_Arrival]] = {}
-        self._outbox: Outbox[worker_pb2.BatchLinkRequest] = Outbox()
-        self.broken = False
-        self._writer = asyncio.create_task(self._write(), name="batch-link-writer")
-        self._reader = asyncio.create_task(self._read(), name="batch-link-reader")
+        super().__init__(
+            worker.BatchLink(),
+            "BatchLink",
+            lambda pack: worker_pb2.BatchLinkRequests(requests=pack),
+        )
 
     async def run(
         self, request: worker_pb2.RunBatchRequest, first_job_trace: Mapping[str, str]
@@ -105,61 +104,22 @@ class BatchStream:
                     self._send(worker_pb2.BatchLinkRequest(stop=batch_id))
             span.end()
 
-    async def aclose(self) -> None:
-        """End the stream and every batch open on it (each as a cancelled call would)."""
-        self._fail(_Broken(grpc.StatusCode.CANCELLED, "the link to the worker was closed"))
-        self._call.cancel()
-        for task in (self._writer, self._reader):
-            task.cancel()
-        await asyncio.gather(self._writer, self._reader, return_exceptions=True)
+    def _broken_by(self, failure: grpc.aio.AioRpcError | None) -> _Arrival:
+        if failure is None:
+            # The worker ended the stream (it is stopping): what is open there will not end.
+            return _Broken(grpc.StatusCode.UNAVAILABLE, "the worker closed its BatchLink")
+        return _Broken(failure.code(), failure.details() or failure.code().name)
 
-    def _send(self, request: worker_pb2.BatchLinkRequest) -> None:
-        self._outbox.put(request)
+    def _closed(self) -> _Arrival:
+        return _Broken(grpc.StatusCode.CANCELLED, "the link to the worker was closed")
 
-    async def _write(self) -> None:
-        try:
-            await write_requests(
-                self._call,
-                self._outbox,
-                lambda: self.broken,
-                lambda pack: worker_pb2.BatchLinkRequests(requests=pack),
-            )
-        except Exception:
-            self._give_up("writer")
-
-    def _give_up(self, part: str) -> None:
-        """A fault of this code, not of the call: no batch may wait on a stream that will
-        never move again, so they all end and the next batch opens another."""
-        log.exception("the BatchLink stream's %s failed; a new stream takes the next batch", part)
-        self._fail(_Broken(grpc.StatusCode.UNKNOWN, f"the scheduler's BatchLink {part} failed"))
-        self._call.cancel()
-
-    async def _read(self) -> None:
-        try:
-            async for message in self._call:
-                for event in message.events:
-                    self._route(event)
-        except grpc.aio.AioRpcError as exc:
-            self._fail(_Broken(exc.code(), exc.details() or exc.code().name))
-            return
-        except Exception:
-            self._give_up("reader")
-            return
-        # The worker ended the stream (it is stopping): what is open there will not end.
-        self._fail(_Broken(grpc.StatusCode.UNAVAILABLE, "the worker closed its BatchLink"))
+    def _gave_up(self, part: str) -> _Arrival:
+        return _Broken(grpc.StatusCode.UNKNOWN, f"the scheduler's BatchLink {part} failed")
 
     def _route(self, event: worker_pb2.BatchLinkEvent) -> None:
         inbox = self._inboxes.get(event.batch_id)
         if inbox is not None:  # else stopped: the scheduler left it
             inbox.put_nowait(event)
-
-    def _fail(self, broken: _Broken) -> None:
-        """End every open batch as `broken` says; the next batch opens a new stream."""
-        self.broken = True
-        for inbox in self._inboxes.values():
-            inbox.put_nowait(broken)
-        self._inboxes.clear()
-        self._outbox.stirred.set()
 
 
 def _raise_broken(broken: _Broken, accepted: bool, span: Span) -> NoReturn:

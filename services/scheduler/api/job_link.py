@@ -23,12 +23,7 @@ from dataclasses import dataclass
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from mediamesh.common.api.bounds import check_bounds
-from mediamesh.common.api.multiplexed import (
-    OpenStreams,
-    Outbox,
-    read_requests,
-    served_messages,
-)
+from mediamesh.common.api.multiplexed import OpenStreams, ServedStream, serve_stream
 from mediamesh.common.api.status import to_number
 from mediamesh.common.errors import InvalidArgument, MeshError, Unavailable
 from mediamesh.common.generated.v1 import common_pb2, scheduler_pb2
@@ -64,17 +59,9 @@ async def serve_job_link(
 ) -> AsyncIterator[scheduler_pb2.JobLinkEvents]:
     """The stream's answers to `requests`, each exchange followed with `follow` (and its job
     cancelled with `cancel_job` when the gateway asks); kept in `links` while open."""
-    link = _Link(follow, cancel_job)
     links = links or JobLinks()
-    links.opened(link)
-    reader = asyncio.create_task(link.read(requests), name="job-link-reader")
-    try:
-        async for events in link.sent(reader):
-            yield events
-    finally:
-        links.ended(link)
-        reader.cancel()
-        link.stop_all()
+    async for events in serve_stream(_Link(follow, cancel_job), requests, links, "job-link"):
+        yield events
 
 
 def exchange_status(exchange_id: int, error: MeshError) -> scheduler_pb2.JobLinkEvent:
@@ -102,39 +89,22 @@ class _Exchange:
     unwanted: bool = False
 
 
-class _Link:
+class _Link(ServedStream[scheduler_pb2.JobLinkEvent]):
     """One stream's open exchanges and the events waiting to be sent."""
 
     def __init__(self, follow: Follow, cancel_job: CancelJob) -> None:
+        super().__init__(lambda pack: scheduler_pb2.JobLinkEvents(events=pack))
         self._follow = follow
         self._cancel_job = cancel_job
         self._exchanges: dict[int, _Exchange] = {}
-        self._outbox: Outbox[scheduler_pb2.JobLinkEvent] = Outbox()
-        self._closing = False
-
-    def close(self) -> None:
-        """Take no more submits; end once the open exchanges have."""
-        self._closing = True
-        self._outbox.stirred.set()
-
-    async def read(self, requests: AsyncIterator[scheduler_pb2.JobLinkRequests]) -> None:
-        await read_requests(requests, self._take, self._outbox)
-
-    def sent(self, reader: asyncio.Task[None]) -> AsyncIterator[scheduler_pb2.JobLinkEvents]:
-        return served_messages(
-            self._outbox,
-            reader,
-            lambda: (reader.done() or self._closing) and not self._exchanges,
-            lambda pack: scheduler_pb2.JobLinkEvents(events=pack),
-        )
 
     def stop_all(self) -> None:
         for exchange in self._exchanges.values():
             exchange.task.cancel()
         self._exchanges.clear()
 
-    def _send(self, event: scheduler_pb2.JobLinkEvent) -> None:
-        self._outbox.put(event)
+    def _has_open(self) -> bool:
+        return bool(self._exchanges)
 
     def _take(self, request: scheduler_pb2.JobLinkRequest) -> None:
         exchange_id = request.exchange_id

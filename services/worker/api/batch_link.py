@@ -23,12 +23,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from mediamesh.common.api import worker_wire
 from mediamesh.common.api.bounds import check_bounds
-from mediamesh.common.api.multiplexed import (
-    OpenStreams,
-    Outbox,
-    read_requests,
-    served_messages,
-)
+from mediamesh.common.api.multiplexed import OpenStreams, ServedStream, serve_stream
 from mediamesh.common.api.status import to_number
 from mediamesh.common.errors import InvalidArgument, MeshError, Unavailable
 from mediamesh.common.errors import StatusCode as Code
@@ -73,16 +68,8 @@ async def serve_batch_link(
     links: BatchLinks,
 ) -> AsyncIterator[worker_pb2.BatchLinkEvents]:
     """The stream's answers to `requests`, each batch run by `runner`; kept in `links`."""
-    link = _Link(runner)
-    links.opened(link)
-    reader = asyncio.create_task(link.read(requests), name="batch-link-reader")
-    try:
-        async for events in link.sent(reader):
-            yield events
-    finally:
-        links.ended(link)
-        reader.cancel()
-        link.stop_all()
+    async for events in serve_stream(_Link(runner), requests, links, "batch-link"):
+        yield events
 
 
 def batch_end(batch_id: str, error: MeshError | None = None) -> worker_pb2.BatchLinkEvent:
@@ -93,38 +80,21 @@ def batch_end(batch_id: str, error: MeshError | None = None) -> worker_pb2.Batch
     return worker_pb2.BatchLinkEvent(batch_id=batch_id, end=end)
 
 
-class _Link:
+class _Link(ServedStream[worker_pb2.BatchLinkEvent]):
     """One stream's open batches and the messages waiting to be sent."""
 
     def __init__(self, runner: BatchRunner) -> None:
+        super().__init__(lambda pack: worker_pb2.BatchLinkEvents(events=pack))
         self._runner = runner
         self._batches: dict[str, asyncio.Task[None]] = {}
-        self._outbox: Outbox[worker_pb2.BatchLinkEvent] = Outbox()
-        self._closing = False
-
-    def close(self) -> None:
-        """Take no more batches; end once the open ones have."""
-        self._closing = True
-        self._outbox.stirred.set()
-
-    async def read(self, requests: AsyncIterator[worker_pb2.BatchLinkRequests]) -> None:
-        await read_requests(requests, self._take, self._outbox)
-
-    def sent(self, reader: asyncio.Task[None]) -> AsyncIterator[worker_pb2.BatchLinkEvents]:
-        return served_messages(
-            self._outbox,
-            reader,
-            lambda: (reader.done() or self._closing) and not self._batches,
-            lambda pack: worker_pb2.BatchLinkEvents(events=pack),
-        )
 
     def stop_all(self) -> None:
         for task in self._batches.values():
             task.cancel()
         self._batches.clear()
 
-    def _send(self, event: worker_pb2.BatchLinkEvent) -> None:
-        self._outbox.put(event)
+    def _has_open(self) -> bool:
+        return bool(self._batches)
 
     def _take(self, request: worker_pb2.BatchLinkRequest) -> None:
         action = request.WhichOneof("action")
