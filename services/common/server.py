@@ -137,6 +137,11 @@ async def start_server(
     ]
     if max_streams_per_connection is not None:
         options.append(("grpc.max_concurrent_streams", max_streams_per_connection))
+        # By default gRPC counts a stream against that limit until the server has freed it,
+        # which lags its end, and refuses a new stream while the count is over
+        # (RST_STREAM REFUSED_STREAM: UNAVAILABLE to the caller). A client opens one as soon
+        # as another ends, so callers past the limit failed instead of waiting their turn.
+        options.append(("grpc.http.overload_protection", 0))
     server = grpc.aio.server(interceptors=interceptors, options=options)
     names: list[str] = []
     for registration in registrations:

@@ -1,7 +1,8 @@
 """What an anonymous or greedy caller can make the public gRPC listener do: a call without a
 valid API key is refused from its metadata, before its request is read or parsed; a request
 is held to gateway.max_request_bytes and its repeated fields to their counts; and the
-listener serves at most gateway.max_concurrent_rpcs calls at once."""
+listener serves at most gateway.max_concurrent_rpcs calls at once, and one connection opens
+at most gateway.max_streams_per_connection, the rest waiting their turn."""
 
 from __future__ import annotations
 
@@ -195,5 +196,28 @@ async def test_calls_beyond_max_concurrent_rpcs_are_refused_and_probes_still_ans
         await asyncio.sleep(0.2)
         code = await code_of(submit(request, metadata=auth(KEY_A), timeout=5))
         assert code != grpc.StatusCode.RESOURCE_EXHAUSTED
+    finally:
+        await stop_mesh(mesh)
+
+
+async def test_calls_beyond_max_streams_per_connection_wait_for_a_stream_and_are_not_refused(
+    tmp_path: Path, models_dir: Path
+):
+    # gRPC's default "overload protection" counts a connection's streams until the server
+    # has freed them, not until they end; a client that opened a stream as soon as another
+    # ended then had it refused (RST_STREAM REFUSED_STREAM, UNAVAILABLE to the caller).
+    unlimited = {"max_concurrent_jobs": 10_000, "max_queued_jobs": 10_000}
+    gateway = {
+        **keyed(a={**unlimited, "requests_per_second": 1e6, "burst": 1_000_000}),
+        "max_streams_per_connection": 4,
+    }
+    mesh = await start_mesh(tmp_path, models_dir, [["echo"]], gateway=gateway)
+    try:
+        generate = channel_to(mesh).unary_stream("/mediamesh.v1.Gateway/Generate")
+        request = common_pb2.GenerateRequest(model="echo", prompt="x").SerializeToString()
+        calls = [generate(request, metadata=auth(KEY_A), timeout=60) for _ in range(300)]
+        # Each read at once: a stream whose messages nobody reads stays open.
+        codes = Counter(code.name for code in await asyncio.gather(*map(code_of, calls)))
+        assert codes == {"OK": 300}, codes
     finally:
         await stop_mesh(mesh)
