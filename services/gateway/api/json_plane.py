@@ -27,6 +27,7 @@ from mediamesh.gateway.api.dataplane import DataPlane
 from mediamesh.gateway.api.json_checks import check_json_message
 from mediamesh.gateway.api.oip_plane import InferencePlane
 from mediamesh.gateway.api.upstream import with_trace
+from mediamesh.gateway.core.recent_models import RecentModels
 from mediamesh.gateway.core.tenancy import Caller, Tenancy
 
 JsonObject = dict[str, Any]
@@ -177,6 +178,7 @@ class JsonPlane:
         self.plane = plane
         # The Open Inference Protocol's REST face reaches the mesh through this.
         self.inference = InferencePlane(plane.up)
+        self._recent_models = RecentModels(self.models)
 
     def spec(self, model: str) -> ModelSpec:
         """The registry entry the gateway checks `model`'s requests against, for a rule its
@@ -241,6 +243,11 @@ class JsonPlane:
     async def cancel(self, job_id: str, caller: Caller) -> JsonObject:
         """Cancels one of the caller's jobs; the job afterwards."""
         return job_view(await self.plane.cancel(job_id, caller))
+
+    async def recent_models(self) -> list[JsonObject]:
+        """`models()` as fetched within the last second, for a submission to pick its model
+        from (`RecentModels`); the entries are shared, not to be changed."""
+        return await self._recent_models.get()
 
     async def models(self) -> list[JsonObject]:
         """Every model the mesh serves, with its limits and readiness."""

@@ -64,10 +64,11 @@ async def pick_model(
     plane: JsonPlane, name: str | None, modality: str, inputs: Mapping[str, str] | None = None
 ) -> JsonObject:
     """The named model (its ModelInfo fields), or the first ready model of `modality` that
-    takes `inputs`; `inputs` maps an input the request carries ("image", "mask_image") to the
-    OpenAI field that carries it, which an error about it names."""
+    takes `inputs` (ready as of the last second: `JsonPlane.recent_models`); `inputs` maps
+    an input the request carries ("image", "mask_image") to the OpenAI field that carries
+    it, which an error about it names."""
     needed = inputs or {}
-    models = await plane.models()
+    models = await plane.recent_models()
     served = [m for m in models if m["modality"] == modality]
     if name:
         for model in models:
