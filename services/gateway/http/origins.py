@@ -48,7 +48,13 @@ class CrossSiteGuard:
         )
         self._keyless = keyless
 
-    def __call__(self, request: Request) -> None:
+    async def __call__(self, request: Request) -> None:
+        # A coroutine, so that FastAPI runs it on the event loop: a plain function dependency
+        # goes to its thread pool, a hand-off to another thread and back on every request.
+        self.check(request)
+
+    def check(self, request: Request) -> None:
+        """Raises PermissionDenied for a request the guard refuses (see the class)."""
         host = request.headers.get("host", "")
         if self._keyless and _over_loopback(request) and not self._names_this_gateway(host):
             raise PermissionDenied(

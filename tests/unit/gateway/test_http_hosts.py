@@ -44,19 +44,19 @@ def test_loopback_addresses() -> None:
 def test_a_keyless_gateway_over_loopback_answers_only_its_own_names() -> None:
     guard = CrossSiteGuard(["https://page.example:8443", "*"], keyless=True)
     for host in ("localhost:8080", "127.0.0.1", "[::1]:1", "page.example", "page.example:80"):
-        guard(request(host))
+        guard.check(request(host))
     for host in ("attacker.example:8080", "localhost.attacker.example", "::1", "", None):
         with pytest.raises(PermissionDenied, match=r"^host: .* without gateway\.api_keys"):
-            guard(request(host))
+            guard.check(request(host))
     # Reached on another address (an --insecure gateway), any name may be its own.
-    guard(request("gpu-box:8080", server=("10.0.0.5", 8080)))
+    guard.check(request("gpu-box:8080", server=("10.0.0.5", 8080)))
     # Over an unknown connection the check holds.
     with pytest.raises(PermissionDenied):
-        guard(request("attacker.example", server=None))
+        guard.check(request("attacker.example", server=None))
 
 
 def test_with_keys_any_name_is_answered() -> None:
-    CrossSiteGuard([], keyless=False)(request("attacker.example:8080"))
+    CrossSiteGuard([], keyless=False).check(request("attacker.example:8080"))
 
 
 def test_unusual_methods_share_one_label() -> None:
