@@ -10,7 +10,7 @@ pass it the `authorization` metadata, the HTTP face the `Authorization` header.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 from contextlib import contextmanager
 
 from mediamesh.common.api.requests import request_fields
@@ -71,6 +71,23 @@ class DataPlane:
         with _naming_the_call_deadline(set_by_call):
             async for event in self.up.submit_and_watch(request, caller, deadline):
                 yield event
+
+    async def follow(
+        self, request: common_pb2.GenerateRequest, caller: Caller
+    ) -> AsyncGenerator[common_pb2.GenerateEvent, None]:
+        """`submit`, then the job's final event, through one exchange with the scheduler: the
+        job's state as queued (naming it), then its final event. Closing this before the
+        final event cancels the job (on the link; a job on a call of its own runs on)."""
+        deadline, set_by_call = self._admit(request, caller, None)
+        with _naming_the_call_deadline(set_by_call):
+            events = self.up.submit_and_watch(
+                request, caller, deadline, final_only=True, cancel_when_left=True
+            )
+            try:
+                async for event in events:
+                    yield event
+            finally:
+                await events.aclose()
 
     def _admit(
         self, request: common_pb2.GenerateRequest, caller: Caller, call_deadline_s: float | None

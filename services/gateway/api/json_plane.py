@@ -24,9 +24,10 @@ from mediamesh.common.generated.v1 import common_pb2, gateway_pb2
 from mediamesh.common.params import find_model
 from mediamesh.common.registry import ModelSpec
 from mediamesh.gateway.api.dataplane import DataPlane
+from mediamesh.gateway.api.job_link import FINAL_EVENTS
 from mediamesh.gateway.api.json_checks import check_json_message
 from mediamesh.gateway.api.oip_plane import InferencePlane
-from mediamesh.gateway.api.upstream import with_trace
+from mediamesh.gateway.api.upstream import replayed, with_trace
 from mediamesh.gateway.core.recent_models import RecentModels
 from mediamesh.gateway.core.tenancy import Caller, Tenancy
 
@@ -214,11 +215,6 @@ class JsonPlane:
         info = await self.plane.job(handle.job_id, caller)
         return {**job_view(info), "deduplicated": handle.deduplicated}
 
-    async def submit_for_id(self, request: common_pb2.GenerateRequest, caller: Caller) -> str:
-        """Submits a parsed request; answers with its job's id alone, in one call to the
-        scheduler where `submit` makes two (the job as `job` shows it takes a GetJob)."""
-        return (await self.plane.submit(request, caller)).job_id
-
     async def job(self, job_id: str, caller: Caller) -> JsonObject:
         """One of the caller's jobs."""
         return job_view(await self.plane.job(job_id, caller))
@@ -273,8 +269,35 @@ class JsonPlane:
             final = event
         if final is None:
             raise Unavailable(f"job {job_id}: its event stream ended without its end")
-        inline = final.result.data if final.HasField("result") and final.result.data else None
-        return event_view(final), inline
+        return _outcome_view(final)
+
+    async def follow(self, request: common_pb2.GenerateRequest, caller: Caller) -> Followed:
+        """Submits a parsed request and follows its job over one exchange with the scheduler,
+        where `submit` and `outcome` take a call each; answers once the job is named.
+        Closing the answer before its outcome is read cancels the job (on the link)."""
+        events = self.plane.follow(request, caller)
+        try:
+            opening = await anext(events)
+        except BaseException:
+            await events.aclose()
+            raise
+        return Followed(opening.job_id, replayed(opening, events))
+
+    async def followed_outcome(
+        self, followed: Followed, caller: Caller
+    ) -> tuple[JsonObject, bytes | None]:
+        """`outcome` of a followed job, from its own exchange; watched again should that
+        exchange end without the job's end."""
+        final: common_pb2.GenerateEvent | None = None
+        try:
+            async for event in followed.events:
+                if event.WhichOneof("event") in FINAL_EVENTS:
+                    final = event
+        finally:
+            await followed.close()
+        if final is None:
+            return await self.outcome(followed.job_id, caller)
+        return _outcome_view(final)
 
     async def download(
         self, job_id: str, caller: Caller, offset: int = 0
@@ -282,6 +305,24 @@ class JsonPlane:
         """The job's artifact in chunks from byte `offset`."""
         async for chunk in self.plane.download(job_id, caller, offset):
             yield Chunk(chunk.data, chunk.offset, chunk.total_size, chunk.mime_type, chunk.sha256)
+
+
+@dataclass
+class Followed:
+    """A job submitted and followed over one exchange (`JsonPlane.follow`)."""
+
+    job_id: str
+    # Its events from the first (as queued) on, to its final one.
+    events: AsyncGenerator[common_pb2.GenerateEvent, None]
+
+    async def close(self) -> None:
+        """Stop following; before the job's end, that cancels it (on the link)."""
+        await self.events.aclose()
+
+
+def _outcome_view(final: common_pb2.GenerateEvent) -> tuple[JsonObject, bytes | None]:
+    inline = final.result.data if final.HasField("result") and final.result.data else None
+    return event_view(final), inline
 
 
 def list_page(items: list[JsonObject], has_more: bool, id_field: str) -> JsonObject:

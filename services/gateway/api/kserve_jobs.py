@@ -18,7 +18,7 @@ import grpc
 from mediamesh.common.errors import MeshError, PayloadTooLarge, Unavailable
 from mediamesh.common.generated.v1 import common_pb2, scheduler_pb2
 from mediamesh.common.params import RequestFields, parse_priority
-from mediamesh.gateway.api.upstream import Upstream, call_deadline_ms, mesh_errors
+from mediamesh.gateway.api.upstream import Upstream, call_deadline_ms, mesh_errors, replayed
 from mediamesh.gateway.core.inference_call import ElementResult, InferCall, job_failure
 from mediamesh.gateway.core.tenancy import Caller
 
@@ -124,7 +124,7 @@ async def run_call(
             calls.append(events)
             opening = await anext(events)
             job_ids.append(opening.job_id)
-            streams.append(_replayed(opening, events))
+            streams.append(replayed(opening, events))
         results = await _follow_all(up, caller.tenant, job_ids, streams, on_progress)
     except BaseException:
         for opened in calls:
@@ -137,16 +137,6 @@ async def run_call(
     if total > up.max_message_bytes - _ENVELOPE_BYTES:
         raise _too_large(total, up.max_message_bytes)
     return results
-
-
-async def _replayed(first: common_pb2.GenerateEvent, rest: Events) -> Events:
-    """`first` again, then the rest of its stream; closing this closes that stream."""
-    try:
-        yield first
-        async for event in rest:
-            yield event
-    finally:
-        await rest.aclose()
 
 
 async def _follow_all(

@@ -359,6 +359,18 @@ def _suits_link(request: common_pb2.GenerateRequest, final_only: bool) -> bool:
     return final_only or not request.preview_every_steps
 
 
+async def replayed(
+    first: common_pb2.GenerateEvent, rest: AsyncGenerator[common_pb2.GenerateEvent, None]
+) -> AsyncGenerator[common_pb2.GenerateEvent, None]:
+    """`first` again, then the rest of its stream; closing this closes that stream."""
+    try:
+        yield first
+        async for event in rest:
+            yield event
+    finally:
+        await rest.aclose()
+
+
 async def _ended(call: grpc.aio.UnaryStreamCall[Any, Any]) -> None:
     """Wait for the call's status, which follows its final event at once. A caller that
     stops reading at the final event (a KServe call) would otherwise have the call

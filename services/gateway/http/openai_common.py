@@ -17,7 +17,12 @@ from starlette.requests import Request
 from mediamesh.common.errors import InvalidArgument, MeshError, StatusCode
 from mediamesh.common.limits import MAX_SEED
 from mediamesh.common.params import parse_priority
-from mediamesh.gateway.api.json_plane import JsonObject, JsonPlane, generate_request_schema
+from mediamesh.gateway.api.json_plane import (
+    Followed,
+    JsonObject,
+    JsonPlane,
+    generate_request_schema,
+)
 from mediamesh.gateway.core.tenancy import Caller, Tenancy
 from mediamesh.gateway.http.disconnects import unless_client_leaves
 from mediamesh.gateway.http.errors import renamed_fields
@@ -124,24 +129,25 @@ def admitted(
     return tenancy.admitted(caller, model["name"], parse_priority(priority or ""), jobs, "n")
 
 
-async def submit_all(
-    plane: JsonPlane, caller: Caller, submissions: Iterable[Awaitable[str]]
-) -> list[str]:
-    """The job ids of `submissions`, made one after another. If one fails (or the client
-    leaves), those made before it are cancelled: the answer is an error that names none of
-    them, so no one could fetch what they make."""
-    jobs: list[str] = []
+async def follow_all(
+    plane: JsonPlane, caller: Caller, submissions: Iterable[Awaitable[Followed]]
+) -> list[Followed]:
+    """`submissions` made one after another (so that their jobs can share a batch), each
+    followed over its own exchange with the scheduler. If one fails (or the client leaves),
+    those made before it are cancelled: the answer is an error that names none of them, so
+    no one could fetch what they make."""
+    followed: list[Followed] = []
     try:
         for submission in submissions:
-            jobs.append(await submission)
+            followed.append(await submission)
     except BaseException:
-        await asyncio.shield(_cancel_all(plane, caller, jobs))
+        await asyncio.shield(_cancel_all(plane, caller, followed))
         raise
-    return jobs
+    return followed
 
 
 async def answered_or_cancelled(
-    request: Request, plane: JsonPlane, caller: Caller, jobs: list[str], answer: Awaitable[T]
+    request: Request, plane: JsonPlane, caller: Caller, jobs: list[Followed], answer: Awaitable[T]
 ) -> T:
     """`answer`, built from `jobs`' results; if the client leaves first, or building it
     fails, the jobs are cancelled. Their ids were never given to the client, so nobody could
@@ -166,19 +172,22 @@ def image_seeds(seed: int | None, n: int) -> list[int | None]:
     return [seed + index for index in range(n)]
 
 
-async def _cancel_all(plane: JsonPlane, caller: Caller, jobs: list[str]) -> None:
-    for job_id in jobs:
+async def _cancel_all(plane: JsonPlane, caller: Caller, jobs: list[Followed]) -> None:
+    for job in jobs:
+        # Closing cancels a job on the link; one on a call of its own is cancelled by its id.
+        await job.close()
         # Best effort: the error that got here is the one the client is owed.
         with contextlib.suppress(MeshError):
-            await plane.cancel(job_id, caller)
+            await plane.cancel(job.job_id, caller)
 
 
 async def final_event(
-    plane: JsonPlane, job_id: str, caller: Caller
+    plane: JsonPlane, job: Followed, caller: Caller
 ) -> tuple[JsonObject, bytes | None]:
     """The job's result event, and its bytes when they came with it; its error (with the
     job's code) raises MeshError."""
-    event, inline = await plane.outcome(job_id, caller)
+    job_id = job.job_id
+    event, inline = await plane.followed_outcome(job, caller)
     if event["kind"] == "result":
         return event, inline
     if event["kind"] == "error":

@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from mediamesh.common.api.bounds import check_bounds
 from mediamesh.common.errors import InvalidArgument
 from mediamesh.gateway.api.json_plane import (
+    Followed,
     JsonObject,
     JsonPlane,
     request_from_form,
@@ -45,6 +46,7 @@ from mediamesh.gateway.http.openai_common import (
     check_known_fields,
     checked_end_user,
     final_event,
+    follow_all,
     image_seeds,
     log_end_user,
     mesh_fields,
@@ -52,7 +54,6 @@ from mediamesh.gateway.http.openai_common import (
     parse_size,
     pick_model,
     result_bytes,
-    submit_all,
 )
 from mediamesh.gateway.http.openai_mask import converted_mask, probe_mask
 from mediamesh.gateway.http.schemas import ErrorBody
@@ -208,8 +209,8 @@ async def generate_images(request: Request, authorization: Authorization = None)
         openai_names(GENERATION_NAMES),
         admitted(context.plane.tenancy, caller, model, body.priority, count) as paid,
     ):
-        jobs = await submit_all(plane, caller, (plane.submit_for_id(r, paid) for r in requests))
-    log_end_user("/v1/images/generations", caller, user, jobs)
+        jobs = await follow_all(plane, caller, (plane.follow(r, paid) for r in requests))
+    log_end_user("/v1/images/generations", caller, user, [job.job_id for job in jobs])
     images = _images(plane, jobs, caller, body.response_format, request)
     answer = await answered_or_cancelled(request, plane, caller, jobs, images)
     return {**answer, "size": body.size}
@@ -293,8 +294,8 @@ async def edit_images(request: Request, authorization: Authorization = None) -> 
                 for generate in requests:
                     generate.mask_image = converted
                     check_bounds(generate)
-            jobs = await submit_all(plane, caller, (plane.submit_for_id(r, paid) for r in requests))
-    log_end_user("/v1/images/edits", caller, user, jobs)
+            jobs = await follow_all(plane, caller, (plane.follow(r, paid) for r in requests))
+    log_end_user("/v1/images/edits", caller, user, [job.job_id for job in jobs])
     images = _images(plane, jobs, caller, response_format, request)
     answer = await answered_or_cancelled(request, plane, caller, jobs, images)
     # As generations answer: the size asked for (none for auto or unset).
@@ -341,7 +342,7 @@ def _seed(text: str | None) -> int | None:
 
 async def _images(
     plane: JsonPlane,
-    jobs: list[str],
+    jobs: list[Followed],
     caller: Caller,
     response_format: ResponseFormat,
     request: Request,
@@ -358,10 +359,15 @@ async def _images(
 
 
 async def _image(
-    plane: JsonPlane, job_id: str, caller: Caller, response_format: ResponseFormat, request: Request
+    plane: JsonPlane,
+    job: Followed,
+    caller: Caller,
+    response_format: ResponseFormat,
+    request: Request,
 ) -> tuple[JsonObject, str]:
     """One job's image as the answer carries it, and its MIME type."""
-    event, inline = await final_event(plane, job_id, caller)
+    job_id = job.job_id
+    event, inline = await final_event(plane, job, caller)
     mime_type = str(event.get("mime_type", ""))
     if response_format == "url":
         # OpenAI's clients open the url without a key: a gateway with keys signs it.

@@ -14,7 +14,7 @@ import pytest_asyncio
 from prometheus_client import REGISTRY
 
 from mediamesh.common.errors import ResourceExhausted
-from mediamesh.gateway.api.json_plane import JsonPlane
+from mediamesh.gateway.api.json_plane import Followed, JsonPlane
 from tests.service.conftest import InProcessMesh, start_mesh, stop_mesh
 from tests.service.gateway.conftest import KEY_A
 from tests.service.gateway.http_support import (
@@ -128,17 +128,17 @@ async def test_jobs_submitted_before_one_that_fails_are_cancelled(
     client: httpx.AsyncClient,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    submit = JsonPlane.submit_for_id
+    follow = JsonPlane.follow
     made: list[str] = []
 
-    async def second_refused(plane: JsonPlane, request: object, caller: object) -> str:
+    async def second_refused(plane: JsonPlane, request: object, caller: object) -> Followed:
         if made:
             raise ResourceExhausted("queue: full (a scheduler's refusal, here made up)")
-        job_id = await submit(plane, request, caller)  # type: ignore[arg-type]
-        made.append(job_id)
-        return job_id
+        followed = await follow(plane, request, caller)  # type: ignore[arg-type]
+        made.append(followed.job_id)
+        return followed
 
-    monkeypatch.setattr(JsonPlane, "submit_for_id", second_refused)
+    monkeypatch.setattr(JsonPlane, "follow", second_refused)
     body = {"model": "flux-tiny", "prompt": "x", "n": 2, "steps": 50}
     refused = await client.post(GENERATIONS, json=body, headers=bearer(KEY_A))
     assert refused.status_code == 429, refused.text
