@@ -104,8 +104,8 @@ def mesh_config(
             "host": "127.0.0.1",
             "port": free_port(),
             "metrics_port": free_port(),
-            # Benchmarks speak gRPC; the HTTP face would claim 8080 in every parallel mesh.
-            "http_port": None,
+            # On a port of its own: at 8080 it would clash between parallel meshes.
+            "http_port": free_port(),
             "scheduler_address": f"127.0.0.1:{scheduler_port}",
             "tenants": {"default": UNLIMITED_TENANT},
         },
@@ -168,6 +168,11 @@ class Mesh:
     @property
     def gateway(self) -> str:
         return f"127.0.0.1:{self.config['gateway']['port']}"
+
+    @property
+    def http(self) -> str:
+        """The gateway's HTTP face."""
+        return f"127.0.0.1:{self.config['gateway']['http_port']}"
 
     @property
     def scheduler(self) -> str:

@@ -1,4 +1,5 @@
-"""The load generator: one process, one grpc.aio channel, N concurrent callers; prints JSON.
+"""The load generator: one process, one grpc.aio channel (or, for `--api openai`, an httpx
+client per caller of the gateway's HTTP face), N concurrent callers; prints JSON.
 
 closed: N workers each send their next request when the previous one ends, `--warmup`
 requests first (not measured), then exactly `--requests` measured ones.
@@ -23,6 +24,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 import grpc
+import httpx
 
 from mediamesh.common.generated.inference import grpc_service_pb2 as kserve_pb
 from mediamesh.common.generated.inference import grpc_service_pb2_grpc as kserve_grpc
@@ -78,6 +80,50 @@ def native_call(
         return "NO_RESULT"
 
     return call
+
+
+def openai_call(
+    target: str, models: list[str], params: dict, priority: str, timeout_s: float
+) -> tuple[Call, Callable[[], Awaitable[None]]]:
+    """OpenAI's images.generate as its client sends it (JSON, `b64_json`), the mesh's own
+    fields beside OpenAI's as the openai client's `extra_body` puts them; and what closes
+    the connections. Each request in flight has a client (and a connection) of its own,
+    kept for the next request: one shared client's connection pool took a whole core at 64
+    callers (httpx), and the load generator, not the mesh, set the pace."""
+    base = dict(params)
+    if priority:
+        base["priority"] = priority
+    # Clients not in a request now, and every one made (as many as callers at once).
+    idle: list[httpx.AsyncClient] = []
+    made: list[httpx.AsyncClient] = []
+
+    def client() -> httpx.AsyncClient:
+        if idle:
+            return idle.pop()
+        made.append(httpx.AsyncClient(base_url=f"http://{target}", timeout=timeout_s))
+        return made[-1]
+
+    async def call(index: int) -> str:
+        body = {
+            "model": models[index % len(models)],
+            "prompt": f"bench {index}",
+            "response_format": "b64_json",
+            **base,
+            "seed": index,
+        }
+        own = client()
+        try:
+            answer = await own.post("/v1/images/generations", json=body)
+        except httpx.HTTPError as exc:
+            return type(exc).__name__
+        finally:
+            idle.append(own)
+        return "" if answer.status_code == 200 else f"HTTP {answer.status_code}"
+
+    async def close() -> None:
+        await asyncio.gather(*(c.aclose() for c in made))
+
+    return call, close
 
 
 def kserve_call(
@@ -201,11 +247,19 @@ def _summary(
 
 
 async def main_async(args: argparse.Namespace) -> dict:
+    params = json.loads(args.params) if args.params else {}
+    if args.api == "openai":
+        call, close = openai_call(args.target, args.model, params, args.priority, args.timeout)
+        try:
+            report = await _levels(call, args)
+        finally:
+            await close()
+        report.update(api=args.api, mode=args.mode, models=args.model, priority=args.priority)
+        return report
     options = [
         ("grpc.max_receive_message_length", _MAX_MESSAGE),
         ("grpc.max_send_message_length", _MAX_MESSAGE),
     ]
-    params = json.loads(args.params) if args.params else {}
     model_params = json.loads(args.model_params) if args.model_params else {}
     async with grpc.aio.insecure_channel(args.target, options=options) as channel:
         await asyncio.wait_for(channel.channel_ready(), 30)
@@ -215,19 +269,24 @@ async def main_async(args: argparse.Namespace) -> dict:
             call = native_call(
                 channel, args.model, params, args.priority, args.timeout, model_params
             )
-        if args.mode == "open":
-            report = await open_loop(call, args.model, args.rate, args.max_seconds)
-        else:
-            report = await closed_loop(call, args.concurrency, args.requests, args.warmup)
+        report = await _levels(call, args)
     report.update(api=args.api, mode=args.mode, models=args.model, priority=args.priority)
     return report
 
 
+async def _levels(call: Call, args: argparse.Namespace) -> dict:
+    if args.mode == "open":
+        return await open_loop(call, args.model, args.rate, args.max_seconds)
+    return await closed_loop(call, args.concurrency, args.requests, args.warmup)
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.loadgen", description=__doc__)
-    parser.add_argument("--target", required=True, help="gateway host:port")
+    parser.add_argument(
+        "--target", required=True, help="gateway host:port (its HTTP port for --api openai)"
+    )
     parser.add_argument("--model", action="append", required=True, help="repeat to mix models")
-    parser.add_argument("--api", choices=["native", "kserve"], default="native")
+    parser.add_argument("--api", choices=["native", "kserve", "openai"], default="native")
     parser.add_argument("--mode", choices=["closed", "open"], default="closed")
     parser.add_argument("--concurrency", type=int, default=1)
     parser.add_argument("--requests", type=int, default=100)

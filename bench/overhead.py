@@ -1,7 +1,8 @@
 """overhead: the `echo` model (no compute) through gateway → scheduler → worker and back.
 
 What is left is the mesh itself: gRPC hops, queueing, batching waits, persistence and
-progress streaming. Measured through the native Generate stream and KServe v2 ModelInfer.
+progress streaming. Measured through the native Generate stream, KServe v2 ModelInfer, and
+OpenAI's images.generate over the gateway's HTTP face.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ def kserve_available() -> bool:
 
 def run(options: Options) -> Result:
     result = Result("overhead", options)
-    apis = ["native", "kserve"] if kserve_available() else ["native"]
+    apis = ["native", "kserve", "openai"] if kserve_available() else ["native", "openai"]
     with options.meshes.mesh(WORKERS) as mesh:
         result.config = {
             "model": "echo",
@@ -47,7 +48,7 @@ def run(options: Options) -> Result:
             for concurrency in CONCURRENCY:
                 requests, warmup = requests_for(concurrency, options.smoke)
                 report = run_loadgen(
-                    mesh.gateway,
+                    mesh.http if api == "openai" else mesh.gateway,
                     ["echo"],
                     timeout_s=600,
                     api=api,

@@ -52,7 +52,7 @@ def test_bench_smoke_writes_every_result(tmp_path: Path, models_dir: Path):
         assert (out / record["plot"]).stat().st_size > 0
 
     overhead = json.loads((out / "overhead.json").read_text())
-    assert {lv["api"] for lv in overhead["levels"]} == {"native", "kserve"}
+    assert {lv["api"] for lv in overhead["levels"]} == {"native", "kserve", "openai"}
     batching = json.loads((out / "batching.json").read_text())
     paths = {"direct", "direct-beside", "mesh", "direct-paired", "mesh-paired"}
     assert {lv["path"] for lv in batching["levels"]} == paths
