@@ -317,6 +317,9 @@ class Followed:
 
     async def close(self) -> None:
         """Stop following; before the job's end, that cancels it (on the link)."""
+        if getattr(self.events, "ag_running", False):
+            # A reader being cancelled is inside it still; it closes it as it ends.
+            return
         await self.events.aclose()
 
 
