@@ -123,8 +123,10 @@ class BatchRunner:
             try:
                 # Each only when there is one, so links that take neither keep working: the
                 # batch to pause (urgent batches), and the batch's trace (its first job's).
-                options: dict[str, Any] = {"pause_batch_id": dispatch.pauses}
-                options["trace_context"] = dispatch.jobs[0].trace_carrier
+                options: dict[str, Any] = {
+                    "pause_batch_id": dispatch.pauses,
+                    "trace_context": dispatch.jobs[0].trace_carrier,
+                }
                 stream = self.link.run_batch(
                     dispatch.address,
                     batch_id,

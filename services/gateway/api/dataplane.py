@@ -62,26 +62,35 @@ class DataPlane:
         with _naming_the_call_deadline(set_by_call):
             return await self.up.submit(request, caller, deadline)
 
-    async def generate(
+    def generate(
         self, request: common_pb2.GenerateRequest, caller: Caller, call_deadline_s: float | None
-    ) -> AsyncIterator[common_pb2.GenerateEvent]:
+    ) -> AsyncGenerator[common_pb2.GenerateEvent, None]:
         """`submit`, then the job's events to its end (as `watch` gives them), through one
         scheduler call instead of two."""
-        deadline, set_by_call = self._admit(request, caller, call_deadline_s)
-        with _naming_the_call_deadline(set_by_call):
-            async for event in self.up.submit_and_watch(request, caller, deadline):
-                yield event
+        return self._submitted(request, caller, call_deadline_s)
 
-    async def follow(
+    def follow(
         self, request: common_pb2.GenerateRequest, caller: Caller
     ) -> AsyncGenerator[common_pb2.GenerateEvent, None]:
         """`submit`, then the job's final event, through one exchange with the scheduler: the
         job's state as queued (naming it), then its final event. Closing this before the
         final event cancels the job (on the link; a job on a call of its own runs on)."""
-        deadline, set_by_call = self._admit(request, caller, None)
+        return self._submitted(request, caller, None, final_only=True, cancel_when_left=True)
+
+    async def _submitted(
+        self,
+        request: common_pb2.GenerateRequest,
+        caller: Caller,
+        call_deadline_s: float | None,
+        final_only: bool = False,
+        cancel_when_left: bool = False,
+    ) -> AsyncGenerator[common_pb2.GenerateEvent, None]:
+        """Admits `request` and submits it, then yields the job's events
+        (`Upstream.submit_and_watch`); closing this closes that stream at once."""
+        deadline, set_by_call = self._admit(request, caller, call_deadline_s)
         with _naming_the_call_deadline(set_by_call):
             events = self.up.submit_and_watch(
-                request, caller, deadline, final_only=True, cancel_when_left=True
+                request, caller, deadline, final_only=final_only, cancel_when_left=cancel_when_left
             )
             try:
                 async for event in events:
