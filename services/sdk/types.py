@@ -51,6 +51,8 @@ class JobHandle:
     job_id: str
     state: JobState
     deduplicated: bool = False
+    # The job as `job()` would describe it when accepted; None from a mesh too old to say.
+    job: JobInfo | None = None
 
 
 @dataclass(frozen=True, slots=True)

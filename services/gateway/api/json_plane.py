@@ -212,7 +212,10 @@ class JsonPlane:
         """Submits a parsed request; answers with the job as `job` shows it, plus
         `deduplicated` (an earlier job with the same idempotency key)."""
         handle = await self.plane.submit(request, caller)
-        info = await self.plane.job(handle.job_id, caller)
+        if handle.HasField("job"):
+            info = handle.job
+        else:  # a scheduler from before JobHandle.job, during a rolling upgrade
+            info = await self.plane.job(handle.job_id, caller)
         return {**job_view(info), "deduplicated": handle.deduplicated}
 
     async def job(self, job_id: str, caller: Caller) -> JsonObject:

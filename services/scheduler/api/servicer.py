@@ -71,8 +71,17 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         existing job, marked `deduplicated`."""
         carrier = request_trace_carrier(dict(context.invocation_metadata() or ()))
         job, deduplicated = await self.submit(request, carrier)
+        # The job as GetJob answers it, so that a caller showing it needs no second call. An
+        # earlier job found by its key may have ended and left memory: its result is stored.
+        record = JobRecord(job, self.runtime.results.get(job.job_id))
+        if deduplicated:
+            record = await self.runtime.ended.find(job.job_id) or record
+        url = await self.runtime.result_url(record, self.inline_limit)
         return gateway_pb2.JobHandle(
-            job_id=job.job_id, state=convert.state(job.state), deduplicated=deduplicated
+            job_id=job.job_id,
+            state=convert.state(job.state),
+            deduplicated=deduplicated,
+            job=self._job_info(record, url),
         )
 
     async def SubmitAndWatch(

@@ -116,7 +116,8 @@ def event(message: common_pb2.GenerateEvent) -> Event | None:
 
 def job_handle(message: gateway_pb2.JobHandle) -> JobHandle:
     """An accepted job."""
-    return JobHandle(message.job_id, state(message.state), message.deduplicated)
+    info = job_info(message.job) if message.HasField("job") else None
+    return JobHandle(message.job_id, state(message.state), message.deduplicated, info)
 
 
 def list_jobs_request(query: JobQuery) -> gateway_pb2.ListJobsRequest:

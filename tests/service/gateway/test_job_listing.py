@@ -192,6 +192,13 @@ async def test_watch_writes_a_jobs_result_and_cancel_stops_one(
     stub = http_mesh.gateway_stub()
     slow = common_pb2.GenerateRequest(model="flux-tiny", prompt="slow", steps=50)
     handle = await stub.Submit(slow, metadata=auth(KEY_A))
+    # Submit's answer describes the job as GetJob would, resolved parameters included.
+    assert (handle.job.job_id, handle.job.model, handle.job.steps) == (
+        handle.job_id,
+        "flux-tiny",
+        50,
+    )
+    assert handle.job.state == handle.state
     code = await asyncio.to_thread(cli_main, ["cancel", handle.job_id, *gateway])
     assert (code, capsys.readouterr().out) == (0, f"job {handle.job_id} CANCELLED\n")
     # An ended job stays as it ended: cancel says so and exits 1.

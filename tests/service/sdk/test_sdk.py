@@ -81,6 +81,13 @@ async def test_submit_watch_get_list_models_and_download(sdk_mesh):
             "flux-tiny", "a fox", steps=2, seed=9, width=64, height=32, priority="realtime"
         )
         assert handle.state is JobState.QUEUED and not handle.deduplicated
+        # The answer describes the job already, as `get` would.
+        assert handle.job is not None and handle.job.job_id == handle.job_id
+        assert (handle.job.prompt, handle.job.steps, handle.job.priority) == (
+            "a fox",
+            2,
+            Priority.REALTIME,
+        )
         events = [e async for e in client.watch(handle.job_id)]
         result = events[-1]
         assert isinstance(result, Result) and png_size(result.data) == (64, 32)

@@ -8,14 +8,16 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class JobHandle(_message.Message):
-    __slots__ = ("job_id", "state", "deduplicated")
+    __slots__ = ("job_id", "state", "deduplicated", "job")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     DEDUPLICATED_FIELD_NUMBER: _ClassVar[int]
+    JOB_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     state: _common_pb2.JobState
     deduplicated: bool
-    def __init__(self, job_id: _Optional[str] = ..., state: _Optional[_Union[_common_pb2.JobState, str]] = ..., deduplicated: _Optional[bool] = ...) -> None: ...
+    job: _common_pb2.JobInfo
+    def __init__(self, job_id: _Optional[str] = ..., state: _Optional[_Union[_common_pb2.JobState, str]] = ..., deduplicated: _Optional[bool] = ..., job: _Optional[_Union[_common_pb2.JobInfo, _Mapping]] = ...) -> None: ...
 
 class WatchRequest(_message.Message):
     __slots__ = ("job_id",)
