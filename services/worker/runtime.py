@@ -276,12 +276,13 @@ class WorkerRuntime:
         def run() -> None:
             started = time.perf_counter()
             try:
-                self.gate.acquire(batch_id)
-                try:
-                    with batch_logging(batch_id, carrier):
-                        host.run_batch(jobs, control, emit)
-                finally:
-                    self.gate.release(batch_id)
+                # Not at all if its caller has gone while it waited (`DeviceGate.withdraw`).
+                if self.gate.acquire(batch_id):
+                    try:
+                        with batch_logging(batch_id, carrier):
+                            host.run_batch(jobs, control, emit)
+                    finally:
+                        self.gate.release(batch_id)
             finally:
                 metrics.BATCH_SECONDS.labels(model).observe(time.perf_counter() - started)
                 emit.put(None)

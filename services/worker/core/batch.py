@@ -78,7 +78,8 @@ class BatchControl:
         gate = self._gate
         if gate is not None and self._off_device:
             gate.enqueue(self._batch_id, Rank.RESUMING)
-            gate.acquire(self._batch_id)
+            if not gate.acquire(self._batch_id):
+                raise BatchCancelled(f"batch {self._batch_id} was withdrawn")
             self._off_device = False
 
     def request_pause(self) -> None:
@@ -103,7 +104,9 @@ class BatchControl:
         if not asked or gate is None or not gate.urgent_waiting():
             return False
         on_pause()
-        gate.step_aside(self._batch_id)
+        if not gate.step_aside(self._batch_id):
+            # Its caller went away while it stood aside: the batch stops here.
+            raise BatchCancelled(f"batch {self._batch_id} was withdrawn")
         on_resume()
         return True
 

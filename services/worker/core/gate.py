@@ -49,6 +49,8 @@ class DeviceGate:
         self._on_leave = on_leave
         self._waiting: list[tuple[int, int, str]] = []
         self._arrivals = itertools.count()
+        # Batches taken out of line whose threads have yet to learn it (see `withdraw`).
+        self._withdrawn: set[str] = set()
 
     @property
     def holder(self) -> str | None:
@@ -64,20 +66,24 @@ class DeviceGate:
             self._cond.notify_all()
 
     def withdraw(self, batch_id: str) -> None:
-        """Take a batch out of line (it ended before it got the device)."""
+        """Take a batch out of line: its caller has gone (the batch ended on the event
+        loop's side, or the worker is stopping) while its thread waits for the device, or
+        before that thread has even started. The thread's wait then ends without the device
+        (`acquire` and `step_aside` return False) instead of lasting for ever, which held
+        up the device pool's shutdown, and so the worker's."""
         with self._cond:
             kept = [w for w in self._waiting if w[2] != batch_id]
             if len(kept) != len(self._waiting):
                 heapq.heapify(kept)
                 self._waiting = kept
+                self._withdrawn.add(batch_id)
                 self._cond.notify_all()
 
-    def acquire(self, batch_id: str) -> None:
-        """Block until `batch_id`, already in line, is first and the device is free."""
+    def acquire(self, batch_id: str) -> bool:
+        """Block until `batch_id`, already in line, is first and the device is free, and
+        take it; False, without the device, if the batch was withdrawn meanwhile."""
         with self._cond:
-            self._cond.wait_for(lambda: self._is_next(batch_id))
-            heapq.heappop(self._waiting)
-            self._hold(batch_id)
+            return self._wait_and_take(batch_id)
 
     def release(self, batch_id: str) -> None:
         """The batch no longer uses the device."""
@@ -92,18 +98,27 @@ class DeviceGate:
         with self._cond:
             return any(w[0] == Rank.URGENT for w in self._waiting)
 
-    def step_aside(self, batch_id: str) -> None:
+    def step_aside(self, batch_id: str) -> bool:
         """Called by the holder: let the waiting urgent batches run, then take the device
-        back before any ordinary batch. Returns holding the device again."""
+        back before any ordinary batch. Returns True holding the device again; False, not
+        holding it, if the batch was withdrawn while it waited."""
         self._leaving()
         with self._cond:
             if self._holder == batch_id:
                 self._hold(None)
             heapq.heappush(self._waiting, (Rank.RESUMING, next(self._arrivals), batch_id))
             self._cond.notify_all()
-            self._cond.wait_for(lambda: self._is_next(batch_id))
-            heapq.heappop(self._waiting)
-            self._hold(batch_id)
+            return self._wait_and_take(batch_id)
+
+    def _wait_and_take(self, batch_id: str) -> bool:
+        """Called with the lock held, `batch_id` in line."""
+        self._cond.wait_for(lambda: batch_id in self._withdrawn or self._is_next(batch_id))
+        if batch_id in self._withdrawn:
+            self._withdrawn.discard(batch_id)
+            return False
+        heapq.heappop(self._waiting)
+        self._hold(batch_id)
+        return True
 
     def _leaving(self) -> None:
         # Also when the batch let go earlier (to encode): what ran since is freed too.

@@ -229,12 +229,12 @@ class DiffusionHost:
             pipeline=self.pipeline,
             timing_devices=self.cuda_devices,
         )
-        use_device(control, True)
         hook = self.denoiser.register_forward_pre_hook(tracker.mark_step_start)
         output: Any = None
         out_of_memory: BaseException | None = None
         error: BaseException | None = None
         try:
+            use_device(control, True)
             output = self._generate(jobs, generators, checkpoints, tracker)
         except BatchCancelled:
             return

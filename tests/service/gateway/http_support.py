@@ -17,6 +17,7 @@ import pytest
 import pytest_asyncio
 from openai.types import Video
 from PIL import Image
+from prometheus_client import REGISTRY
 
 from mediamesh.gateway.core.tenancy import hash_key
 from tests.service.conftest import InProcessMesh, start_mesh, stop_mesh
@@ -136,3 +137,16 @@ async def video_when_ended(client: openai.AsyncOpenAI, video_id: str) -> Video:
             break
         await asyncio.sleep(0.1)
     return video
+
+
+def scheduler_calls(method: str) -> float:
+    """The calls the scheduler has handled so far of its rpc `method` (every mesh of the
+    test process counts into the same registry)."""
+    return sum(
+        sample.value
+        for metric in REGISTRY.collect()
+        for sample in metric.samples
+        if sample.name == "mediamesh_rpc_requests_total"
+        and sample.labels.get("method") == method
+        and sample.labels.get("service") == "mediamesh.v1.Scheduler"
+    )

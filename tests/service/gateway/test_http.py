@@ -30,6 +30,7 @@ from tests.service.gateway.http_support import (
     frames,
     http_mesh,  # noqa: F401 (a fixture)
     read_events,
+    scheduler_calls,
 )
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -151,20 +152,11 @@ async def test_a_reconnect_with_last_event_id_resumes_on_another_replica_without
         assert keys == sorted(keys)
 
 
-def _scheduler_calls(method: str) -> float:
-    return sum(
-        sample.value
-        for metric in REGISTRY.collect()
-        for sample in metric.samples
-        if sample.name == "mediamesh_rpc_requests_total" and sample.labels.get("method") == method
-    )
-
-
 async def test_a_submitted_job_is_answered_from_submit_alone_as_get_job_shows_it(client):
     fox = {"model": "echo", "prompt": "one call", "steps": 1, "seed": 5, "idempotency_key": "k1"}
-    get_jobs = _scheduler_calls("GetJob")
+    get_jobs = scheduler_calls("GetJob")
     job = await submit(client, **fox)
-    assert _scheduler_calls("GetJob") == get_jobs, "Submit's answer names the whole job"
+    assert scheduler_calls("GetJob") == get_jobs, "Submit's answer names the whole job"
     assert job["deduplicated"] is False
     assert (job["prompt"], job["steps"], job["seed"]) == ("one call", 1, "5")
     events = await read_events(client, job["job_id"], KEY_A)

@@ -12,7 +12,6 @@ import numpy as np
 import openai
 import pytest
 from PIL import Image
-from prometheus_client import REGISTRY
 
 from mediamesh.common.registry import load_registry
 from mediamesh.common.settings import MeshConfig
@@ -25,6 +24,7 @@ from tests.service.gateway.http_support import (
     http_mesh,  # noqa: F401 (a fixture)
     openai_client,
     png_bytes,
+    scheduler_calls,
     video_when_ended,
 )
 
@@ -62,15 +62,6 @@ async def test_images_generate_as_b64_json_and_as_url(http_mesh: InProcessMesh):
     await client.close()
 
 
-def _scheduler_calls(method: str) -> float:
-    return sum(
-        sample.value
-        for metric in REGISTRY.collect()
-        for sample in metric.samples
-        if sample.name == "mediamesh_rpc_requests_total" and sample.labels.get("method") == method
-    )
-
-
 async def test_a_small_b64_image_comes_with_the_jobs_end_and_a_large_one_is_downloaded(
     http_mesh: InProcessMesh,  # noqa: F811
 ):
@@ -85,13 +76,13 @@ async def test_a_small_b64_image_comes_with_the_jobs_end_and_a_large_one_is_down
         )  # fmt: skip
         return base64.b64decode((answer.data or [])[0].b64_json or "")
 
-    downloads = _scheduler_calls("Download")
-    calls = {m: _scheduler_calls(m) for m in ("Submit", "GetJob", "Watch")}
+    downloads = scheduler_calls("Download")
+    calls = {m: scheduler_calls(m) for m in ("Submit", "GetJob", "Watch")}
     small = await one_image()
     assert small.startswith(PNG)
-    assert _scheduler_calls("Download") == downloads, "inline bytes need no download"
+    assert scheduler_calls("Download") == downloads, "inline bytes need no download"
     # The job went over the gateway's JobLink stream: no call of its own.
-    assert {m: _scheduler_calls(m) - n for m, n in calls.items()} == {
+    assert {m: scheduler_calls(m) - n for m, n in calls.items()} == {
         "Submit": 0,
         "GetJob": 0,
         "Watch": 0,
@@ -103,7 +94,7 @@ async def test_a_small_b64_image_comes_with_the_jobs_end_and_a_large_one_is_down
     finally:
         upstream.inline_limit = limit
     assert large == small
-    assert _scheduler_calls("Download") == downloads + 1
+    assert scheduler_calls("Download") == downloads + 1
     await client.close()
 
 
