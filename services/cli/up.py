@@ -75,6 +75,14 @@ def _die_with_parent() -> None:
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
+# The back-off before restarting a child grows by this much with each exit in a row, up to
+# the most; a child that ran RESTART_STREAK_RESET_S before it exited starts a new streak,
+# so a crash after a quiet day is not delayed by the crashes of the day before.
+RESTART_BACKOFF_STEP_S = 0.5
+RESTART_BACKOFF_MAX_S = 5.0
+RESTART_STREAK_RESET_S = 60.0
+
+
 @dataclass
 class Child:
     name: str
@@ -82,6 +90,8 @@ class Child:
     address: str
     process: subprocess.Popen[bytes] | None = None
     restarts: int = 0
+    # Exits in quick succession, each within RESTART_STREAK_RESET_S of its start.
+    exit_streak: int = 0
     started_at: float = field(default=0.0)
     log_path: Path | None = None
     # Where this run's output starts in the log, which earlier runs appended to.
@@ -107,6 +117,13 @@ class Child:
     @property
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
+
+    def restart_delay(self, now: float) -> float:
+        """Count an exit seen at `now` (monotonic seconds); the back-off before restarting."""
+        self.restarts += 1
+        quiet = now - self.started_at >= RESTART_STREAK_RESET_S
+        self.exit_streak = 1 if quiet else self.exit_streak + 1
+        return min(RESTART_BACKOFF_STEP_S * self.exit_streak, RESTART_BACKOFF_MAX_S)
 
     def exit_reason(self) -> str | None:
         """Why this run exited, as its log says: the one-line error it printed
@@ -256,13 +273,13 @@ class Mesh:
                     code = child.process.returncode
                     if not self.restart:
                         continue
-                    child.restarts += 1
+                    delay = child.restart_delay(time.monotonic())
                     print(
-                        f"mediamesh: {child.name} exited ({code}); restarting",
+                        f"mediamesh: {child.name} exited ({code}); restarting in {delay:.1f} s",
                         file=sys.stderr,
                         flush=True,
                     )
-                    time.sleep(min(0.5 * child.restarts, 5.0))
+                    time.sleep(delay)
                     child.start(self.run_dir)
             time.sleep(0.2)
 
