@@ -76,12 +76,11 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         record = JobRecord(job, self.runtime.results.get(job.job_id))
         if deduplicated:
             record = await self.runtime.ended.find(job.job_id) or record
-        url = await self.runtime.result_url(record, self.inline_limit)
         return gateway_pb2.JobHandle(
             job_id=job.job_id,
             state=convert.state(job.state),
             deduplicated=deduplicated,
-            job=self._job_info(record, url),
+            job=await self._job_info(record),
         )
 
     async def SubmitAndWatch(
@@ -230,11 +229,12 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         """Cancels the tenant's job (any job for admin) and answers with its state afterwards."""
         tenant = checked_tenant(request.tenant)
         record = await self.runtime.cancel(request.job_id, tenant, admin=request.admin)
-        url = await self.runtime.result_url(record, self.inline_limit)
-        return self._job_info(record, url)
+        return await self._job_info(record)
 
-    def _job_info(self, record: JobRecord, url: SignedUrl | None) -> common_pb2.JobInfo:
+    async def _job_info(self, record: JobRecord) -> common_pb2.JobInfo:
+        """The job as every rpc describing one shows it, with its result's presigned URL."""
         job = record.job
+        url = await self.runtime.result_url(record, self.inline_limit)
         return convert.job_info(job, record.artifact, url, paused=self.runtime.core.is_paused(job))
 
     async def GetJob(
@@ -245,8 +245,7 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         """The tenant's job (any job for admin); NOT_FOUND otherwise."""
         tenant = checked_tenant(request.tenant)
         record = await self.runtime.owned_job(request.job_id, tenant, admin=request.admin)
-        url = await self.runtime.result_url(record, self.inline_limit)
-        return self._job_info(record, url)
+        return await self._job_info(record)
 
     async def ListJobs(
         self,
@@ -261,8 +260,7 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         records, has_more = await self.runtime.list_jobs(tenant, query, admin=request.admin)
         reply = gateway_pb2.ListJobsResponse(has_more=has_more)
         for record in records:
-            url = await self.runtime.result_url(record, self.inline_limit)
-            reply.jobs.append(self._job_info(record, url))
+            reply.jobs.append(await self._job_info(record))
         return reply
 
     async def ListModels(
