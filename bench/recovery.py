@@ -24,6 +24,7 @@ import matplotlib
 import numpy as np
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from mediamesh.common.channels import RECONNECT_OPTIONS
 from mediamesh.common.generated.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
 
 matplotlib.use("Agg")
@@ -244,7 +245,9 @@ async def scheduler_trial(mesh: Mesh, stub: gateway_pb2_grpc.GatewayStub, steps:
 
 
 async def _health_serving(address: str) -> float:
-    async with grpc.aio.insecure_channel(address) as channel:
+    # The mesh's own reconnect back-off: with gRPC's default (1 s, then 1.6 times longer
+    # each) the poll saw the scheduler serve only at its channel's next attempt.
+    async with grpc.aio.insecure_channel(address, options=RECONNECT_OPTIONS) as channel:
         health = health_pb2_grpc.HealthStub(channel)
         deadline = time.monotonic() + TRIAL_TIMEOUT_S
         while time.monotonic() < deadline:

@@ -22,6 +22,14 @@ log = logging.getLogger("mediamesh.worker")
 _REFUSALS = (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED)
 
 
+# Between attempts to attach. A restarted scheduler runs no batch until its workers are
+# back; with at most 5 s between attempts they came back up to 5 s after it served (the
+# recovery bench's "jobs progress again"). An attempt a second is one connect to a peer
+# that is down, and its failures are logged once a minute.
+FIRST_ATTACH_BACKOFF_S = 0.2
+MAX_ATTACH_BACKOFF_S = 1.0
+
+
 class _Reported(NamedTuple):
     """What a heartbeat tells the scheduler to route by; a beat goes at once when it changes."""
 
@@ -105,12 +113,12 @@ class SchedulerSession:
         return set(batch_ids) <= set(settled)
 
     async def _run_forever(self) -> None:
-        backoff = 0.2
+        backoff = FIRST_ATTACH_BACKOFF_S
         while not self._stopping:
             channel = internal_channel(self.address, self.credentials)
             try:
                 await self._attach(scheduler_pb2_grpc.SchedulerStub(channel))
-                backoff = 0.2
+                backoff = FIRST_ATTACH_BACKOFF_S
             except grpc.aio.AioRpcError as exc:
                 if self.registered.is_set() and exc.code() not in _REFUSALS:
                     log.warning("lost the scheduler at %s: %s", self.address, exc.code().name)
@@ -128,7 +136,7 @@ class SchedulerSession:
                 self.registered.clear()
                 await channel.close()
             await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, 5.0)
+            backoff = min(backoff * 2, MAX_ATTACH_BACKOFF_S)
 
     def _log_failed_attach(self, exc: grpc.aio.AioRpcError) -> None:
         # Retrying goes on regardless: the operator may fix the secret, the scheduler restart.
