@@ -1,5 +1,6 @@
 """Commands about jobs already made: `mediamesh jobs` lists them (a page or all, as a table
-or JSON lines), `mediamesh watch` follows one to its result, `mediamesh cancel` stops one.
+or JSON lines), `mediamesh watch` follows one to its result, `mediamesh cancel` stops one,
+`mediamesh delete` deletes an ended one with its result.
 
 Each is a read against the tenant's read budget, which a running `mediamesh batch` of the
 same tenant may be spending: an over-budget answer (RESOURCE_EXHAUSTED with a retry hint)
@@ -93,6 +94,16 @@ def add_job_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     cancel.add_argument("job_id")
     cancel.set_defaults(handler=_cmd_cancel)
 
+    delete = sub.add_parser(
+        "delete",
+        help="delete an ended job: its result and its record",
+        description="Deletes an ended job before the scheduler's retention would; the mesh "
+        "forgets it from then on. A job that has not ended is refused: cancel it first.",
+    )
+    add_gateway_arguments(delete)
+    delete.add_argument("job_id")
+    delete.set_defaults(handler=_cmd_delete)
+
 
 def over_budget_wait(error: GatewayError, attempt: int, waited_s: float) -> float | None:
     """Seconds to wait before calling again after `error` (the `attempt`th call's, with
@@ -174,6 +185,19 @@ def _cmd_cancel(args: argparse.Namespace) -> int:
         return 1
     # It may have ended on its own meanwhile: its state says which happened.
     return 0 if job.state is JobState.CANCELLED else 1
+
+
+def _cmd_delete(args: argparse.Namespace) -> int:
+    from mediamesh.sdk import Client, GatewayError
+
+    try:
+        with Client(args.gateway, **gateway_options(args)) as client:
+            deleted = read(lambda: client.delete_job(args.job_id))
+    except (GatewayError, OSError, ValueError) as exc:
+        print(f"mediamesh: {exc}", file=sys.stderr)
+        return 1
+    print(f"job {deleted.job_id} deleted ({deleted.state}, {deleted.result_bytes} bytes of result)")
+    return 0
 
 
 def _cmd_jobs(args: argparse.Namespace) -> int:

@@ -146,6 +146,7 @@ REQUEST_LIMITS: Mapping[str, Mapping[str, FieldLimit]] = {
     "mediamesh.v1.WatchRequest": {"job_id": JOB_ID},
     "mediamesh.v1.CancelRequest": {"job_id": JOB_ID},
     "mediamesh.v1.GetJobRequest": {"job_id": JOB_ID},
+    "mediamesh.v1.DeleteJobRequest": {"job_id": JOB_ID},
     "mediamesh.v1.ListJobsRequest": {"models": MODEL_NAME, "after_job_id": JOB_ID},
     "mediamesh.v1.DownloadRequest": {"job_id": JOB_ID},
     # mediamesh.v1.Scheduler

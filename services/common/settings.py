@@ -192,10 +192,14 @@ class TenantSettings(Section):
     requests_per_second: float = Field(100.0, gt=0)
     burst: int = Field(200, ge=1)
     # A separate budget for calls that make no job (Watch, GetJob, Download, Cancel,
-    # ListModels and the KServe metadata calls), so reads cannot starve submits or run free.
+    # DeleteJob, ListModels and the KServe metadata calls), so reads cannot starve submits or
+    # run free.
     reads_per_second: float = Field(100.0, gt=0)
     read_burst: int = Field(200, ge=1)
     weight: float = Field(1.0, gt=0)
+    # Most bytes of stored results the tenant may hold (its results within the scheduler's
+    # retention); new jobs are refused while it holds that many. 0: no limit.
+    result_quota_bytes: int = Field(0, ge=0)
 
 
 class ApiKeySettings(Section):

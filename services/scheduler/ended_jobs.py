@@ -97,8 +97,12 @@ class EndedJobs:
         self._drop_beyond_capacity()
 
     def purged(self, job_id: str, state: str) -> None:
-        """The store deleted the job (its retention ended); the caller forgets it too."""
-        if self._held.pop(job_id, None) is None and self._dropped_counts[state] > 0:
+        """The store deleted the job (its retention ended, or DeleteJob); the caller forgets
+        it too."""
+        # The held set's values are all None: membership, not pop's answer, tells.
+        if job_id in self._held:
+            del self._held[job_id]
+        elif self._dropped_counts[state] > 0:
             self._dropped_counts[state] -= 1
 
     def _drop_beyond_capacity(self) -> None:

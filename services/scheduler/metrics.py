@@ -62,6 +62,11 @@ JOBS = Counter(
     "Jobs accepted, taken back from the store after a restart (RECOVERED), and ended, by state.",
     ["queue", "state"],
 )
+JOBS_DELETED = Counter(
+    "mediamesh_jobs_deleted",
+    "Ended jobs deleted by DeleteJob before their retention, with their results.",
+    ["queue"],
+)
 JOBS_REFUSED = Counter(
     "mediamesh_jobs_refused",
     "New jobs refused at admission, by the check that refused them (a fixed set of reasons; "

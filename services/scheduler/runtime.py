@@ -39,11 +39,12 @@ from mediamesh.scheduler.core.units import WorkerInfo
 from mediamesh.scheduler.ended_jobs import EndedJobs, JobRecord
 from mediamesh.scheduler.events import EventHub, WatchEvent, notice_event
 from mediamesh.scheduler.inputs import job_inputs
+from mediamesh.scheduler.result_usage import ResultUsage
 from mediamesh.scheduler.roster import WorkerRoster
 from mediamesh.scheduler.store.artifacts import ArtifactStore, SignedUrl, StoredArtifact
 from mediamesh.scheduler.store.health import INSERTS, StoreHealth
 from mediamesh.scheduler.store.in_store_results import InStoreResults
-from mediamesh.scheduler.store.job_store import JobStore
+from mediamesh.scheduler.store.job_store import JobStore, PurgedJob
 from mediamesh.scheduler.store.recent_artifacts import RecentArtifacts
 from mediamesh.scheduler.store.writer import StoreWriter
 from mediamesh.scheduler.submissions import Refused, Submissions
@@ -132,7 +133,10 @@ class SchedulerRuntime:
             self.kick,
         )
         self.roster = WorkerRoster(link)
-        self.submissions = Submissions(core, store, self.apply, self.store_health)
+        self.result_usage = ResultUsage()
+        self.submissions = Submissions(
+            core, store, self.apply, self.store_health, self.result_usage
+        )
         # One refusal line per queue and reason a minute: a full queue refuses thousands a
         # second. The lines between are counted, and the next says how many there were.
         self._refusal_log = LogThrottle()
@@ -148,6 +152,7 @@ class SchedulerRuntime:
         # in the store but not in memory would hold its idempotency key against new jobs.
         await asyncio.to_thread(self.inputs.uploads.load)
         await self._purge(cutoff)
+        self.result_usage.loaded(await self.store.result_bytes_by_tenant())
         restored = 0
         loaded = await self.store.load(cutoff, self.settings.ended_jobs_in_memory)
         for job, result in [*loaded.unfinished, *loaded.ended]:
@@ -329,6 +334,7 @@ class SchedulerRuntime:
         """Delete the jobs that ended before `cutoff`: rows, artifacts, and from memory."""
         for job in await self.store.purge(cutoff):
             self.ended.purged(job.job_id, job.state)
+            self.result_usage.removed(job.tenant, job.result_bytes)
             artifact = self.results.pop(job.job_id, None)
             await self.artifacts.delete(artifact.path if artifact else job.artifact_path)
             for copy in job.copies:
@@ -419,8 +425,11 @@ class SchedulerRuntime:
             )
             if stale := self.checkpoints.files_of_ended(job):
                 self._spawn(self.checkpoints.delete(stale))
+            artifact = self.results.get(job.job_id)
+            if artifact is not None:
+                self.result_usage.added(job.tenant, artifact.size_bytes)
             self.hub.publish(self.final_event(job))
-            self.webhooks.job_ended(job, self.results.get(job.job_id))
+            self.webhooks.job_ended(job, artifact)
 
     def queued_event(self, job: Job) -> WatchEvent:
         position = self.core.queue_position(job)
@@ -441,11 +450,12 @@ class SchedulerRuntime:
 
     # ---- calls from the API --------------------------------------------------------------
 
-    async def submit(self, new: NewJob) -> tuple[Job, bool]:
+    async def submit(self, new: NewJob, result_quota_bytes: int = 0) -> tuple[Job, bool]:
         """Accept a job, durable before it queues (see `Submissions`): returns it and whether
-        it is an earlier one with the same idempotency key."""
+        it is an earlier one with the same idempotency key. `result_quota_bytes`: the
+        tenant's quota of stored results (0: none; see result_usage.py)."""
         try:
-            return await self.submissions.submit(new)
+            return await self.submissions.submit(new, result_quota_bytes)
         except MeshError as exc:
             reason = exc.reason if isinstance(exc, Refused) else "other"
             self.refused(new.model, new.tenant, new.trace_carrier, exc, reason)
@@ -514,6 +524,32 @@ class SchedulerRuntime:
         self.apply(self.core.take_effects())
         assert job is not None
         return JobRecord(job, self.results.get(job_id))
+
+    async def delete(self, job_id: str, tenant: str, *, admin: bool = False) -> PurgedJob:
+        """Delete an ended job before its retention: its record, its result (every stored
+        copy) and its pending webhook deliveries. FAILED_PRECONDITION for a job that has
+        not ended, whose worker may still write a result."""
+        job = (await self.owned_job(job_id, tenant, admin=admin)).job
+        if not job.state.terminal:
+            raise FailedPrecondition(
+                f"job_id: job {job_id!r} is {job.state.value} and only an ended job can be "
+                "deleted; cancel it first"
+            )
+        self.webhooks.abandon(job_id)
+        deleted = await self.writer.delete(job_id)
+        if deleted is None:
+            # Another DeleteJob of the job (or its retention) got there first.
+            raise NotFound(f"job_id: no job {job_id!r}")
+        self.ended.purged(job_id, deleted.state)
+        self.result_usage.removed(deleted.tenant, deleted.result_bytes)
+        artifact = self.results.pop(job_id, None)
+        await self.artifacts.delete(artifact.path if artifact else deleted.artifact_path)
+        for copy in deleted.copies:
+            await self.artifacts.delete(copy)
+        self.core.forget(job_id)
+        metrics.JOBS_DELETED.labels(job.queue).inc()
+        log_job(log, "job deleted", job.trace_carrier, job_id=job_id, state=deleted.state)
+        return deleted
 
     async def watch(
         self,

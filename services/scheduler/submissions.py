@@ -17,6 +17,7 @@ import asyncio
 import functools
 import logging
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from mediamesh.common.errors import MeshError, StatusCode, Unavailable
 from mediamesh.scheduler import metrics
@@ -31,6 +32,9 @@ from mediamesh.scheduler.core.interface import (
 from mediamesh.scheduler.core.jobs import Job
 from mediamesh.scheduler.store.health import INSERTS, StoreHealth
 from mediamesh.scheduler.store.job_store import DuplicateKey, JobStore
+
+if TYPE_CHECKING:
+    from mediamesh.scheduler.result_usage import ResultUsage
 
 log = logging.getLogger("mediamesh.scheduler")
 
@@ -78,8 +82,11 @@ class Submissions:
         store: JobStore,
         apply: Callable[[list[Effect]], None],
         health: StoreHealth | None = None,
+        result_usage: ResultUsage | None = None,
     ) -> None:
         self._core = core
+        # Each tenant's stored result bytes, against the quota its submits carry.
+        self._result_usage = result_usage
         # Told of every insert's outcome: a store refusing them turns the health NOT_SERVING.
         self._health = health or StoreHealth()
         self._store = store
@@ -88,8 +95,9 @@ class Submissions:
         # waits for the first instead of racing it to the store's unique index.
         self._writing: dict[_Key, asyncio.Future[Job]] = {}
 
-    async def submit(self, new: NewJob) -> tuple[Job, bool]:
-        """Accept a job: returns it and whether it is an earlier one with the same key."""
+    async def submit(self, new: NewJob, result_quota_bytes: int = 0) -> tuple[Job, bool]:
+        """Accept a job: returns it and whether it is an earlier one with the same key.
+        `result_quota_bytes`: the tenant's quota of stored results (0: none)."""
         key = (new.tenant, new.idempotency_key)
         while new.idempotency_key:
             earlier = self._writing.get(key)
@@ -110,6 +118,17 @@ class Submissions:
             )
         if outcome.deduplicated:
             return outcome.job, True
+        if self._result_usage is not None:
+            try:
+                self._result_usage.check(new.tenant, result_quota_bytes)
+            except Refused:
+                self._core.release(outcome.job)
+                # A retry of a job that ended and left memory is still answered with it.
+                if new.idempotency_key and (
+                    stored := await self._store.by_key(new.tenant, new.idempotency_key)
+                ):
+                    return _same_request(stored[0], new), True
+                raise
         writing = asyncio.ensure_future(self._persist_and_admit(outcome.job))
         writing.add_done_callback(functools.partial(self._written, key, outcome.job))
         if new.idempotency_key:

@@ -99,7 +99,8 @@ class WebhookDeliverer:
         self._tenant_slots: dict[str, asyncio.Semaphore] = {}
         # How each attempt finds a host's addresses (tests replace it).
         self.resolve = resolve
-        self._tasks: set[asyncio.Task[None]] = set()
+        # Each pending delivery's task, and the delivery.
+        self._tasks: dict[asyncio.Task[None], WebhookDelivery] = {}
 
     def start(self, pending: list[WebhookDelivery]) -> None:
         """Resume the deliveries a previous run left pending."""
@@ -110,7 +111,7 @@ class WebhookDeliverer:
 
     async def close(self) -> None:
         """Stop delivering; what is pending stays recorded for the next start."""
-        for task in self._tasks:
+        for task in list(self._tasks):
             task.cancel()
         for task in list(self._tasks):
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -185,8 +186,18 @@ class WebhookDeliverer:
 
     def _spawn(self, delivery: WebhookDelivery) -> None:
         task = asyncio.ensure_future(self._deliver(delivery))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._tasks[task] = delivery
+        task.add_done_callback(self._forget_task)
+
+    def _forget_task(self, task: asyncio.Task[None]) -> None:
+        self._tasks.pop(task, None)
+
+    def abandon(self, job_id: str) -> None:
+        """Stop the job's pending deliveries (it is being deleted: nothing about it is to be
+        sent or kept any more)."""
+        for task, delivery in list(self._tasks.items()):
+            if delivery.job_id == job_id:
+                task.cancel()
 
     async def _deliver(self, delivery: WebhookDelivery) -> None:
         while delivery.status is DeliveryStatus.PENDING:

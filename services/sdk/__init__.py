@@ -22,6 +22,7 @@ from mediamesh.sdk.events import Error, Event, Notice, Progress, Queued, Result
 from mediamesh.sdk.options import GenerateOptions
 from mediamesh.sdk.types import (
     Artifact,
+    DeletedJob,
     JobHandle,
     JobInfo,
     JobPage,
@@ -36,6 +37,7 @@ __all__ = [
     "Artifact",
     "AsyncClient",
     "Client",
+    "DeletedJob",
     "Error",
     "Event",
     "EventLoopError",

@@ -28,6 +28,7 @@ from mediamesh.sdk.flow import (
 from mediamesh.sdk.options import GenerateOptions, GenerateParams, generate_params
 from mediamesh.sdk.types import (
     Artifact,
+    DeletedJob,
     JobHandle,
     JobInfo,
     JobPage,
@@ -151,6 +152,10 @@ class AsyncClient(ClientBase):
         """Cancel a job (a queued one at once, a running one at its next step); cancelling an
         ended job changes nothing and answers its state."""
         return await self._transport.cancel(job_id)
+
+    async def delete_job(self, job_id: str) -> DeletedJob:
+        """Delete an ended job and its result (see Client.delete_job)."""
+        return await self._transport.delete_job(job_id)
 
     async def get(self, job_id: str) -> JobInfo:
         """A job's current state."""

@@ -28,6 +28,7 @@ from mediamesh.sdk.flow import (
 from mediamesh.sdk.options import GenerateOptions, GenerateParams, generate_params
 from mediamesh.sdk.types import (
     Artifact,
+    DeletedJob,
     JobHandle,
     JobInfo,
     JobPage,
@@ -118,6 +119,12 @@ class Client(ClientBase):
         """Cancel a job (a queued one at once, a running one at its next step); cancelling an
         ended job changes nothing and answers its state."""
         return self._transport.cancel(job_id)
+
+    def delete_job(self, job_id: str) -> DeletedJob:
+        """Delete an ended job before the mesh's retention would: its result and its record.
+        The mesh forgets it (NOT_FOUND from then on) and frees its idempotency key. A job
+        that has not ended is refused, FAILED_PRECONDITION: cancel it first."""
+        return self._transport.delete_job(job_id)
 
     def get(self, job_id: str) -> JobInfo:
         """A job's current state."""

@@ -93,6 +93,17 @@ class JobInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class DeletedJob:
+    """An ended job deleted before its retention (delete_job): the mesh no longer knows it."""
+
+    job_id: str
+    # The state it had ended in.
+    state: JobState
+    # Bytes of result deleted; 0 for a job that had none.
+    result_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
 class JobQuery:
     """Which jobs a listing holds, and where its page starts (Client.list_jobs)."""
 

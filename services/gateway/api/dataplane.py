@@ -20,7 +20,7 @@ from mediamesh.common.params import find_model, parse_priority, resolve
 from mediamesh.gateway.api.upstream import Upstream, mesh_errors, scoped
 from mediamesh.gateway.core.tenancy import Caller
 
-# Seconds a unary scheduler call (GetJob, ListJobs, Cancel, ListModels) may take.
+# Seconds a unary scheduler call (GetJob, ListJobs, Cancel, DeleteJob, ListModels) may take.
 UNARY_TIMEOUT_S = 10
 # The request field the scheduler's refusals for lack of time start with: the job's own limit.
 TIMEOUT_FIELD = "timeout_ms"
@@ -130,6 +130,14 @@ class DataPlane:
         """Cancels one of the caller's jobs; answers with its state after cancelling."""
         async with mesh_errors():
             return await self.up.scheduler.Cancel(scoped(job_id, caller), timeout=UNARY_TIMEOUT_S)
+
+    async def delete(self, job_id: str, caller: Caller) -> common_pb2.DeletedJob:
+        """Deletes one of the caller's ended jobs with its result; FAILED_PRECONDITION for a
+        job that has not ended, NOT_FOUND for another tenant's."""
+        async with mesh_errors():
+            return await self.up.scheduler.DeleteJob(
+                scoped(job_id, caller), timeout=UNARY_TIMEOUT_S
+            )
 
     async def models(self) -> gateway_pb2.ListModelsResponse:
         """The models the mesh serves and whether each is ready."""

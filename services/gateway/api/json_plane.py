@@ -243,6 +243,16 @@ class JsonPlane:
         """Cancels one of the caller's jobs; the job afterwards."""
         return job_view(await self.plane.cancel(job_id, caller))
 
+    async def delete(self, job_id: str, caller: Caller) -> JsonObject:
+        """Deletes one of the caller's ended jobs with its result; what was deleted."""
+        deleted = await self.plane.delete(job_id, caller)
+        return {
+            "job_id": deleted.job_id,
+            "state": common_pb2.JobState.Name(deleted.state),
+            "result_bytes": deleted.result_bytes,
+            "deleted": True,
+        }
+
     async def recent_models(self) -> list[JsonObject]:
         """`models()` as fetched within the last second, for a submission to pick its model
         from (`RecentModels`); the entries are shared, not to be changed."""

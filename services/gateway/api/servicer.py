@@ -72,6 +72,15 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
         """The current state of one of the caller's jobs."""
         return await self.plane.job(request.job_id, reader_of(self.up.tenancy, context))
 
+    async def DeleteJob(
+        self,
+        request: gateway_pb2.DeleteJobRequest,
+        context: grpc.aio.ServicerContext[gateway_pb2.DeleteJobRequest, common_pb2.DeletedJob],
+    ) -> common_pb2.DeletedJob:
+        """Deletes one of the caller's ended jobs, its result and its record; the job is
+        unknown afterwards."""
+        return await self.plane.delete(request.job_id, reader_of(self.up.tenancy, context))
+
     async def ListJobs(
         self,
         request: gateway_pb2.ListJobsRequest,

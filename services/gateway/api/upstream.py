@@ -168,6 +168,7 @@ def submit_request(
         tenant_weight=caller.quota.weight,
         max_queued_jobs=caller.quota.max_queued_jobs,
         max_running_jobs=caller.quota.max_concurrent_jobs,
+        result_quota_bytes=caller.quota.result_quota_bytes,
     )
 
 

@@ -21,7 +21,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 from starlette.routing import Match
 
-from mediamesh.common.errors import InvalidArgument, MeshError, StatusCode
+from mediamesh.common.errors import FailedPrecondition, InvalidArgument, MeshError, StatusCode
 from mediamesh.common.http_status import http_status_of
 
 OPENAI_PREFIXES = ("/v1/images/", "/v1/videos", "/v1/models/")
@@ -33,6 +33,7 @@ OIP_PREFIX = "/v2"
 MESH_PREFIXES = ("/v1/jobs",)
 OPENAI_ROUTES = ("/v1/images/generations", "/v1/images/edits", "/v1/videos", "/v1/models")
 UNSUPPORTED_MEDIA_TYPE = 415
+CONFLICT = 409
 # Seconds a caller is asked to wait when the mesh is unavailable and said for how long: the
 # gateway rechecks its scheduler about this often, and a client that retries at once (the
 # web page, a load balancer) would only add load to a mesh that is starting or recovering.
@@ -51,6 +52,24 @@ class UnsupportedMediaType(InvalidArgument):
     stays INVALID_ARGUMENT, as for any other bad request body."""
 
 
+class StateConflict(FailedPrecondition):
+    """A request the resource's present state refuses (deleting a job that has not ended):
+    HTTP 409, which clients read as "change the state first" (the openai client raises
+    ConflictError), where FAILED_PRECONDITION alone maps to 400, a bad request. Its code stays
+    FAILED_PRECONDITION."""
+
+
+@contextmanager
+def state_conflicts() -> Iterator[None]:
+    """FAILED_PRECONDITION raised inside is answered as a StateConflict (409)."""
+    try:
+        yield
+    except MeshError as error:
+        if error.code is not StatusCode.FAILED_PRECONDITION or isinstance(error, StateConflict):
+            raise
+        raise StateConflict(error.message, retry_after_s=error.retry_after_s) from None
+
+
 def error_response(
     error: MeshError, path: str = "", openai: bool = False, status: int | None = None
 ) -> JSONResponse:
@@ -58,6 +77,8 @@ def error_response(
     shape under its prefixes, or with `openai`."""
     if status is None and isinstance(error, UnsupportedMediaType):
         status = UNSUPPORTED_MEDIA_TYPE
+    if status is None and isinstance(error, StateConflict):
+        status = CONFLICT
     status = status or http_status_of(error)
     body: dict[str, object] = {"code": str(error.code), "message": error.message}
     if path == OIP_PREFIX or path.startswith(OIP_PREFIX + "/"):

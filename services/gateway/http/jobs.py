@@ -1,4 +1,5 @@
-"""The native job API: submit, read, cancel, follow (server-sent events), fetch the result."""
+"""The native job API: submit, read, cancel, follow (server-sent events), fetch the result,
+delete an ended job."""
 
 from __future__ import annotations
 
@@ -23,12 +24,13 @@ from mediamesh.gateway.api.json_plane import (
 )
 from mediamesh.gateway.http.bodies import FORMS, JSON, media_type, read_form, read_json
 from mediamesh.gateway.http.context import Authorization, base_url_of, context_of, with_links
-from mediamesh.gateway.http.errors import renamed_fields
+from mediamesh.gateway.http.errors import renamed_fields, state_conflicts
 from mediamesh.gateway.http.event_ids import EventIds, parse_event_id
 from mediamesh.gateway.http.queries import QueryParameters, check_query
 from mediamesh.gateway.http.results import result_response
 from mediamesh.gateway.http.schemas import (
     EVENTS_DESCRIPTION,
+    DeletedJobView,
     ErrorBody,
     JobList,
     JobView,
@@ -135,6 +137,24 @@ async def cancel_job(
     plane = context_of(request).plane
     job = await plane.cancel(job_id, plane.reader(authorization))
     return with_links(job, base_url_of(request))
+
+
+@router.delete(
+    "/v1/jobs/{job_id}/record",
+    response_model=DeletedJobView,
+    responses={**ERRORS, 409: {"model": ErrorBody}},
+    summary="Delete an ended job: its result and its record",
+)
+async def delete_job(
+    job_id: str, request: Request, authorization: Authorization = None
+) -> JsonObject:
+    """Deletes an ended job before the scheduler's retention would: its result and its
+    record, so that it is a 404 everywhere afterwards. 409 for a job that has not ended
+    (`DELETE /v1/jobs/{job_id}` cancels it)."""
+    plane = context_of(request).plane
+    caller = plane.reader(authorization)
+    with state_conflicts():
+        return await plane.delete(job_id, caller)
 
 
 @router.get(

@@ -1,5 +1,6 @@
 """OpenAI-compatible videos, asynchronous as OpenAI's are: POST /v1/videos starts a job,
-GET /v1/videos/{id} reads it, GET /v1/videos/{id}/content fetches the video, DELETE cancels.
+GET /v1/videos/{id} reads it, GET /v1/videos/{id}/content fetches the video, DELETE cancels
+or deletes it.
 
 A video's id is its job id. `seconds` becomes `num_frames`: the fewest frames the model
 accepts (its `frame_multiple` rule: Wan's VAE needs 4k + 1, CogVideoX's 8k + 1) that last at
@@ -13,9 +14,10 @@ even reach; the video object's `seconds` says the length made. Send `seconds` fo
 
 A video's id is its job's, but errors about it name `video_id`, the OpenAI path's name.
 
-DELETE cancels a video that has not ended and answers `deleted: true`: no video will be made
-(the object stays readable, failed with error CANCELLED). The mesh cannot delete a job or its
-result before the scheduler's retention does, so DELETE of an ended video answers 409.
+DELETE of a video that has not ended cancels it and answers `deleted: true`: no video will be
+made (the object stays readable, failed with error CANCELLED, until a DELETE of it as an
+ended video). DELETE of an ended video deletes its job (DeleteJob): its content and its
+object go, and the id answers 404 from then on.
 GET /v1/videos lists the caller's jobs of the registry's video models, a page at a time.
 """
 
@@ -26,10 +28,10 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from fastapi import APIRouter, Query, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import Response
 from pydantic import BaseModel, Field
 
-from mediamesh.common.errors import FailedPrecondition, InvalidArgument, NotFound
+from mediamesh.common.errors import InvalidArgument, NotFound
 from mediamesh.common.limits import MAX_JOB_PAGE_SIZE
 from mediamesh.common.output_formats import FPS_RANGE
 from mediamesh.common.registry import ModelSpec
@@ -45,7 +47,7 @@ from mediamesh.gateway.core.json_kinds import json_kind
 from mediamesh.gateway.core.tenancy import Caller
 from mediamesh.gateway.http.bodies import FORMS, JSON, media_type, read_form, read_json
 from mediamesh.gateway.http.context import Authorization, context_of
-from mediamesh.gateway.http.errors import error_response, renamed_fields
+from mediamesh.gateway.http.errors import renamed_fields, state_conflicts
 from mediamesh.gateway.http.openai_common import (
     SIZE_NAMES,
     openai_names,
@@ -72,6 +74,8 @@ _STATUS = {
     "RUNNING": "in_progress",
     "SUCCEEDED": "completed",
 }
+# The states a job ends in (the scheduler's JobState.terminal): DELETE deletes such a video.
+_ENDED_STATES = frozenset({"SUCCEEDED", "FAILED", "CANCELLED", "EXPIRED"})
 LIST_VIDEOS_QUERY = QueryParameters(once=("limit", "after", "order"))
 VIDEO_CONTENT_QUERY = QueryParameters(once=("variant",))
 # The listing's fields as its query parameters name them, for the errors the mesh raises.
@@ -131,8 +135,8 @@ class VideoList(BaseModel):
 
 
 class VideoDeleted(BaseModel):
-    """The answer to DELETE of a video that had not ended: it is cancelled, and no video
-    will be made."""
+    """The answer to DELETE: a video that had not ended is cancelled (no video will be made),
+    an ended one is deleted with its content."""
 
     id: str
     object: str = "video.deleted"
@@ -313,34 +317,28 @@ async def video_content(
 
 @router.delete(
     "/v1/videos/{video_id}",
-    response_model=None,
-    responses={**ERRORS, 200: {"model": VideoDeleted}, 409: {"model": ErrorBody}},
-    summary="Delete (cancel) a video that has not ended",
+    response_model=VideoDeleted,
+    responses={**ERRORS, 409: {"model": ErrorBody}},
+    summary="Delete a video: cancel one that has not ended, delete an ended one",
 )
 async def delete_video(
     video_id: str, request: Request, authorization: Authorization = None
-) -> JsonObject | JSONResponse:
-    """Cancels the video's job if it has not ended; 409 for an ended one, which the mesh
-    keeps until its retention removes it."""
+) -> JsonObject:
+    """Cancels the video's job if it has not ended; deletes an ended one (its object and
+    its content), after which the video is a 404."""
     plane = context_of(request).plane
     caller = plane.reader(authorization)
-    await _video_job(plane, video_id, caller)
-    # Decided from the state Cancel answers with, not one read before: the job may end
-    # between the two.
-    with renamed_fields(VIDEO_ID_NAMES):
-        job = await plane.cancel(video_id, caller)
-    if job["state"] == "CANCELLED":
-        return {"id": video_id, "object": "video.deleted", "deleted": True}
-    ended = FailedPrecondition(
-        f"video_id: video {video_id!r} has already ended ({_STATUS.get(job['state'], 'failed')})"
-        " and cannot be deleted; the mesh keeps an ended video, its object and its content, "
-        "until the scheduler's retention (scheduler.retention_s) removes it"
-    )
-    response = error_response(ended, request.url.path)
-    # A conflict with the video's state, not bad input: 409, which the openai client raises
-    # as ConflictError, rather than the 400 the code alone would map to.
-    response.status_code = 409
-    return response
+    answer = {"id": video_id, "object": "video.deleted", "deleted": True}
+    video = await _video_job(plane, video_id, caller)
+    with renamed_fields(VIDEO_ID_NAMES), state_conflicts():
+        if video["state"] not in _ENDED_STATES:
+            # Decided from the state Cancel answers with: a job that ended on its own since
+            # it was read is not CANCELLED, and is deleted as any ended video is.
+            cancelled = await plane.cancel(video_id, caller)
+            if cancelled["state"] == "CANCELLED":
+                return answer
+        await plane.delete(video_id, caller)
+    return answer
 
 
 def frames_for(seconds: str, fps: int, spec: ModelSpec) -> int:
@@ -382,8 +380,8 @@ def _fps(value: object, spec: ModelSpec) -> int:
 
 
 async def _video_job(plane: JsonPlane, video_id: str, caller: Caller) -> JsonObject:
-    """The caller's job `video_id`, if it is a video: these routes neither show nor cancel
-    another kind of job, as their list does not list one."""
+    """The caller's job `video_id`, if it is a video: these routes neither show, cancel nor
+    delete another kind of job, as their list does not list one."""
     with renamed_fields(VIDEO_ID_NAMES):
         job = await plane.job(video_id, caller)
     if job["model"] not in plane.model_names("video"):

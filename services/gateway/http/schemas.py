@@ -86,6 +86,16 @@ class JobView(BaseModel):
     )
 
 
+class DeletedJobView(BaseModel):
+    """An ended job deleted before its retention: its result and its record are gone, and
+    its id is unknown from now on."""
+
+    job_id: str
+    state: str = Field(description="The state it had ended in: SUCCEEDED, FAILED, CANCELLED, ...")
+    result_bytes: int = Field(description="Bytes of result deleted; 0 for a job without one.")
+    deleted: bool = True
+
+
 class JobList(BaseModel):
     """A page of jobs, in OpenAI's list shape: continue with `after` set to `last_id` while
     `has_more` is true."""

@@ -165,7 +165,7 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
             any_seed=fields.seed is None,
         )
         try:
-            job, deduplicated = await self.runtime.submit(new)
+            job, deduplicated = await self.runtime.submit(new, request.result_quota_bytes)
         except BaseException:
             inputs.discard(params)
             raise
@@ -236,6 +236,20 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         job = record.job
         url = await self.runtime.result_url(record, self.inline_limit)
         return convert.job_info(job, record.artifact, url, paused=self.runtime.core.is_paused(job))
+
+    async def DeleteJob(
+        self,
+        request: scheduler_pb2.ScopedJobRequest,
+        context: grpc.aio.ServicerContext[scheduler_pb2.ScopedJobRequest, common_pb2.DeletedJob],
+    ) -> common_pb2.DeletedJob:
+        """Deletes the tenant's ended job (any job for admin) with its result."""
+        tenant = checked_tenant(request.tenant)
+        deleted = await self.runtime.delete(request.job_id, tenant, admin=request.admin)
+        return common_pb2.DeletedJob(
+            job_id=deleted.job_id,
+            state=deleted.state,
+            result_bytes=deleted.result_bytes,
+        )
 
     async def GetJob(
         self,

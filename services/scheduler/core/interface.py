@@ -58,6 +58,8 @@ class Rejection:
 # INVALID_REQUEST, for a request its checks refuse before admission.
 STORE_UNAVAILABLE = "store_unavailable"
 INVALID_REQUEST = "invalid_request"
+# The tenant holds its quota of stored results (scheduler/result_usage.py).
+RESULT_QUOTA = "result_quota"
 REFUSAL_REASONS = (
     "unknown_model",
     "idempotency_conflict",
@@ -67,6 +69,7 @@ REFUSAL_REASONS = (
     "timeout_too_short",
     "deadline_unmeetable",
     STORE_UNAVAILABLE,
+    RESULT_QUOTA,
     # Refused by the request checks before admission (a value past the model's limits, an
     # unknown upload, a webhook the policy refuses): a caller's mistake.
     INVALID_REQUEST,

@@ -102,7 +102,7 @@ def load_of_job(db: sqlite3.Connection, job_id: str) -> list[WebhookDelivery]:
 
 
 def delete_of_jobs(db: sqlite3.Connection, job_ids: list[str]) -> None:
-    """Forget the deliveries of jobs purged after their retention."""
+    """Forget the deliveries of deleted jobs (their retention ended, or DeleteJob)."""
     db.executemany("DELETE FROM webhook_deliveries WHERE job_id = ?", [(j,) for j in job_ids])
 
 

@@ -125,13 +125,16 @@ _ADDED_COLUMNS = {
 
 
 class PurgedJob(NamedTuple):
-    """A job deleted from the store after its retention, and its result file if it had one."""
+    """A job deleted from the store (its retention ended, or DeleteJob), and its result file
+    if it had one."""
 
     job_id: str
     artifact_path: str | None
     # Backend objects a result kept in the store had been copied to (for a presigned URL).
     copies: tuple[str, ...] = ()
     state: str = ""
+    result_bytes: int = 0
+    tenant: str = ""
 
 
 class DuplicateKey(Exception):
@@ -357,7 +360,8 @@ class JobStore:
         rows: list[tuple[Any, ...]],
         delivery_rows: list[tuple[Any, ...]],
         result_data: list[tuple[str, bytes]],
-    ) -> None:
+        deleted_job_ids: list[str],
+    ) -> list[PurgedJob]:
         assert self._db is not None
         placeholders = ",".join("?" * len(_COLUMNS))
         updates = ",".join(f"{c}=excluded.{c}" for c in _CHANGING_COLUMNS)
@@ -372,21 +376,36 @@ class JobStore:
             )
             deliveries.save_deliveries(self._db, delivery_rows)
             result_rows.save_results(self._db, result_data)
+            # After the upserts: a job's last state written in this group is deleted with it.
+            deleted = self._delete_jobs(
+                self._db.execute(
+                    "SELECT job_id, tenant, state, result FROM jobs WHERE job_id IN "
+                    f"({','.join('?' * len(deleted_job_ids))})",
+                    deleted_job_ids,
+                ).fetchall()
+                if deleted_job_ids
+                else []
+            )
         except BaseException:
             self._db.execute("ROLLBACK")
             raise
         self._db.execute("COMMIT")
+        return deleted
 
     async def save_many(
         self,
         rows: list[tuple[Any, ...]],
         delivery_rows: list[tuple[Any, ...]] | None = None,
         result_data: list[tuple[str, bytes]] | None = None,
-    ) -> None:
+        deleted_job_ids: list[str] | None = None,
+    ) -> list[PurgedJob]:
         """Write jobs as snapshotted by `job_row`, webhook deliveries as snapshotted by
-        `delivery_row` and results' bytes as (job id, bytes), all or none; a row without a
-        result keeps the stored one."""
-        await self._run(self._save_many, rows, delivery_rows or [], result_data or [])
+        `delivery_row` and results' bytes as (job id, bytes), then delete the jobs of
+        `deleted_job_ids` with their results and deliveries, all or none; a row without a
+        result keeps the stored one. Returns the deleted jobs that were in the store."""
+        return await self._run(
+            self._save_many, rows, delivery_rows or [], result_data or [], deleted_job_ids or []
+        )
 
     def _with_db(self, fn: Callable[..., _Result], *args: Any) -> _Result:
         assert self._db is not None
@@ -470,19 +489,29 @@ class JobStore:
     def _purge(self, finished_before: float) -> list[PurgedJob]:
         assert self._db is not None
         rows = self._db.execute(
-            "SELECT job_id, state, result FROM jobs "
+            "SELECT job_id, tenant, state, result FROM jobs "
             "WHERE finished_at IS NOT NULL AND finished_at < ?",
             (finished_before,),
         ).fetchall()
-        purged = [
-            PurgedJob(
-                r["job_id"],
-                json.loads(r["result"])["path"] if r["result"] else None,
-                tuple(result_rows.delete_results(self._db, [r["job_id"]])),
-                r["state"],
+        return self._delete_jobs(rows)
+
+    def _delete_jobs(self, rows: list[sqlite3.Row]) -> list[PurgedJob]:
+        """Delete the jobs of `rows` (job_id, tenant, state, result) with their kept results and
+        webhook deliveries; the caller deletes the result files."""
+        assert self._db is not None
+        purged = []
+        for row in rows:
+            result = json.loads(row["result"]) if row["result"] else None
+            purged.append(
+                PurgedJob(
+                    row["job_id"],
+                    result["path"] if result else None,
+                    tuple(result_rows.delete_results(self._db, [row["job_id"]])),
+                    row["state"],
+                    int(result.get("size_bytes", 0)) if result else 0,
+                    row["tenant"],
+                )
             )
-            for r in rows
-        ]
         self._db.executemany("DELETE FROM jobs WHERE job_id = ?", [(p.job_id,) for p in purged])
         deliveries.delete_of_jobs(self._db, [p.job_id for p in purged])
         return purged
@@ -490,6 +519,18 @@ class JobStore:
     async def purge(self, finished_before: float) -> list[PurgedJob]:
         """Delete jobs that ended before the cut-off; returns them."""
         return await self._run(self._purge, finished_before)
+
+    def _result_bytes_by_tenant(self) -> dict[str, int]:
+        assert self._db is not None
+        rows = self._db.execute(
+            "SELECT tenant, SUM(json_extract(result, '$.size_bytes')) AS held FROM jobs "
+            "WHERE result IS NOT NULL GROUP BY tenant"
+        ).fetchall()
+        return {r["tenant"]: int(r["held"] or 0) for r in rows}
+
+    async def result_bytes_by_tenant(self) -> dict[str, int]:
+        """Bytes of the stored results of each tenant's jobs."""
+        return await self._run(self._result_bytes_by_tenant)
 
     def _counts(self) -> dict[str, int]:
         assert self._db is not None

@@ -14,6 +14,10 @@ job ended without the delivery that was to tell of it. Results kept in the store
 the same transaction or an earlier one, so a restart never finds a job succeeded without
 its bytes.
 
+A job deleted before its retention (DeleteJob) is deleted by the same path, after every
+write of it: a delete that went straight to the store could land before a write of the
+job's end still in flight here, which would then write the job back.
+
 A job's input files are removed once its end has landed (`EndedInputs`, input_files.py), and
 never before: were they removed first, a crash in between would restart the job without them.
 """
@@ -31,7 +35,7 @@ from mediamesh.scheduler.core.jobs import Job
 from mediamesh.scheduler.input_files import EndedInputs
 from mediamesh.scheduler.store.deliveries import WebhookDelivery, delivery_row
 from mediamesh.scheduler.store.health import TRANSITIONS, StoreHealth
-from mediamesh.scheduler.store.job_store import JobStore, job_row
+from mediamesh.scheduler.store.job_store import JobStore, PurgedJob, job_row
 
 log = logging.getLogger("mediamesh.scheduler.store")
 
@@ -71,6 +75,8 @@ class StoreWriter:
         self._deliveries: dict[str, WebhookDelivery] = {}
         # Job id -> result bytes to keep in the store.
         self._results: dict[str, bytes] = {}
+        # Job id -> what its deletion answers: the job as the store held it, None if absent.
+        self._deletes: dict[str, asyncio.Future[PurgedJob | None]] = {}
         self._wake = asyncio.Event()
         # Set by anything that should be written without the delay above.
         self._due = asyncio.Event()
@@ -109,6 +115,22 @@ class StoreWriter:
         """Drop result bytes not yet handed to the store (a result no longer wanted)."""
         self._results.pop(job_id, None)
 
+    def delete(self, job_id: str) -> asyncio.Future[PurgedJob | None]:
+        """Have the job deleted from the store (its row, kept result and webhook deliveries)
+        after every write of it queued so far; the future answers with what was deleted
+        once that has landed, None for a job the store did not hold."""
+        self._results.pop(job_id, None)
+        for delivery_id in [d.delivery_id for d in self._deliveries.values() if d.job_id == job_id]:
+            del self._deliveries[delivery_id]
+        deleted = self._deletes.get(job_id)
+        if deleted is None:
+            deleted = asyncio.get_running_loop().create_future()
+            self._deletes[job_id] = deleted
+        self._idle.clear()
+        self._wake.set()
+        self._due.set()
+        return deleted
+
     def save(
         self, job: Job, result: dict[str, Any] | None = None, *, may_wait: bool = False
     ) -> None:
@@ -127,7 +149,7 @@ class StoreWriter:
     async def _run(self) -> None:
         backoff = self._first_backoff_s
         while True:
-            if not self._pending and not self._deliveries and not self._results:
+            if not (self._pending or self._deliveries or self._results or self._deletes):
                 self._idle.set()
                 await self._wake.wait()
             if not self._due.is_set():
@@ -139,12 +161,15 @@ class StoreWriter:
             group, self._pending = self._pending, {}
             hooks, self._deliveries = self._deliveries, {}
             results, self._results = self._results, {}
+            deletes, self._deletes = self._deletes, {}
             # Snapshots taken here, on the loop: the jobs keep changing while the write runs.
             rows = [job_row(job, result) for job, result in group.values()]
             ended = [job for job, _ in group.values() if job.state.terminal]
             hook_rows = [delivery_row(d) for d in hooks.values()]
             try:
-                await self._store.save_many(rows, hook_rows, list(results.items()))
+                deleted = await self._store.save_many(
+                    rows, hook_rows, list(results.items()), list(deletes)
+                )
             except Exception as exc:
                 metrics.STORE_WRITE_FAILURES.labels("transition").inc()
                 self._health.failed(TRANSITIONS)
@@ -159,6 +184,8 @@ class StoreWriter:
                     self._deliveries.setdefault(delivery_id, delivery)
                 for job_id, data in results.items():
                     self._results.setdefault(job_id, data)
+                for job_id, answer in deletes.items():
+                    self._deletes.setdefault(job_id, answer)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, self._max_backoff_s)
                 continue
@@ -170,6 +197,10 @@ class StoreWriter:
                     self._on_ends_stored(ended)
                 except Exception:
                     log.exception("noting the stored ends of %d jobs failed", len(ended))
+            found = {job.job_id: job for job in deleted}
+            for job_id, answer in deletes.items():
+                if not answer.done():
+                    answer.set_result(found.get(job_id))
             if ended:
                 try:
                     await self._ended_inputs.ended(ended)

@@ -18,6 +18,7 @@ from mediamesh.sdk.flow import StreamLimit, closed_client, unary_failure
 from mediamesh.sdk.options import ClientSettings, GenerateParams
 from mediamesh.sdk.types import (
     Chunk,
+    DeletedJob,
     JobHandle,
     JobInfo,
     JobPage,
@@ -151,6 +152,11 @@ class AsyncTransport:
         """Cancel, answering the job's state after it."""
         reply = await self._unary(self._stub.Cancel, gateway_pb2.CancelRequest(job_id=job_id))
         return convert.job_info(reply)
+
+    async def delete_job(self, job_id: str) -> DeletedJob:
+        """DeleteJob."""
+        request = gateway_pb2.DeleteJobRequest(job_id=job_id)
+        return convert.deleted_job(await self._unary(self._stub.DeleteJob, request))
 
     async def get(self, job_id: str) -> JobInfo:
         """GetJob."""

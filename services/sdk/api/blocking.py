@@ -19,6 +19,7 @@ from mediamesh.sdk.flow import StreamLimit, closed_client, unary_failure
 from mediamesh.sdk.options import ClientSettings, GenerateParams
 from mediamesh.sdk.types import (
     Chunk,
+    DeletedJob,
     JobHandle,
     JobInfo,
     JobPage,
@@ -169,6 +170,11 @@ class BlockingTransport:
         """Cancel, answering the job's state after it."""
         reply = self._unary(self._stub.Cancel, gateway_pb2.CancelRequest(job_id=job_id))
         return convert.job_info(reply)
+
+    def delete_job(self, job_id: str) -> DeletedJob:
+        """DeleteJob."""
+        request = gateway_pb2.DeleteJobRequest(job_id=job_id)
+        return convert.deleted_job(self._unary(self._stub.DeleteJob, request))
 
     def get(self, job_id: str) -> JobInfo:
         """GetJob."""

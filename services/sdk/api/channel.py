@@ -24,6 +24,10 @@ IDEMPOTENT_METHODS = ("GetJob", "ListJobs", "ListModels", "Cancel")
 # Safe to repeat only on UNAVAILABLE: Submit and Generate always carry an idempotency key (see
 # options.generate_params), and a stream is retried only before its first message.
 KEYED_OR_STREAMED_METHODS = ("Submit", "Generate", "Watch", "Download")
+# Safe to repeat only on an over-limit answer, which the gateway gives before the scheduler
+# sees the call. After UNAVAILABLE the job may be deleted already, and a repeat would answer
+# NOT_FOUND for a job that the caller's own call deleted.
+REFUSED_FIRST_METHODS = ("DeleteJob",)
 
 
 def _retry_policy(codes: list[str]) -> dict[str, Any]:
@@ -51,6 +55,10 @@ def service_config() -> str:
                     {"service": GATEWAY_SERVICE, "method": m} for m in KEYED_OR_STREAMED_METHODS
                 ],
                 "retryPolicy": _retry_policy([StatusCode.UNAVAILABLE]),
+            },
+            {
+                "name": [{"service": GATEWAY_SERVICE, "method": m} for m in REFUSED_FIRST_METHODS],
+                "retryPolicy": _retry_policy([StatusCode.RESOURCE_EXHAUSTED]),
             },
         ],
         # Stop retrying when most calls fail: a gateway that is down should not get 5x load.

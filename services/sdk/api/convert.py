@@ -16,6 +16,7 @@ from mediamesh.sdk.events import Error, Event, Notice, Progress, Queued, Result
 from mediamesh.sdk.options import GenerateParams
 from mediamesh.sdk.types import (
     Chunk,
+    DeletedJob,
     JobHandle,
     JobInfo,
     JobPage,
@@ -168,6 +169,11 @@ def job_info(message: common_pb2.JobInfo) -> JobInfo:
         error_code=message.error.code,
         error_message=message.error.message,
     )
+
+
+def deleted_job(message: common_pb2.DeletedJob) -> DeletedJob:
+    """A job DeleteJob deleted."""
+    return DeletedJob(message.job_id, state(message.state), message.result_bytes)
 
 
 def model_info(message: common_pb2.ModelInfo) -> ModelInfo:

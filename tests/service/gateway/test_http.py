@@ -208,6 +208,51 @@ async def test_cancel_ends_a_running_job_as_cancelled(client):
     assert info["state"] == "CANCELLED"
 
 
+async def test_delete_record_deletes_an_ended_job_and_refuses_one_still_running(client):
+    done = await submit(client, model="echo", prompt="to delete", steps=1)
+    job_id = done["job_id"]
+    await read_events(client, job_id, KEY_A)
+    job = (await client.get(f"/v1/jobs/{job_id}", headers=bearer(KEY_A))).json()
+    theirs = await client.delete(f"/v1/jobs/{job_id}/record", headers=bearer(KEY_B))
+    assert theirs.status_code == 404 and theirs.json()["code"] == "NOT_FOUND", theirs.text
+    deleted = await client.delete(f"/v1/jobs/{job_id}/record", headers=bearer(KEY_A))
+    assert deleted.status_code == 200, deleted.text
+    assert deleted.json() == {
+        "job_id": job_id,
+        "state": "SUCCEEDED",
+        "result_bytes": job["result"]["size_bytes"],
+        "deleted": True,
+    }
+    for method, path in (
+        ("GET", f"/v1/jobs/{job_id}"),
+        ("GET", f"/v1/jobs/{job_id}/result"),
+        ("GET", f"/v1/jobs/{job_id}/events"),
+        ("DELETE", f"/v1/jobs/{job_id}/record"),
+    ):
+        gone = await client.request(method, path, headers=bearer(KEY_A))
+        assert gone.status_code == 404, (path, gone.text)
+    listed = (await client.get("/v1/jobs", headers=bearer(KEY_A))).json()["data"]
+    assert job_id not in [job["job_id"] for job in listed]
+
+    running = (await submit(client, model="flux-tiny", prompt="long", steps=50))["job_id"]
+    refused = await client.delete(f"/v1/jobs/{running}/record", headers=bearer(KEY_A))
+    assert refused.status_code == 409, refused.text
+    error = refused.json()
+    assert error["code"] == "FAILED_PRECONDITION" and error["message"].startswith("job_id: ")
+    assert running in error["message"] and "cancel" in error["message"]
+    # DELETE of the job itself still cancels it; its record can go then.
+    await client.delete(f"/v1/jobs/{running}", headers=bearer(KEY_A))
+    cancelled = await client.delete(f"/v1/jobs/{running}/record", headers=bearer(KEY_A))
+    assert cancelled.status_code == 200, cancelled.text
+    assert (cancelled.json()["state"], cancelled.json()["result_bytes"]) == ("CANCELLED", 0)
+
+    document = (await client.get("/openapi.json")).json()
+    route = document["paths"]["/v1/jobs/{job_id}/record"]["delete"]
+    assert {"200", "404", "409"} <= set(route["responses"])
+    schema = route["responses"]["200"]["content"]["application/json"]["schema"]
+    assert schema["$ref"].endswith("/DeletedJobView")
+
+
 async def test_error_statuses_and_bodies(client):
     def check(response: httpx.Response, status: int, code: str, field: str | None = None):
         assert response.status_code == status, response.text

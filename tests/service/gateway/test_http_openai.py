@@ -151,9 +151,19 @@ async def test_videos_create_retrieve_download_and_delete(http_mesh: InProcessMe
             f"{base_url(http_mesh)}/v1/jobs/{video.id}/result", headers=bearer(KEY_A)
         )
     assert direct.content == data and direct.headers["content-type"].startswith("video/")
-    # The mesh keeps an ended video until retention: DELETE does not claim otherwise.
-    with pytest.raises(openai.ConflictError):
-        await client.videos.delete(video.id)
+    # An ended video is deleted, its content with it.
+    deleted = await client.videos.delete(video.id)
+    assert deleted.deleted and deleted.id == video.id and deleted.object == "video.deleted"
+    with pytest.raises(openai.NotFoundError):
+        await client.videos.retrieve(video.id)
+    with pytest.raises(openai.NotFoundError):
+        await client.videos.download_content(video.id)
+    async with httpx.AsyncClient(timeout=60) as http:
+        direct = await http.get(
+            f"{base_url(http_mesh)}/v1/jobs/{video.id}/result", headers=bearer(KEY_A)
+        )
+    assert direct.status_code == 404
+    # One that has not ended is cancelled, and stays readable until it is deleted in turn.
     long = await client.videos.create(model="wan-tiny", prompt="long", extra_body={"steps": 50})
     deleted = await client.videos.delete(long.id)
     assert deleted.deleted and deleted.id == long.id and deleted.object == "video.deleted"
@@ -163,6 +173,9 @@ async def test_videos_create_retrieve_download_and_delete(http_mesh: InProcessMe
             break
         await asyncio.sleep(0.1)
     assert long.status == "failed" and long.error and long.error.code == "CANCELLED"
+    assert (await client.videos.delete(long.id)).deleted
+    with pytest.raises(openai.NotFoundError):
+        await client.videos.retrieve(long.id)
     await client.close()
 
 
@@ -215,8 +228,9 @@ async def test_a_video_reads_the_same_from_a_replica_that_never_saw_the_request(
             "fps": 9,
         }
         await video_when_ended(other, plain.id)
-        with pytest.raises(openai.ConflictError, match="has already ended"):
-            await other.videos.delete(plain.id)
+        assert (await other.videos.delete(plain.id)).deleted
+        with pytest.raises(openai.NotFoundError):
+            await openai_client(http_mesh).videos.retrieve(plain.id)
     finally:
         await other.close()
         await replica.stop(0)

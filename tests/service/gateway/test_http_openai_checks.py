@@ -16,7 +16,7 @@ from mediamesh.common.errors import InvalidArgument
 from mediamesh.common.registry import load_registry
 from mediamesh.gateway.http.openai_videos import frames_for
 from tests.service.conftest import InProcessMesh
-from tests.service.gateway.conftest import KEY_A
+from tests.service.gateway.conftest import KEY_A, KEY_B
 from tests.service.gateway.http_support import (
     base_url,
     bearer,
@@ -254,7 +254,7 @@ async def test_errors_name_the_openai_field_the_client_sent(
     await client.close()
 
 
-async def test_an_ended_video_is_not_claimed_deleted(
+async def test_an_ended_video_is_deleted_with_its_content_and_listing(
     http_mesh: InProcessMesh,  # noqa: F811
 ) -> None:
     client = openai_client(http_mesh)
@@ -265,14 +265,20 @@ async def test_an_ended_video_is_not_claimed_deleted(
     )
     video = await video_when_ended(client, video.id)
     assert video.status == "completed", video.error
-    with pytest.raises(openai.ConflictError) as refused:
+    other = openai_client(http_mesh, KEY_B)
+    with pytest.raises(openai.NotFoundError):
+        await other.videos.delete(video.id)
+    await other.close()
+    deleted = await client.videos.delete(video.id)
+    assert (deleted.id, deleted.object, deleted.deleted) == (video.id, "video.deleted", True)
+    with pytest.raises(openai.NotFoundError) as gone:
+        await client.videos.retrieve(video.id)
+    assert gone.value.param == "video_id"
+    with pytest.raises(openai.NotFoundError):
+        await client.videos.download_content(video.id)
+    with pytest.raises(openai.NotFoundError):
         await client.videos.delete(video.id)
-    assert refused.value.status_code == 409 and refused.value.param == "video_id"
-    assert "has already ended (completed)" in refused.value.message
-    assert "retention" in refused.value.message
-    # It was not deleted, and the answer did not say so.
-    assert (await client.videos.retrieve(video.id)).status == "completed"
-    assert len((await client.videos.download_content(video.id)).read()) > 100
+    assert video.id not in [v.id async for v in client.videos.list()]
     await client.close()
 
 

@@ -174,7 +174,7 @@ async def test_the_jobs_command_prints_a_table_and_json_lines(http_mesh, jobs_of
     assert code == 1 and "states: 'done' is not a job state" in capsys.readouterr().err
 
 
-async def test_watch_writes_a_jobs_result_and_cancel_stops_one(
+async def test_watch_writes_a_jobs_result_cancel_stops_one_and_delete_deletes_it(
     http_mesh,  # noqa: F811
     jobs_of_a,
     tmp_path,
@@ -206,3 +206,9 @@ async def test_watch_writes_a_jobs_result_and_cancel_stops_one(
     assert (code, capsys.readouterr().out) == (1, f"job {jobs_of_a[0]} SUCCEEDED\n")
     code = await asyncio.to_thread(cli_main, ["cancel", jobs_of_a[0], "--gateway", gateway[1]])
     assert code == 1 and "UNAUTHENTICATED" in capsys.readouterr().err
+    # Once ended, the cancelled job can be deleted; then it is unknown.
+    code = await asyncio.to_thread(cli_main, ["delete", handle.job_id, *gateway])
+    expected = f"job {handle.job_id} deleted (CANCELLED, 0 bytes of result)\n"
+    assert (code, capsys.readouterr().out) == (0, expected)
+    code = await asyncio.to_thread(cli_main, ["delete", handle.job_id, *gateway])
+    assert code == 1 and "NOT_FOUND" in capsys.readouterr().err

@@ -168,6 +168,11 @@ async def test_reads_are_rate_limited_per_tenant(read_limited_mesh):
         ),
         await failure(gateway.ListModels(gateway_pb2.ListModelsRequest(), metadata=auth(KEY_A))),
         await failure(
+            gateway.DeleteJob(
+                gateway_pb2.DeleteJobRequest(job_id=handle.job_id), metadata=auth(KEY_A)
+            )
+        ),
+        await failure(
             kserve(mesh).ModelMetadata(pb.ModelMetadataRequest(name="echo"), metadata=auth(KEY_A))
         ),
     ]

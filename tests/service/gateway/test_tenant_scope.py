@@ -67,6 +67,14 @@ async def test_only_the_admin_scope_reaches_another_tenants_jobs(admin_mesh):
     assert events[-1].state == common_pb2.SUCCEEDED
     assert chunks and chunks[0].total_size == sum(len(c.data) for c in chunks) > 0
     assert (cancelled.tenant, cancelled.state) == ("a", common_pb2.CANCELLED)
+    # Deleting is scoped the same way: another tenant's key finds no job, an admin's does.
+    delete = gateway_pb2.DeleteJobRequest(job_id=done.job_id)
+    assert await _code(stub.DeleteJob(delete, metadata=auth(KEY_B))) == grpc.StatusCode.NOT_FOUND
+    deleted = await stub.DeleteJob(delete, metadata=auth(ADMIN_KEY))
+    assert (deleted.job_id, deleted.state) == (done.job_id, common_pb2.SUCCEEDED)
+    assert deleted.result_bytes == sum(len(c.data) for c in chunks)
+    lookup = stub.GetJob(gateway_pb2.GetJobRequest(job_id=done.job_id), metadata=auth(KEY_A))
+    assert await _code(lookup) == grpc.StatusCode.NOT_FOUND
 
 
 async def test_the_scheduler_reads_an_empty_tenant_as_no_tenant(keyed_mesh):

@@ -75,6 +75,7 @@ async def test_a_tenant_never_sees_another_tenants_jobs(keyed_mesh):
         return [
             stub.GetJob(gateway_pb2.GetJobRequest(job_id=job_id), metadata=metadata),
             stub.Cancel(gateway_pb2.CancelRequest(job_id=job_id), metadata=metadata),
+            stub.DeleteJob(gateway_pb2.DeleteJobRequest(job_id=job_id), metadata=metadata),
             _drain(stub.Watch(gateway_pb2.WatchRequest(job_id=job_id), metadata=metadata)),
             _drain(stub.Download(gateway_pb2.DownloadRequest(job_id=job_id), metadata=metadata)),
         ]
@@ -85,7 +86,7 @@ async def test_a_tenant_never_sees_another_tenants_jobs(keyed_mesh):
     for theirs, missing in zip(foreign, unknown, strict=True):
         assert theirs.code() == missing.code() == grpc.StatusCode.NOT_FOUND
         assert theirs.details().replace(handle.job_id, unknown_id) == missing.details()
-    # The owner still sees it, untouched by the other tenant's Cancel.
+    # The owner still sees it, untouched by the other tenant's Cancel and DeleteJob.
     info = await stub.GetJob(gateway_pb2.GetJobRequest(job_id=handle.job_id), metadata=auth(KEY_A))
     assert info.state == common_pb2.SUCCEEDED and info.tenant == "a"
 

@@ -38,6 +38,8 @@ async def test_retention_purges_jobs_artifacts_and_old_checkpoints(
         job_id = events[-1].job_id
         runtime = mesh.scheduler.runtime
         artifact = runtime.results[job_id].path
+        tenant = mesh.core.jobs[job_id].tenant
+        assert runtime.result_usage.held(tenant) == runtime.results[job_id].size_bytes > 0
         assert await runtime.artifacts.exists(artifact)
         # A small result is kept in the job store unless that is turned off.
         assert Path(artifact).is_file() == (in_store_max_bytes == 0)
@@ -50,6 +52,7 @@ async def test_retention_purges_jobs_artifacts_and_old_checkpoints(
         assert not await runtime.store.has_result(job_id)
         assert not stray.exists()
         assert await mesh.scheduler.runtime.store.get(job_id) is None
+        assert runtime.result_usage.held(tenant) == 0
         with pytest.raises(grpc.aio.AioRpcError) as caught:
             await stub.GetJob(gateway_pb2.GetJobRequest(job_id=job_id))
         assert caught.value.code() == grpc.StatusCode.NOT_FOUND

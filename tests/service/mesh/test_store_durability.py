@@ -22,7 +22,7 @@ from mediamesh.common.generated.v1 import common_pb2, gateway_pb2
 from mediamesh.common.work import JobParams, WorkerEvent
 from mediamesh.scheduler.batches import WorkerLink
 from mediamesh.scheduler.core.jobs import Job, JobState
-from mediamesh.scheduler.store.job_store import JobStore
+from mediamesh.scheduler.store.job_store import JobStore, PurgedJob
 from tests.service.conftest import InProcessMesh, start_mesh, stop_mesh
 from tests.service.mesh.link_wrappers import ForwardingLink
 
@@ -44,11 +44,11 @@ class FailingStore(JobStore):
             raise sqlite3.OperationalError("disk I/O error")
         await super().insert(job)
 
-    async def save_many(self, rows: list[tuple[Any, ...]], *others: Any) -> None:
+    async def save_many(self, rows: list[tuple[Any, ...]], *others: Any) -> list[PurgedJob]:
         if self.save_failures_left > 0:
             self.save_failures_left -= 1
             raise sqlite3.OperationalError("database or disk is full")
-        await super().save_many(rows, *others)
+        return await super().save_many(rows, *others)
 
 
 class RecordingLink(ForwardingLink):

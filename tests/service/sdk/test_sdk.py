@@ -18,6 +18,7 @@ from mediamesh import AsyncClient, Client
 from mediamesh.common.errors import PUSHBACK_KEY, RETRY_AFTER_KEY
 from mediamesh.common.generated.v1 import common_pb2
 from mediamesh.sdk import (
+    DeletedJob,
     Error,
     Event,
     GatewayError,
@@ -129,6 +130,46 @@ async def test_cancel_ends_a_queued_job_and_can_be_repeated(sdk_mesh):
         with pytest.raises(GatewayError) as caught:
             await client.download(handle.job_id)
         assert caught.value.code == "FAILED_PRECONDITION"
+
+
+async def test_delete_job_deletes_an_ended_job_and_refuses_one_that_has_not_ended(sdk_mesh):
+    address = address_of(sdk_mesh)
+    async with AsyncClient(address, api_key=KEY_A) as client:
+        waiting = await client.submit("wan-tiny", "waits: no worker hosts it", steps=1)
+        with pytest.raises(GatewayError) as caught:
+            await client.delete_job(waiting.job_id)
+        assert caught.value.code == "FAILED_PRECONDITION" and caught.value.field == "job_id"
+        assert waiting.job_id in caught.value.message and "cancel" in caught.value.message
+        assert (await client.get(waiting.job_id)).state is JobState.QUEUED
+        await client.cancel(waiting.job_id)
+        deleted = await client.delete_job(waiting.job_id)
+        assert (deleted.job_id, deleted.state, deleted.result_bytes) == (
+            waiting.job_id,
+            JobState.CANCELLED,
+            0,
+        )
+        done = await client.submit("flux-tiny", "a fox", steps=1, idempotency_key="k-del")
+        [e async for e in client.watch(done.job_id)]
+        size = (await client.get(done.job_id)).size_bytes
+        assert size > 0
+
+    def blocking_delete(key: str) -> object:
+        with Client(address, api_key=key) as client:
+            return client.delete_job(done.job_id)
+
+    with pytest.raises(GatewayError) as caught:
+        await asyncio.to_thread(blocking_delete, KEY_B)
+    assert caught.value.code == "NOT_FOUND", "another tenant's job is not theirs to delete"
+    assert await asyncio.to_thread(blocking_delete, KEY_A) == DeletedJob(
+        done.job_id, JobState.SUCCEEDED, size
+    )
+    async with AsyncClient(address, api_key=KEY_A) as client:
+        for gone in (client.get, client.download, client.delete_job):
+            with pytest.raises(GatewayError) as caught:
+                await gone(done.job_id)
+            assert caught.value.code == "NOT_FOUND", gone
+        again = await client.submit("flux-tiny", "a fox", steps=1, idempotency_key="k-del")
+        assert again.job_id != done.job_id and not again.deduplicated
 
 
 async def test_keys_and_refusals_are_gateway_errors(sdk_mesh):

@@ -47,6 +47,12 @@ class FlakyGateway(gateway_pb2_grpc.GatewayServicer):
         await self._enter("Cancel", context)
         return common_pb2.JobInfo(job_id=request.job_id, state=common_pb2.CANCELLED)
 
+    async def DeleteJob(self, request, context):
+        await self._enter("DeleteJob", context)
+        return common_pb2.DeletedJob(
+            job_id=request.job_id, state=common_pb2.SUCCEEDED, result_bytes=10
+        )
+
     async def Submit(self, request, context):
         await self._enter("Submit", context)
         return gateway_pb2.JobHandle(job_id="j-1", state=common_pb2.QUEUED)
@@ -120,6 +126,38 @@ async def test_the_service_config_retry_waits_the_servers_pushback():
         first, second = fake.calls["GetJob"]
         # The channel's own backoff starts at 0.2 s; the wait came from the trailer.
         assert second - first >= 0.55
+    finally:
+        await server.server.stop(0)
+
+
+async def test_delete_job_is_retried_after_an_over_limit_answer_only():
+    # Over the limit, the gateway refused it before the scheduler saw it: retried. After
+    # UNAVAILABLE the job may be gone already, so the error is the caller's to judge.
+    over_limit = FlakyGateway((grpc.StatusCode.RESOURCE_EXHAUSTED, 100))
+    server = await start_fake_gateway(over_limit)
+    try:
+        async with AsyncClient(server.address) as client:
+            deleted = await client.delete_job("j-1")
+        assert (deleted.job_id, deleted.state, deleted.result_bytes) == (
+            "j-1",
+            JobState.SUCCEEDED,
+            10,
+        )
+        assert len(over_limit.calls["DeleteJob"]) == 2
+    finally:
+        await server.server.stop(0)
+    unavailable = FlakyGateway((grpc.StatusCode.UNAVAILABLE, -1))
+    server = await start_fake_gateway(unavailable)
+    try:
+
+        def blocking_delete() -> None:
+            with Client(server.address) as client:
+                client.delete_job("j-1")
+
+        with pytest.raises(GatewayError) as caught:
+            await asyncio.to_thread(blocking_delete)
+        assert caught.value.code == "UNAVAILABLE"
+        assert len(unavailable.calls["DeleteJob"]) == 1
     finally:
         await server.server.stop(0)
 

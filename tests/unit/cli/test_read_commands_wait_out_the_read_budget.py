@@ -1,6 +1,7 @@
-"""`mediamesh jobs`, `watch` and `cancel` wait out the read budget as the gateway asks (a
-batch of the same tenant may be spending it), within bounds; `cancel` of a job that had
-already ended exits 1, as documented; a refused listing names the flag it came from."""
+"""`mediamesh jobs`, `watch`, `cancel` and `delete` wait out the read budget as the gateway
+asks (a batch of the same tenant may be spending it), within bounds; `cancel` of a job that
+had already ended exits 1, as documented, and so does `delete` of one that has not; a refused
+listing names the flag it came from."""
 
 from __future__ import annotations
 
@@ -11,7 +12,16 @@ import pytest
 
 from mediamesh.cli import job_commands
 from mediamesh.cli.main import main as cli_main
-from mediamesh.sdk import Event, GatewayError, JobInfo, JobPage, JobState, Queued, Result
+from mediamesh.sdk import (
+    DeletedJob,
+    Event,
+    GatewayError,
+    JobInfo,
+    JobPage,
+    JobState,
+    Queued,
+    Result,
+)
 
 JOB = "0123456789abcdef0123456789abcdef"
 
@@ -73,6 +83,16 @@ class FakeClient:
     def cancel(self, job_id: str) -> JobInfo:
         self._call("cancel")
         return info(JobState.CANCELLED)
+
+    def delete_job(self, job_id: str) -> DeletedJob:
+        self._call("delete_job")
+        if not FakeClient.state.terminal:
+            raise GatewayError(
+                "FAILED_PRECONDITION",
+                f"job_id: job {job_id!r} is {FakeClient.state} and only an ended job can be "
+                "deleted; cancel it first",
+            )
+        return DeletedJob(job_id=job_id, state=FakeClient.state, result_bytes=1234)
 
     def watch(self, job_id: str) -> Iterator[Event]:
         FakeClient.calls.append("watch")
@@ -137,6 +157,21 @@ def test_cancel_of_a_job_that_had_already_ended_exits_1(capsys, state) -> None:
     out, err = capsys.readouterr()
     assert out == f"job {JOB} {state}\n"
     assert err == f"mediamesh: job {JOB} had already ended; nothing changed\n"
+
+
+def test_delete_waits_out_the_read_budget_and_says_what_went(capsys) -> None:
+    FakeClient.state = JobState.SUCCEEDED
+    assert cli_main(["delete", JOB]) == 0
+    assert FakeClient.calls == ["delete_job"] * 3
+    assert capsys.readouterr().out == f"job {JOB} deleted (SUCCEEDED, 1234 bytes of result)\n"
+
+
+def test_delete_of_a_job_that_has_not_ended_exits_1_saying_to_cancel_it(capsys) -> None:
+    FakeClient.refusals = 0
+    assert cli_main(["delete", JOB]) == 1
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.startswith("mediamesh: FAILED_PRECONDITION: job_id: ") and "cancel it first" in err
 
 
 def test_an_unknown_after_names_the_flag(capsys) -> None:

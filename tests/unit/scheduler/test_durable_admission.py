@@ -13,7 +13,7 @@ from mediamesh.scheduler.core.effects import Transition
 from mediamesh.scheduler.core.jobs import Job, JobState
 from mediamesh.scheduler.core.scheduler import Accepted
 from mediamesh.scheduler.store import job_store
-from mediamesh.scheduler.store.job_store import JobStore, job_row
+from mediamesh.scheduler.store.job_store import JobStore, PurgedJob, job_row
 from mediamesh.scheduler.store.writer import IN_FLIGHT_WRITE_DELAY_S, StoreWriter
 
 from .fakes import FakeClock, make_core, new_job, worker
@@ -92,13 +92,14 @@ class FlakyStore:
         self.groups: list[list[tuple[Any, ...]]] = []
         self.writing = asyncio.Event()
 
-    async def save_many(self, rows: list[tuple[Any, ...]], *_others: Any) -> None:
+    async def save_many(self, rows: list[tuple[Any, ...]], *_others: Any) -> list[PurgedJob]:
         self.writing.set()
         await asyncio.sleep(0.01)
         if self.failures:
             self.failures -= 1
             raise sqlite3.OperationalError("disk I/O error")
         self.groups.append(rows)
+        return []
 
 
 def test_a_failed_write_is_retried_with_the_newest_state_and_the_result_it_carried():

@@ -87,6 +87,11 @@ async def test_the_oldest_stored_ends_leave_memory_and_are_read_back(store: JobS
     assert ended.counts_by_state() == {"CANCELLED": 4, "QUEUED": 1}
     ended.purged(jobs[0].job_id, "CANCELLED")
     assert ended.counts_by_state() == {"CANCELLED": 3, "QUEUED": 1}
+    # A job deleted while held in memory leaves the count of those dropped as it was.
+    ended.purged(jobs[3].job_id, "CANCELLED")
+    core.forget(jobs[3].job_id)
+    assert ended.counts_by_state() == {"CANCELLED": 2, "QUEUED": 1}
+    assert ended.held == 1
 
 
 async def test_a_held_job_that_ended_before_a_dropped_one_is_listed_once(store: JobStore):

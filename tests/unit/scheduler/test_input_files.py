@@ -18,7 +18,7 @@ from mediamesh.common.generation import GenerationParams, InputImage
 from mediamesh.scheduler import input_files
 from mediamesh.scheduler.core.jobs import Job, JobState, Priority
 from mediamesh.scheduler.input_files import EndedInputs, InputFiles, input_paths, release
-from mediamesh.scheduler.store.job_store import JobStore
+from mediamesh.scheduler.store.job_store import JobStore, PurgedJob
 from mediamesh.scheduler.store.writer import StoreWriter
 
 from .fakes import new_job
@@ -139,12 +139,12 @@ async def test_a_job_s_input_file_goes_once_its_end_is_in_the_store(
         # The end's write fails at first: the file stays until it lands.
         real, failures = store.save_many, [1]
 
-        async def failing(*args: object, **kwargs: object) -> None:
+        async def failing(*args: object, **kwargs: object) -> list[PurgedJob]:
             if failures:
                 failures.pop()
                 await asyncio.sleep(0.2)
                 raise OSError("disk full")
-            await real(*args, **kwargs)  # type: ignore[arg-type]
+            return await real(*args, **kwargs)  # type: ignore[arg-type]
 
         monkeypatch.setattr(store, "save_many", failing)
         job.state, job.finished_at = JobState.SUCCEEDED, 1001.0

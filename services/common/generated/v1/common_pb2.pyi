@@ -277,6 +277,16 @@ class AdapterInfo(_message.Message):
     default_scale: float
     def __init__(self, name: _Optional[str] = ..., default_scale: _Optional[float] = ...) -> None: ...
 
+class DeletedJob(_message.Message):
+    __slots__ = ("job_id", "state", "result_bytes")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    RESULT_BYTES_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    state: JobState
+    result_bytes: int
+    def __init__(self, job_id: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., result_bytes: _Optional[int] = ...) -> None: ...
+
 class JobInfo(_message.Message):
     __slots__ = ("job_id", "model", "state", "priority", "tenant", "created_unix_ms", "finished_unix_ms", "attempts", "step", "total_steps", "result", "error", "seed", "worker_id", "batch_id", "prompt", "steps", "width", "height", "num_frames", "fps", "paused")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from mediamesh.common.generated.v1 import common_pb2 as mediamesh_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1amediamesh/v1/gateway.proto\x12\x0cmediamesh.v1\x1a\x19mediamesh/v1/common.proto\"|\n\tJobHandle\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12%\n\x05state\x18\x02 \x01(\x0e\x32\x16.mediamesh.v1.JobState\x12\x14\n\x0c\x64\x65\x64uplicated\x18\x03 \x01(\x08\x12\"\n\x03job\x18\x04 \x01(\x0b\x32\x15.mediamesh.v1.JobInfo\"\x1e\n\x0cWatchRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"\x1f\n\rCancelRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"\x1f\n\rGetJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"\x88\x01\n\x0fListJobsRequest\x12&\n\x06states\x18\x01 \x03(\x0e\x32\x16.mediamesh.v1.JobState\x12\x0e\n\x06models\x18\x02 \x03(\t\x12\x11\n\tpage_size\x18\x03 \x01(\r\x12\x14\n\x0c\x61\x66ter_job_id\x18\x04 \x01(\t\x12\x14\n\x0coldest_first\x18\x05 \x01(\x08\"I\n\x10ListJobsResponse\x12#\n\x04jobs\x18\x01 \x03(\x0b\x32\x15.mediamesh.v1.JobInfo\x12\x10\n\x08has_more\x18\x02 \x01(\x08\"\x13\n\x11ListModelsRequest\"=\n\x12ListModelsResponse\x12\'\n\x06models\x18\x01 \x03(\x0b\x32\x17.mediamesh.v1.ModelInfo\"1\n\x0f\x44ownloadRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0e\n\x06offset\x18\x02 \x01(\x04\"d\n\rDownloadChunk\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\x12\x0e\n\x06offset\x18\x02 \x01(\x04\x12\x12\n\ntotal_size\x18\x03 \x01(\x04\x12\x11\n\tmime_type\x18\x04 \x01(\t\x12\x0e\n\x06sha256\x18\x05 \x01(\t\">\n\x0bUploadChunk\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\x12\x0e\n\x06sha256\x18\x02 \x01(\t\x12\x11\n\tmime_type\x18\x03 \x01(\t\"]\n\x0cUploadHandle\x12\x10\n\x08input_id\x18\x01 \x01(\t\x12\x12\n\nsize_bytes\x18\x02 \x01(\x04\x12\x0e\n\x06sha256\x18\x03 \x01(\t\x12\x17\n\x0f\x65xpires_unix_ms\x18\x04 \x01(\x03\x32\xfe\x04\n\x07Gateway\x12H\n\x08Generate\x12\x1d.mediamesh.v1.GenerateRequest\x1a\x1b.mediamesh.v1.GenerateEvent0\x01\x12@\n\x06Submit\x12\x1d.mediamesh.v1.GenerateRequest\x1a\x17.mediamesh.v1.JobHandle\x12\x42\n\x05Watch\x12\x1a.mediamesh.v1.WatchRequest\x1a\x1b.mediamesh.v1.GenerateEvent0\x01\x12<\n\x06\x43\x61ncel\x12\x1b.mediamesh.v1.CancelRequest\x1a\x15.mediamesh.v1.JobInfo\x12<\n\x06GetJob\x12\x1b.mediamesh.v1.GetJobRequest\x1a\x15.mediamesh.v1.JobInfo\x12I\n\x08ListJobs\x12\x1d.mediamesh.v1.ListJobsRequest\x1a\x1e.mediamesh.v1.ListJobsResponse\x12O\n\nListModels\x12\x1f.mediamesh.v1.ListModelsRequest\x1a .mediamesh.v1.ListModelsResponse\x12H\n\x08\x44ownload\x12\x1d.mediamesh.v1.DownloadRequest\x1a\x1b.mediamesh.v1.DownloadChunk0\x01\x12\x41\n\x06Upload\x12\x19.mediamesh.v1.UploadChunk\x1a\x1a.mediamesh.v1.UploadHandle(\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1amediamesh/v1/gateway.proto\x12\x0cmediamesh.v1\x1a\x19mediamesh/v1/common.proto\"|\n\tJobHandle\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12%\n\x05state\x18\x02 \x01(\x0e\x32\x16.mediamesh.v1.JobState\x12\x14\n\x0c\x64\x65\x64uplicated\x18\x03 \x01(\x08\x12\"\n\x03job\x18\x04 \x01(\x0b\x32\x15.mediamesh.v1.JobInfo\"\x1e\n\x0cWatchRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"\x1f\n\rCancelRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"\"\n\x10\x44\x65leteJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"\x1f\n\rGetJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"\x88\x01\n\x0fListJobsRequest\x12&\n\x06states\x18\x01 \x03(\x0e\x32\x16.mediamesh.v1.JobState\x12\x0e\n\x06models\x18\x02 \x03(\t\x12\x11\n\tpage_size\x18\x03 \x01(\r\x12\x14\n\x0c\x61\x66ter_job_id\x18\x04 \x01(\t\x12\x14\n\x0coldest_first\x18\x05 \x01(\x08\"I\n\x10ListJobsResponse\x12#\n\x04jobs\x18\x01 \x03(\x0b\x32\x15.mediamesh.v1.JobInfo\x12\x10\n\x08has_more\x18\x02 \x01(\x08\"\x13\n\x11ListModelsRequest\"=\n\x12ListModelsResponse\x12\'\n\x06models\x18\x01 \x03(\x0b\x32\x17.mediamesh.v1.ModelInfo\"1\n\x0f\x44ownloadRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0e\n\x06offset\x18\x02 \x01(\x04\"d\n\rDownloadChunk\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\x12\x0e\n\x06offset\x18\x02 \x01(\x04\x12\x12\n\ntotal_size\x18\x03 \x01(\x04\x12\x11\n\tmime_type\x18\x04 \x01(\t\x12\x0e\n\x06sha256\x18\x05 \x01(\t\">\n\x0bUploadChunk\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\x12\x0e\n\x06sha256\x18\x02 \x01(\t\x12\x11\n\tmime_type\x18\x03 \x01(\t\"]\n\x0cUploadHandle\x12\x10\n\x08input_id\x18\x01 \x01(\t\x12\x12\n\nsize_bytes\x18\x02 \x01(\x04\x12\x0e\n\x06sha256\x18\x03 \x01(\t\x12\x17\n\x0f\x65xpires_unix_ms\x18\x04 \x01(\x03\x32\xc5\x05\n\x07Gateway\x12H\n\x08Generate\x12\x1d.mediamesh.v1.GenerateRequest\x1a\x1b.mediamesh.v1.GenerateEvent0\x01\x12@\n\x06Submit\x12\x1d.mediamesh.v1.GenerateRequest\x1a\x17.mediamesh.v1.JobHandle\x12\x42\n\x05Watch\x12\x1a.mediamesh.v1.WatchRequest\x1a\x1b.mediamesh.v1.GenerateEvent0\x01\x12<\n\x06\x43\x61ncel\x12\x1b.mediamesh.v1.CancelRequest\x1a\x15.mediamesh.v1.JobInfo\x12<\n\x06GetJob\x12\x1b.mediamesh.v1.GetJobRequest\x1a\x15.mediamesh.v1.JobInfo\x12\x45\n\tDeleteJob\x12\x1e.mediamesh.v1.DeleteJobRequest\x1a\x18.mediamesh.v1.DeletedJob\x12I\n\x08ListJobs\x12\x1d.mediamesh.v1.ListJobsRequest\x1a\x1e.mediamesh.v1.ListJobsResponse\x12O\n\nListModels\x12\x1f.mediamesh.v1.ListModelsRequest\x1a .mediamesh.v1.ListModelsResponse\x12H\n\x08\x44ownload\x12\x1d.mediamesh.v1.DownloadRequest\x1a\x1b.mediamesh.v1.DownloadChunk0\x01\x12\x41\n\x06Upload\x12\x19.mediamesh.v1.UploadChunk\x1a\x1a.mediamesh.v1.UploadHandle(\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -38,24 +38,26 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_WATCHREQUEST']._serialized_end=227
   _globals['_CANCELREQUEST']._serialized_start=229
   _globals['_CANCELREQUEST']._serialized_end=260
-  _globals['_GETJOBREQUEST']._serialized_start=262
-  _globals['_GETJOBREQUEST']._serialized_end=293
-  _globals['_LISTJOBSREQUEST']._serialized_start=296
-  _globals['_LISTJOBSREQUEST']._serialized_end=432
-  _globals['_LISTJOBSRESPONSE']._serialized_start=434
-  _globals['_LISTJOBSRESPONSE']._serialized_end=507
-  _globals['_LISTMODELSREQUEST']._serialized_start=509
-  _globals['_LISTMODELSREQUEST']._serialized_end=528
-  _globals['_LISTMODELSRESPONSE']._serialized_start=530
-  _globals['_LISTMODELSRESPONSE']._serialized_end=591
-  _globals['_DOWNLOADREQUEST']._serialized_start=593
-  _globals['_DOWNLOADREQUEST']._serialized_end=642
-  _globals['_DOWNLOADCHUNK']._serialized_start=644
-  _globals['_DOWNLOADCHUNK']._serialized_end=744
-  _globals['_UPLOADCHUNK']._serialized_start=746
-  _globals['_UPLOADCHUNK']._serialized_end=808
-  _globals['_UPLOADHANDLE']._serialized_start=810
-  _globals['_UPLOADHANDLE']._serialized_end=903
-  _globals['_GATEWAY']._serialized_start=906
-  _globals['_GATEWAY']._serialized_end=1544
+  _globals['_DELETEJOBREQUEST']._serialized_start=262
+  _globals['_DELETEJOBREQUEST']._serialized_end=296
+  _globals['_GETJOBREQUEST']._serialized_start=298
+  _globals['_GETJOBREQUEST']._serialized_end=329
+  _globals['_LISTJOBSREQUEST']._serialized_start=332
+  _globals['_LISTJOBSREQUEST']._serialized_end=468
+  _globals['_LISTJOBSRESPONSE']._serialized_start=470
+  _globals['_LISTJOBSRESPONSE']._serialized_end=543
+  _globals['_LISTMODELSREQUEST']._serialized_start=545
+  _globals['_LISTMODELSREQUEST']._serialized_end=564
+  _globals['_LISTMODELSRESPONSE']._serialized_start=566
+  _globals['_LISTMODELSRESPONSE']._serialized_end=627
+  _globals['_DOWNLOADREQUEST']._serialized_start=629
+  _globals['_DOWNLOADREQUEST']._serialized_end=678
+  _globals['_DOWNLOADCHUNK']._serialized_start=680
+  _globals['_DOWNLOADCHUNK']._serialized_end=780
+  _globals['_UPLOADCHUNK']._serialized_start=782
+  _globals['_UPLOADCHUNK']._serialized_end=844
+  _globals['_UPLOADHANDLE']._serialized_start=846
+  _globals['_UPLOADHANDLE']._serialized_end=939
+  _globals['_GATEWAY']._serialized_start=942
+  _globals['_GATEWAY']._serialized_end=1651
 # @@protoc_insertion_point(module_scope)

@@ -62,6 +62,11 @@ class GatewayStub:
                 request_serializer=mediamesh_dot_v1_dot_gateway__pb2.GetJobRequest.SerializeToString,
                 response_deserializer=mediamesh_dot_v1_dot_common__pb2.JobInfo.FromString,
                 _registered_method=True)
+        self.DeleteJob = channel.unary_unary(
+                '/mediamesh.v1.Gateway/DeleteJob',
+                request_serializer=mediamesh_dot_v1_dot_gateway__pb2.DeleteJobRequest.SerializeToString,
+                response_deserializer=mediamesh_dot_v1_dot_common__pb2.DeletedJob.FromString,
+                _registered_method=True)
         self.ListJobs = channel.unary_unary(
                 '/mediamesh.v1.Gateway/ListJobs',
                 request_serializer=mediamesh_dot_v1_dot_gateway__pb2.ListJobsRequest.SerializeToString,
@@ -120,6 +125,15 @@ class GatewayServicer:
 
     def GetJob(self, request, context):
         """Current state of a job.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteJob(self, request, context):
+        """Delete an ended job before its retention: its result (every stored copy), its record
+        and its pending webhook deliveries. The job is then unknown (NOT_FOUND) and its
+        idempotency key free. FAILED_PRECONDITION for a job that has not ended: Cancel it first.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -184,6 +198,11 @@ def add_GatewayServicer_to_server(servicer, server):
                     servicer.GetJob,
                     request_deserializer=mediamesh_dot_v1_dot_gateway__pb2.GetJobRequest.FromString,
                     response_serializer=mediamesh_dot_v1_dot_common__pb2.JobInfo.SerializeToString,
+            ),
+            'DeleteJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteJob,
+                    request_deserializer=mediamesh_dot_v1_dot_gateway__pb2.DeleteJobRequest.FromString,
+                    response_serializer=mediamesh_dot_v1_dot_common__pb2.DeletedJob.SerializeToString,
             ),
             'ListJobs': grpc.unary_unary_rpc_method_handler(
                     servicer.ListJobs,
@@ -343,6 +362,33 @@ class Gateway:
             '/mediamesh.v1.Gateway/GetJob',
             mediamesh_dot_v1_dot_gateway__pb2.GetJobRequest.SerializeToString,
             mediamesh_dot_v1_dot_common__pb2.JobInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mediamesh.v1.Gateway/DeleteJob',
+            mediamesh_dot_v1_dot_gateway__pb2.DeleteJobRequest.SerializeToString,
+            mediamesh_dot_v1_dot_common__pb2.DeletedJob.FromString,
             options,
             channel_credentials,
             insecure,

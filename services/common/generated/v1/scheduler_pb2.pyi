@@ -9,7 +9,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class SubmitRequest(_message.Message):
-    __slots__ = ("request", "tenant", "deadline_unix_ms", "tenant_weight", "max_queued_jobs", "max_running_jobs", "final_only")
+    __slots__ = ("request", "tenant", "deadline_unix_ms", "tenant_weight", "max_queued_jobs", "max_running_jobs", "final_only", "result_quota_bytes")
     REQUEST_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
     DEADLINE_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
@@ -17,6 +17,7 @@ class SubmitRequest(_message.Message):
     MAX_QUEUED_JOBS_FIELD_NUMBER: _ClassVar[int]
     MAX_RUNNING_JOBS_FIELD_NUMBER: _ClassVar[int]
     FINAL_ONLY_FIELD_NUMBER: _ClassVar[int]
+    RESULT_QUOTA_BYTES_FIELD_NUMBER: _ClassVar[int]
     request: _common_pb2.GenerateRequest
     tenant: str
     deadline_unix_ms: int
@@ -24,7 +25,8 @@ class SubmitRequest(_message.Message):
     max_queued_jobs: int
     max_running_jobs: int
     final_only: bool
-    def __init__(self, request: _Optional[_Union[_common_pb2.GenerateRequest, _Mapping]] = ..., tenant: _Optional[str] = ..., deadline_unix_ms: _Optional[int] = ..., tenant_weight: _Optional[float] = ..., max_queued_jobs: _Optional[int] = ..., max_running_jobs: _Optional[int] = ..., final_only: _Optional[bool] = ...) -> None: ...
+    result_quota_bytes: int
+    def __init__(self, request: _Optional[_Union[_common_pb2.GenerateRequest, _Mapping]] = ..., tenant: _Optional[str] = ..., deadline_unix_ms: _Optional[int] = ..., tenant_weight: _Optional[float] = ..., max_queued_jobs: _Optional[int] = ..., max_running_jobs: _Optional[int] = ..., final_only: _Optional[bool] = ..., result_quota_bytes: _Optional[int] = ...) -> None: ...
 
 class JobLinkRequests(_message.Message):
     __slots__ = ("requests",)

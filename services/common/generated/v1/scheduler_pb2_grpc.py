@@ -67,6 +67,11 @@ class SchedulerStub:
                 request_serializer=mediamesh_dot_v1_dot_scheduler__pb2.ScopedJobRequest.SerializeToString,
                 response_deserializer=mediamesh_dot_v1_dot_common__pb2.JobInfo.FromString,
                 _registered_method=True)
+        self.DeleteJob = channel.unary_unary(
+                '/mediamesh.v1.Scheduler/DeleteJob',
+                request_serializer=mediamesh_dot_v1_dot_scheduler__pb2.ScopedJobRequest.SerializeToString,
+                response_deserializer=mediamesh_dot_v1_dot_common__pb2.DeletedJob.FromString,
+                _registered_method=True)
         self.ListJobs = channel.unary_unary(
                 '/mediamesh.v1.Scheduler/ListJobs',
                 request_serializer=mediamesh_dot_v1_dot_scheduler__pb2.ScopedListJobsRequest.SerializeToString,
@@ -156,6 +161,13 @@ class SchedulerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DeleteJob(self, request, context):
+        """Delete an ended job owned by the tenant; see Gateway.DeleteJob.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ListJobs(self, request, context):
         """A page of the tenant's jobs (every tenant's for admin); see Gateway.ListJobs.
         """
@@ -232,6 +244,11 @@ def add_SchedulerServicer_to_server(servicer, server):
                     servicer.GetJob,
                     request_deserializer=mediamesh_dot_v1_dot_scheduler__pb2.ScopedJobRequest.FromString,
                     response_serializer=mediamesh_dot_v1_dot_common__pb2.JobInfo.SerializeToString,
+            ),
+            'DeleteJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteJob,
+                    request_deserializer=mediamesh_dot_v1_dot_scheduler__pb2.ScopedJobRequest.FromString,
+                    response_serializer=mediamesh_dot_v1_dot_common__pb2.DeletedJob.SerializeToString,
             ),
             'ListJobs': grpc.unary_unary_rpc_method_handler(
                     servicer.ListJobs,
@@ -427,6 +444,33 @@ class Scheduler:
             '/mediamesh.v1.Scheduler/GetJob',
             mediamesh_dot_v1_dot_scheduler__pb2.ScopedJobRequest.SerializeToString,
             mediamesh_dot_v1_dot_common__pb2.JobInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mediamesh.v1.Scheduler/DeleteJob',
+            mediamesh_dot_v1_dot_scheduler__pb2.ScopedJobRequest.SerializeToString,
+            mediamesh_dot_v1_dot_common__pb2.DeletedJob.FromString,
             options,
             channel_credentials,
             insecure,
