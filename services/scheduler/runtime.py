@@ -94,6 +94,8 @@ class SchedulerRuntime:
         # Whether the store takes writes: the scheduler's readiness follows it (main).
         self.store_health = StoreHealth()
         self.results: dict[str, StoredArtifact] = {}
+        # Jobs a DeleteJob is deleting: a second DeleteJob of one answers NOT_FOUND.
+        self._deleting: dict[str, asyncio.Future[PurgedJob | None]] = {}
         # The newest ended jobs stay in memory; older ones are read back from the store.
         self.ended = EndedJobs(core, store, self.results, settings.ended_jobs_in_memory)
         self.writer = StoreWriter(store, health=self.store_health, on_ends_stored=self.ended.stored)
@@ -535,20 +537,32 @@ class SchedulerRuntime:
                 f"job_id: job {job_id!r} is {job.state.value} and only an ended job can be "
                 "deleted; cancel it first"
             )
-        self.webhooks.abandon(job_id)
-        deleted = await self.writer.delete(job_id)
+        if job_id in self._deleting:
+            raise NotFound(f"job_id: no job {job_id!r}")  # another DeleteJob is deleting it
+        deleting = asyncio.ensure_future(self._delete(job))
+        self._deleting[job_id] = deleting
+        deleting.add_done_callback(lambda _: self._deleting.pop(job_id, None))
+        # Shielded: once the row goes, the result and the memory of the job must go too,
+        # even if the caller gives up meanwhile.
+        deleted = await asyncio.shield(deleting)
         if deleted is None:
-            # Another DeleteJob of the job (or its retention) got there first.
-            raise NotFound(f"job_id: no job {job_id!r}")
-        self.ended.purged(job_id, deleted.state)
+            raise NotFound(f"job_id: no job {job_id!r}")  # its retention got there first
+        return deleted
+
+    async def _delete(self, job: Job) -> PurgedJob | None:
+        self.webhooks.abandon(job.job_id)
+        deleted = await self.writer.delete(job.job_id)
+        if deleted is None:
+            return None
+        self.ended.purged(job.job_id, deleted.state)
         self.result_usage.removed(deleted.tenant, deleted.result_bytes)
-        artifact = self.results.pop(job_id, None)
+        artifact = self.results.pop(job.job_id, None)
+        self.core.forget(job.job_id)
         await self.artifacts.delete(artifact.path if artifact else deleted.artifact_path)
         for copy in deleted.copies:
             await self.artifacts.delete(copy)
-        self.core.forget(job_id)
         metrics.JOBS_DELETED.labels(job.queue).inc()
-        log_job(log, "job deleted", job.trace_carrier, job_id=job_id, state=deleted.state)
+        log_job(log, "job deleted", job.trace_carrier, job_id=job.job_id, state=deleted.state)
         return deleted
 
     async def watch(

@@ -188,3 +188,43 @@ async def test_pending_webhook_deliveries_stop_and_go_with_the_job(
         assert await runtime.store.deliveries_of(job_id) == []
     finally:
         await stop_mesh(mesh)
+
+
+async def test_two_deletes_queued_together_answer_once_and_count_once(mesh):
+    """Both calls reach the runtime before the store writer takes either (no suspension
+    between them): one deletes, the other is NOT_FOUND, and the job's result bytes are
+    taken off its tenant's count once."""
+    scheduler = scheduler_of(mesh)
+    kept = await ended_job(scheduler, common_pb2.GenerateRequest(model="echo", prompt="kept"))
+    job_id = await ended_job(scheduler, common_pb2.GenerateRequest(model="echo", prompt="x"))
+    runtime = mesh.scheduler.runtime
+    held = runtime.result_usage.held("a")
+
+    outcomes = await asyncio.gather(
+        runtime.delete(job_id, "a"), runtime.delete(job_id, "a"), return_exceptions=True
+    )
+
+    assert [type(o).__name__ for o in outcomes] == ["PurgedJob", "NotFound"]
+    assert runtime.result_usage.held("a") == held - outcomes[0].result_bytes > 0
+    assert (await scheduler.GetJob(scoped(kept))).state == common_pb2.SUCCEEDED
+
+
+async def test_a_caller_that_gives_up_does_not_stop_the_deletion_halfway(mesh):
+    scheduler = scheduler_of(mesh)
+    job_id = await ended_job(scheduler, common_pb2.GenerateRequest(model="echo", prompt="x"))
+    runtime = mesh.scheduler.runtime
+    artifact = runtime.results[job_id]
+
+    call = asyncio.ensure_future(runtime.delete(job_id, "a"))
+    await asyncio.sleep(0)  # the deletion is under way: queued with the store writer
+    call.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await call
+    for _ in range(100):
+        if not await runtime.artifacts.exists(artifact.path):
+            break
+        await asyncio.sleep(0.02)
+
+    assert not await runtime.artifacts.exists(artifact.path)
+    assert job_id not in mesh.core.jobs and job_id not in runtime.results
+    assert await runtime.store.get(job_id) is None
