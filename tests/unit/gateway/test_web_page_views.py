@@ -256,3 +256,43 @@ def test_frame_multiple_and_input_pixels_are_hinted(tmp_path: Path) -> None:
     assert value["frames"] == "default 9, up to 33, 1 more than a multiple of 4"
     assert value["step"] == "4"
     assert value["image"] == "up to 512 \u00d7 512 pixels"
+
+
+DELETED = {"job_id": "j0", "state": "SUCCEEDED", "result_bytes": 3, "deleted": True}
+RUNNING = {"code": "FAILED_PRECONDITION", "message": "job_id: job 'j0' is RUNNING; cancel it"}
+
+
+def ok(body: dict) -> dict:
+    headers = {"Content-Type": "application/json"}
+    return {"status": 200, "headers": headers, "body": json.dumps(body)}
+
+
+def test_an_ended_job_is_deleted_and_leaves_the_page_and_its_list(tmp_path: Path) -> None:
+    seen = run_page(
+        tmp_path,
+        "(async () => { resetJobView('j0'); const before = $('delete').disabled;"
+        " setState('SUCCEEDED'); const ended = $('delete').disabled;"
+        " await deleteJob(); return [before, ended]; })()",
+        answers=[ok(DELETED)],
+        store={"mediamesh.jobs": json.dumps(JOBS)},
+        report=["job", "jobs-announce"],
+    )
+    assert seen["value"] == [True, False]  # offered only once the job has ended
+    assert [(r["method"], r["url"]) for r in seen["requests"]] == [("DELETE", "/v1/jobs/j0/record")]
+    assert json.loads(seen["store"]["mediamesh.jobs"]) == []
+    assert seen["elements"]["job"]["hidden"] is True
+    assert seen["elements"]["jobs-announce"]["text"] == "Job j0 deleted."
+
+
+def test_a_refused_delete_is_said_and_the_job_stays(tmp_path: Path) -> None:
+    seen = run_page(
+        tmp_path,
+        "(async () => { resetJobView('j0'); setState('SUCCEEDED'); await deleteJob(); })()",
+        answers=[refused(409, body=RUNNING)],
+        store={"mediamesh.jobs": json.dumps(JOBS)},
+        report=["job", "delete"],
+    )
+    assert seen["error"] == f"FAILED_PRECONDITION: {RUNNING['message']}"
+    assert seen["elements"]["job"]["hidden"] is False
+    assert seen["elements"]["delete"]["disabled"] is False
+    assert json.loads(seen["store"]["mediamesh.jobs"]) == JOBS

@@ -422,6 +422,11 @@ function remember(entry) {
   renderJobs();
 }
 
+function forgetStored(jobId) {
+  sessionStorage.setItem(JOBS_STORE, JSON.stringify(storedJobs().filter((j) => j.job_id !== jobId)));
+  renderJobs();
+}
+
 function updateStored(jobId, state) {
   const jobs = storedJobs();
   const entry = jobs.find((j) => j.job_id === jobId);
@@ -490,6 +495,7 @@ function setState(state) {
   text.textContent = state;
   text.dataset.state = state;
   $("cancel").disabled = FINAL_STATES.has(state);
+  $("delete").disabled = !FINAL_STATES.has(state);
   // A job that stopped short has no time left to count down.
   if (FINAL_STATES.has(state) && state !== "SUCCEEDED") showStopped();
   if (current) updateStored(current.id, state);
@@ -534,6 +540,7 @@ function resetJobView(jobId) {
   $("job-state").dataset.state = "";
   $("job-announce").textContent = "";
   $("cancel").disabled = true;
+  $("delete").disabled = true;
   $("job-error").hidden = true;
   showConnection("");
   $("progress").value = 0;
@@ -817,6 +824,29 @@ async function cancel() {
   }
 }
 
+// Deletes the ended job on screen with its result (the mesh forgets it), after the person
+// confirms: nothing brings it back.
+async function deleteJob() {
+  if (!current) return;
+  const job = current;
+  const question = "Delete this job and its result? This cannot be undone.";
+  if (typeof confirm === "function" && !confirm(question)) return;
+  $("delete").disabled = true;
+  try {
+    await api(`/v1/jobs/${encodeURIComponent(job.id)}/record`, { method: "DELETE" });
+  } catch (error) {
+    if (job === current) {
+      showJobError(error.code, error.message);
+      $("delete").disabled = false;
+    }
+    return;
+  }
+  forgetStored(job.id);
+  if (job === current) closeJob();
+  $("jobs-announce").textContent = `Job ${job.id} deleted.`;
+  $("jobs-title").focus();
+}
+
 // ---------- start ----------
 
 document.addEventListener("DOMContentLoaded", () => {
@@ -827,6 +857,7 @@ document.addEventListener("DOMContentLoaded", () => {
   });
   $("job-form").addEventListener("submit", submit);
   $("cancel").addEventListener("click", cancel);
+  $("delete").addEventListener("click", deleteJob);
   renderJobs();
   loadModels();
   loadJobs();
