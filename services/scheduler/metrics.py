@@ -135,6 +135,7 @@ def declare_series(queues: list[str]) -> None:
         for state in ("ACCEPTED", "RECOVERED", *(end for end in JobState if end.terminal)):
             JOBS.labels(queue, state)
         SPOT_FALLBACKS.labels(queue)
+        JOBS_DELETED.labels(queue)
         for reason in REFUSAL_REASONS:
             JOBS_REFUSED.labels(queue, reason)
     # A model not in the registry names no queue.

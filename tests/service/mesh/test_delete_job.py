@@ -10,12 +10,20 @@ from pathlib import Path
 
 import grpc
 import pytest
+from prometheus_client import REGISTRY
 
 from mediamesh.common.generated.v1 import common_pb2, gateway_pb2, scheduler_pb2, scheduler_pb2_grpc
 from mediamesh.scheduler.store.deliveries import DeliveryStatus
 from tests.service.conftest import InProcessMesh, start_mesh, stop_mesh
 from tests.service.mesh.test_webhooks import hook_settings, stored_deliveries
 from tests.webhook_receiver import Receiver, webhook_receiver
+
+
+def deletions() -> float:
+    """mediamesh_jobs_deleted_total of echo's queue, declared at 0 when the scheduler starts."""
+    value = REGISTRY.get_sample_value("mediamesh_jobs_deleted_total", {"queue": "image"})
+    assert value is not None
+    return value
 
 
 def scheduler_of(mesh: InProcessMesh) -> scheduler_pb2_grpc.SchedulerStub:
@@ -70,11 +78,13 @@ async def test_an_ended_job_is_deleted_with_its_result_and_its_key_is_free(mesh)
     job_id = await ended_job(scheduler, request)
     runtime = mesh.scheduler.runtime
     artifact = runtime.results[job_id]
+    before = deletions()
 
     deleted = await scheduler.DeleteJob(scoped(job_id))
 
     assert (deleted.job_id, deleted.state) == (job_id, common_pb2.SUCCEEDED)
     assert deleted.result_bytes == artifact.size_bytes > 0
+    assert deletions() == before + 1
     assert not await runtime.artifacts.exists(artifact.path)
     assert not Path(artifact.path).exists()
     assert not await runtime.store.has_result(job_id)
