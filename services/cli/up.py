@@ -75,9 +75,11 @@ def _die_with_parent() -> None:
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
-# The back-off before restarting a child grows by this much with each exit in a row, up to
-# the most; a child that ran RESTART_STREAK_RESET_S before it exited starts a new streak,
-# so a crash after a quiet day is not delayed by the crashes of the day before.
+# A child that exits is restarted at once the first time, then after a back-off that grows
+# by this much with each further exit in a row, up to the most: a crash loop does not spin,
+# and one crash costs no wait (a scheduler killed once served again 0.5 s later for nothing).
+# A child that ran RESTART_STREAK_RESET_S before it exited starts a new streak, so a crash
+# after a quiet day is not delayed by the crashes of the day before.
 RESTART_BACKOFF_STEP_S = 0.5
 RESTART_BACKOFF_MAX_S = 5.0
 RESTART_STREAK_RESET_S = 60.0
@@ -123,7 +125,7 @@ class Child:
         self.restarts += 1
         quiet = now - self.started_at >= RESTART_STREAK_RESET_S
         self.exit_streak = 1 if quiet else self.exit_streak + 1
-        return min(RESTART_BACKOFF_STEP_S * self.exit_streak, RESTART_BACKOFF_MAX_S)
+        return min(RESTART_BACKOFF_STEP_S * (self.exit_streak - 1), RESTART_BACKOFF_MAX_S)
 
     def exit_reason(self) -> str | None:
         """Why this run exited, as its log says: the one-line error it printed
