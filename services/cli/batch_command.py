@@ -68,6 +68,10 @@ PERMANENT_CODES = frozenset(
 OWN_TIMEOUT_FIELDS = frozenset({"timeout_ms", "timeout"})
 # Answers that no line of this batch could get past.
 FATAL_CODES = frozenset({StatusCode.UNAUTHENTICATED})
+# Refusals no wait would lift within a run: the tenant holds its quota of stored results
+# until it deletes some or their retention ends (a day by default). Waiting 0.2 s at a time,
+# as for back-pressure, the run went on asking for ever; it stops, and a re-run resumes.
+FATAL_FIELDS = frozenset({"result_quota_bytes"})
 TRANSIENT_ATTEMPTS = 8
 # Lines in flight at once: --concurrency must be within these. Each holds a job's stream
 # open; more than this only queues at the gateway's limits.
@@ -211,7 +215,7 @@ class BatchRun:
                 answer = await call(*args)
             except GatewayError as exc:
                 self._note_reachability(exc)
-                if exc.code in FATAL_CODES:
+                if exc.code in FATAL_CODES or exc.field in FATAL_FIELDS:
                     raise FatalBatchError(f"{exc.code}: {exc.message}") from None
                 if is_permanent(exc):
                     raise

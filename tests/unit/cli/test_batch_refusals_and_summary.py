@@ -78,3 +78,18 @@ def test_concurrency_out_of_range_is_refused_naming_the_flag(tmp_path, monkeypat
     err = capsys.readouterr().err
     assert f"argument --concurrency: must be a whole number from 1 to 1024, got '{value}'" in err
     assert mesh.submits == [] and not (tmp_path / "out").exists()
+
+
+def test_a_tenant_at_its_result_quota_stops_the_run_naming_it(tmp_path, monkeypatch, capsys):
+    full = GatewayError(
+        "RESOURCE_EXHAUSTED",
+        "result_quota_bytes: tenant 'a' holds 1200 bytes of results, at or over its quota of "
+        "1000; delete results it no longer needs",
+    )
+    mesh = FakeMesh(lambda prompt, attempt: full if prompt == "over" else None)
+    prompts = write_lines(tmp_path / "prompts.jsonl", {"prompt": "ok"}, {"prompt": "over"})
+    started = time.monotonic()
+    assert run_batch(monkeypatch, mesh, prompts, tmp_path / "out") == 2
+    assert time.monotonic() - started < 5
+    assert mesh.attempts["over"] == 1
+    assert f"mediamesh batch: RESOURCE_EXHAUSTED: {full.message}" in capsys.readouterr().err
