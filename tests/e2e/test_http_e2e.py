@@ -1,5 +1,6 @@
 """The HTTP face of a mesh started with `mediamesh up`: curl follows a job's events, the
-result comes over HTTP, and the official openai client generates an image."""
+result comes over HTTP and the job is then deleted, and the official openai client generates
+an image."""
 
 from __future__ import annotations
 
@@ -50,6 +51,10 @@ def test_up_serves_http_events_results_and_the_openai_api(launch):
     assert "event: progress" in stream and "event: result" in stream and "id: end" in stream
     result = httpx.get(f"{base}/v1/jobs/{job_id}/result", timeout=60)
     assert result.status_code == 200 and result.content.startswith(PNG)
+    deleted = httpx.delete(f"{base}/v1/jobs/{job_id}/record", timeout=30)
+    assert deleted.status_code == 200 and deleted.json()["result_bytes"] == len(result.content)
+    for gone in (f"/v1/jobs/{job_id}", f"/v1/jobs/{job_id}/result"):
+        assert httpx.get(base + gone, timeout=30).status_code == 404
 
     client = openai.OpenAI(base_url=f"{base}/v1", api_key="unused-on-an-open-mesh", max_retries=0)
     images = client.images.generate(
