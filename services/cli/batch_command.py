@@ -68,6 +68,8 @@ PERMANENT_CODES = frozenset(
 OWN_TIMEOUT_FIELDS = frozenset({"timeout_ms", "timeout"})
 # Answers that no line of this batch could get past.
 FATAL_CODES = frozenset({StatusCode.UNAUTHENTICATED})
+# The states of a job that ran and ended; a line refused before it made a job has none.
+ENDED_STATES = frozenset({"SUCCEEDED", "FAILED", "CANCELLED", "EXPIRED"})
 # Refusals no wait would lift within a run: the tenant holds its quota of stored results
 # until it deletes some or their retention ends (a day by default). Waiting 0.2 s at a time,
 # as for back-pressure, the run went on asking for ever; it stops, and a re-run resumes.
@@ -122,6 +124,10 @@ class Counts:
     succeeded: int = 0
     failed: int = 0
     skipped: int = 0
+    # With --delete-results: jobs deleted from the mesh, and those it could not delete.
+    deleted: int = 0
+    kept: int = 0
+    kept_because: str = ""  # why the last of those was not
     # (line number, what happened), as lines end; `failure_lines` gives them in line order.
     failures: list[tuple[int, str]] = field(default_factory=list)
 
@@ -144,8 +150,12 @@ class BatchRun:
         source: str,
         history: History | None = None,
         run_id: str = "",
+        delete_results: bool = False,
     ) -> None:
         self.client, self.out, self.manifest, self.bar = client, out, manifest, bar
+        # Delete each ended job from the mesh once its outcome is in the folder and the
+        # manifest, so that a long run stays within the tenant's result quota.
+        self.delete_results = delete_results
         self.source = source  # the prompts file, as the rows' `input`
         self.run_id = run_id  # the scope of the rows' keys (see batch_manifest)
         # What the folder held before: a new result may supersede a file of another name.
@@ -182,6 +192,20 @@ class BatchRun:
         except GatewayError as exc:
             outcome = Outcome.rejected(job_id, exc.code, exc.message)
         self._record(line, outcome, time.monotonic() - started)
+        if self.delete_results and outcome.state in ENDED_STATES:
+            # After the row: deleted first, a run killed in between would submit the line
+            # again under its key, now free, and make it twice.
+            await self._delete(outcome.job_id)
+
+    async def _delete(self, job_id: str) -> None:
+        try:
+            await self._retrying(self.client.delete_job, job_id)
+        except GatewayError as exc:
+            if exc.code != StatusCode.NOT_FOUND:  # gone already: its retention, or a re-run
+                self.counts.kept += 1
+                self.counts.kept_because = f"{exc.code}: {exc.message}"
+                return
+        self.counts.deleted += 1
 
     async def _submit(self, line: BatchLine) -> str:
         """The job id; the same key from the same tenant returns the same job."""
@@ -302,6 +326,12 @@ def add_batch_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help=f"jobs in flight at once, {MIN_CONCURRENCY} to {MAX_CONCURRENCY}",
     )
     batch.add_argument("--quiet", action="store_true", help="no progress bar")
+    batch.add_argument(
+        "--delete-results",
+        action="store_true",
+        help="delete each job from the mesh once its result is in --out (frees the tenant's "
+        "result quota)",
+    )
     batch.set_defaults(handler=_cmd_batch)
 
 
@@ -389,7 +419,9 @@ def _run_into_folder(args: argparse.Namespace, lines: list[BatchLine]) -> int:
         options = gateway_options(args)
         async with AsyncClient(args.gateway, **options) as client:
             with (args.out / MANIFEST).open("a", encoding="utf-8") as manifest:
-                run = BatchRun(client, args.out, manifest, bar, source, history, run_id)
+                run = BatchRun(
+                    client, args.out, manifest, bar, source, history, run_id, args.delete_results
+                )
                 return await run.run(todo, args.concurrency)
 
     try:
@@ -410,9 +442,17 @@ def _run_into_folder(args: argparse.Namespace, lines: list[BatchLine]) -> int:
     counts.skipped = len(done)
     for failure in counts.failure_lines(FAILURES_SHOWN):
         print(failure, file=sys.stderr)
+    deleted = ""
+    if args.delete_results:
+        deleted = f"{counts.deleted} deleted from the mesh"
+        if counts.kept:
+            deleted += (
+                f", {counts.kept} not, to go at its retention (the last: {counts.kept_because})"
+            )
+        deleted += "; "
     print(
         f"{counts.succeeded} succeeded, {counts.failed} failed, {counts.skipped} already done; "
-        f"manifest {args.out / MANIFEST}"
+        f"{deleted}manifest {args.out / MANIFEST}"
     )
     return 0 if counts.failed == 0 else 1
 

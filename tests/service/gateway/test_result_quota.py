@@ -1,9 +1,13 @@
 """A tenant's quota of stored result bytes: a tenant holding it is refused new jobs, naming
 what it holds and the quota, until it deletes results; other tenants, retries under an
-idempotency key and a restarted scheduler's count are unaffected."""
+idempotency key and a restarted scheduler's count are unaffected; `mediamesh batch` stops
+at the quota, and runs within it when it deletes each result it has saved."""
 
 from __future__ import annotations
 
+import asyncio
+import json
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -13,8 +17,9 @@ from prometheus_client import REGISTRY
 
 from mediamesh.common.generated.v1 import common_pb2, gateway_pb2
 from mediamesh.scheduler.store.job_store import JobStore
+from tests.conftest import ROOT
 from tests.service.conftest import InProcessMesh, start_mesh, stop_mesh
-from tests.service.gateway.conftest import KEY_A, KEY_B, auth, keyed
+from tests.service.gateway.conftest import KEY_A, KEY_B, NO_SPOT_WAIT, auth, keyed
 
 
 def refusals() -> float:
@@ -35,7 +40,8 @@ async def quota_mesh(tmp_path: Path, models_dir: Path) -> AsyncIterator[InProces
         models_dir,
         [["echo"]],
         gateway=keyed(a={"result_quota_bytes": 1}),
-        scheduler={"ended_jobs_in_memory": 0},
+        # The batch command's jobs are BATCH, which would wait for a spot worker first.
+        scheduler={"ended_jobs_in_memory": 0, **NO_SPOT_WAIT},
     )
     yield mesh
     await stop_mesh(mesh)
@@ -109,3 +115,39 @@ async def test_a_restarted_scheduler_counts_what_each_tenant_holds(
         assert (usage.held("a"), usage.held("b")) == (sum(sizes["a"]), sum(sizes["b"]))
     finally:
         await stop_mesh(restarted)
+
+
+async def batch_run(prompts: Path, out: Path, gateway: str, *flags: str) -> tuple[int, str]:
+    """`mediamesh batch` as tenant a, one line at a time; its exit code and output."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "mediamesh.cli.main", "batch", str(prompts), "--out", str(out),
+        "--model", "echo", "--gateway", gateway, "--api-key", KEY_A, "--concurrency", "1",
+        "--quiet", *flags,
+        cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+    )  # fmt: skip
+    output, _ = await asyncio.wait_for(process.communicate(), 120)
+    assert process.returncode is not None
+    return process.returncode, output.decode()
+
+
+async def test_a_batch_that_deletes_its_results_runs_within_the_quota(
+    quota_mesh: InProcessMesh, tmp_path: Path
+):
+    gateway = f"127.0.0.1:{quota_mesh.gateway.port}"
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": f"p{i}"}) + "\n" for i in range(3)))
+
+    code, output = await batch_run(prompts, tmp_path / "kept", gateway)
+    assert code == 2 and "result_quota_bytes: tenant 'a' holds" in output
+    assert sorted(p.name for p in (tmp_path / "kept").glob("*.png")) == ["1.png"]
+
+    # The first run's result still fills the quota: delete it, as the message says.
+    (row,) = [json.loads(t) for t in (tmp_path / "kept" / "manifest.jsonl").read_text().splitlines()]
+    stub = quota_mesh.gateway_stub()
+    await stub.DeleteJob(gateway_pb2.DeleteJobRequest(job_id=row["job_id"]), metadata=auth(KEY_A))
+
+    code, output = await batch_run(prompts, tmp_path / "deleted", gateway, "--delete-results")
+    assert code == 0, output
+    assert "3 succeeded, 0 failed, 0 already done; 3 deleted from the mesh" in output
+    assert len(list((tmp_path / "deleted").glob("*.png"))) == 3
+    assert quota_mesh.scheduler.runtime.result_usage.held("a") == 0

@@ -33,6 +33,9 @@ class FakeMesh:
         self.attempts: dict[str, int] = {}  # prompt -> submits of it
         self.refuse = refuse
         self.delays = delays or {}  # prompt -> seconds its job runs
+        self.deleted: list[str] = []  # job ids, in the order delete_job was called
+        # prompt -> what delete_job raises for its job, instead of deleting it
+        self.delete_refusals: dict[str, GatewayError] = {}
 
     def client(self, *_args: object, **_options: object) -> FakeClient:
         return FakeClient(self)
@@ -67,6 +70,12 @@ class FakeClient:
             raise error
         mesh.jobs.setdefault(idempotency_key, {"prompt": prompt, **fields})
         return JobHandle(job_id=f"job-{idempotency_key}", state=JobState.QUEUED)
+
+    async def delete_job(self, job_id: str) -> None:
+        prompt = self.mesh.jobs[job_id.removeprefix("job-")]["prompt"]
+        if (refusal := self.mesh.delete_refusals.get(prompt)) is not None:
+            raise refusal
+        self.mesh.deleted.append(job_id)
 
     async def watch(self, job_id: str) -> AsyncIterator[Result | Error]:
         fields = self.mesh.jobs[job_id.removeprefix("job-")]
