@@ -142,7 +142,8 @@ async def test_a_batch_that_deletes_its_results_runs_within_the_quota(
     assert sorted(p.name for p in (tmp_path / "kept").glob("*.png")) == ["1.png"]
 
     # The first run's result still fills the quota: delete it, as the message says.
-    (row,) = [json.loads(t) for t in (tmp_path / "kept" / "manifest.jsonl").read_text().splitlines()]
+    manifest = (tmp_path / "kept" / "manifest.jsonl").read_text()
+    (row,) = [json.loads(text) for text in manifest.splitlines()]
     stub = quota_mesh.gateway_stub()
     await stub.DeleteJob(gateway_pb2.DeleteJobRequest(job_id=row["job_id"]), metadata=auth(KEY_A))
 
