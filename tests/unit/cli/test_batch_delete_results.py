@@ -11,9 +11,9 @@ from .batch_fakes import FakeMesh, rows, run_batch, write_lines
 
 def test_each_job_that_ran_is_deleted_after_its_row_is_written(tmp_path, monkeypatch, capsys):
     mesh = FakeMesh(
-        lambda prompt, attempt: GatewayError("INVALID_ARGUMENT", "steps: at most 8")
-        if prompt == "refused"
-        else None
+        lambda prompt, attempt: (
+            GatewayError("INVALID_ARGUMENT", "steps: at most 8") if prompt == "refused" else None
+        )
     )
     prompts = write_lines(
         tmp_path / "prompts.jsonl",
@@ -40,9 +40,7 @@ def test_each_job_that_ran_is_deleted_after_its_row_is_written(tmp_path, monkeyp
     assert mesh.deleted == [f"job-{by_line[2]['key']}:retry1"]
 
 
-def test_a_job_gone_already_counts_as_deleted_and_one_kept_is_said(
-    tmp_path, monkeypatch, capsys
-):
+def test_a_job_gone_already_counts_as_deleted_and_one_kept_is_said(tmp_path, monkeypatch, capsys):
     mesh = FakeMesh()
     mesh.delete_refusals = {
         "a": GatewayError("NOT_FOUND", "job_id: no job"),
