@@ -74,6 +74,11 @@ _CALLER_REFUSALS = frozenset(
 )
 
 
+# How much older than the retention a result must be before the sweep takes it: its job
+# ended after the result was written, and is purged at the retention counted from its end.
+ORPHAN_RESULT_MARGIN_S = 3600.0
+
+
 class SchedulerRuntime:
     def __init__(
         self,
@@ -327,10 +332,23 @@ class SchedulerRuntime:
                 await self._purge(cutoff)
             except Exception:
                 log.exception("purging jobs past their retention failed; trying again later")
+            await self._sweep_results(cutoff - ORPHAN_RESULT_MARGIN_S)
             live = {j.checkpoint for j in self.core.jobs.values() if j.checkpoint}
             self.checkpoints.sweep(live, cutoff)
             kept = [j.params for j in self.core.jobs.values()]
             await asyncio.to_thread(self.inputs.tidy, kept, cutoff)
+
+    async def _sweep_results(self, older_than: float) -> None:
+        """Results no job names any more: a job's row goes before its result, so a crash
+        in between (or a failed delete) leaves the result behind, which no purge would
+        then find."""
+        try:
+            swept = await self.artifacts.sweep(older_than)
+        except Exception:
+            log.exception("sweeping results no job names failed; trying again later")
+            return
+        if swept:
+            log.warning("removed %d stored results that no job named any more", swept)
 
     async def _purge(self, cutoff: float) -> None:
         """Delete the jobs that ended before `cutoff`: rows, artifacts, and from memory."""

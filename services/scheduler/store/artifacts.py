@@ -11,12 +11,17 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
+import re
 from collections.abc import AsyncIterator, Generator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 from mediamesh.common.output_formats import extension_for
+
+# What a result is named (`<job id>.<extension>`, a partial write with `.partial` after it):
+# the sweep leaves anything else where results are kept alone.
+RESULT_NAME = re.compile(r"[0-9a-f]{32}\.[a-z0-9]+(\.partial)?")
 
 
 @dataclass(frozen=True)
@@ -69,6 +74,13 @@ class ArtifactStore(Protocol):
 
     async def delete(self, path: str | None) -> None:
         """Delete the artifact; a missing one (or None) is fine."""
+        ...
+
+    async def sweep(self, older_than: float) -> int:
+        """Delete the results last written before `older_than` (Unix seconds); how many.
+        Called with a time past which no job can still name one (see the runtime's
+        housekeeping), it removes what a crash between a job's deletion and its result's
+        left behind."""
         ...
 
     async def close(self) -> None:
@@ -128,6 +140,25 @@ class LocalArtifactStore:
         """Delete the file, if any."""
         if path:
             await asyncio.to_thread(Path(path).unlink, missing_ok=True)
+
+    async def sweep(self, older_than: float) -> int:
+        """Delete result files modified before `older_than`; the folders beside them
+        (checkpoints, inputs) are not results and are left alone."""
+        return await asyncio.to_thread(self._sweep, older_than)
+
+    def _sweep(self, older_than: float) -> int:
+        swept = 0
+        with os.scandir(self.root) as entries:
+            for entry in entries:
+                if not (entry.is_file(follow_symlinks=False) and RESULT_NAME.fullmatch(entry.name)):
+                    continue
+                try:
+                    if entry.stat(follow_symlinks=False).st_mtime < older_than:
+                        os.unlink(entry.path)
+                        swept += 1
+                except FileNotFoundError:
+                    continue  # deleted meanwhile, by its job's own deletion
+        return swept
 
     async def close(self) -> None:
         """Nothing to release."""

@@ -142,6 +142,10 @@ class InStoreResults:
         for copy in await self.store.delete_result(job_id):
             await self.backend.delete(copy)
 
+    async def sweep(self, older_than: float) -> int:
+        """The backend's sweep (see ArtifactStore.sweep)."""
+        return await self.backend.sweep(older_than)
+
     async def close(self) -> None:
         """Close the backend (the job store is closed by its owner)."""
         await self.backend.close()

@@ -81,6 +81,10 @@ class RecentArtifacts:
             self._forget(path)
         await self.backend.delete(path)
 
+    async def sweep(self, older_than: float) -> int:
+        """The backend's sweep (see ArtifactStore.sweep)."""
+        return await self.backend.sweep(older_than)
+
     async def close(self) -> None:
         """Drop the cache and close the backend."""
         self._items.clear()

@@ -18,7 +18,7 @@ from obstore.store import S3Store
 
 from mediamesh.common.artifact_settings import ArtifactSettings
 from mediamesh.common.output_formats import extension_for
-from mediamesh.scheduler.store.artifacts import SignedUrl, StoredArtifact
+from mediamesh.scheduler.store.artifacts import RESULT_NAME, SignedUrl, StoredArtifact
 
 if TYPE_CHECKING:
     # Type-only in obstore: not importable at run time.
@@ -107,6 +107,19 @@ class S3ArtifactStore:
                 await obstore.delete_async(self._store, path)
             except FileNotFoundError:
                 return
+
+    async def sweep(self, older_than: float) -> int:
+        """Delete the result objects directly under the prefix last modified before
+        `older_than`; other keys there are left alone."""
+        stale = []
+        async for page in obstore.list(self._store, chunk_size=1000):
+            for meta in page:
+                key = meta["path"]
+                if RESULT_NAME.fullmatch(key) and meta["last_modified"].timestamp() < older_than:
+                    stale.append(key)
+        for key in stale:
+            await self.delete(key)
+        return len(stale)
 
     async def close(self) -> None:
         """obstore's client holds no resources that need releasing."""

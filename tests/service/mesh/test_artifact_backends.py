@@ -4,6 +4,7 @@ S3 server on loopback, spoken to with the product's own S3 client."""
 from __future__ import annotations
 
 import hashlib
+import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -127,3 +128,20 @@ def test_only_the_s3_backend_takes_a_public_endpoint():
         SchedulerSettings.model_validate(
             {"artifacts": {"backend": "local", "public_endpoint_url": "https://x.test"}}
         )
+
+
+async def test_the_sweep_takes_old_results_alone(store: ArtifactStore, tmp_path: Path):
+    results = [await store.write(f"{n:032x}", b"left over", "image/png", 1) for n in (1, 2)]
+    other = await store.write("not-a-job-id", b"someone else's", "image/png", 1)
+    if isinstance(store, LocalArtifactStore):
+        beside = tmp_path / "artifacts" / "checkpoints" / f"{3:032x}.pt"
+        beside.parent.mkdir(parents=True)
+        beside.write_bytes(b"a checkpoint")
+
+    assert await store.sweep(time.time() - 3600) == 0  # younger than the cut-off
+    assert await store.sweep(time.time() + 60) == 2
+
+    assert not any([await store.exists(r.path) for r in results])
+    assert await store.exists(other.path)
+    if isinstance(store, LocalArtifactStore):
+        assert beside.exists()

@@ -1,4 +1,5 @@
-"""Finished jobs, their artifacts and stray checkpoints are cleaned up after the retention."""
+"""Finished jobs, their artifacts, stray checkpoints and results no job names any more are
+cleaned up after the retention."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import grpc
 import pytest
 
 from mediamesh.common.generated.v1 import common_pb2, gateway_pb2
+from mediamesh.scheduler.runtime import ORPHAN_RESULT_MARGIN_S
 from tests.service.conftest import start_mesh, stop_mesh
 
 
@@ -24,6 +26,16 @@ async def test_retention_purges_jobs_artifacts_and_old_checkpoints(
     stray.write_bytes(b"old")
     old = time.time() - 3600
     os.utime(stray, (old, old))
+    # A result whose job was deleted without it (a crash in between), older than the
+    # retention and its margin; a result written since is not the sweep's.
+    left_over = tmp_path / "artifacts" / f"{7:032x}.png"
+    left_over.write_bytes(b"orphan")
+    older = time.time() - ORPHAN_RESULT_MARGIN_S - 60
+    os.utime(left_over, (older, older))
+    recent = tmp_path / "artifacts" / f"{8:032x}.png"
+    recent.write_bytes(b"young")
+    younger = time.time() - ORPHAN_RESULT_MARGIN_S / 2
+    os.utime(recent, (younger, younger))
     mesh = await start_mesh(
         tmp_path,
         models_dir,
@@ -51,6 +63,7 @@ async def test_retention_purges_jobs_artifacts_and_old_checkpoints(
         assert not Path(artifact).exists()
         assert not await runtime.store.has_result(job_id)
         assert not stray.exists()
+        assert not left_over.exists() and recent.exists()
         assert await mesh.scheduler.runtime.store.get(job_id) is None
         assert runtime.result_usage.held(tenant) == 0
         with pytest.raises(grpc.aio.AioRpcError) as caught:
