@@ -77,6 +77,9 @@ _CALLER_REFUSALS = frozenset(
 # How much older than the retention a result must be before the sweep takes it: its job
 # ended after the result was written, and is purged at the retention counted from its end.
 ORPHAN_RESULT_MARGIN_S = 3600.0
+# Between sweeps: each lists every result (a LIST request per thousand objects in a bucket),
+# and what it finds is rare.
+RESULT_SWEEP_INTERVAL_S = 3600.0
 
 
 class SchedulerRuntime:
@@ -101,6 +104,8 @@ class SchedulerRuntime:
         self.results: dict[str, StoredArtifact] = {}
         # Jobs a DeleteJob is deleting: a second DeleteJob of one answers NOT_FOUND.
         self._deleting: dict[str, asyncio.Future[PurgedJob | None]] = {}
+        # When housekeeping next sweeps for results no job names (monotonic; at once).
+        self._next_result_sweep = 0.0
         # The newest ended jobs stay in memory; older ones are read back from the store.
         self.ended = EndedJobs(core, store, self.results, settings.ended_jobs_in_memory)
         self.writer = StoreWriter(store, health=self.store_health, on_ends_stored=self.ended.stored)
@@ -332,7 +337,9 @@ class SchedulerRuntime:
                 await self._purge(cutoff)
             except Exception:
                 log.exception("purging jobs past their retention failed; trying again later")
-            await self._sweep_results(cutoff - ORPHAN_RESULT_MARGIN_S)
+            if time.monotonic() >= self._next_result_sweep:
+                self._next_result_sweep = time.monotonic() + RESULT_SWEEP_INTERVAL_S
+                await self._sweep_results(cutoff - ORPHAN_RESULT_MARGIN_S)
             live = {j.checkpoint for j in self.core.jobs.values() if j.checkpoint}
             self.checkpoints.sweep(live, cutoff)
             kept = [j.params for j in self.core.jobs.values()]
