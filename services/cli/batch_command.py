@@ -48,7 +48,7 @@ from mediamesh.cli.batch_manifest import (
 from mediamesh.cli.gateway_args import add_gateway_arguments, gateway_options
 from mediamesh.common.errors import StatusCode
 from mediamesh.common.output_formats import EXTENSIONS
-from mediamesh.sdk import AsyncClient, Error, GatewayError, Result
+from mediamesh.sdk import AsyncClient, Error, GatewayError, JobState, Result
 
 __all__ = ["MANIFEST", "BatchFileError", "BatchLine", "BatchRun", "read_batch"]
 
@@ -69,7 +69,7 @@ OWN_TIMEOUT_FIELDS = frozenset({"timeout_ms", "timeout"})
 # Answers that no line of this batch could get past.
 FATAL_CODES = frozenset({StatusCode.UNAUTHENTICATED})
 # The states of a job that ran and ended; a line refused before it made a job has none.
-ENDED_STATES = frozenset({"SUCCEEDED", "FAILED", "CANCELLED", "EXPIRED"})
+ENDED_STATES = frozenset(state.value for state in JobState if state.terminal)
 # Refusals no wait would lift within a run: the tenant holds its quota of stored results
 # until it deletes some or their retention ends (a day by default). Waiting 0.2 s at a time,
 # as for back-pressure, the run went on asking for ever; it stops, and a re-run resumes.
