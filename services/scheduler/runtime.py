@@ -360,6 +360,8 @@ class SchedulerRuntime:
     async def _purge(self, cutoff: float) -> None:
         """Delete the jobs that ended before `cutoff`: rows, artifacts, and from memory."""
         for job in await self.store.purge(cutoff):
+            # A delivery still retrying would write its row back for a job that is gone.
+            self.webhooks.abandon(job.job_id)
             self.ended.purged(job.job_id, job.state)
             self.result_usage.removed(job.tenant, job.result_bytes)
             artifact = self.results.pop(job.job_id, None)

@@ -14,6 +14,8 @@ import pytest
 from mediamesh.common.generated.v1 import common_pb2, gateway_pb2
 from mediamesh.scheduler.runtime import ORPHAN_RESULT_MARGIN_S
 from tests.service.conftest import start_mesh, stop_mesh
+from tests.service.mesh.test_webhooks import hook_settings
+from tests.webhook_receiver import webhook_receiver
 
 
 @pytest.mark.parametrize("in_store_max_bytes", [0, 256 * 1024], ids=["file", "in-store"])
@@ -71,3 +73,34 @@ async def test_retention_purges_jobs_artifacts_and_old_checkpoints(
         assert caught.value.code() == grpc.StatusCode.NOT_FOUND
     finally:
         await stop_mesh(mesh)
+
+
+async def test_a_webhook_still_retrying_stops_when_its_job_is_purged(tmp_path: Path, models_dir):
+    async with webhook_receiver() as receiver:
+        receiver.default_status = 500
+        mesh = await start_mesh(
+            tmp_path,
+            models_dir,
+            [["echo"]],
+            scheduler={"retention_s": 1.0},
+            webhooks=hook_settings(receiver, max_attempts=100),
+        )
+        try:
+            hook = common_pb2.Webhook(url=receiver.url, events=["completed"])
+            request = common_pb2.GenerateRequest(model="echo", prompt="x", webhook=hook)
+            events = [e async for e in mesh.gateway_stub().Generate(request)]
+            job_id = events[-1].job_id
+            await receiver.wait_for(2)
+            runtime = mesh.scheduler.runtime
+            for _ in range(100):
+                if await runtime.store.get(job_id) is None:
+                    break
+                await asyncio.sleep(0.1)
+            assert await runtime.store.get(job_id) is None
+            attempts = len(receiver.received)
+            await asyncio.sleep(1.0)  # backoffs of 0.2 to 0.4 s: attempts would go on
+            await runtime.writer.flush(5.0)
+            assert len(receiver.received) <= attempts + 1  # one may have been on its way
+            assert await runtime.store.deliveries_of(job_id) == []
+        finally:
+            await stop_mesh(mesh)
