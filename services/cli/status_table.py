@@ -43,6 +43,10 @@ def render(status: Any) -> str:
     ]
     cost = status.cost
     jobs = " ".join(f"{k}={v}" for k, v in sorted(status.jobs_by_state.items())) or "none"
+    held = sorted(status.result_bytes_by_tenant.items(), key=lambda item: (-item[1], item[0]))
+    results = " ".join(f"{t}={bytes_text(n)}" for t, n in held[:RESULT_TENANTS_SHOWN]) or "none"
+    if len(held) > RESULT_TENANTS_SHOWN:
+        results += f" (and {len(held) - RESULT_TENANTS_SHOWN} more tenants)"
     return "\n".join(
         [
             "QUEUES",
@@ -67,10 +71,25 @@ def render(status: Any) -> str:
             ),
             "",
             f"JOBS  {jobs}",
+            f"RESULTS HELD  {results}",
             f"COST  {money_text(cost.cost)} so far; "
             f"{money_text(cost.on_demand_cost)} if all on-demand",
         ]
     )
+
+
+# Tenants named on the RESULTS HELD line, those holding the most first.
+RESULT_TENANTS_SHOWN = 10
+
+
+def bytes_text(count: int) -> str:
+    """A byte count in the largest binary unit that keeps it at 1 or more, one decimal."""
+    size = float(count)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if size < 1024 or unit == "TiB":
+            return f"{count} B" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    raise AssertionError("unreachable")
 
 
 def money_text(amount: float) -> str:

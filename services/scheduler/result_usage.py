@@ -41,6 +41,10 @@ class ResultUsage:
     def held(self, tenant: str) -> int:
         return self._bytes.get(tenant, 0)
 
+    def by_tenant(self) -> dict[str, int]:
+        """Every tenant holding results, and how many bytes."""
+        return {tenant: held for tenant, held in self._bytes.items() if held > 0}
+
     def check(self, tenant: str, quota_bytes: int) -> None:
         """Refuse a new job of a tenant at or over its quota (0: no quota)."""
         held = self.held(tenant)

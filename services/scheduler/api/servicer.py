@@ -498,6 +498,7 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
             )
         )
         status.jobs_by_state.update(self.runtime.ended.counts_by_state())
+        status.result_bytes_by_tenant.update(self.runtime.result_usage.by_tenant())
         return status
 
 

@@ -15,7 +15,7 @@ import grpc
 import pytest
 from prometheus_client import REGISTRY
 
-from mediamesh.common.generated.v1 import common_pb2, gateway_pb2
+from mediamesh.common.generated.v1 import common_pb2, gateway_pb2, scheduler_pb2, scheduler_pb2_grpc
 from mediamesh.scheduler.store.job_store import JobStore
 from tests.conftest import ROOT
 from tests.service.conftest import InProcessMesh, start_mesh, stop_mesh
@@ -113,6 +113,13 @@ async def test_a_restarted_scheduler_counts_what_each_tenant_holds(
     try:
         usage = restarted.scheduler.runtime.result_usage
         assert (usage.held("a"), usage.held("b")) == (sum(sizes["a"]), sum(sizes["b"]))
+        # What `mediamesh status` shows an operator.
+        channel = grpc.aio.insecure_channel(f"127.0.0.1:{restarted.scheduler.port}")
+        restarted.channels.append(channel)
+        status = await scheduler_pb2_grpc.SchedulerStub(channel).GetStatus(
+            scheduler_pb2.GetStatusRequest()
+        )
+        assert dict(status.result_bytes_by_tenant) == {t: sum(s) for t, s in sizes.items()}
     finally:
         await stop_mesh(restarted)
 
