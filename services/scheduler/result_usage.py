@@ -13,10 +13,6 @@ from __future__ import annotations
 
 from collections import Counter
 
-from mediamesh.common.errors import StatusCode
-from mediamesh.scheduler.core.interface import RESULT_QUOTA
-from mediamesh.scheduler.submissions import Refused
-
 
 class ResultUsage:
     """Result bytes each tenant holds in the artifact store."""
@@ -45,14 +41,6 @@ class ResultUsage:
         """Every tenant holding results, and how many bytes."""
         return {tenant: held for tenant, held in self._bytes.items() if held > 0}
 
-    def check(self, tenant: str, quota_bytes: int) -> None:
-        """Refuse a new job of a tenant at or over its quota (0: no quota)."""
-        held = self.held(tenant)
-        if quota_bytes and held >= quota_bytes:
-            raise Refused(
-                f"result_quota_bytes: tenant {tenant!r} holds {held} bytes of results, at or "
-                f"over its quota of {quota_bytes}; delete results it no longer needs "
-                "(DeleteJob, DELETE /v1/jobs/{job_id}/record) or wait for their retention",
-                code=StatusCode.RESOURCE_EXHAUSTED,
-                reason=RESULT_QUOTA,
-            )
+    def over_quota(self, tenant: str, quota_bytes: int) -> bool:
+        """Whether the tenant holds its quota or more (a quota of 0: no quota)."""
+        return bool(quota_bytes) and self.held(tenant) >= quota_bytes

@@ -454,7 +454,6 @@ class SchedulerRuntime:
             )
             if stale := self.checkpoints.files_of_ended(job):
                 self._spawn(self.checkpoints.delete(stale))
-            artifact = self.results.get(job.job_id)
             if artifact is not None:
                 self.result_usage.added(job.tenant, artifact.size_bytes)
             self.hub.publish(self.final_event(job))

@@ -17,24 +17,22 @@ import asyncio
 import functools
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from mediamesh.common.errors import MeshError, StatusCode, Unavailable
 from mediamesh.scheduler import metrics
 from mediamesh.scheduler.core.effects import Effect
 from mediamesh.scheduler.core.idempotency import conflict_message, conflicting_field
 from mediamesh.scheduler.core.interface import (
+    RESULT_QUOTA,
     STORE_UNAVAILABLE,
     Accepted,
     NewJob,
     SchedulingCore,
 )
 from mediamesh.scheduler.core.jobs import Job
+from mediamesh.scheduler.result_usage import ResultUsage
 from mediamesh.scheduler.store.health import INSERTS, StoreHealth
 from mediamesh.scheduler.store.job_store import DuplicateKey, JobStore
-
-if TYPE_CHECKING:
-    from mediamesh.scheduler.result_usage import ResultUsage
 
 log = logging.getLogger("mediamesh.scheduler")
 
@@ -118,17 +116,22 @@ class Submissions:
             )
         if outcome.deduplicated:
             return outcome.job, True
-        if self._result_usage is not None:
-            try:
-                self._result_usage.check(new.tenant, result_quota_bytes)
-            except Refused:
-                self._core.release(outcome.job)
-                # A retry of a job that ended and left memory is still answered with it.
-                if new.idempotency_key and (
-                    stored := await self._store.by_key(new.tenant, new.idempotency_key)
-                ):
-                    return _same_request(stored[0], new), True
-                raise
+        usage = self._result_usage
+        if usage is not None and usage.over_quota(new.tenant, result_quota_bytes):
+            self._core.release(outcome.job)
+            # A retry of a job that ended and left memory is still answered with it.
+            if new.idempotency_key and (
+                stored := await self._store.by_key(new.tenant, new.idempotency_key)
+            ):
+                return _same_request(stored[0], new), True
+            raise Refused(
+                f"result_quota_bytes: tenant {new.tenant!r} holds {usage.held(new.tenant)} "
+                f"bytes of results, at or over its quota of {result_quota_bytes}; delete "
+                "results it no longer needs (DeleteJob, DELETE /v1/jobs/{job_id}/record) or "
+                "wait for their retention",
+                code=StatusCode.RESOURCE_EXHAUSTED,
+                reason=RESULT_QUOTA,
+            )
         writing = asyncio.ensure_future(self._persist_and_admit(outcome.job))
         writing.add_done_callback(functools.partial(self._written, key, outcome.job))
         if new.idempotency_key:

@@ -13,7 +13,7 @@ import json
 import sqlite3
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from pathlib import Path
@@ -377,12 +377,10 @@ class JobStore:
             deliveries.save_deliveries(self._db, delivery_rows)
             result_rows.save_results(self._db, result_data)
             # After the upserts: a job's last state written in this group is deleted with it.
-            deleted = self._delete_jobs(
-                self._db.execute(
-                    "SELECT job_id, tenant, state, result FROM jobs WHERE job_id IN "
-                    f"({','.join('?' * len(deleted_job_ids))})",
-                    deleted_job_ids,
-                ).fetchall()
+            deleted = (
+                self._delete_where(
+                    f"job_id IN ({','.join('?' * len(deleted_job_ids))})", deleted_job_ids
+                )
                 if deleted_job_ids
                 else []
             )
@@ -487,18 +485,15 @@ class JobStore:
         return await self._run(self._get, job_id)
 
     def _purge(self, finished_before: float) -> list[PurgedJob]:
+        return self._delete_where("finished_at IS NOT NULL AND finished_at < ?", (finished_before,))
+
+    def _delete_where(self, condition: str, args: Sequence[Any]) -> list[PurgedJob]:
+        """Delete the jobs `condition` selects with their kept results and webhook
+        deliveries; the caller deletes the result files."""
         assert self._db is not None
         rows = self._db.execute(
-            "SELECT job_id, tenant, state, result FROM jobs "
-            "WHERE finished_at IS NOT NULL AND finished_at < ?",
-            (finished_before,),
+            f"SELECT job_id, tenant, state, result FROM jobs WHERE {condition}", args
         ).fetchall()
-        return self._delete_jobs(rows)
-
-    def _delete_jobs(self, rows: list[sqlite3.Row]) -> list[PurgedJob]:
-        """Delete the jobs of `rows` (job_id, tenant, state, result) with their kept results and
-        webhook deliveries; the caller deletes the result files."""
-        assert self._db is not None
         purged = []
         for row in rows:
             result = json.loads(row["result"]) if row["result"] else None
