@@ -39,6 +39,7 @@ from mediamesh.scheduler.core.units import WorkerInfo
 from mediamesh.scheduler.ended_jobs import EndedJobs, JobRecord
 from mediamesh.scheduler.events import EventHub, WatchEvent, notice_event
 from mediamesh.scheduler.inputs import job_inputs
+from mediamesh.scheduler.removal import ORPHAN_RESULT_MARGIN_S, RESULT_SWEEP_INTERVAL_S, JobRemoval
 from mediamesh.scheduler.result_usage import ResultUsage
 from mediamesh.scheduler.roster import WorkerRoster
 from mediamesh.scheduler.store.artifacts import ArtifactStore, SignedUrl, StoredArtifact
@@ -48,6 +49,7 @@ from mediamesh.scheduler.store.job_store import JobStore, PurgedJob
 from mediamesh.scheduler.store.recent_artifacts import RecentArtifacts
 from mediamesh.scheduler.store.writer import StoreWriter
 from mediamesh.scheduler.submissions import Refused, Submissions
+from mediamesh.scheduler.watching import JobWatchers
 from mediamesh.scheduler.webhook_delivery import WebhookDeliverer
 
 # Transitions logged at DEBUG only (see _on_transition).
@@ -64,22 +66,11 @@ GAUGE_INTERVAL_S = 0.2
 # How often a store that refused new jobs is tried again (`JobStore.probe`) while readiness,
 # NOT_SERVING for it, keeps Submits away.
 STORE_PROBE_INTERVAL_S = 2.0
-# How often a watched queued job is told its position again when it has moved up: at most
-# once a second per job, and only for jobs someone watches, so a deep queue costs nothing.
-QUEUE_POSITION_REFRESH_S = 1.0
 # Refusals the caller caused (a wrong model or key, too short a timeout) are INFO; those
 # of load or of the store, which an operator may have to act on, are WARNING.
 _CALLER_REFUSALS = frozenset(
     {"unknown_model", "idempotency_conflict", "timeout_too_short", INVALID_REQUEST}
 )
-
-
-# How much older than the retention a result must be before the sweep takes it: its job
-# ended after the result was written, and is purged at the retention counted from its end.
-ORPHAN_RESULT_MARGIN_S = 3600.0
-# Between sweeps: each lists every result (a LIST request per thousand objects in a bucket),
-# and what it finds is rare.
-RESULT_SWEEP_INTERVAL_S = 3600.0
 
 
 class SchedulerRuntime:
@@ -102,8 +93,6 @@ class SchedulerRuntime:
         # Whether the store takes writes: the scheduler's readiness follows it (main).
         self.store_health = StoreHealth()
         self.results: dict[str, StoredArtifact] = {}
-        # Jobs a DeleteJob is deleting: a second DeleteJob of one answers NOT_FOUND.
-        self._deleting: dict[str, asyncio.Future[PurgedJob | None]] = {}
         # When housekeeping next sweeps for results no job names (monotonic; at once).
         self._next_result_sweep = 0.0
         # The newest ended jobs stay in memory; older ones are read back from the store.
@@ -119,6 +108,7 @@ class SchedulerRuntime:
         self.link = link
         self.settings = settings
         self.hub = EventHub()
+        self.watchers = JobWatchers(core, self.hub, self.results)
         self.webhooks = WebhookDeliverer(
             webhooks or WebhookSettings(), self.writer, artifacts, self.stored_artifact
         )
@@ -129,10 +119,6 @@ class SchedulerRuntime:
         self._gauges_task: asyncio.Task[None] | None = None
         self._probe_task: asyncio.Task[None] | None = None
         self._positions_task: asyncio.Task[None] | None = None
-        # Jobs with watchers that see every event -> how many; and for each, the highest
-        # queue position a watcher of it was last told (a later, lower one is sent on).
-        self._watchers: dict[str, int] = {}
-        self._told_position: dict[str, int] = {}
         self.batches = BatchRunner(
             core,
             self.writer,
@@ -149,6 +135,16 @@ class SchedulerRuntime:
         self.submissions = Submissions(
             core, store, self.apply, self.store_health, self.result_usage
         )
+        self.removal = JobRemoval(
+            core,
+            store,
+            self.writer,
+            artifacts,
+            self.ended,
+            self.results,
+            self.result_usage,
+            self.webhooks,
+        )
         # One refusal line per queue and reason a minute: a full queue refuses thousands a
         # second. The lines between are counted, and the next says how many there were.
         self._refusal_log = LogThrottle()
@@ -163,7 +159,7 @@ class SchedulerRuntime:
         # Purge before loading, with the same cut-off: a row past its retention that stayed
         # in the store but not in memory would hold its idempotency key against new jobs.
         await asyncio.to_thread(self.inputs.uploads.load)
-        await self._purge(cutoff)
+        await self.removal.purge(cutoff)
         self.result_usage.loaded(await self.store.result_bytes_by_tenant())
         restored = 0
         loaded = await self.store.load(cutoff, self.settings.ended_jobs_in_memory)
@@ -195,7 +191,7 @@ class SchedulerRuntime:
         self._gauges_task = asyncio.create_task(self._publish_gauges(), name="gauges")
         self._probe_task = asyncio.create_task(self._probe_failing_store(), name="store-probe")
         self._positions_task = asyncio.create_task(
-            self._refresh_queue_positions(), name="queue-positions"
+            self.watchers.refresh_positions(), name="queue-positions"
         )
 
     @staticmethod
@@ -267,53 +263,6 @@ class SchedulerRuntime:
                 log.exception("setting the gauges failed; trying again")
             await asyncio.sleep(GAUGE_INTERVAL_S)
 
-    async def _refresh_queue_positions(self) -> None:
-        """Tells the watchers of a queued job its position again once jobs ahead have left.
-
-        A `queued` event is published when a job enters the queue; without more, a watcher
-        saw that first position and ETA until dispatch. Only watched jobs are looked at, at
-        most once per QUEUE_POSITION_REFRESH_S, and only a lower position is sent: the
-        position is an estimate from the queue's depths (`Backlog.position`), which jobs
-        arriving behind this one would raise."""
-        while True:
-            await asyncio.sleep(QUEUE_POSITION_REFRESH_S)
-            try:
-                self._publish_moved_positions()
-            except Exception:
-                log.exception("refreshing queue positions failed; trying again")
-
-    def _publish_moved_positions(self) -> None:
-        for job_id in list(self._watchers):
-            job = self.core.jobs.get(job_id)
-            if job is None or job.state is not JobState.QUEUED:
-                self._told_position.pop(job_id, None)
-                continue
-            told = self._told_position.get(job_id)
-            if told is not None and self.core.queue_position(job) < told:
-                self._publish_queued(job)
-
-    def _publish_queued(self, job: Job) -> None:
-        event = self.queued_event(job)
-        if job.job_id in self._watchers:
-            self._told_position[job.job_id] = event.position
-        self.hub.publish(event)
-
-    def _watching(self, job_id: str, snapshot: WatchEvent | None) -> None:
-        """A watcher of every event of `job_id` starts (with its first event) or, with
-        None, stops."""
-        if snapshot is None:
-            left = self._watchers.get(job_id, 0) - 1
-            if left > 0:
-                self._watchers[job_id] = left
-            else:
-                self._watchers.pop(job_id, None)
-                self._told_position.pop(job_id, None)
-            return
-        self._watchers[job_id] = self._watchers.get(job_id, 0) + 1
-        if snapshot.kind == "queued":
-            told = self._told_position.get(job_id, snapshot.position)
-            self._told_position[job_id] = max(told, snapshot.position)
-
     async def _probe_failing_store(self) -> None:
         """While new jobs' inserts fail, write a probe row now and then: its success is the
         store taking writes again, which no Submit would find out while readiness keeps
@@ -334,41 +283,16 @@ class SchedulerRuntime:
             await asyncio.sleep(min(60.0, self.settings.retention_s / 4))
             cutoff = time.time() - self.settings.retention_s
             try:
-                await self._purge(cutoff)
+                await self.removal.purge(cutoff)
             except Exception:
                 log.exception("purging jobs past their retention failed; trying again later")
             if time.monotonic() >= self._next_result_sweep:
                 self._next_result_sweep = time.monotonic() + RESULT_SWEEP_INTERVAL_S
-                await self._sweep_results(cutoff - ORPHAN_RESULT_MARGIN_S)
+                await self.removal.sweep_orphans(cutoff - ORPHAN_RESULT_MARGIN_S)
             live = {j.checkpoint for j in self.core.jobs.values() if j.checkpoint}
             self.checkpoints.sweep(live, cutoff)
             kept = [j.params for j in self.core.jobs.values()]
             await asyncio.to_thread(self.inputs.tidy, kept, cutoff)
-
-    async def _sweep_results(self, older_than: float) -> None:
-        """Results no job names any more: a job's row goes before its result, so a crash
-        in between (or a failed delete) leaves the result behind, which no purge would
-        then find."""
-        try:
-            swept = await self.artifacts.sweep(older_than)
-        except Exception:
-            log.exception("sweeping results no job names failed; trying again later")
-            return
-        if swept:
-            log.warning("removed %d stored results that no job named any more", swept)
-
-    async def _purge(self, cutoff: float) -> None:
-        """Delete the jobs that ended before `cutoff`: rows, artifacts, and from memory."""
-        for job in await self.store.purge(cutoff):
-            # A delivery still retrying would write its row back for a job that is gone.
-            self.webhooks.abandon(job.job_id)
-            self.ended.purged(job.job_id, job.state)
-            self.result_usage.removed(job.tenant, job.result_bytes)
-            artifact = self.results.pop(job.job_id, None)
-            await self.artifacts.delete(artifact.path if artifact else job.artifact_path)
-            for copy in job.copies:
-                await self.artifacts.delete(copy)
-            self.core.forget(job.job_id)
 
     # ---- effects -------------------------------------------------------------------------
 
@@ -434,7 +358,7 @@ class SchedulerRuntime:
         if state is JobState.QUEUED:
             if job.attempts == 0:
                 metrics.JOBS.labels(job.queue, "ACCEPTED").inc()
-            self._publish_queued(job)
+            self.watchers.publish_queued(job)
         elif state is JobState.DISPATCHED:
             self.hub.publish(
                 WatchEvent(
@@ -456,25 +380,8 @@ class SchedulerRuntime:
                 self._spawn(self.checkpoints.delete(stale))
             if artifact is not None:
                 self.result_usage.added(job.tenant, artifact.size_bytes)
-            self.hub.publish(self.final_event(job))
+            self.hub.publish(self.watchers.final_event(job))
             self.webhooks.job_ended(job, artifact)
-
-    def queued_event(self, job: Job) -> WatchEvent:
-        position = self.core.queue_position(job)
-        eta = self.core.estimate_finish_s(job.model, job.priority, job.cost_s)
-        return WatchEvent(
-            job.job_id, JobState.QUEUED, "queued", position=position, eta_s=eta, queue=job.queue
-        )
-
-    def final_event(self, job: Job, artifact: StoredArtifact | None = None) -> WatchEvent:
-        """The ended job's last event; `artifact` is its result when it is not in memory."""
-        if job.state is JobState.SUCCEEDED:
-            return WatchEvent(
-                job.job_id, job.state, "result", artifact=artifact or self.results.get(job.job_id)
-            )
-        return WatchEvent(
-            job.job_id, job.state, "error", code=job.error_code, message=job.error_message
-        )
 
     # ---- calls from the API --------------------------------------------------------------
 
@@ -563,33 +470,7 @@ class SchedulerRuntime:
                 f"job_id: job {job_id!r} is {job.state.value} and only an ended job can be "
                 "deleted; cancel it first"
             )
-        if job_id in self._deleting:
-            raise NotFound(f"job_id: no job {job_id!r}")  # another DeleteJob is deleting it
-        deleting = asyncio.ensure_future(self._delete(job))
-        self._deleting[job_id] = deleting
-        deleting.add_done_callback(lambda _: self._deleting.pop(job_id, None))
-        # Shielded: once the row goes, the result and the memory of the job must go too,
-        # even if the caller gives up meanwhile.
-        deleted = await asyncio.shield(deleting)
-        if deleted is None:
-            raise NotFound(f"job_id: no job {job_id!r}")  # its retention got there first
-        return deleted
-
-    async def _delete(self, job: Job) -> PurgedJob | None:
-        self.webhooks.abandon(job.job_id)
-        deleted = await self.writer.delete(job.job_id)
-        if deleted is None:
-            return None
-        self.ended.purged(job.job_id, deleted.state)
-        self.result_usage.removed(deleted.tenant, deleted.result_bytes)
-        artifact = self.results.pop(job.job_id, None)
-        self.core.forget(job.job_id)
-        await self.artifacts.delete(artifact.path if artifact else deleted.artifact_path)
-        for copy in deleted.copies:
-            await self.artifacts.delete(copy)
-        metrics.JOBS_DELETED.labels(job.queue).inc()
-        log_job(log, "job deleted", job.trace_carrier, job_id=job.job_id, state=deleted.state)
-        return deleted
+        return await self.removal.delete(job)
 
     async def watch(
         self,
@@ -600,55 +481,15 @@ class SchedulerRuntime:
         final_only: bool = False,
         snapshot_first: bool = False,
     ) -> AsyncIterator[WatchEvent]:
-        """The job's current state, then its events to its end; with `final_only` its final
-        event alone, or the current state and the final event with `snapshot_first` (a
-        caller that submitted in the same call learns the job's id from it)."""
+        """The job's current state, then its events to its end (see `JobWatchers.follow`)."""
         job, artifact = await self.owned_job(job_id, tenant, admin=admin)
-        queue = self.hub.subscribe(job_id, final_only=final_only)
-        snapshot: WatchEvent | None = None
-        try:
-            # Decide from the snapshot, not the job: it may end while the snapshot is sent,
-            # and its final event must then still come through the queue.
-            snapshot = self.snapshot_event(job, artifact)
-            if not final_only:
-                self._watching(job_id, snapshot)
-            if snapshot.final or not final_only or snapshot_first:
-                yield snapshot
-            if snapshot.final:
-                return
-            while True:
-                event = await queue.get()
-                yield event
-                if event.final:
-                    return
-        finally:
-            self.hub.unsubscribe(job_id, queue)
-            if snapshot is not None and not final_only:
-                self._watching(job_id, None)
-
-    def snapshot_event(self, job: Job, artifact: StoredArtifact | None = None) -> WatchEvent:
-        if job.state.terminal:
-            return self.final_event(job, artifact)
-        if job.state is JobState.QUEUED:
-            return self.queued_event(job)
-        if job.step == 0:
-            return WatchEvent(
-                job.job_id,
-                job.state,
-                "notice",
-                notice="dispatched",
-                message=f"dispatched to {job.worker_id} (attempt {job.attempts})",
-                worker_id=job.worker_id or "",
-                attempt=job.attempts,
-            )
-        return WatchEvent(
-            job.job_id,
-            job.state,
-            "progress",
-            step=job.step,
-            total_steps=job.total_steps or job.params.steps,
-            attempt=job.attempts,
+        following = self.watchers.follow(
+            job, artifact, final_only=final_only, snapshot_first=snapshot_first
         )
+        # Closed with this one: a watcher that goes away unsubscribes at once, not at GC.
+        async with contextlib.aclosing(following) as events:
+            async for event in events:
+                yield event
 
     async def artifact_of(self, job_id: str, tenant: str, *, admin: bool = False) -> StoredArtifact:
         """The job's stored result; FAILED_PRECONDITION without one, NOT_FOUND once gone."""

@@ -176,7 +176,7 @@ async def test_large_inputs_live_in_the_artifact_store_until_their_job_ended(mes
     assert info.state == common_pb2.SUCCEEDED and info.result.artifact.size_bytes > 0
 
     later = time.time() + 1
-    await runtime._purge(later)
+    await runtime.removal.purge(later)
     await asyncio.to_thread(
         runtime.inputs.tidy, [j.params for j in runtime.core.jobs.values()], later
     )

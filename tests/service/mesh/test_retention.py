@@ -12,7 +12,7 @@ import grpc
 import pytest
 
 from mediamesh.common.generated.v1 import common_pb2, gateway_pb2
-from mediamesh.scheduler.runtime import ORPHAN_RESULT_MARGIN_S
+from mediamesh.scheduler.removal import ORPHAN_RESULT_MARGIN_S
 from tests.service.conftest import start_mesh, stop_mesh
 from tests.service.mesh.test_webhooks import hook_settings
 from tests.webhook_receiver import webhook_receiver
