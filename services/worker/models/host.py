@@ -21,6 +21,7 @@ from mediamesh.common.hub import cached_snapshot, is_hub_source, missing_message
 from mediamesh.common.registry import ModelSpec
 from mediamesh.common.work import JobParams
 from mediamesh.worker.core.batch import ControlView, Emit
+from mediamesh.worker.models.device_lookups import mark_without_group_offloading
 from mediamesh.worker.models.diffusion import DiffusionHost
 from mediamesh.worker.models.gpu_setup import apply_gpu_options, place, refuse_on_device
 from mediamesh.worker.models.memory import (
@@ -122,6 +123,8 @@ def load_pipeline(
     if spec.quantization == "int8-dynamic":
         quantize_int8_dynamic(pipeline.transformer)
     apply_gpu_options(spec, pipeline)
+    # Last: after placement and compilation, no hook is added any more.
+    mark_without_group_offloading(pipeline)
     return pipeline
 
 
