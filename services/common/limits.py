@@ -197,6 +197,9 @@ REQUEST_LIMITS: Mapping[str, Mapping[str, FieldLimit]] = {
     # inference.GRPCInferenceService
     "inference.ModelReadyRequest": {"name": MODEL_NAME, "version": KSERVE_VERSION},
     "inference.ModelMetadataRequest": {"name": MODEL_NAME, "version": KSERVE_VERSION},
+    "inference.ModelConfigRequest": {"name": MODEL_NAME, "version": KSERVE_VERSION},
+    # One repository, named by the empty string: a longer name is unknown anyway.
+    "inference.RepositoryIndexRequest": {"repository_name": MODEL_NAME},
     "inference.ModelInferRequest": {
         "model_name": MODEL_NAME,
         "model_version": KSERVE_VERSION,

@@ -22,11 +22,13 @@ MAPPING_MODULES = frozenset(
         "gateway/core/kserve_status.py",
     }
 )
-# Job states that share a name with a status code: a different vocabulary, not a status.
+# Job and model states that share a name with a status code: a different vocabulary, not a
+# status (Triton's repository index names a model that cannot serve UNAVAILABLE).
 JOB_STATE_NAMES = {
     "scheduler/core/jobs.py": {"CANCELLED"},
     "sdk/types.py": {"CANCELLED"},
     "gateway/http/openai_videos.py": {"CANCELLED"},
+    "gateway/core/model_config.py": {"UNAVAILABLE"},
 }
 
 

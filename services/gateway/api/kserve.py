@@ -41,13 +41,16 @@ from mediamesh.gateway.core.inference_call import (
     refusal,
 )
 from mediamesh.gateway.core.kserve_status import stream_error_text
+from mediamesh.gateway.core.model_config import check_repository, repository_index, unready_reason
 from mediamesh.gateway.core.tenancy import Caller
 
 log = logging.getLogger("mediamesh.gateway.kserve")
 
 SERVER_NAME = "mediamesh"
-# Protocol extensions served: request priority and timeout, and request parameters.
-EXTENSIONS = ("schedule_policy", "parameters")
+# Protocol extensions served: request priority and timeout, request parameters, and Triton's
+# model configuration. Of Triton's model repository extension only the index is served
+# (loading is the workers' business), so it is not named here.
+EXTENSIONS = ("schedule_policy", "parameters", "model_configuration")
 READY_TIMEOUT_S = 5
 # The rpcs that need no API key: probes send none, and learn nothing about tenants.
 OPEN_METHODS = ("ServerLive", "ServerReady")
@@ -119,6 +122,31 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         reader_of(self.up.tenancy, context)
         spec = self._model(request.name, request.version)
         return messages.model_metadata(spec)
+
+    async def ModelConfig(
+        self,
+        request: pb.ModelConfigRequest,
+        context: grpc.aio.ServicerContext[pb.ModelConfigRequest, pb.ModelConfigResponse],
+    ) -> pb.ModelConfigResponse:
+        """The model's configuration; NOT_FOUND for an unknown model or version."""
+        reader_of(self.up.tenancy, context)
+        spec = self._model(request.name, request.version)
+        return pb.ModelConfigResponse(config=messages.model_config_message(spec))
+
+    async def RepositoryIndex(
+        self,
+        request: pb.RepositoryIndexRequest,
+        context: grpc.aio.ServicerContext[pb.RepositoryIndexRequest, pb.RepositoryIndexResponse],
+    ) -> pb.RepositoryIndexResponse:
+        """Every model with its state (only the ready ones with `ready`)."""
+        reader_of(self.up.tenancy, context)
+        check_repository(request.repository_name)
+        index = repository_index(
+            self.up.registry.names, await unready_models(self.up), ready_only=request.ready
+        )
+        return pb.RepositoryIndexResponse(
+            models=[pb.RepositoryIndexResponse.ModelIndex(**model) for model in index]
+        )
 
     # ---- inference -----------------------------------------------------------------------
 
@@ -265,6 +293,25 @@ async def ready_models(up: Upstream) -> set[str]:
     except MeshError:
         return set()
     return {m.name for m in reply.models if m.ready}
+
+
+async def unready_models(up: Upstream) -> dict[str, str]:
+    """Why each registry model that is not ready is not, as the scheduler reports them;
+    every model, when it cannot be reached."""
+    try:
+        async with mesh_errors():
+            reply = await up.scheduler.ListModels(
+                gateway_pb2.ListModelsRequest(), timeout=READY_TIMEOUT_S
+            )
+    except MeshError as exc:
+        return dict.fromkeys(up.registry.names, f"the scheduler cannot be reached: {exc.code}")
+    listed = {model.name: model for model in reply.models}
+    reasons = {}
+    for name in up.registry.names:
+        model = listed.get(name)
+        if model is None or not model.ready:
+            reasons[name] = unready_reason(model.warmup if model is not None else "")
+    return reasons
 
 
 def registration(upstream: Upstream) -> Registration:

@@ -17,6 +17,7 @@ from mediamesh.gateway.core.inference_call import (
     ParamValue,
     RequestedOutput,
 )
+from mediamesh.gateway.core.model_config import model_config
 
 FINAL_FLAG = "triton_final_response"
 # Typed content fields that cannot carry BYTES elements.
@@ -122,3 +123,8 @@ def stream_error(request: pb.ModelInferRequest, message: str) -> pb.ModelStreamI
 def model_metadata(spec: ModelSpec) -> pb.ModelMetadataResponse:
     """The ModelMetadataResponse describing `spec` (see `inference_call.model_metadata`)."""
     return json_format.ParseDict(inference_call.model_metadata(spec), pb.ModelMetadataResponse())
+
+
+def model_config_message(spec: ModelSpec) -> pb.ModelConfig:
+    """`spec`'s configuration as the ModelConfig message (the same fields as over HTTP)."""
+    return json_format.ParseDict(model_config(spec), pb.ModelConfig())

@@ -13,6 +13,7 @@ from mediamesh.gateway.api.kserve import (
     inference_model,
     ready_models,
     server_version,
+    unready_models,
 )
 from mediamesh.gateway.api.kserve_jobs import run_call
 from mediamesh.gateway.api.upstream import Upstream
@@ -22,6 +23,7 @@ from mediamesh.gateway.core.inference_call import (
     parse_call,
     refusal,
 )
+from mediamesh.gateway.core.model_config import check_repository, repository_index
 from mediamesh.gateway.core.oip_rest import RestInferRequest, check_outputs_sendable
 from mediamesh.gateway.core.tenancy import Caller
 
@@ -42,6 +44,12 @@ class InferencePlane:
     async def ready_models(self) -> set[str]:
         """The models ready in the mesh; none when the scheduler cannot be reached."""
         return await ready_models(self.up)
+
+    async def repository_index(self, repository: str, ready_only: bool) -> list[dict[str, str]]:
+        """Every model with its state (only the ready ones with `ready_only`)."""
+        check_repository(repository)
+        unready = await unready_models(self.up)
+        return repository_index(self.up.registry.names, unready, ready_only=ready_only)
 
     def server_metadata(self) -> dict[str, Any]:
         """The server's name, mediamesh version and the extensions served over HTTP."""

@@ -91,6 +91,11 @@ def model_inputs(spec: ModelSpec) -> tuple[TensorSpec, ...]:
     return prompts + images
 
 
+def platform_of(spec: ModelSpec) -> str:
+    """What runs the model, as its metadata and configuration name it."""
+    return f"mediamesh_{spec.pipeline}"
+
+
 def model_metadata(spec: ModelSpec) -> dict[str, object]:
     """`spec` as the protocol's model metadata describes a model (field for field, over gRPC
     and HTTP alike): its one version, its pipeline, and the tensors a request may send and
@@ -102,7 +107,7 @@ def model_metadata(spec: ModelSpec) -> dict[str, object]:
     return {
         "name": spec.name,
         "versions": [MODEL_VERSION],
-        "platform": f"mediamesh_{spec.pipeline}",
+        "platform": platform_of(spec),
         "inputs": [tensor(t) for t in model_inputs(spec)],
         "outputs": [tensor(t) for t in OUTPUTS],
     }

@@ -96,6 +96,20 @@ def parse_infer_request(body: bytes, header_length: str | None) -> RestInferRequ
     )
 
 
+def parse_index_request(body: bytes) -> bool:
+    """Whether a repository index request (`{"ready": true}`, or an empty body) asks for
+    the ready models only; InvalidArgument naming the field at fault."""
+    if not body.strip():
+        return False
+    try:
+        document = json.loads(body)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise InvalidArgument(f"the request body is not a JSON object: {exc}") from None
+    request = _object(document, "the request body")
+    _refuse_unknown(request, frozenset({"ready"}), "")
+    return _flag(request.get("ready", False), "ready")
+
+
 def check_outputs_sendable(request: RestInferRequest, outputs: Iterable[str]) -> None:
     """InvalidArgument unless each of `outputs` (those the call will answer with) can be
     sent as the request asks: the media output only raw."""

@@ -13,9 +13,11 @@ from fastapi.responses import JSONResponse, Response
 
 from mediamesh.common.errors import NotFound
 from mediamesh.gateway.core.inference_call import model_metadata
+from mediamesh.gateway.core.model_config import model_config
 from mediamesh.gateway.core.oip_rest import (
     HEADER_LENGTH,
     encode_infer_response,
+    parse_index_request,
     parse_infer_request,
 )
 from mediamesh.gateway.http.bodies import read_body
@@ -60,6 +62,33 @@ async def model_metadata_route(
     plane = context_of(request).plane
     plane.reader(authorization)
     return JSONResponse(model_metadata(plane.inference.model(model, _version(request))))
+
+
+@router.get(_MODEL + "/config", summary="Model configuration")
+@router.get(_VERSIONED + "/config", summary="Model configuration (a version)")
+async def model_config_route(
+    request: Request, model: str, authorization: Authorization = None
+) -> JSONResponse:
+    """The model as Triton's model configuration describes one; 404 for an unknown model
+    or version."""
+    plane = context_of(request).plane
+    plane.reader(authorization)
+    return JSONResponse(model_config(plane.inference.model(model, _version(request))))
+
+
+@router.post("/v2/repository/index", summary="Repository index")
+async def repository_index_route(
+    request: Request, authorization: Authorization = None
+) -> JSONResponse:
+    """Every model with its state, READY or UNAVAILABLE and why; with `{"ready": true}` as
+    the body, only the ready ones."""
+    context = context_of(request)
+    plane = context.plane
+    plane.reader(authorization)
+    body = await read_body(request, context.max_body_bytes)
+    ready_only = parse_index_request(body)
+    index = await plane.inference.repository_index("", ready_only)
+    return JSONResponse(index)
 
 
 @router.get(_MODEL + "/ready", summary="Model ready")

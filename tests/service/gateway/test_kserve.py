@@ -13,6 +13,7 @@ from PIL import Image
 
 from mediamesh.common.generated.inference import grpc_service_pb2 as pb
 from mediamesh.common.generated.inference import grpc_service_pb2_grpc as pb_grpc
+from mediamesh.common.registry import load_registry
 from mediamesh.gateway.core.tensors import join_bytes_tensor, split_bytes_tensor, unpack_int64
 from tests.service.conftest import start_mesh, stop_mesh
 from tests.service.gateway.conftest import KEY_A, NO_SPOT_WAIT, auth, keyed, run_probe
@@ -46,6 +47,7 @@ async def test_tritonclient_health_metadata_infer_stream_and_errors(keyed_mesh):
         "stream",
         "errors",
         "echo",
+        "repository",
         "--api-key",
         KEY_A,
     )
@@ -54,6 +56,7 @@ async def test_tritonclient_health_metadata_infer_stream_and_errors(keyed_mesh):
     assert not health["unknown_ready"]
     assert health["server"]["name"] == "mediamesh"
     assert "schedule_policy" in health["server"]["extensions"]
+    assert "model_configuration" in health["server"]["extensions"]
     # flux-tiny takes no negative prompt, so its metadata lists none.
     assert health["inputs"] == [["prompt", "BYTES", [-1]]]
     # flux-tiny has previews, but the metadata lists only outputs a request may ask for:
@@ -83,6 +86,30 @@ async def test_tritonclient_health_metadata_infer_stream_and_errors(keyed_mesh):
     assert errors["no_key"]["status"] == "StatusCode.UNAUTHENTICATED"
 
     assert report["echo"] == {"sizes": [[16, 16]]}
+
+    # tritonclient's JSON of the messages: proto3 leaves zeros and false out, int64 as text.
+    repository = report["repository"]
+    assert repository["config"] == {
+        "name": "flux-tiny",
+        "platform": "mediamesh_FluxPipeline",
+        "backend": "diffusers",
+        "input": [{"name": "prompt", "data_type": "TYPE_STRING", "dims": ["-1"]}],
+        "output": [
+            {"name": "output", "data_type": "TYPE_STRING", "dims": ["-1"]},
+            {"name": "seed", "data_type": "TYPE_INT64", "dims": ["-1"]},
+        ],
+    }
+    index = {model["name"]: model for model in repository["index"]}
+    assert list(index) == sorted(load_registry().names)
+    assert index["flux-tiny"] == {"name": "flux-tiny", "version": "1", "state": "READY"}
+    assert index["wan-tiny"] == {
+        "name": "wan-tiny",
+        "version": "1",
+        "state": "UNAVAILABLE",
+        "reason": "no live worker hosts it",
+    }
+    assert repository["unknown"]["status"] == "StatusCode.NOT_FOUND"
+    assert repository["unknown"]["message"].startswith("Request for unknown model: 'nope'")
 
 
 async def test_raw_input_contents_request_built_by_hand(keyed_mesh):
@@ -221,3 +248,23 @@ async def test_a_result_above_the_inline_limit_still_comes_back_whole(
         assert hashlib.sha256(png).hexdigest() == stored.sha256
     finally:
         await stop_mesh(mesh)
+
+
+async def test_the_repository_index_filters_ready_models_and_knows_one_repository(keyed_mesh):
+    stub = stub_for(keyed_mesh)
+    ready = await stub.RepositoryIndex(pb.RepositoryIndexRequest(ready=True), metadata=auth(KEY_A))
+    assert {(m.name, m.state) for m in ready.models} == {("echo", "READY"), ("flux-tiny", "READY")}
+    with pytest.raises(grpc.aio.AioRpcError) as unknown:
+        await stub.RepositoryIndex(
+            pb.RepositoryIndexRequest(repository_name="models"), metadata=auth(KEY_A)
+        )
+    assert unknown.value.code() is grpc.StatusCode.NOT_FOUND
+    assert unknown.value.details().startswith("repository_name: no repository 'models'")
+    with pytest.raises(grpc.aio.AioRpcError) as no_key:
+        await stub.ModelConfig(pb.ModelConfigRequest(name="flux-tiny"))
+    assert no_key.value.code() is grpc.StatusCode.UNAUTHENTICATED
+    with pytest.raises(grpc.aio.AioRpcError) as version:
+        await stub.ModelConfig(
+            pb.ModelConfigRequest(name="flux-tiny", version="2"), metadata=auth(KEY_A)
+        )
+    assert version.value.code() is grpc.StatusCode.NOT_FOUND

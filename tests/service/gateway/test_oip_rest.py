@@ -13,6 +13,8 @@ import httpx
 import pytest
 from PIL import Image
 
+from mediamesh.common.registry import load_registry
+from mediamesh.gateway.core.model_config import model_config
 from mediamesh.gateway.core.tensors import split_bytes_tensor
 from tests.conftest import ROOT
 from tests.oip_bodies import raw_inputs_body
@@ -48,6 +50,19 @@ async def test_tritonclient_http_health_metadata_infer_and_errors(http_mesh: InP
     assert report["server"]["name"] == "mediamesh"
     assert "binary_tensor_data" in report["server"]["extensions"]
     assert report["inputs"] == [["prompt", "BYTES", [-1]]] and report["versions"] == ["1"]
+    assert "model_configuration" in report["server"]["extensions"]
+    assert report["config"] == model_config(load_registry().get("flux-tiny"))
+    assert report["config"]["input"] == [
+        {
+            "name": "prompt",
+            "data_type": "TYPE_STRING",
+            "format": "FORMAT_NONE",
+            "dims": [-1],
+            "optional": False,
+        }
+    ]
+    states = {model["name"]: model["state"] for model in report["index"]}
+    assert states["flux-tiny"] == "READY" and set(states) == set(load_registry().names)
     for name in ("infer", "infer_json_prompts"):
         infer = report[name]
         assert infer["id"] == name and infer["sizes"] == [[48, 64], [48, 64]]
@@ -65,6 +80,7 @@ async def test_tritonclient_http_health_metadata_infer_and_errors(http_mesh: InP
     assert errors["media_as_json"]["status"] == "400"
     assert errors["media_as_json"]["message"].startswith("outputs.output: it holds encoded media")
     assert errors["no_key"]["status"] == "401"
+    assert errors["unknown_config"]["status"] == "404"
 
 
 async def test_an_input_image_goes_raw_and_the_answer_names_its_id(http_mesh: InProcessMesh):  # noqa: F811
@@ -125,8 +141,11 @@ async def test_keys_probes_and_errors_in_the_protocols_shape(http_mesh: InProces
         )
         assert gzipped.status_code == 415
         assert gzipped.json()["error"].startswith("Content-Encoding: 'gzip' is not supported")
-        stray = await client.get("/v2/repository/index", headers=bearer(KEY_A))
+        # Loading is the workers' registry and residency, not a call: the route is not served.
+        stray = await client.post("/v2/repository/models/flux-tiny/load", headers=bearer(KEY_A))
         assert stray.status_code == 404 and set(stray.json()) == {"error"}
+        wrong_method = await client.get("/v2/repository/index", headers=bearer(KEY_A))
+        assert wrong_method.status_code == 405 and set(wrong_method.json()) == {"error"}
 
 
 async def test_a_client_that_leaves_cancels_its_jobs(http_mesh: InProcessMesh):  # noqa: F811
@@ -148,3 +167,28 @@ async def test_a_client_that_leaves_cancels_its_jobs(http_mesh: InProcessMesh): 
                 break
             await asyncio.sleep(0.2)
     assert [j["state"] for j in mine] == ["CANCELLED", "CANCELLED"], mine
+
+
+async def test_the_repository_index_and_model_configuration_over_rest(http_mesh: InProcessMesh):  # noqa: F811
+    async with http_client(http_mesh) as client:
+        index = await client.post("/v2/repository/index", headers=bearer(KEY_A))
+        assert index.status_code == 200
+        states = {m["name"]: (m["state"], m["reason"]) for m in index.json()}
+        assert states["flux-tiny"] == ("READY", "")
+        assert states["sdxl-tiny"] == ("UNAVAILABLE", "no live worker hosts it")
+        ready = await client.post(
+            "/v2/repository/index", json={"ready": True}, headers=bearer(KEY_A)
+        )
+        assert ready.status_code == 200 and ready.json()
+        assert {m["state"] for m in ready.json()} == {"READY"}
+        assert {m["name"] for m in ready.json()} < set(states)
+        bad = await client.post(
+            "/v2/repository/index", json={"ready": "yes"}, headers=bearer(KEY_A)
+        )
+        assert bad.status_code == 400 and bad.json()["error"].startswith("ready: expected")
+        assert (await client.post("/v2/repository/index")).status_code == 401
+        config = await client.get("/v2/models/flux-tiny/versions/1/config", headers=bearer(KEY_A))
+        assert config.status_code == 200 and config.json()["max_batch_size"] == 0
+        unknown = await client.get("/v2/models/nope/config", headers=bearer(KEY_A))
+        assert unknown.status_code == 404 and set(unknown.json()) == {"error"}
+        assert (await client.get("/v2/models/flux-tiny/config")).status_code == 401

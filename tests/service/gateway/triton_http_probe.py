@@ -43,6 +43,8 @@ def main(url: str, key: str) -> dict:
         "server": {"name": server["name"], "extensions": server["extensions"]},
         "inputs": [[t["name"], t["datatype"], t["shape"]] for t in model["inputs"]],
         "versions": model["versions"],
+        "config": client.get_model_config("flux-tiny", headers=headers()),
+        "index": client.get_model_repository_index(headers=headers()),
     }
     # No outputs named: the client asks for every output raw (binary_data_output).
     for name, binary in (("infer", True), ("infer_json_prompts", False)):
@@ -83,6 +85,7 @@ def main(url: str, key: str) -> dict:
             headers=headers(),
         ),
         "no_key": lambda: client.infer("flux-tiny", [_prompts("x")]),
+        "unknown_config": lambda: client.get_model_config("nope", headers=headers()),
     }
     for name, call in calls.items():
         try:

@@ -163,6 +163,17 @@ def tensor_parameters(client: triton.InferenceServerClient, headers: dict) -> di
     return {"listed": listed, "answered": answered, "refused": refused}
 
 
+def repository(client: triton.InferenceServerClient, headers: dict) -> dict:
+    config = client.get_model_config("flux-tiny", headers=headers, as_json=True)
+    index = client.get_model_repository_index(headers=headers, as_json=True)
+    try:
+        client.get_model_config("nope", headers=headers)
+        unknown = None
+    except InferenceServerException as exc:
+        unknown = _error(exc)
+    return {"config": config["config"], "index": index.get("models", []), "unknown": unknown}
+
+
 def echo(client: triton.InferenceServerClient, headers: dict) -> dict:
     result = client.infer("echo", [_prompts("hello")], headers=headers, priority=3)
     return {"sizes": _images(result)}
@@ -175,6 +186,7 @@ SCENARIOS = {
     "errors": errors,
     "echo": echo,
     "tensor_parameters": tensor_parameters,
+    "repository": repository,
 }
 
 

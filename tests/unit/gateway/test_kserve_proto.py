@@ -18,11 +18,11 @@ from mediamesh.common.generated.inference import grpc_service_pb2
 ROOT = Path(__file__).resolve().parents[3]
 
 
-def _published() -> descriptor_pb2.FileDescriptorProto:
+def _published(module: str = "service_pb2") -> descriptor_pb2.FileDescriptorProto:
     spec = importlib.util.find_spec("tritonclient")
     # tritonclient is a dev dependency: its absence is a broken install, not a reason to skip.
     assert spec is not None and spec.submodule_search_locations, "tritonclient is not installed"
-    source = Path(next(iter(spec.submodule_search_locations))) / "grpc" / "service_pb2.py"
+    source = Path(next(iter(spec.submodule_search_locations))) / "grpc" / f"{module}.py"
     for node in ast.walk(ast.parse(source.read_text())):
         if (
             isinstance(node, ast.Call)
@@ -59,21 +59,44 @@ def test_package_and_service_names_are_the_published_ones():
 
 
 def test_every_message_and_field_matches_the_published_protocol():
-    ours, published = _messages(_ours().message_type), _messages(_published().message_type)
+    ours = _messages(_ours().message_type)
+    service = _messages(_published().message_type)
+    # Triton's model_config.proto: the gateway declares the fields of a model configuration
+    # it sets, each as published, not the scheduling and optimisation ones it never sets.
+    config = _messages(_published("model_config_pb2").message_type)
     assert ours, "no messages generated"
     for name, message in ours.items():
-        assert name in published, f"{name} is not a published message"
-        theirs = {f.name: f for f in published[name].field}
+        published = service.get(name) or config.get(name)
+        assert published is not None, f"{name} is not a published message"
+        theirs = {f.name: f for f in published.field}
         for field in message.field:
             assert field.name in theirs, f"{name}.{field.name} is not a published field"
             assert _field_shape(field) == _field_shape(theirs[field.name]), f"{name}.{field.name}"
-        assert len(message.field) == len(theirs), f"{name} lacks published fields"
+        if name in service:
+            assert len(message.field) == len(theirs), f"{name} lacks published fields"
+
+
+def _enums(file: descriptor_pb2.FileDescriptorProto) -> dict[str, dict[str, int]]:
+    found = {e.name: {v.name: v.number for v in e.value} for e in file.enum_type}
+    for name, message in _messages(file.message_type).items():
+        found.update(
+            {f"{name}.{e.name}": {v.name: v.number for v in e.value} for e in message.enum_type}
+        )
+    return found
+
+
+def test_every_enum_value_matches_the_published_protocol():
+    ours, published = _enums(_ours()), _enums(_published("model_config_pb2"))
+    assert set(ours) == {"DataType", "ModelInput.Format"}
+    for name, values in ours.items():
+        assert values == published[name], name
 
 
 def test_every_method_matches_the_published_protocol():
     (ours,) = _ours().service
     theirs = {m.name: m for m in _published().service[0].method}
     served = {"ServerLive", "ServerReady", "ModelReady", "ServerMetadata", "ModelMetadata"}
+    served |= {"ModelConfig", "RepositoryIndex"}
     assert {m.name for m in ours.method} == served | {"ModelInfer", "ModelStreamInfer"}
     for method in ours.method:
         published = theirs[method.name]

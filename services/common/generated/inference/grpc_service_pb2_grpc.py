@@ -72,6 +72,16 @@ class GRPCInferenceServiceStub:
                 request_serializer=inference_dot_grpc__service__pb2.ModelInferRequest.SerializeToString,
                 response_deserializer=inference_dot_grpc__service__pb2.ModelStreamInferResponse.FromString,
                 _registered_method=True)
+        self.ModelConfig = channel.unary_unary(
+                '/inference.GRPCInferenceService/ModelConfig',
+                request_serializer=inference_dot_grpc__service__pb2.ModelConfigRequest.SerializeToString,
+                response_deserializer=inference_dot_grpc__service__pb2.ModelConfigResponse.FromString,
+                _registered_method=True)
+        self.RepositoryIndex = channel.unary_unary(
+                '/inference.GRPCInferenceService/RepositoryIndex',
+                request_serializer=inference_dot_grpc__service__pb2.RepositoryIndexRequest.SerializeToString,
+                response_deserializer=inference_dot_grpc__service__pb2.RepositoryIndexResponse.FromString,
+                _registered_method=True)
 
 
 class GRPCInferenceServiceServicer:
@@ -131,6 +141,24 @@ class GRPCInferenceServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ModelConfig(self, request, context):
+        """Triton's model configuration extension: the model's configuration as Triton's model
+        config describes one (its tensors and batch limit). NOT_FOUND for an unknown model or
+        version.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RepositoryIndex(self, request, context):
+        """The index part of Triton's model repository extension: every registry model with its
+        state, READY while a live worker hosts it and UNAVAILABLE otherwise. Loading and
+        unloading are the workers' registry and residency settings, not calls.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_GRPCInferenceServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -168,6 +196,16 @@ def add_GRPCInferenceServiceServicer_to_server(servicer, server):
                     servicer.ModelStreamInfer,
                     request_deserializer=inference_dot_grpc__service__pb2.ModelInferRequest.FromString,
                     response_serializer=inference_dot_grpc__service__pb2.ModelStreamInferResponse.SerializeToString,
+            ),
+            'ModelConfig': grpc.unary_unary_rpc_method_handler(
+                    servicer.ModelConfig,
+                    request_deserializer=inference_dot_grpc__service__pb2.ModelConfigRequest.FromString,
+                    response_serializer=inference_dot_grpc__service__pb2.ModelConfigResponse.SerializeToString,
+            ),
+            'RepositoryIndex': grpc.unary_unary_rpc_method_handler(
+                    servicer.RepositoryIndex,
+                    request_deserializer=inference_dot_grpc__service__pb2.RepositoryIndexRequest.FromString,
+                    response_serializer=inference_dot_grpc__service__pb2.RepositoryIndexResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -362,6 +400,60 @@ class GRPCInferenceService:
             '/inference.GRPCInferenceService/ModelStreamInfer',
             inference_dot_grpc__service__pb2.ModelInferRequest.SerializeToString,
             inference_dot_grpc__service__pb2.ModelStreamInferResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ModelConfig(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/inference.GRPCInferenceService/ModelConfig',
+            inference_dot_grpc__service__pb2.ModelConfigRequest.SerializeToString,
+            inference_dot_grpc__service__pb2.ModelConfigResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RepositoryIndex(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/inference.GRPCInferenceService/RepositoryIndex',
+            inference_dot_grpc__service__pb2.RepositoryIndexRequest.SerializeToString,
+            inference_dot_grpc__service__pb2.RepositoryIndexResponse.FromString,
             options,
             channel_credentials,
             insecure,
