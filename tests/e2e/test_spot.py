@@ -16,7 +16,6 @@ import pytest
 from imageio_ffmpeg import read_frames
 
 from mediamesh.common.generated.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
-from tests.e2e.conftest import wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -104,12 +103,18 @@ def test_spot_worker_sigterm_checkpoints_and_the_job_resumes_on_demand(launch, t
             ).job_id
             for seed in (1, 2)
         ]
-        followers = [Follower(stub, job_id) for job_id in batch]
-        wait_for(lambda: len(followers[0].steps()) >= 5, timeout=120)
-        assert stub.GetJob(gateway_pb2.GetJobRequest(job_id=batch[0])).worker_id == "worker-0"
-        os.kill(mesh.child_pid("--worker-id worker-0"), signal.SIGTERM)
+        spot_worker = mesh.child_pid("--worker-id worker-0")
+        # From the watching thread as step 3 arrives: polling for a step from here let the
+        # batch's last steps run (in a fast minute, all 24 in a fifth of a second) before the
+        # SIGTERM, and a batch past its last step finishes rather than stopping.
+        followers = [
+            Follower(stub, batch[0], at_step=(3, lambda: os.kill(spot_worker, signal.SIGTERM))),
+            Follower(stub, batch[1]),
+        ]
         for follower in followers:
             assert follower.done.wait(240)
+        first_run = next(e.notice for e in followers[0].events if e.notice.kind == "dispatched")
+        assert first_run.worker_id == "worker-0"
 
         for follower in followers:
             final = follower.events[-1]
@@ -157,13 +162,19 @@ def test_sigkill_with_periodic_checkpoints_redoes_at_most_one_interval(launch):
     with grpc.insecure_channel(mesh.gateway) as channel:
         stub = gateway_pb2_grpc.GatewayStub(channel)
         job_id = stub.Submit(common_pb2.GenerateRequest(prompt="clip", seed=3, **VIDEO)).job_id
-        follower = Follower(stub, job_id)
-        wait_for(lambda: len(follower.steps()) >= 10, timeout=120)
-        worker = stub.GetJob(gateway_pb2.GetJobRequest(job_id=job_id)).worker_id
-        killed_after = max(follower.steps())
-        os.kill(mesh.child_pid(f"--worker-id {worker}"), signal.SIGKILL)
+        killed_after: list[int] = []
+
+        def kill_its_worker() -> None:
+            # On the watching thread as step 10 arrives (see the SIGTERM test for why).
+            worker = stub.GetJob(gateway_pb2.GetJobRequest(job_id=job_id)).worker_id
+            os.kill(mesh.child_pid(f"--worker-id {worker}"), signal.SIGKILL)
+            killed_after.append(max(follower.steps()))
+
+        follower = Follower(stub, job_id, at_step=(10, kill_its_worker))
         assert follower.done.wait(240)
     assert follower.events[-1].state == common_pb2.SUCCEEDED
+    assert "requeued" in follower.notices(), "the worker was killed after the job had ended"
+    (killed_after,) = killed_after
     steps = follower.steps()
     # Each step is reported once, except the ones redone after the kill: those come twice.
     redone = len(steps) - 24
