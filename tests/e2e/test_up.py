@@ -67,6 +67,9 @@ def test_up_generate_grpcurl_and_clean_stop(launch, tmp_path: Path):
     services = grpcurl(mesh.gateway, "list").split()
     assert {"mediamesh.v1.Gateway", "grpc.health.v1.Health"} <= set(services)
     assert "rpc Generate" in grpcurl(mesh.gateway, "describe", "mediamesh.v1.Gateway")
+    # A method by its own name too (grpcio-reflection's pool alone could not find one).
+    submit = grpcurl(mesh.gateway, "describe", "mediamesh.v1.Gateway.Submit")
+    assert "mediamesh.v1.Gateway.Submit is a method" in submit and "rpc Submit" in submit
     # The scheduler's reflection describes the internal API, so it needs the mesh's token
     # (minted by `mediamesh up` into the run's config, mode 0600).
     refused = subprocess.run(

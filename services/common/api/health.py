@@ -4,8 +4,10 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 import grpc
+from google.protobuf import descriptor_pool
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 from grpc_reflection.v1alpha import reflection, reflection_pb2, reflection_pb2_grpc
@@ -49,9 +51,33 @@ def add_health_and_reflection(
 REFLECTION_V1_SERVICE = "grpc.reflection.v1.ServerReflection"
 
 
+class _ReflectionServicer(reflection.aio.ReflectionServicer):
+    """grpcio-reflection's servicer, which also finds the file of a method. It asks
+    protobuf's descriptor pool, whose upb implementation finds types, fields, services and
+    enum values by name but not methods, so `grpcurl describe mediamesh.v1.Gateway.Submit`
+    answered NOT_FOUND."""
+
+    def _file_containing_symbol(self, request: Any, fully_qualified_name: str) -> Any:
+        service, _, method = fully_qualified_name.rpartition(".")
+        if service and _has_method(service, method):
+            # A method is declared in its service's file.
+            fully_qualified_name = service
+        # A private hook of grpcio-reflection's base class, which its stubs leave out.
+        return super()._file_containing_symbol(request, fully_qualified_name)  # type: ignore[misc]
+
+
+def _has_method(service: str, method: str) -> bool:
+    # The default pool: the one the servicer answers from when given none.
+    pool = descriptor_pool.Default()  # type: ignore[no-untyped-call]
+    try:
+        return method in pool.FindServiceByName(service).methods_by_name
+    except KeyError:
+        return False
+
+
 def add_reflection(server: grpc.aio.Server, service_names: Iterable[str]) -> None:
     """Reflection over `service_names`, as grpc.reflection.v1alpha and as v1."""
-    servicer = reflection.aio.ReflectionServicer(tuple(service_names))
+    servicer = _ReflectionServicer(tuple(service_names))
     # grpcio-reflection's generated module has no type hints.
     reflection_pb2_grpc.add_ServerReflectionServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
     v1 = grpc.stream_stream_rpc_method_handler(
