@@ -283,16 +283,9 @@ def inference_model(up: Upstream, name: str, version: str) -> ModelSpec:
 
 
 async def ready_models(up: Upstream) -> set[str]:
-    """The models some serving worker has ready, as the scheduler reports them; none when
-    it cannot be reached."""
-    try:
-        async with mesh_errors():
-            reply = await up.scheduler.ListModels(
-                gateway_pb2.ListModelsRequest(), timeout=READY_TIMEOUT_S
-            )
-    except MeshError:
-        return set()
-    return {m.name for m in reply.models if m.ready}
+    """The registry models some serving worker has ready, as the scheduler reports them;
+    none when it cannot be reached."""
+    return set(up.registry.names) - set(await unready_models(up))
 
 
 async def unready_models(up: Upstream) -> dict[str, str]:
