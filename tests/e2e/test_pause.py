@@ -8,6 +8,7 @@ ends with the very bytes of an uninterrupted run.
 
 from __future__ import annotations
 
+import threading
 import time
 
 import grpc
@@ -34,8 +35,11 @@ def test_realtime_image_pauses_a_batch_video_which_resumes_unchanged(launch) -> 
         video = common_pb2.GenerateRequest(
             prompt="waves", seed=5, priority=common_pb2.BATCH, **VIDEO
         )
-        follower = Follower(stub, stub.Submit(video).job_id)
-        wait_for(lambda: len(follower.steps()) >= 3, timeout=120, interval=0.05)
+        # Told by the watching thread as step 3 arrives: a poll from here let a fast minute's
+        # steps (a few milliseconds each) run on meanwhile, as in the spot tests.
+        at_step_3 = threading.Event()
+        follower = Follower(stub, stub.Submit(video).job_id, at_step=(3, at_step_3.set))
+        assert at_step_3.wait(120)
 
         started = time.monotonic()
         image = common_pb2.GenerateRequest(
