@@ -15,7 +15,7 @@ import pytest
 from mediamesh.common.api import worker_wire
 from mediamesh.common.credentials import InternalCredentials
 from mediamesh.common.errors import InvalidArgument, MeshError, StatusCode, Unavailable
-from mediamesh.common.generated.v1 import worker_pb2, worker_pb2_grpc
+from mediamesh.common.generated.v1 import worker_pb2
 from mediamesh.common.generation import GenerationParams
 from mediamesh.common.limits import MAX_PROMPT_CHARS
 from mediamesh.common.work import JobFinished, JobParams, StepDone, WorkerEvent
@@ -110,7 +110,7 @@ async def worker(link: GrpcWorkerLink, *, batch_link: bool = True) -> AsyncItera
     if batch_link:
         adder(servicer)(server)
     else:
-        worker_pb2_grpc.add_WorkerServicer_to_server(OlderWorker(servicer), server)
+        add_older_worker(servicer, server)
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
     try:
@@ -121,11 +121,20 @@ async def worker(link: GrpcWorkerLink, *, batch_link: bool = True) -> AsyncItera
         await server.stop(1.0)
 
 
-class OlderWorker(worker_pb2_grpc.WorkerServicer):
-    """A worker of a release before BatchLink: RunBatch only (BatchLink is UNIMPLEMENTED)."""
-
-    def __init__(self, servicer: WorkerServicer) -> None:
-        self.RunBatch = servicer.RunBatch  # type: ignore[method-assign]
+def add_older_worker(servicer: WorkerServicer, server: grpc.aio.Server) -> None:
+    """A worker of a release before BatchLink: its service has no such method, so gRPC
+    itself answers UNIMPLEMENTED. (The generated base class's method, which sets that code
+    and raises, raced the scheduler's first write now and then: the call ended INTERNAL,
+    "Internal error from Core".)"""
+    run_batch = grpc.unary_stream_rpc_method_handler(
+        servicer.RunBatch,
+        request_deserializer=worker_pb2.RunBatchRequest.FromString,
+        response_serializer=worker_pb2.BatchEvent.SerializeToString,
+    )
+    service = worker_pb2.DESCRIPTOR.services_by_name["Worker"].full_name
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler(service, {"RunBatch": run_batch}),)
+    )
 
 
 @pytest.fixture
