@@ -62,6 +62,8 @@ class JobRemoval:
     async def purge(self, cutoff: float) -> None:
         """Remove the jobs that ended before `cutoff`."""
         for gone in await self.store.purge(cutoff):
+            # A delivery still retrying would write its row back for a job that is gone.
+            self.webhooks.abandon(gone.job_id)
             await self._forget(gone)
 
     async def delete(self, job: Job) -> PurgedJob:
@@ -94,8 +96,8 @@ class JobRemoval:
         return deleted
 
     async def _forget(self, gone: PurgedJob) -> None:
-        """What is left of a job whose row the store has deleted."""
-        self.webhooks.abandon(gone.job_id)
+        """What is left of a job whose row the store has deleted (its webhook deliveries
+        stopped by the caller)."""
         self.ended.purged(gone.job_id, gone.state)
         self.result_usage.removed(gone.tenant, gone.result_bytes)
         artifact = self.results.pop(gone.job_id, None)

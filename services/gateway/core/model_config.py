@@ -16,7 +16,6 @@ from mediamesh.gateway.core.inference_call import (
     MODEL_VERSION,
     NEGATIVE_PROMPT,
     OUTPUTS,
-    TensorSpec,
     model_inputs,
     platform_of,
 )
@@ -32,10 +31,6 @@ def model_config(spec: ModelSpec) -> dict[str, Any]:
     """The model as Triton's model configuration describes one: its tensors as its metadata
     lists them, and no batch dimension (`max_batch_size` 0), because every `prompt` element
     is a job of its own and the mesh forms the batches."""
-
-    def dims(tensor: TensorSpec) -> list[int]:
-        return list(tensor.shape)
-
     return {
         "name": spec.name,
         "platform": platform_of(spec),
@@ -46,14 +41,14 @@ def model_config(spec: ModelSpec) -> dict[str, Any]:
                 "name": t.name,
                 "data_type": _CONFIG_TYPES[t.datatype],
                 "format": "FORMAT_NONE",
-                "dims": dims(t),
+                "dims": list(t.shape),
                 # Input images a model lists are required, like the prompt.
                 "optional": t.name == NEGATIVE_PROMPT,
             }
             for t in model_inputs(spec)
         ],
         "output": [
-            {"name": t.name, "data_type": _CONFIG_TYPES[t.datatype], "dims": dims(t)}
+            {"name": t.name, "data_type": _CONFIG_TYPES[t.datatype], "dims": list(t.shape)}
             for t in OUTPUTS
         ],
     }
