@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -28,6 +29,7 @@ from mediamesh.scheduler import metrics, tracing
 from mediamesh.scheduler.core.effects import Dispatch, Effect
 from mediamesh.scheduler.core.interface import SchedulingCore
 from mediamesh.scheduler.core.jobs import Job, JobState
+from mediamesh.scheduler.core.model_statistics import BatchTimer, RanJob, StatisticsLedger
 from mediamesh.scheduler.events import EventHub, notice_event
 from mediamesh.scheduler.store.artifacts import ArtifactStore, StoredArtifact
 from mediamesh.scheduler.store.writer import StoreWriter
@@ -88,6 +90,7 @@ class BatchRunner:
         results: dict[str, StoredArtifact],
         apply: Callable[[list[Effect]], None],
         kick: Callable[[], None],
+        statistics: StatisticsLedger,
     ) -> None:
         self.core = core
         self.store = store
@@ -98,6 +101,7 @@ class BatchRunner:
         self.results = results
         self.apply = apply
         self.kick = kick
+        self.statistics = statistics
         # Batches whose stream is open or whose events are still being applied; each
         # event is set once the last of them is.
         self._open: dict[str, asyncio.Event] = {}
@@ -118,6 +122,7 @@ class BatchRunner:
         params = [self._job_params(j) for j in dispatch.jobs]
         batch_id = dispatch.batch_id
         failed: list[str] = []
+        timer = BatchTimer(time.monotonic())
         with tracing.batch_span(dispatch) as span:
             applied = self._open[batch_id] = asyncio.Event()
             try:
@@ -135,7 +140,12 @@ class BatchRunner:
                     **{name: value for name, value in options.items() if value},
                 )
                 async for events in stream:
+                    arrived = time.monotonic()
                     for event in events:
+                        if isinstance(event, StepDone):
+                            timer.step(event.step, event.step_seconds, arrived)
+                        elif isinstance(event, JobFinished):
+                            timer.result(event.job_id, arrived)
                         await self._on_worker_event(batch_id, event)
                         self._note_failure(span, event, failed)
                     # Once per group: a step of a batch of 16 is one scheduling pass, not 16.
@@ -169,6 +179,7 @@ class BatchRunner:
                     "batch %s on %s ended with an error: %s", batch_id, dispatch.worker_id, exc
                 )
             finally:
+                self._count(dispatch, timer)
                 self.core.batch_ended(batch_id)
                 self.apply(self.core.take_effects())
                 # The worker has room again. Ending a batch has no effects of its own, and
@@ -177,6 +188,17 @@ class BatchRunner:
                 self.kick()
                 self._open.pop(batch_id, None)
                 applied.set()
+
+    def _count(self, dispatch: Dispatch, timer: BatchTimer) -> None:
+        """The batch in the models' inference statistics, if it got as far as a step."""
+        times = timer.times()
+        if times is None:
+            return
+        jobs = [
+            RanJob(job.tenant, wait, timer.output_of(job.job_id))
+            for job, wait in zip(dispatch.jobs, dispatch.waits, strict=True)
+        ]
+        self.statistics.batch_ran(dispatch.model, jobs, times)
 
     def _note_failure(self, span: Span, event: WorkerEvent, failed: list[str]) -> None:
         """Mark the batch span when the event ended its job FAILED (a failure the core

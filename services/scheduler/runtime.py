@@ -35,6 +35,7 @@ from mediamesh.scheduler.core.effects import (
 from mediamesh.scheduler.core.interface import INVALID_REQUEST, NewJob, SchedulingCore
 from mediamesh.scheduler.core.job_listing import JobQuery
 from mediamesh.scheduler.core.jobs import Job, JobState, Priority
+from mediamesh.scheduler.core.model_statistics import StatisticsLedger
 from mediamesh.scheduler.core.units import WorkerInfo
 from mediamesh.scheduler.ended_jobs import EndedJobs, JobRecord
 from mediamesh.scheduler.events import EventHub, WatchEvent, notice_event
@@ -109,6 +110,8 @@ class SchedulerRuntime:
         self.settings = settings
         self.hub = EventHub()
         self.watchers = JobWatchers(core, self.hub, self.results)
+        # Triton's statistics extension, read through the gateway's inference protocol.
+        self.statistics = StatisticsLedger(time.time)
         self.webhooks = WebhookDeliverer(
             webhooks or WebhookSettings(), self.writer, artifacts, self.stored_artifact
         )
@@ -129,6 +132,7 @@ class SchedulerRuntime:
             self.results,
             self.apply,
             self.kick,
+            self.statistics,
         )
         self.roster = WorkerRoster(link)
         self.result_usage = ResultUsage()
@@ -373,9 +377,9 @@ class SchedulerRuntime:
             )
         elif state.terminal:
             metrics.JOBS.labels(job.queue, state.value).inc()
-            metrics.JOB_LATENCY.labels(job.queue, job.priority.name).observe(
-                max((job.finished_at or time.time()) - job.created_at, 0.0)
-            )
+            latency = max((job.finished_at or time.time()) - job.created_at, 0.0)
+            metrics.JOB_LATENCY.labels(job.queue, job.priority.name).observe(latency)
+            self.statistics.job_ended(job.tenant, job.model, state is JobState.SUCCEEDED, latency)
             if stale := self.checkpoints.files_of_ended(job):
                 self._spawn(self.checkpoints.delete(stale))
             if artifact is not None:

@@ -69,6 +69,12 @@ def test_gateway_apis_through_mediamesh_up(launch, tmp_path: Path):
     metadata = grpcurl("-H", header, "-d", '{"name": "echo"}', mesh.gateway,
                        "inference.GRPCInferenceService/ModelMetadata")  # fmt: skip
     assert metadata.returncode == 0 and '"platform": "mediamesh_Echo"' in metadata.stdout
+    # The probe's three flux-tiny jobs, counted by the scheduler process.
+    statistics = grpcurl("-H", header, "-d", '{"name": "flux-tiny"}', mesh.gateway,
+                         "inference.GRPCInferenceService/ModelStatistics")  # fmt: skip
+    assert statistics.returncode == 0, statistics.stderr
+    (flux,) = json.loads(statistics.stdout)["model_stats"]
+    assert flux["inference_count"] == "3" and int(flux["execution_count"]) >= 1
 
     fox = tmp_path / "fox.png"
     generated = mesh.cli(

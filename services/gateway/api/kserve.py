@@ -24,6 +24,7 @@ from mediamesh.common.registry import ModelSpec
 from mediamesh.common.server import Registration
 from mediamesh.gateway.api import kserve_messages as messages
 from mediamesh.gateway.api.kserve_jobs import ElementProgress, run_call
+from mediamesh.gateway.api.kserve_statistics import model_statistics
 from mediamesh.gateway.api.upstream import (
     Upstream,
     caller_of,
@@ -48,9 +49,9 @@ log = logging.getLogger("mediamesh.gateway.kserve")
 
 SERVER_NAME = "mediamesh"
 # Protocol extensions served: request priority and timeout, request parameters, and Triton's
-# model configuration. Of Triton's model repository extension only the index is served
-# (loading is the workers' business), so it is not named here.
-EXTENSIONS = ("schedule_policy", "parameters", "model_configuration")
+# model configuration and statistics. Of Triton's model repository extension only the index
+# is served (loading is the workers' business), so it is not named here.
+EXTENSIONS = ("schedule_policy", "parameters", "model_configuration", "statistics")
 READY_TIMEOUT_S = 5
 # The rpcs that need no API key: probes send none, and learn nothing about tenants.
 OPEN_METHODS = ("ServerLive", "ServerReady")
@@ -132,6 +133,17 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         reader_of(self.up.tenancy, context)
         spec = self._model(request.name, request.version)
         return pb.ModelConfigResponse(config=messages.model_config_message(spec))
+
+    async def ModelStatistics(
+        self,
+        request: pb.ModelStatisticsRequest,
+        context: grpc.aio.ServicerContext[pb.ModelStatisticsRequest, pb.ModelStatisticsResponse],
+    ) -> pb.ModelStatisticsResponse:
+        """The model's (every model's, without a name) counts and phase durations since the
+        scheduler started: the caller's tenant's jobs, every tenant's for an admin key."""
+        caller = reader_of(self.up.tenancy, context)
+        name = statistics_model(self.up, request.name, request.version)
+        return await model_statistics(self.up, caller, name)
 
     async def RepositoryIndex(
         self,
@@ -280,6 +292,19 @@ def inference_model(up: Upstream, name: str, version: str) -> ModelSpec:
         )
     check_version(spec, version)
     return spec
+
+
+def statistics_model(up: Upstream, name: str, version: str) -> str:
+    """The model a statistics request names ("" for every model); NotFound for an unknown
+    model or version, InvalidArgument for a version without a model."""
+    if name:
+        return inference_model(up, name, version).name
+    if version:
+        raise InvalidArgument(
+            f"version: {version!r} names a version of no model; give the model's name too, "
+            "or no version for every model's statistics"
+        )
+    return ""
 
 
 async def ready_models(up: Upstream) -> set[str]:

@@ -13,9 +13,11 @@ from mediamesh.gateway.api.kserve import (
     inference_model,
     ready_models,
     server_version,
+    statistics_model,
     unready_models,
 )
 from mediamesh.gateway.api.kserve_jobs import run_call
+from mediamesh.gateway.api.kserve_statistics import model_statistics, statistics_json
 from mediamesh.gateway.api.upstream import Upstream
 from mediamesh.gateway.core.inference_call import (
     OutputTensor,
@@ -50,6 +52,12 @@ class InferencePlane:
         check_repository(repository)
         unready = await unready_models(self.up)
         return repository_index(self.up.registry.names, unready, ready_only=ready_only)
+
+    async def statistics(self, caller: Caller, name: str, version: str) -> dict[str, Any]:
+        """The statistics extension's body for `name` (every model for "") as `caller`
+        may see them; NotFound for an unknown model or version."""
+        model = statistics_model(self.up, name, version)
+        return statistics_json(await model_statistics(self.up, caller, model))
 
     def server_metadata(self) -> dict[str, Any]:
         """The server's name, mediamesh version and the extensions served over HTTP."""

@@ -53,6 +53,23 @@ async def server_metadata(request: Request, authorization: Authorization = None)
     return JSONResponse(plane.inference.server_metadata())
 
 
+@router.get("/v2/models/stats", summary="Statistics of every model")
+@router.get(_MODEL + "/stats", summary="Model statistics")
+@router.get(_VERSIONED + "/stats", summary="Model statistics (a version)")
+async def model_statistics_route(
+    request: Request, authorization: Authorization = None
+) -> JSONResponse:
+    """Counts and phase durations since the scheduler started (Triton's statistics
+    extension): the caller's tenant's jobs, every tenant's for an admin key; 404 for an
+    unknown model or version. Declared before the model metadata, whose path would take
+    `stats` for a model's name."""
+    plane = context_of(request).plane
+    caller = plane.reader(authorization)
+    # From the path alone: "/v2/models/stats" has no model, and a query must not name one.
+    model = str(request.path_params.get("model", ""))
+    return JSONResponse(await plane.inference.statistics(caller, model, _version(request)))
+
+
 @router.get(_MODEL, summary="Model metadata")
 @router.get(_VERSIONED, summary="Model metadata (a version)")
 async def model_metadata_route(

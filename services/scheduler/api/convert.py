@@ -10,6 +10,7 @@ from mediamesh.common.registry import MODEL_FIELDS, ModelSpec
 from mediamesh.common.warmup import warmup_label
 from mediamesh.scheduler.core.job_listing import JobQuery
 from mediamesh.scheduler.core.jobs import Job, JobState, Priority
+from mediamesh.scheduler.core.model_statistics import Duration, ModelStatistics
 from mediamesh.scheduler.events import WatchEvent
 from mediamesh.scheduler.store.artifacts import SignedUrl, StoredArtifact
 
@@ -236,3 +237,32 @@ def unit_adapters(adapters: Mapping[str, frozenset[str]]) -> list[scheduler_pb2.
         for model, names in sorted(adapters.items())
         if names
     ]
+
+
+def _phase(duration: Duration) -> scheduler_pb2.PhaseDuration:
+    return scheduler_pb2.PhaseDuration(count=duration.count, ns=duration.ns)
+
+
+def model_statistics(model: str, stats: ModelStatistics) -> scheduler_pb2.ModelStatistics:
+    """One model's statistics, batch sizes smallest first."""
+    return scheduler_pb2.ModelStatistics(
+        model=model,
+        last_inference_unix_ms=stats.last_inference_ms,
+        inference_count=stats.inference_count,
+        execution_count=stats.execution_count,
+        success=_phase(stats.success),
+        fail=_phase(stats.fail),
+        queue=_phase(stats.queue),
+        compute_input=_phase(stats.compute_input),
+        compute_infer=_phase(stats.compute_infer),
+        compute_output=_phase(stats.compute_output),
+        batch_sizes=[
+            scheduler_pb2.BatchSizeStatistics(
+                batch_size=size,
+                compute_input=_phase(sized.compute_input),
+                compute_infer=_phase(sized.compute_infer),
+                compute_output=_phase(sized.compute_output),
+            )
+            for size, sized in sorted(stats.batch_sizes.items())
+        ],
+    )

@@ -448,6 +448,27 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
                 with contextlib.suppress(Exception):
                     self.runtime.worker_gone(info, "attach stream closed")
 
+    async def ModelStatistics(
+        self,
+        request: scheduler_pb2.ScopedModelStatisticsRequest,
+        context: grpc.aio.ServicerContext[
+            scheduler_pb2.ScopedModelStatisticsRequest, scheduler_pb2.ModelStatisticsReply
+        ],
+    ) -> scheduler_pb2.ModelStatisticsReply:
+        """The models' counts since this scheduler started: the tenant's own jobs, every
+        tenant's for admin."""
+        tenant = checked_tenant(request.tenant)
+        names = list(request.models) or list(self.registry.names)
+        for name in names:
+            find_model(self.registry, name)
+        ledger = self.runtime.statistics
+        return scheduler_pb2.ModelStatisticsReply(
+            models=[
+                convert.model_statistics(n, ledger.statistics(n, None if request.admin else tenant))
+                for n in names
+            ]
+        )
+
     async def GetStatus(
         self,
         request: scheduler_pb2.GetStatusRequest,

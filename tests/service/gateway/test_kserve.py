@@ -48,6 +48,7 @@ async def test_tritonclient_health_metadata_infer_stream_and_errors(keyed_mesh):
         "errors",
         "echo",
         "repository",
+        "statistics",
         "--api-key",
         KEY_A,
     )
@@ -110,6 +111,15 @@ async def test_tritonclient_health_metadata_infer_stream_and_errors(keyed_mesh):
     }
     assert repository["unknown"]["status"] == "StatusCode.NOT_FOUND"
     assert repository["unknown"]["message"].startswith("Request for unknown model: 'nope'")
+
+    statistics = report["statistics"]
+    assert "statistics" in health["server"]["extensions"]
+    (echo,) = statistics["echo"]
+    assert (echo["name"], echo["version"]) == ("echo", "1")
+    # The echo scenario's job and the statistics scenario's own, uint64s as JSON text.
+    assert echo["inference_count"] == "2" and echo["inference_stats"]["success"]["count"] == "2"
+    assert statistics["every"] == list(load_registry().names)
+    assert statistics["unknown"]["status"] == "StatusCode.NOT_FOUND"
 
 
 async def test_raw_input_contents_request_built_by_hand(keyed_mesh):

@@ -81,6 +81,13 @@ async def test_tritonclient_http_health_metadata_infer_and_errors(http_mesh: InP
     assert errors["media_as_json"]["message"].startswith("outputs.output: it holds encoded media")
     assert errors["no_key"]["status"] == "401"
     assert errors["unknown_config"]["status"] == "404"
+    assert errors["unknown_statistics"]["status"] == "404"
+    assert "statistics" in report["server"]["extensions"]
+    (flux,) = report["statistics"]["model_stats"]
+    # The probe's five flux-tiny jobs, all this tenant's; numbers as numbers.
+    assert flux["name"] == "flux-tiny" and flux["inference_count"] == 5
+    assert flux["inference_stats"]["success"]["count"] == 5
+    assert report["every_statistics"] == list(load_registry().names)
 
 
 async def test_an_input_image_goes_raw_and_the_answer_names_its_id(http_mesh: InProcessMesh):  # noqa: F811

@@ -86,6 +86,7 @@ def main(url: str, key: str) -> dict:
         ),
         "no_key": lambda: client.infer("flux-tiny", [_prompts("x")]),
         "unknown_config": lambda: client.get_model_config("nope", headers=headers()),
+        "unknown_statistics": lambda: client.get_inference_statistics("nope", headers=headers()),
     }
     for name, call in calls.items():
         try:
@@ -95,6 +96,9 @@ def main(url: str, key: str) -> dict:
         else:
             errors[name] = None
     report["errors"] = errors
+    report["statistics"] = client.get_inference_statistics("flux-tiny", "1", headers=headers())
+    every = client.get_inference_statistics(headers=headers())
+    report["every_statistics"] = [model["name"] for model in every["model_stats"]]
     return report
 
 

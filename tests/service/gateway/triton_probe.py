@@ -174,6 +174,23 @@ def repository(client: triton.InferenceServerClient, headers: dict) -> dict:
     return {"config": config["config"], "index": index.get("models", []), "unknown": unknown}
 
 
+def statistics(client: triton.InferenceServerClient, headers: dict) -> dict:
+    """The statistics extension after an echo job of this caller's, as the client's JSON."""
+    client.infer("echo", [_prompts("counted")], headers=headers)
+    one = client.get_inference_statistics("echo", headers=headers, as_json=True)
+    every = client.get_inference_statistics(headers=headers, as_json=True)
+    try:
+        client.get_inference_statistics("nope", headers=headers)
+        unknown = None
+    except InferenceServerException as exc:
+        unknown = _error(exc)
+    return {
+        "echo": one["model_stats"],
+        "every": [model["name"] for model in every["model_stats"]],
+        "unknown": unknown,
+    }
+
+
 def echo(client: triton.InferenceServerClient, headers: dict) -> dict:
     result = client.infer("echo", [_prompts("hello")], headers=headers, priority=3)
     return {"sizes": _images(result)}
@@ -187,6 +204,7 @@ SCENARIOS = {
     "echo": echo,
     "tensor_parameters": tensor_parameters,
     "repository": repository,
+    "statistics": statistics,
 }
 
 

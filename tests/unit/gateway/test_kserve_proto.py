@@ -96,7 +96,7 @@ def test_every_method_matches_the_published_protocol():
     (ours,) = _ours().service
     theirs = {m.name: m for m in _published().service[0].method}
     served = {"ServerLive", "ServerReady", "ModelReady", "ServerMetadata", "ModelMetadata"}
-    served |= {"ModelConfig", "RepositoryIndex"}
+    served |= {"ModelConfig", "ModelStatistics", "RepositoryIndex"}
     assert {m.name for m in ours.method} == served | {"ModelInfer", "ModelStreamInfer"}
     for method in ours.method:
         published = theirs[method.name]

@@ -345,3 +345,65 @@ class MeshStatus(_message.Message):
     jobs_by_state: _containers.ScalarMap[str, int]
     result_bytes_by_tenant: _containers.ScalarMap[str, int]
     def __init__(self, queues: _Optional[_Iterable[_Union[QueueStatus, _Mapping]]] = ..., workers: _Optional[_Iterable[_Union[WorkerSummary, _Mapping]]] = ..., cost: _Optional[_Union[CostSummary, _Mapping]] = ..., jobs_by_state: _Optional[_Mapping[str, int]] = ..., result_bytes_by_tenant: _Optional[_Mapping[str, int]] = ...) -> None: ...
+
+class ScopedModelStatisticsRequest(_message.Message):
+    __slots__ = ("models", "tenant", "admin")
+    MODELS_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    ADMIN_FIELD_NUMBER: _ClassVar[int]
+    models: _containers.RepeatedScalarFieldContainer[str]
+    tenant: str
+    admin: bool
+    def __init__(self, models: _Optional[_Iterable[str]] = ..., tenant: _Optional[str] = ..., admin: _Optional[bool] = ...) -> None: ...
+
+class PhaseDuration(_message.Message):
+    __slots__ = ("count", "ns")
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    NS_FIELD_NUMBER: _ClassVar[int]
+    count: int
+    ns: int
+    def __init__(self, count: _Optional[int] = ..., ns: _Optional[int] = ...) -> None: ...
+
+class BatchSizeStatistics(_message.Message):
+    __slots__ = ("batch_size", "compute_input", "compute_infer", "compute_output")
+    BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
+    COMPUTE_INPUT_FIELD_NUMBER: _ClassVar[int]
+    COMPUTE_INFER_FIELD_NUMBER: _ClassVar[int]
+    COMPUTE_OUTPUT_FIELD_NUMBER: _ClassVar[int]
+    batch_size: int
+    compute_input: PhaseDuration
+    compute_infer: PhaseDuration
+    compute_output: PhaseDuration
+    def __init__(self, batch_size: _Optional[int] = ..., compute_input: _Optional[_Union[PhaseDuration, _Mapping]] = ..., compute_infer: _Optional[_Union[PhaseDuration, _Mapping]] = ..., compute_output: _Optional[_Union[PhaseDuration, _Mapping]] = ...) -> None: ...
+
+class ModelStatistics(_message.Message):
+    __slots__ = ("model", "last_inference_unix_ms", "inference_count", "execution_count", "success", "fail", "queue", "compute_input", "compute_infer", "compute_output", "batch_sizes")
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    LAST_INFERENCE_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    INFERENCE_COUNT_FIELD_NUMBER: _ClassVar[int]
+    EXECUTION_COUNT_FIELD_NUMBER: _ClassVar[int]
+    SUCCESS_FIELD_NUMBER: _ClassVar[int]
+    FAIL_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    COMPUTE_INPUT_FIELD_NUMBER: _ClassVar[int]
+    COMPUTE_INFER_FIELD_NUMBER: _ClassVar[int]
+    COMPUTE_OUTPUT_FIELD_NUMBER: _ClassVar[int]
+    BATCH_SIZES_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    last_inference_unix_ms: int
+    inference_count: int
+    execution_count: int
+    success: PhaseDuration
+    fail: PhaseDuration
+    queue: PhaseDuration
+    compute_input: PhaseDuration
+    compute_infer: PhaseDuration
+    compute_output: PhaseDuration
+    batch_sizes: _containers.RepeatedCompositeFieldContainer[BatchSizeStatistics]
+    def __init__(self, model: _Optional[str] = ..., last_inference_unix_ms: _Optional[int] = ..., inference_count: _Optional[int] = ..., execution_count: _Optional[int] = ..., success: _Optional[_Union[PhaseDuration, _Mapping]] = ..., fail: _Optional[_Union[PhaseDuration, _Mapping]] = ..., queue: _Optional[_Union[PhaseDuration, _Mapping]] = ..., compute_input: _Optional[_Union[PhaseDuration, _Mapping]] = ..., compute_infer: _Optional[_Union[PhaseDuration, _Mapping]] = ..., compute_output: _Optional[_Union[PhaseDuration, _Mapping]] = ..., batch_sizes: _Optional[_Iterable[_Union[BatchSizeStatistics, _Mapping]]] = ...) -> None: ...
+
+class ModelStatisticsReply(_message.Message):
+    __slots__ = ("models",)
+    MODELS_FIELD_NUMBER: _ClassVar[int]
+    models: _containers.RepeatedCompositeFieldContainer[ModelStatistics]
+    def __init__(self, models: _Optional[_Iterable[_Union[ModelStatistics, _Mapping]]] = ...) -> None: ...

@@ -102,6 +102,11 @@ class SchedulerStub:
                 request_serializer=mediamesh_dot_v1_dot_scheduler__pb2.GetStatusRequest.SerializeToString,
                 response_deserializer=mediamesh_dot_v1_dot_scheduler__pb2.MeshStatus.FromString,
                 _registered_method=True)
+        self.ModelStatistics = channel.unary_unary(
+                '/mediamesh.v1.Scheduler/ModelStatistics',
+                request_serializer=mediamesh_dot_v1_dot_scheduler__pb2.ScopedModelStatisticsRequest.SerializeToString,
+                response_deserializer=mediamesh_dot_v1_dot_scheduler__pb2.ModelStatisticsReply.FromString,
+                _registered_method=True)
 
 
 class SchedulerServicer:
@@ -212,6 +217,14 @@ class SchedulerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ModelStatistics(self, request, context):
+        """Each model's inference counts and phase durations since this scheduler started:
+        what the gateway's inference protocol serves as Triton's statistics extension.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SchedulerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -279,6 +292,11 @@ def add_SchedulerServicer_to_server(servicer, server):
                     servicer.GetStatus,
                     request_deserializer=mediamesh_dot_v1_dot_scheduler__pb2.GetStatusRequest.FromString,
                     response_serializer=mediamesh_dot_v1_dot_scheduler__pb2.MeshStatus.SerializeToString,
+            ),
+            'ModelStatistics': grpc.unary_unary_rpc_method_handler(
+                    servicer.ModelStatistics,
+                    request_deserializer=mediamesh_dot_v1_dot_scheduler__pb2.ScopedModelStatisticsRequest.FromString,
+                    response_serializer=mediamesh_dot_v1_dot_scheduler__pb2.ModelStatisticsReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -633,6 +651,33 @@ class Scheduler:
             '/mediamesh.v1.Scheduler/GetStatus',
             mediamesh_dot_v1_dot_scheduler__pb2.GetStatusRequest.SerializeToString,
             mediamesh_dot_v1_dot_scheduler__pb2.MeshStatus.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ModelStatistics(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mediamesh.v1.Scheduler/ModelStatistics',
+            mediamesh_dot_v1_dot_scheduler__pb2.ScopedModelStatisticsRequest.SerializeToString,
+            mediamesh_dot_v1_dot_scheduler__pb2.ModelStatisticsReply.FromString,
             options,
             channel_credentials,
             insecure,
