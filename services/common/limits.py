@@ -158,6 +158,7 @@ REQUEST_LIMITS: Mapping[str, Mapping[str, FieldLimit]] = {
         "value": TRACE_HEADER_VALUE,
     },
     "mediamesh.v1.ScopedListJobsRequest": {"tenant": TENANT},
+    "mediamesh.v1.ScopedModelStatisticsRequest": {"models": MODEL_NAME, "tenant": TENANT},
     "mediamesh.v1.WorkerRegistration": {"worker_id": WORKER_ID, "address": ADDRESS, "pool": POOL},
     "mediamesh.v1.Device": {"id": DEVICE_ID},
     "mediamesh.v1.HostedModel": {
@@ -198,6 +199,7 @@ REQUEST_LIMITS: Mapping[str, Mapping[str, FieldLimit]] = {
     "inference.ModelReadyRequest": {"name": MODEL_NAME, "version": KSERVE_VERSION},
     "inference.ModelMetadataRequest": {"name": MODEL_NAME, "version": KSERVE_VERSION},
     "inference.ModelConfigRequest": {"name": MODEL_NAME, "version": KSERVE_VERSION},
+    "inference.ModelStatisticsRequest": {"name": MODEL_NAME, "version": KSERVE_VERSION},
     # One repository, named by the empty string: a longer name is unknown anyway.
     "inference.RepositoryIndexRequest": {"repository_name": MODEL_NAME},
     "inference.ModelInferRequest": {
