@@ -179,7 +179,6 @@ class BatchRunner:
                     "batch %s on %s ended with an error: %s", batch_id, dispatch.worker_id, exc
                 )
             finally:
-                self._count(dispatch, timer)
                 self.core.batch_ended(batch_id)
                 self.apply(self.core.take_effects())
                 # The worker has room again. Ending a batch has no effects of its own, and
@@ -188,6 +187,8 @@ class BatchRunner:
                 self.kick()
                 self._open.pop(batch_id, None)
                 applied.set()
+                # Last: the batch's bookkeeping above must not depend on its statistics.
+                self._count(dispatch, timer)
 
     def _count(self, dispatch: Dispatch, timer: BatchTimer) -> None:
         """The batch in the models' inference statistics, if it got as far as a step."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import grpc
@@ -52,6 +52,23 @@ async def _statistics(mesh: InProcessMesh, key: str, name: str = "", version: st
     return await stub_for(mesh).ModelStatistics(request, metadata=auth(key))
 
 
+async def _until(
+    mesh: InProcessMesh, key: str, name: str, ready: Callable[[pb.ModelStatistics], bool]
+) -> pb.ModelStatistics:
+    """`name`'s statistics once `ready` holds: a job counts as it ends, before its caller
+    hears of it, but a batch as its stream closes, moments after its last result."""
+    for _ in range(250):
+        (model,) = (await _statistics(mesh, key, name)).model_stats
+        if ready(model):
+            return model
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"never counted: {model}")
+
+
+def _batches_of(jobs: int) -> Callable[[pb.ModelStatistics], bool]:
+    return lambda model: model.inference_stats.compute_infer.count >= jobs
+
+
 async def _cancelled_job(mesh: InProcessMesh, key: str) -> None:
     """A long flux-tiny job of `key`'s tenant, cancelled as soon as it is accepted."""
     channel = grpc.aio.insecure_channel(f"127.0.0.1:{mesh.gateway.port}")
@@ -76,7 +93,7 @@ async def test_a_tenant_reads_its_own_counts_and_an_admin_the_meshs(mesh: InProc
     await stub_for(mesh).ModelInfer(request, metadata=auth(KEY_A))
     ended_ms = time.time() * 1000
 
-    (own,) = (await _statistics(mesh, KEY_A, "flux-tiny")).model_stats
+    own = await _until(mesh, KEY_A, "flux-tiny", _batches_of(3))
     assert (own.name, own.version) == ("flux-tiny", "1")
     assert started_ms <= own.last_inference <= ended_ms
     assert own.inference_count == 3 and 1 <= own.execution_count <= 3
@@ -109,6 +126,7 @@ async def test_a_tenant_reads_its_own_counts_and_an_admin_the_meshs(mesh: InProc
     await stub_for(mesh).ModelInfer(prompt_request("echo", b"x"), metadata=auth(KEY_B))
     await _cancelled_job(mesh, KEY_A)
 
+    await _until(mesh, ADMIN_KEY, "flux-tiny", lambda m: m.inference_stats.fail.count == 1)
     every = await _statistics(mesh, ADMIN_KEY)
     by_name = {model.name: model for model in every.model_stats}
     assert list(by_name) == list(load_registry().names)
@@ -140,6 +158,7 @@ async def test_the_same_counts_over_http_as_the_extension_writes_them(mesh: InPr
     headers = {"Authorization": f"Bearer {KEY_A}"}
     async with httpx.AsyncClient(base_url=base, headers=headers, timeout=30) as client:
         await stub_for(mesh).ModelInfer(prompt_request("echo", b"y"), metadata=auth(KEY_A))
+        await _until(mesh, KEY_A, "echo", _batches_of(1))
         every = (await client.get("/v2/models/stats")).json()
         one = (await client.get("/v2/models/echo/stats")).json()
         versioned = (await client.get("/v2/models/echo/versions/1/stats")).json()
