@@ -70,6 +70,7 @@ def render(status: Any) -> str:
                 workers,
             ),
             "",
+            *_models(status),
             f"JOBS  {jobs}",
             f"RESULTS HELD  {results}",
             f"COST  {money_text(cost.cost)} so far; "
@@ -77,6 +78,50 @@ def render(status: Any) -> str:
         ]
     )
 
+
+_MODEL_HEADERS = [
+    "model",
+    "succeeded",
+    "failed",
+    "batches",
+    "mean batch",
+    "latency ms",
+    "queue ms",
+    "input ms",
+    "denoise ms",
+    "output ms",
+]
+
+
+def _mean_ms(durations: list[Any]) -> str:
+    """The mean of durations given as (count, ns) messages, in milliseconds; "-" for none."""
+    count = sum(d.count for d in durations)
+    return f"{sum(d.ns for d in durations) / count / 1e6:.1f}" if count else "-"
+
+
+def _models(status: Any) -> list[str]:
+    """The MODELS table and a blank line: each model that ran since the scheduler started.
+    Latency and queue are per job; input, denoise and output per batch."""
+    rows = []
+    for m in getattr(status, "models", ()):
+        batches = m.batch_sizes
+        jobs_in_batches = sum(b.batch_size * b.compute_infer.count for b in batches)
+        rows.append(
+            [
+                m.model,
+                str(m.inference_count),
+                str(m.fail.count),
+                str(m.execution_count),
+                f"{jobs_in_batches / m.execution_count:.1f}" if m.execution_count else "-",
+                _mean_ms([m.success]),
+                _mean_ms([m.queue]),
+                *(_mean_ms([getattr(b, phase) for b in batches]) for phase in _PHASES),
+            ]
+        )
+    return ["MODELS", _table(_MODEL_HEADERS, rows), ""] if rows else []
+
+
+_PHASES = ("compute_input", "compute_infer", "compute_output")
 
 # Tenants named on the RESULTS HELD line, those holding the most first.
 RESULT_TENANTS_SHOWN = 10

@@ -96,6 +96,9 @@ def test_up_generate_grpcurl_and_clean_stop(launch, tmp_path: Path):
     # The run directory `up` wrote its config (and internal token) to, as without --config.
     status = mesh.cli("status", "--run-dir", str(mesh.run_dir))
     assert status.returncode == 0 and "worker-0" in status.stdout and "SUCCEEDED=3" in status.stdout
+    # The scheduler's counts of the three flux-tiny jobs: model, succeeded, failed, ...
+    models = status.stdout.split("MODELS\n", 1)[1].splitlines()
+    assert models[1].split()[:3] == ["flux-tiny", "3", "0"]
     top = mesh.cli(
         "top", "--config", str(mesh.config_path), "--iterations", "2", "--interval", "0.1"
     )

@@ -520,6 +520,11 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         )
         status.jobs_by_state.update(self.runtime.ended.counts_by_state())
         status.result_bytes_by_tenant.update(self.runtime.result_usage.by_tenant())
+        counts = self.runtime.statistics
+        for name in self.registry.names:
+            stats = counts.statistics(name, None)
+            if stats.execution_count or stats.success.count or stats.fail.count:
+                status.models.append(convert.model_statistics(name, stats))
         return status
 
 

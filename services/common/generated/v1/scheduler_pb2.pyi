@@ -319,7 +319,7 @@ class CostSummary(_message.Message):
     def __init__(self, cost: _Optional[float] = ..., on_demand_cost: _Optional[float] = ..., device_seconds_by_pool: _Optional[_Mapping[str, float]] = ..., device_seconds_by_model: _Optional[_Mapping[str, float]] = ..., device_seconds_by_tenant: _Optional[_Mapping[str, float]] = ...) -> None: ...
 
 class MeshStatus(_message.Message):
-    __slots__ = ("queues", "workers", "cost", "jobs_by_state", "result_bytes_by_tenant")
+    __slots__ = ("queues", "workers", "cost", "jobs_by_state", "result_bytes_by_tenant", "models")
     class JobsByStateEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -339,12 +339,14 @@ class MeshStatus(_message.Message):
     COST_FIELD_NUMBER: _ClassVar[int]
     JOBS_BY_STATE_FIELD_NUMBER: _ClassVar[int]
     RESULT_BYTES_BY_TENANT_FIELD_NUMBER: _ClassVar[int]
+    MODELS_FIELD_NUMBER: _ClassVar[int]
     queues: _containers.RepeatedCompositeFieldContainer[QueueStatus]
     workers: _containers.RepeatedCompositeFieldContainer[WorkerSummary]
     cost: CostSummary
     jobs_by_state: _containers.ScalarMap[str, int]
     result_bytes_by_tenant: _containers.ScalarMap[str, int]
-    def __init__(self, queues: _Optional[_Iterable[_Union[QueueStatus, _Mapping]]] = ..., workers: _Optional[_Iterable[_Union[WorkerSummary, _Mapping]]] = ..., cost: _Optional[_Union[CostSummary, _Mapping]] = ..., jobs_by_state: _Optional[_Mapping[str, int]] = ..., result_bytes_by_tenant: _Optional[_Mapping[str, int]] = ...) -> None: ...
+    models: _containers.RepeatedCompositeFieldContainer[ModelStatistics]
+    def __init__(self, queues: _Optional[_Iterable[_Union[QueueStatus, _Mapping]]] = ..., workers: _Optional[_Iterable[_Union[WorkerSummary, _Mapping]]] = ..., cost: _Optional[_Union[CostSummary, _Mapping]] = ..., jobs_by_state: _Optional[_Mapping[str, int]] = ..., result_bytes_by_tenant: _Optional[_Mapping[str, int]] = ..., models: _Optional[_Iterable[_Union[ModelStatistics, _Mapping]]] = ...) -> None: ...
 
 class ScopedModelStatisticsRequest(_message.Message):
     __slots__ = ("models", "tenant", "admin")
