@@ -9,7 +9,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import HTMLResponse, JSONResponse
 
 from mediamesh.gateway.api.json_plane import JsonPlane
-from mediamesh.gateway.http import errors, jobs, oip, openai_images, openai_videos
+from mediamesh.gateway.http import errors, jobs, oip, omni_audio, openai_images, openai_videos
 from mediamesh.gateway.http.context import HttpContext, context_of
 from mediamesh.gateway.http.docs_page import DOCS_HTML
 from mediamesh.gateway.http.origins import CrossSiteGuard
@@ -83,6 +83,7 @@ def create_app(
     app.include_router(jobs.router)
     app.include_router(openai_images.router)
     app.include_router(openai_videos.router)
+    app.include_router(omni_audio.router)
     app.include_router(oip.router)
     web_page.install(app)
 

@@ -24,7 +24,8 @@ from starlette.routing import Match
 from mediamesh.common.errors import FailedPrecondition, InvalidArgument, MeshError, StatusCode
 from mediamesh.common.http_status import http_status_of
 
-OPENAI_PREFIXES = ("/v1/images/", "/v1/videos", "/v1/models/")
+# vLLM-Omni's audio route (omni_audio.py) answers errors in the same shape, as vLLM does.
+OPENAI_PREFIXES = ("/v1/images/", "/v1/videos", "/v1/models/", "/v1/audio/")
 # The Open Inference Protocol's REST paths (http/oip.py).
 OIP_PREFIX = "/v2"
 # The mesh's own API under /v1, whose errors keep the mesh's `{code, message}` shape even
@@ -32,6 +33,7 @@ OIP_PREFIX = "/v2"
 # /v1/chat/completions): its 404 or 405 comes in OpenAI's shape, which that client reads.
 MESH_PREFIXES = ("/v1/jobs",)
 OPENAI_ROUTES = ("/v1/images/generations", "/v1/images/edits", "/v1/videos", "/v1/models")
+AUDIO_ROUTE = "/v1/audio/generate"
 UNSUPPORTED_MEDIA_TYPE = 415
 CONFLICT = 409
 # Seconds a caller is asked to wait when the mesh is unavailable and said for how long: the
@@ -176,7 +178,8 @@ def install(app: FastAPI) -> None:
         if openai and exc.status_code == 404 and message == "Not Found":
             message = (
                 f"Invalid URL ({request.method} {path[:128]}): this gateway serves "
-                f"{', '.join(OPENAI_ROUTES)} of OpenAI's API"
+                f"{', '.join(OPENAI_ROUTES)} of OpenAI's API and vLLM-Omni's "
+                f"{AUDIO_ROUTE}"
             )
         response = error_response(MeshError(message, code=code), path, openai, exc.status_code)
         response.headers.update(exc.headers or {})
