@@ -34,8 +34,8 @@ def follow(url: str) -> str:
         return "".join(response.iter_text())
 
 
-def test_up_serves_http_events_results_and_the_openai_api(launch):
-    mesh = launch([{"models": ["flux-tiny"]}])
+def test_up_serves_http_events_results_the_openai_api_and_audio(launch):
+    mesh = launch([{"models": ["flux-tiny", "stable-audio-tiny"]}])
     port = mesh.config["gateway"]["http_port"]
     base = f"http://127.0.0.1:{port}"
     assert any(f"http {base}" in line for line in mesh.output if line.startswith("mediamesh ready"))
@@ -63,6 +63,15 @@ def test_up_serves_http_events_results_and_the_openai_api(launch):
     assert base64.b64decode((images.data or [])[0].b64_json or "").startswith(PNG)
     assert "flux-tiny" in [m.id for m in client.models.list()]
     client.close()
+
+    # vLLM-Omni's audio route: the clip as a WAV file.
+    audio = httpx.post(
+        f"{base}/v1/audio/generate",
+        json={"input": "rain on a tin roof", "audio_length": 0.5, "num_inference_steps": 2},
+        timeout=120,
+    )
+    assert audio.status_code == 200, audio.text
+    assert audio.headers["content-type"] == "audio/wav" and audio.content.startswith(b"RIFF")
 
     stop(mesh)
     assert not port_bound(port), "the HTTP port is free after Ctrl-C"
