@@ -8,7 +8,7 @@ import contextlib
 import logging
 import re
 import unicodedata
-from collections.abc import Awaitable, Iterable, Mapping
+from collections.abc import Awaitable, Iterable, Mapping, MutableMapping
 from contextlib import AbstractContextManager
 from typing import Any, TypeVar
 
@@ -37,6 +37,8 @@ MAX_END_USER_CHARS = 256
 _CONTROLS = frozenset({"Cc", "Zl", "Zp"})
 # The mesh's own job fields, which may ride beside OpenAI's (the openai client's extra_body).
 _MESH_FIELDS = frozenset(generate_request_schema()["properties"])
+# vLLM-Omni's name (SGLang's too) for a job's `steps`, which their clients send.
+STEPS_ALIAS = "num_inference_steps"
 # The message heads of the mesh's fields that OpenAI's `size` sets, for `openai_names`.
 SIZE_NAMES = {"width": "size: width", "height": "size: height"}
 
@@ -112,6 +114,24 @@ def _check_model(
 
 def _takes(model: JsonObject, inputs: Mapping[str, str]) -> bool:
     return all(needed in model.get("inputs", []) for needed in inputs)
+
+
+def adopt_steps_alias(fields: MutableMapping[str, Any]) -> dict[str, str]:
+    """`num_inference_steps` in `fields` taken as the mesh's `steps`, and the error name that
+    goes with it for `openai_names` (none when it was not sent); InvalidArgument when both
+    are set to different values."""
+    if STEPS_ALIAS not in fields:
+        return {}
+    value = fields.pop(STEPS_ALIAS)
+    steps = fields.get("steps")
+    if steps is not None and value is not None and steps != value:
+        raise InvalidArgument(
+            f"{STEPS_ALIAS}: {str(value)[:16]!r} beside steps {str(steps)[:16]!r}; they name "
+            "the same setting, so send one of them"
+        )
+    if value is not None:
+        fields["steps"] = value
+    return {"steps": f"{STEPS_ALIAS}:"}
 
 
 def openai_names(heads: Mapping[str, str]) -> AbstractContextManager[None]:

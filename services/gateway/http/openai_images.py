@@ -42,6 +42,7 @@ from mediamesh.gateway.http.openai_common import (
     MAX_END_USER_CHARS,
     SIZE_NAMES,
     admitted,
+    adopt_steps_alias,
     answered_or_cancelled,
     check_known_fields,
     checked_end_user,
@@ -103,6 +104,7 @@ GENERATION_FIELDS = (
     "prompt", "model", "n", "size", "response_format", "output_format", "output_compression",
     "user", *(name for name in NO_OP_VALUES if name != "input_fidelity"),
 )  # fmt: skip
+# `num_inference_steps`, vLLM-Omni's name for steps, is taken too (adopt_steps_alias).
 GENERATION_MESH_FIELDS = ("steps", "seed", "negative_prompt", "guidance_scale", "priority")
 EDIT_FIELDS = (
     "image", "mask", "prompt", "model", "n", "size", "response_format", "output_format",
@@ -176,9 +178,10 @@ async def generate_images(request: Request, authorization: Authorization = None)
     plane = context.plane
     caller = plane.caller(authorization, request.headers.get("traceparent"))
     body = await read_model(request, ImageGeneration, context.max_body_bytes)
-    check_known_fields(
-        body.model_extra or {}, "image generations", GENERATION_FIELDS, GENERATION_MESH_FIELDS
-    )
+    extra = {"steps": body.steps, **(body.model_extra or {})}
+    step_names = adopt_steps_alias(extra)
+    steps = extra.pop("steps")
+    check_known_fields(extra, "image generations", GENERATION_FIELDS, GENERATION_MESH_FIELDS)
     declared = ImageGeneration.model_fields
     check_no_ops({name: getattr(body, name) for name in NO_OP_VALUES if name in declared})
     count = 1 if body.n is None else body.n
@@ -192,7 +195,7 @@ async def generate_images(request: Request, authorization: Authorization = None)
         "output_quality": body.output_compression,
         **mesh_fields(
             {
-                "steps": body.steps,
+                "steps": steps,
                 "negative_prompt": body.negative_prompt,
                 "guidance_scale": body.guidance_scale,
                 "priority": body.priority,
@@ -206,7 +209,7 @@ async def generate_images(request: Request, authorization: Authorization = None)
     for generate in requests:
         generate.result_as_url = _as_url(body.response_format)
     with (
-        openai_names(GENERATION_NAMES),
+        openai_names({**GENERATION_NAMES, **step_names}),
         admitted(context.plane.tenancy, caller, model, body.priority, count) as paid,
     ):
         jobs = await follow_all(plane, caller, (plane.follow(r, paid) for r in requests))
@@ -272,6 +275,7 @@ async def edit_images(request: Request, authorization: Authorization = None) -> 
     seeds = image_seeds(_seed(form.pop("seed", None)), n)
     if "output_compression" in form:
         form["output_quality"] = form.pop("output_compression")
+    step_names = adopt_steps_alias(form)
     fields = {"model": model["name"], "prompt": prompt, **{k: str(v) for k, v in size.items()}}
     unknown = sorted(set(files) - {"image", "mask"})
     if unknown:
@@ -282,7 +286,7 @@ async def edit_images(request: Request, authorization: Authorization = None) -> 
     if mask is not None:
         # Its header against the model's limit now; its pixels only once admitted.
         await probe_mask(mask, max_pixels)
-    with openai_names(EDIT_NAMES):
+    with openai_names({**EDIT_NAMES, **step_names}):
         requests = []
         for seed in seeds:
             seeded = {} if seed is None else {"seed": str(seed)}

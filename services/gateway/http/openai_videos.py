@@ -50,6 +50,7 @@ from mediamesh.gateway.http.context import Authorization, context_of
 from mediamesh.gateway.http.errors import renamed_fields, state_conflicts
 from mediamesh.gateway.http.openai_common import (
     SIZE_NAMES,
+    adopt_steps_alias,
     openai_names,
     parse_size,
     pick_model,
@@ -177,8 +178,9 @@ async def create_video(request: Request, authorization: Authorization = None) ->
         spec = plane.spec(model["name"])
         fps = _fps(asked.mesh.get("fps"), spec)
         fields.update(num_frames=frames_for(asked.seconds, fps, spec), fps=fps)
+    step_names = adopt_steps_alias(asked.mesh)
     merged = {**asked.mesh, **fields}
-    with openai_names(VIDEO_NAMES):
+    with openai_names({**VIDEO_NAMES, **step_names}):
         # Each body parsed as /v1/jobs parses it: JSON values keep their JSON types.
         if asked.is_form:
             generate = request_from_form(_form_texts(merged), asked.parts)

@@ -100,10 +100,16 @@ class BatchTimer:
 
     def step(self, step: int, step_seconds: float, at: float) -> None:
         """A job of the batch finished `step`, reported at `at`."""
-        if self._first_step_started is None:
-            self._first_step_started = at - step_seconds
         self._last_step_at = at
-        self._steps.setdefault(step, step_seconds)
+        if step in self._steps:
+            return
+        self._steps[step] = step_seconds
+        # Reports travel in groups, so a step's may arrive with the next one's: each report
+        # bounds the first step's start from above by the steps timed so far, and the
+        # tightest bound keeps the input phase from overlapping the steps.
+        started = at - sum(self._steps.values())
+        if self._first_step_started is None or started < self._first_step_started:
+            self._first_step_started = started
 
     def result(self, job_id: str, at: float) -> None:
         """A job of the batch ended with its result, which arrived at `at`."""

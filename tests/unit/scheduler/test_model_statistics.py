@@ -35,6 +35,19 @@ def test_a_batch_is_split_into_input_denoising_and_output():
     assert timer.output_of("third") is None
 
 
+def test_reports_that_arrive_together_do_not_stretch_the_input_over_the_steps():
+    # Step 1 (2.5 ms) was reported only with step 2 (1.6 ms): its own report bounds the
+    # start at 13.6 ms, step 2's at 12.3 ms, and only the tighter one leaves the input and
+    # the steps within the time up to the last report.
+    timer = BatchTimer(sent_at=0.0)
+    timer.step(1, 0.0025, 0.0161)
+    timer.step(2, 0.0016, 0.0164)
+    times = timer.times()
+    assert times is not None
+    assert times.input_s == pytest.approx(0.0123)
+    assert times.input_s + times.infer_s == pytest.approx(0.0164)
+
+
 def test_a_paused_batchs_wait_is_not_denoising():
     timer = BatchTimer(sent_at=0.0)
     timer.step(1, 0.1, 0.2)
