@@ -24,6 +24,15 @@ def _error(exc: InferenceServerException) -> dict:
     return {"status": exc.status(), "message": exc.message()}
 
 
+def _refusal(call: Callable[[], object]) -> dict | None:
+    """The error `call` raised, or None if it succeeded."""
+    try:
+        call()
+    except InferenceServerException as exc:
+        return _error(exc)
+    return None
+
+
 def _prompts(*texts: str) -> triton.InferInput:
     tensor = triton.InferInput("prompt", [len(texts)], "BYTES")
     tensor.set_data_from_numpy(np.array([t.encode() for t in texts], dtype=np.object_))
@@ -101,7 +110,6 @@ def stream(client: triton.InferenceServerClient, headers: dict) -> dict:
 
 
 def errors(client: triton.InferenceServerClient, headers: dict) -> dict:
-    found: dict[str, dict | None] = {}
     attempts: dict[str, Callable[[], object]] = {
         "unknown_model": lambda: client.infer("nope", [_prompts("x")], headers=headers),
         "bad_steps": lambda: client.infer(
@@ -111,13 +119,7 @@ def errors(client: triton.InferenceServerClient, headers: dict) -> dict:
         "no_key": lambda: client.infer("echo", [_prompts("x")]),
         "unknown_metadata": lambda: client.get_model_metadata("nope", headers=headers),
     }
-    for name, attempt in attempts.items():
-        try:
-            attempt()
-            found[name] = None
-        except InferenceServerException as exc:
-            found[name] = _error(exc)
-    return found
+    return {name: _refusal(attempt) for name, attempt in attempts.items()}
 
 
 def tensor_parameters(client: triton.InferenceServerClient, headers: dict) -> dict:
@@ -153,24 +155,14 @@ def tensor_parameters(client: triton.InferenceServerClient, headers: dict) -> di
         "shared_input": lambda: client.infer("flux-tiny", [shared_input], headers=headers),
         "input_parameter": lambda: client.infer("flux-tiny", [tagged_input], headers=headers),
     }
-    refused: dict[str, dict | None] = {}
-    for name, call in calls.items():
-        try:
-            call()
-            refused[name] = None
-        except InferenceServerException as exc:
-            refused[name] = _error(exc)
+    refused = {name: _refusal(call) for name, call in calls.items()}
     return {"listed": listed, "answered": answered, "refused": refused}
 
 
 def repository(client: triton.InferenceServerClient, headers: dict) -> dict:
     config = client.get_model_config("flux-tiny", headers=headers, as_json=True)
     index = client.get_model_repository_index(headers=headers, as_json=True)
-    try:
-        client.get_model_config("nope", headers=headers)
-        unknown = None
-    except InferenceServerException as exc:
-        unknown = _error(exc)
+    unknown = _refusal(lambda: client.get_model_config("nope", headers=headers))
     return {"config": config["config"], "index": index.get("models", []), "unknown": unknown}
 
 
@@ -179,11 +171,7 @@ def statistics(client: triton.InferenceServerClient, headers: dict) -> dict:
     client.infer("echo", [_prompts("counted")], headers=headers)
     one = client.get_inference_statistics("echo", headers=headers, as_json=True)
     every = client.get_inference_statistics(headers=headers, as_json=True)
-    try:
-        client.get_inference_statistics("nope", headers=headers)
-        unknown = None
-    except InferenceServerException as exc:
-        unknown = _error(exc)
+    unknown = _refusal(lambda: client.get_inference_statistics("nope", headers=headers))
     return {
         "echo": one["model_stats"],
         "every": [model["name"] for model in every["model_stats"]],
