@@ -191,7 +191,7 @@ class BatchRunner:
                 self._count(dispatch, timer)
 
     def _count(self, dispatch: Dispatch, timer: BatchTimer) -> None:
-        """The batch in the models' inference statistics, if it got as far as a step."""
+        """The batch in the models' inference statistics, if it reached a step or a result."""
         times = timer.times()
         if times is None:
             return

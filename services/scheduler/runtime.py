@@ -110,7 +110,8 @@ class SchedulerRuntime:
         self.settings = settings
         self.hub = EventHub()
         self.watchers = JobWatchers(core, self.hub, self.results)
-        # Triton's statistics extension, read through the gateway's inference protocol.
+        # Per-model counts since this process started: the gateway serves them as Triton's
+        # statistics extension, `mediamesh status` as its MODELS table.
         self.statistics = StatisticsLedger(time.time)
         self.webhooks = WebhookDeliverer(
             webhooks or WebhookSettings(), self.writer, artifacts, self.stored_artifact
