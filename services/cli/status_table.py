@@ -103,7 +103,7 @@ def _models(status: Any) -> list[str]:
     """The MODELS table and a blank line: each model that ran since the scheduler started.
     Latency and queue are per job; input, denoise and output per batch."""
     rows = []
-    for m in getattr(status, "models", ()):
+    for m in status.models:
         batches = m.batch_sizes
         jobs_in_batches = sum(b.batch_size * b.compute_infer.count for b in batches)
         rows.append(

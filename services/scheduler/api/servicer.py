@@ -458,15 +458,13 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         """The models' counts since this scheduler started: the tenant's own jobs, every
         tenant's for admin."""
         tenant = checked_tenant(request.tenant)
+        scope = None if request.admin else tenant
         names = list(request.models) or list(self.registry.names)
         for name in names:
             find_model(self.registry, name)
         ledger = self.runtime.statistics
         return scheduler_pb2.ModelStatisticsReply(
-            models=[
-                convert.model_statistics(n, ledger.statistics(n, None if request.admin else tenant))
-                for n in names
-            ]
+            models=[convert.model_statistics(n, ledger.statistics(n, scope)) for n in names]
         )
 
     async def GetStatus(

@@ -97,6 +97,7 @@ class BatchTimer:
         self._results: dict[str, float] = {}
         # Each step's length once: every job of the batch reports the same step.
         self._steps: dict[int, float] = {}
+        self._stepped_s = 0.0
 
     def step(self, step: int, step_seconds: float, at: float) -> None:
         """A job of the batch finished `step`, reported at `at`."""
@@ -104,10 +105,11 @@ class BatchTimer:
         if step in self._steps:
             return
         self._steps[step] = step_seconds
+        self._stepped_s += step_seconds
         # Reports travel in groups, so a step's may arrive with the next one's: each report
         # bounds the first step's start from above by the steps timed so far, and the
         # tightest bound keeps the input phase from overlapping the steps.
-        started = at - sum(self._steps.values())
+        started = at - self._stepped_s
         if self._first_step_started is None or started < self._first_step_started:
             self._first_step_started = started
 
@@ -133,7 +135,7 @@ class BatchTimer:
         output_s = 0.0 if last_result_at is None else last_result_at - self._last_step_at
         return BatchTimes(
             input_s=max(self._first_step_started - self.sent_at, 0.0),
-            infer_s=sum(self._steps.values()),
+            infer_s=self._stepped_s,
             output_s=max(output_s, 0.0),
         )
 
