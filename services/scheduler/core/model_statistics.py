@@ -151,7 +151,8 @@ class StatisticsLedger:
 
     def batch_ran(self, model: str, jobs: Sequence[RanJob], times: BatchTimes) -> None:
         """A batch of `model` ran these jobs in these phases."""
-        now_ms = round(self.wall_clock() * 1000)
+        # Truncated, so it never names a millisecond that has not begun.
+        now_ms = int(self.wall_clock() * 1000)
         by_tenant: dict[str, list[RanJob]] = {}
         for job in jobs:
             by_tenant.setdefault(job.tenant, []).append(job)
