@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from mediamesh.common.generation import AdapterScale
 from mediamesh.scheduler.core.load_times import LearnedLoadTimes
-from mediamesh.scheduler.core.units import Unit
+from mediamesh.scheduler.core.units import Unit, routing_key
 
 
 @dataclass(frozen=True)
@@ -86,7 +86,7 @@ class AdapterAffinity:
         if not warm:
             return offered
         self.warm_choices += 1
-        return min(warm, key=lambda u: (u.load_s, u.dispatched, u.worker_id))
+        return min(warm, key=routing_key)
 
     def load_on(self, unit: Unit, model: str, adapters: tuple[AdapterScale, ...]) -> float:
         """Seconds `unit` will spend loading the `adapters` of `model` it lacks before it can

@@ -42,6 +42,8 @@ class InFlight:
         # (a scheduling pass walks `free`; only this class offers units to it).
         self.units: dict[str, Unit] = {}
         self.free = FreeUnits()
+        # Batches opened so far: a unit records the count at its latest (routing_key).
+        self._batches_opened = 0
         self._batches: dict[str, OpenBatch] = {}
         # Per in-flight job: the device-seconds charged to its unit, and the unit's pool.
         self._charged: dict[str, tuple[float, str]] = {}
@@ -136,7 +138,8 @@ class InFlight:
         """Record a batch sent to `unit` with the jobs just charged to it."""
         self._batches[batch_id] = OpenBatch(batch_id, unit.worker_id, model, job_ids, len(job_ids))
         unit.batches.add(batch_id)
-        unit.dispatched += 1
+        self._batches_opened += 1
+        unit.last_dispatch = self._batches_opened
         unit.version += 1
         self.free.offer(unit)
 

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from mediamesh.scheduler.core.load_times import LearnedLoadTimes
-from mediamesh.scheduler.core.units import Unit
+from mediamesh.scheduler.core.units import Unit, routing_key
 
 
 @dataclass(frozen=True)
@@ -73,7 +73,7 @@ class ModelResidency:
                 and unit.load_s <= limit
             ]
             if resident:
-                chosen = min(resident, key=lambda u: (u.load_s, u.dispatched, u.worker_id))
+                chosen = min(resident, key=routing_key)
                 self.resident_choices += 1
             elif self._worth_waiting(offered, model, everyone):
                 return None

@@ -38,8 +38,8 @@ class Unit:
     # Estimated device-seconds of work dispatched to it and not yet finished.
     load_s: float = 0.0
     batches: set[str] = field(default_factory=set)
-    # Batches ever sent here: breaks load ties so equal devices share work evenly.
-    dispatched: int = 0
+    # When it was last sent a batch (InFlight's running count of batches): see routing_key.
+    last_dispatch: int = 0
     # Bumped on every change, so stale heap entries can be recognised.
     version: int = 0
     # Open batches with every job at its last step (InFlight.at_last_step).
@@ -90,6 +90,16 @@ UnitClass = tuple[str, frozenset[str]]
 _Entry = tuple[float, int, str, int]
 
 
+def routing_key(unit: Unit) -> tuple[float, int, str]:
+    """Order among units that could take a batch: least loaded first and, among equally
+    loaded ones (idle ones, mostly), the one sent a batch most recently. Its caches and
+    clocks are still warm: at c=1 through two idle workers taking turns, the time from
+    sending a batch to its first step read 4.0-5.5 ms against 4.7-6.9 ms, lower in each of
+    six alternating pairs. Light load also gathers on few workers, leaving the others idle
+    for an autoscaler to remove."""
+    return (unit.load_s, -unit.last_dispatch, unit.worker_id)
+
+
 def unit_class(unit: Unit) -> UnitClass:
     """The unit's pool and models: what the dispatcher decides by."""
     return (unit.info.pool, unit.info.models)
@@ -122,7 +132,7 @@ class FreeUnits:
         if has_room != (unit.worker_id in self._counted):
             self._count(unit, 1 if has_room else -1)
         if has_room:
-            entry = (unit.load_s, unit.dispatched, unit.worker_id, unit.version)
+            entry = (*routing_key(unit), unit.version)
             bisect.insort(self._lists.setdefault(unit_class(unit), []), entry)
 
     def remove(self, unit: Unit) -> None:

@@ -10,6 +10,7 @@ import httpx
 import pytest
 import pytest_asyncio
 
+from mediamesh.scheduler import watching
 from tests.service.conftest import InProcessMesh, start_mesh, stop_mesh
 from tests.service.gateway.http_support import frames
 
@@ -17,7 +18,12 @@ pytestmark = pytest.mark.timeout(300)
 
 
 @pytest_asyncio.fixture
-async def mesh(tmp_path: Path, models_dir: Path) -> AsyncIterator[InProcessMesh]:
+async def mesh(
+    tmp_path: Path, models_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[InProcessMesh]:
+    # Refreshed more often than once a second, so that a fast moment of the machine, when
+    # the middle job runs for less than a second, still shows the position falling.
+    monkeypatch.setattr(watching, "QUEUE_POSITION_REFRESH_S", 0.1)
     mesh = await start_mesh(tmp_path, models_dir, [["flux-tiny"]], gateway={"http_port": 0})
     yield mesh
     await stop_mesh(mesh)
@@ -27,7 +33,7 @@ async def test_a_waiting_job_hears_its_position_fall(mesh: InProcessMesh) -> Non
     base = f"http://127.0.0.1:{mesh.gateway.http_port}"
     async with httpx.AsyncClient(base_url=base, timeout=120) as client:
         # Shapes differ, so no two share a batch: each waits for the one before it, and the
-        # middle one runs for seconds, long past the once-a-second refresh of positions.
+        # middle one runs for seconds, long past the refresh of positions.
         ids = []
         for size, steps in ((512, 10), (480, 50), (128, 4)):
             body = {"model": "flux-tiny", "prompt": "x", "width": size, "height": size}

@@ -129,21 +129,38 @@ def test_fair_share_between_tenants_in_a_class():
     assert single.state is JobState.SUCCEEDED
 
 
-def test_least_loaded_worker_gets_the_batch_and_ties_alternate():
+def test_least_loaded_worker_gets_the_batch_and_ties_go_to_the_last_used():
     clock = FakeClock()
     core = make_core(clock)
     for name in ("w0", "w1"):
         core.register_worker(worker(name))
-    seen = []
-    for i in range(4):
-        submit(core, steps=5 + i)
+
+    def run_one() -> str:
+        submit(core, steps=5)
         clock.advance(1)
         [dispatch] = core.schedule()
-        seen.append(dispatch.worker_id)
         for job in dispatch.jobs:
             core.job_succeeded(job.job_id, dispatch.batch_id)
         core.batch_ended(dispatch.batch_id)
-    assert seen.count("w0") == 2 and seen.count("w1") == 2
+        return dispatch.worker_id
+
+    # One job at a time: every batch finds both idle and stays on the warm one.
+    assert [run_one() for _ in range(3)] == ["w0", "w0", "w0"]
+    # w0 busy: the idle w1 is the least loaded.
+    submit(core, steps=5)
+    clock.advance(1)
+    [busy] = core.schedule()
+    assert busy.worker_id == "w0"
+    submit(core, steps=5)
+    clock.advance(1)
+    [beside] = core.schedule()
+    assert beside.worker_id == "w1"
+    for dispatch in (busy, beside):
+        for job in dispatch.jobs:
+            core.job_succeeded(job.job_id, dispatch.batch_id)
+        core.batch_ended(dispatch.batch_id)
+    # Both idle again: w1 had the latest batch.
+    assert run_one() == "w1"
 
 
 def test_busy_worker_gets_nothing_until_its_batch_ends():
