@@ -43,6 +43,36 @@ def decode_audio(data: bytes) -> tuple[np.ndarray, int, str]:
         return clip.read(), clip.samplerate, f"{clip.format}/{clip.subtype}"
 
 
+@dataclass(frozen=True)
+class DecodedAudio:
+    """What PyAV reads back from a compressed clip (mp3, opus, aac)."""
+
+    container: str
+    codec: str
+    # The stream's own rate: Opus decoders always give 48 kHz, whatever it was made at.
+    rate: int
+    channels: int
+    # Channels x samples, as decoded.
+    samples: np.ndarray
+
+
+def decode_compressed_audio(data: bytes) -> DecodedAudio:
+    """Every sample of the first audio stream, decoded by FFmpeg through PyAV."""
+    with av.open(io.BytesIO(data), mode="r") as container:
+        stream = container.streams.audio[0]
+        frames = [frame.to_ndarray() for frame in container.decode(stream)]
+        planar = [
+            f if f.shape[0] == stream.channels else f.reshape(-1, stream.channels).T for f in frames
+        ]
+        return DecodedAudio(
+            container.format.name,
+            stream.codec_context.name,
+            stream.rate,
+            stream.channels,
+            np.concatenate(planar, axis=1),
+        )
+
+
 # Least PSNR, in dB, between two decodes of one seed's clip. The frames of a seed alone and
 # in a batch differ by at most one 8-bit level, but the bundled x264 does not always encode
 # identical 64x64 frames to one bitstream (measured here: three bitstreams from one set of

@@ -31,7 +31,8 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     gen.add_argument(
         "--output-format",
         default="",
-        help="png, jpeg, webp (image); mp4, webm, gif (video); wav, flac, ogg (audio); "
+        help="png, jpeg, webp (image); mp4, webm, gif (video); wav, flac, ogg, mp3, opus, aac "
+        "(audio); "
         "default: the model's",
     )
     gen.add_argument("--output-quality", type=int, help="jpeg/webp quality 1..100")

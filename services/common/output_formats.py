@@ -12,7 +12,7 @@ from collections.abc import Mapping
 FORMATS_BY_MODALITY: Mapping[str, tuple[str, ...]] = {
     "image": ("png", "jpeg", "webp"),
     "video": ("mp4", "webm", "gif"),
-    "audio": ("wav", "flac", "ogg"),
+    "audio": ("wav", "flac", "ogg", "mp3", "opus", "aac"),
 }
 ALL_FORMATS = tuple(fmt for formats in FORMATS_BY_MODALITY.values() for fmt in formats)
 # Image formats whose encoder takes a quality; png is lossless.
@@ -28,6 +28,10 @@ MIME_TYPES: Mapping[str, str] = {
     "wav": "audio/wav",
     "flac": "audio/flac",
     "ogg": "audio/ogg",
+    "mp3": "audio/mpeg",
+    # Opus in Ogg; "audio/opus" rather than "audio/ogg" tells it from Vorbis by its type.
+    "opus": "audio/opus",
+    "aac": "audio/aac",
     "bin": "application/octet-stream",
 }
 # File name extension of a result by MIME type (jpeg is written .jpg, as most tools expect).

@@ -32,7 +32,9 @@ from mediamesh.common.true_cfg import released_fields
 from mediamesh.common.warmup import WarmupShape
 
 Modality = Literal["image", "video", "audio"]
-OutputFormat = Literal["png", "jpeg", "webp", "mp4", "webm", "gif", "wav", "flac", "ogg"]
+OutputFormat = Literal[
+    "png", "jpeg", "webp", "mp4", "webm", "gif", "wav", "flac", "ogg", "mp3", "opus", "aac"
+]
 
 
 class Strict(BaseModel):

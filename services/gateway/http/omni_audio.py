@@ -7,7 +7,8 @@ audio model and answers, when the job ends, with its bytes and their content typ
 Its fields map onto the job's: `input` is the prompt, `audio_length` the duration in
 seconds, `num_inference_steps` the steps, and `negative_prompt`, `guidance_scale` and `seed`
 are the job's own; `response_format` is the result's format among those the model allows
-(wav, flac, ogg; vLLM-Omni's mp3, pcm, aac and opus are refused, naming the ones allowed).
+(wav, flac, ogg, mp3, opus or aac; vLLM-Omni's pcm, headerless samples whose rate and
+channels a client cannot read from them, is refused, naming the ones allowed).
 `speed` other than 1 and `audio_start` other than 0 ask for what the mesh's models do not
 do (playback at another rate, a clip that starts later) and are refused; so is any field
 the route does not know. The mesh's `priority` may ride along. Errors name the field as the
@@ -23,6 +24,7 @@ from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from mediamesh.common.errors import InvalidArgument
+from mediamesh.common.output_formats import FORMATS_BY_MODALITY, MIME_TYPES
 from mediamesh.gateway.api.json_plane import request_from_json
 from mediamesh.gateway.http.bodies import read_model
 from mediamesh.gateway.http.context import Authorization, context_of
@@ -66,7 +68,8 @@ class AudioGeneration(BaseModel):
     input: str = Field(description="What the audio should sound like")
     model: str | None = Field(None, description="A mesh audio model; default: the first")
     response_format: str | None = Field(
-        None, description="wav, flac or ogg, as the model allows; default: the model's (wav)"
+        None,
+        description="wav, flac, ogg, mp3, opus or aac, as the model allows; default: the model's",
     )
     speed: float | None = Field(None, description="1: the mesh plays audio at its own speed")
     audio_length: float | None = Field(None, description="Seconds; default: the model's")
@@ -82,7 +85,7 @@ class AudioGeneration(BaseModel):
     "/v1/audio/generate",
     response_class=Response,
     responses={
-        200: {"content": {"audio/wav": {}, "audio/flac": {}, "audio/ogg": {}}},
+        200: {"content": {MIME_TYPES[fmt]: {} for fmt in FORMATS_BY_MODALITY["audio"]}},
         **ERRORS,
     },
     summary="Generate audio (vLLM-Omni-compatible)",

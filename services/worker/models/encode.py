@@ -8,6 +8,7 @@ worker calls it from its device thread, never on the event loop.
 from __future__ import annotations
 
 import io
+from collections.abc import Sequence
 from fractions import Fraction
 from typing import Any
 
@@ -47,6 +48,19 @@ _AUDIO_SUBTYPES: dict[str, tuple[str, str]] = {
     "flac": ("FLAC", "PCM_24"),
     "ogg": ("OGG", "VORBIS"),
 }
+
+
+# Container, codec and sample format of each compressed audio format, encoded by FFmpeg
+# through PyAV: LAME for MP3, libopus in Ogg (RFC 7845), FFmpeg's AAC in ADTS frames (the
+# `audio/aac` files OpenAI's speech API returns). Each codec takes only some sample rates.
+_COMPRESSED_AUDIO: dict[str, tuple[str, str, str]] = {
+    "mp3": ("mp3", "libmp3lame", "fltp"),
+    "opus": ("ogg", "libopus", "flt"),
+    "aac": ("adts", "aac", "fltp"),
+}
+# Bit-exact muxing: the Ogg muxer otherwise draws a random stream serial number and the MP3
+# muxer writes the library's version, so one seed would not give one file.
+_BITEXACT = {"fflags": "+bitexact"}
 
 
 class EncodeError(RuntimeError):
@@ -130,18 +144,62 @@ def _even_sized(pixels: np.ndarray) -> np.ndarray:
 
 
 def encode_audio(audio: np.ndarray, sample_rate: int, fmt: str) -> bytes:
-    """(channels, samples) or (samples,) float audio in [-1, 1] as wav, flac or ogg (Vorbis)."""
+    """(channels, samples) or (samples,) float audio in [-1, 1] as wav, flac, ogg (Vorbis),
+    mp3, opus or aac; the compressed three at the nearest sample rate their codec takes."""
+    if audio.ndim == 1:
+        audio = audio[None, :]
+    # Clipping keeps PCM from wrapping around.
+    clipped = np.clip(np.nan_to_num(audio.astype(np.float32)), -1.0, 1.0)
+    if fmt in _COMPRESSED_AUDIO:
+        return _encode_compressed_audio(clipped, sample_rate, fmt)
     if fmt not in _AUDIO_SUBTYPES:
         raise EncodeError(f"audio format {fmt!r} is not supported")
     container_format, subtype = _AUDIO_SUBTYPES[fmt]
-    if audio.ndim == 1:
-        audio = audio[None, :]
-    # soundfile takes (samples, channels); clipping keeps PCM from wrapping around.
-    samples = np.clip(np.nan_to_num(audio.astype(np.float32)), -1.0, 1.0).T
+    # soundfile takes (samples, channels).
+    samples = clipped.T
     buffer = io.BytesIO()
     try:
         soundfile.write(buffer, samples, sample_rate, format=container_format, subtype=subtype)
     except (soundfile.LibsndfileError, RuntimeError, ValueError) as exc:
+        raise EncodeError(f"cannot encode {fmt}: {exc}") from exc
+    return buffer.getvalue()
+
+
+def codec_sample_rate(supported: Sequence[int], rate: int) -> int:
+    """The rate to encode audio of `rate` at: its own where the codec takes it, else the
+    lowest higher one (upsampling loses nothing), else the highest."""
+    if not supported or rate in supported:
+        return rate
+    # Not below the telephone rate: AAC's 7350 Hz is in its table, but not every player's.
+    higher = [r for r in supported if r > rate and r >= 8000]
+    return min(higher) if higher else max(supported)
+
+
+def _encode_compressed_audio(audio: np.ndarray, sample_rate: int, fmt: str) -> bytes:
+    container_format, codec_name, sample_format = _COMPRESSED_AUDIO[fmt]
+    channels = audio.shape[0]
+    if channels > 2:
+        raise EncodeError(f"cannot encode {fmt}: {channels} channels; it takes 1 or 2")
+    layout = "mono" if channels == 1 else "stereo"
+    codec = av.codec.Codec(codec_name, "w")
+    rate = codec_sample_rate(codec.audio_rates or (), sample_rate)
+    source = av.AudioFrame.from_ndarray(np.ascontiguousarray(audio), format="fltp", layout=layout)
+    source.sample_rate = sample_rate
+    source.pts = 0
+    # libswresample's filter band-limits the change of rate, as FFmpeg itself would.
+    resampler = av.AudioResampler(format=sample_format, layout=layout, rate=rate)
+    buffer = io.BytesIO()
+    try:
+        with av.open(buffer, mode="w", format=container_format, options=_BITEXACT) as container:
+            stream: Any = container.add_stream(codec_name, rate=rate)
+            stream.layout = layout
+            stream.codec_context.flags |= av.codec.context.Flags.bitexact
+            for frame in (*resampler.resample(source), *resampler.resample(None)):
+                for packet in stream.encode(frame):
+                    container.mux(packet)
+            for packet in stream.encode(None):
+                container.mux(packet)
+    except av.FFmpegError as exc:
         raise EncodeError(f"cannot encode {fmt}: {exc}") from exc
     return buffer.getvalue()
 

@@ -109,7 +109,7 @@ async def test_list_models_reports_each_models_formats(media_mesh: InProcessMesh
     formats = {model.name: list(model.output_formats) for model in listed.models}
     assert formats["flux-tiny"] == ["png", "jpeg", "webp"]
     assert formats["wan-tiny"] == ["mp4", "webm", "gif"]
-    assert formats["stable-audio-tiny"] == ["wav", "flac", "ogg"]
+    assert formats["stable-audio-tiny"] == ["wav", "flac", "ogg", "mp3", "opus", "aac"]
 
 
 async def test_kserve_takes_output_format_as_a_parameter(media_mesh: InProcessMesh) -> None:

@@ -39,7 +39,7 @@ def with_change(name: str, path: list[str], value: object) -> dict:
         ("flux-tiny", ["parallelism", "mode"], "magic", "field parallelism.mode"),
         ("echo", ["quantization"], "int4", "model 'echo' field quantization"),
         ("flux-tiny", ["colour"], "red", "model 'flux-tiny' field colour"),
-        ("stable-audio-tiny", ["output", "format"], "mp3", "field output.format"),
+        ("stable-audio-tiny", ["output", "format"], "pcm", "field output.format"),
     ],
 )
 def test_bad_registry_entries_name_the_entry_and_field(name, path, value, words):

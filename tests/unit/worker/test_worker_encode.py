@@ -6,7 +6,7 @@ import pytest
 from mediamesh.common.generation import GenerationParams
 from mediamesh.common.registry import ModelSpec, parse_registry
 from mediamesh.worker.models import encode
-from tests.media import decode_audio, decode_image, decode_video
+from tests.media import decode_audio, decode_compressed_audio, decode_image, decode_video
 
 
 def _frames(count: int, height: int, width: int) -> np.ndarray:
@@ -89,6 +89,48 @@ def test_audio_decodes_with_soundfile_at_its_rate_and_length(fmt: str, kind: str
         assert np.abs(samples.T - audio).max() < 1e-3
 
 
+@pytest.mark.parametrize(
+    ("fmt", "container", "codec", "rate"),
+    [("mp3", "mp3", "mp3float", 8000), ("opus", "ogg", "opus", 48000), ("aac", "aac", "aac", 8000)],
+)
+def test_compressed_audio_decodes_with_ffmpeg_at_a_rate_its_codec_takes(
+    fmt: str, container: str, codec: str, rate: int
+) -> None:
+    # 4 kHz is no rate MP3, Opus or AAC carry: resampled up to their lowest above it.
+    audio = _tone(4000, 0.75)
+    data = encode.encode_audio(audio, 4000, fmt)
+    decoded = decode_compressed_audio(data)
+    assert (decoded.container, decoded.codec, decoded.channels) == (container, codec, 2)
+    assert decoded.rate == rate
+    seconds = decoded.samples.shape[1] / decoded.rate
+    # AAC in ADTS has no gapless header: its encoder's priming and padding frames stay.
+    assert 0.75 <= seconds <= 0.75 + (2048 / 8000 if fmt == "aac" else 0.01)
+    assert np.abs(decoded.samples).max() > 0.1
+    # Bit-exact: the same samples make the same file (no random Ogg serial, no version tag).
+    assert encode.encode_audio(audio, 4000, fmt) == data
+
+
+def test_audio_at_a_rate_its_codec_takes_keeps_that_rate() -> None:
+    decoded = decode_compressed_audio(encode.encode_audio(_tone(44100, 0.2), 44100, "mp3"))
+    assert decoded.rate == 44100
+    mono = decode_compressed_audio(encode.encode_audio(_tone(16000, 0.2)[:1], 16000, "aac"))
+    assert (mono.rate, mono.channels) == (16000, 1)
+
+
+def test_codec_sample_rate_goes_up_to_the_nearest_taken_rate() -> None:
+    rates = (48000, 44100, 32000, 24000, 22050, 16000, 12000, 11025, 8000, 7350)
+    assert encode.codec_sample_rate(rates, 44100) == 44100
+    assert encode.codec_sample_rate(rates, 4000) == 8000  # not 7350, which players may not
+    assert encode.codec_sample_rate(rates, 20000) == 22050
+    assert encode.codec_sample_rate(rates, 96000) == 48000
+    assert encode.codec_sample_rate((), 5000) == 5000
+
+
+def test_more_than_two_channels_are_refused_for_mp3() -> None:
+    with pytest.raises(encode.EncodeError, match="3 channels"):
+        encode.encode_audio(np.zeros((3, 800), dtype=np.float32), 8000, "mp3")
+
+
 def test_audio_is_clipped_not_wrapped() -> None:
     loud = np.full((1, 400), 3.0, dtype=np.float32)
     samples, _rate, _kind = decode_audio(encode.encode_audio(loud, 8000, "flac"))
@@ -100,8 +142,8 @@ def test_unknown_formats_raise_encode_error() -> None:
         encode.encode_image(np.zeros((4, 4, 3)), "bmp")
     with pytest.raises(encode.EncodeError, match="avi"):
         encode.encode_video(_frames(2, 8, 8), "avi", fps=8)
-    with pytest.raises(encode.EncodeError, match="mp3"):
-        encode.encode_audio(np.zeros((1, 10)), 8000, "mp3")
+    with pytest.raises(encode.EncodeError, match="pcm"):
+        encode.encode_audio(np.zeros((1, 10)), 8000, "pcm")
 
 
 def _spec(modality: str, **entry: object) -> ModelSpec:

@@ -19,7 +19,8 @@ const PASSING_STATUSES = new Set([429, 502, 503, 504]);
 const EXTENSIONS = {
   "image/png": "png", "image/jpeg": "jpg", "image/webp": "webp", "image/gif": "gif",
   "video/mp4": "mp4", "video/webm": "webm", "audio/wav": "wav", "audio/x-wav": "wav",
-  "audio/flac": "flac", "audio/ogg": "ogg", "audio/mpeg": "mp3",
+  "audio/flac": "flac", "audio/ogg": "ogg", "audio/mpeg": "mp3", "audio/opus": "opus",
+  "audio/aac": "aac",
 };
 
 // Image formats whose quality a request may set (output_quality); png is lossless.
