@@ -1,10 +1,11 @@
-"""How long a model's batches run after their last denoising step, learned online.
+"""How long a model's batches keep the device after their last denoising step, learned
+online: from the last step to the batch's first result (InFlight.batch_done says why).
 
-After the last step only decoding and encoding are left, and they scale with the batch. A
+After the last step only decoding is left on the device, and it scales with the batch. A
 unit given its next batch as soon as the last step is reported holds that batch for the
 whole tail, while the jobs arriving meanwhile wait for a later one: with two workers at
 c=32, that made batches of 7 where 9 fit, and less throughput. Knowing the tail, the next
-batch can be formed just before the running one ends, with everyone who arrived by then.
+batch can be formed just before the device frees, with everyone who arrived by then.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ class BatchTails:
         return None if per_job is None else per_job * max(size, 1)
 
     def observe(self, model: str, size: int, seconds: float) -> None:
-        """A batch of `size` jobs ended `seconds` after its last step was reported."""
+        """A batch of `size` jobs left the device `seconds` after its last step was reported."""
         per_job = max(seconds, 0.0) / max(size, 1)
         earlier = self._per_job_s.get(model)
         self._per_job_s[model] = (

@@ -101,6 +101,7 @@ class JobLifecycle:
         job = self._in_batch(job_id, batch_id)
         if job is None:
             return None
+        self._inflight.result_arrived(batch_id, self._clock())
         self._inflight.release(job)
         self._finish(job, JobState.SUCCEEDED)
         return job
@@ -110,6 +111,7 @@ class JobLifecycle:
         job = self._in_batch(job_id, batch_id)
         if job is None:
             return
+        self._inflight.result_arrived(batch_id, self._clock())
         self._inflight.release(job)
         job.error_code, job.error_message = code, message
         state = JobState.CANCELLED if code == StatusCode.CANCELLED else JobState.FAILED

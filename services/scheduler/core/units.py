@@ -61,6 +61,13 @@ class Unit:
         return self.info.pool
 
     @property
+    def encodes_off_device(self) -> bool:
+        """Whether its batches encode their results on cores its device does not need: true
+        of an accelerator (cuda, mps, ...), false of a CPU worker, whose encoding takes the
+        cores its next batch would compute on."""
+        return any(not device.startswith("cpu") for device in self.info.devices)
+
+    @property
     def free_slots(self) -> int:
         """Batches it can take now; none while draining. A finishing batch leaves room for
         one batch more, given ahead to wait on the worker (InFlight.at_last_step)."""

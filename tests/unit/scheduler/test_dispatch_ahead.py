@@ -3,6 +3,8 @@ wait out a batch window."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from mediamesh.scheduler.core.jobs import JobState
 from mediamesh.scheduler.core.policy import DispatchPolicy
 from mediamesh.scheduler.core.scheduler import Accepted
@@ -162,3 +164,42 @@ def test_a_tail_shorter_than_the_lead_gives_room_at_the_last_step():
     report_steps(core, second, 4)
     [ahead] = core.schedule()
     assert ahead.worker_id == "w0"
+
+
+def _tail_learned_on(devices: tuple[str, ...]) -> float:
+    """When a unit on `devices` next gets room, in seconds after its batch's last step,
+    once a first batch's results came 0.1 s (the first) and 0.3 s (the last) after it."""
+    clock = FakeClock()
+    policy = DispatchPolicy(ahead=True, window_when_idle=False, ahead_lead_s=0.01)
+    core = make_core(clock, dispatching=policy)
+    core.register_worker(replace(worker("w0"), devices=devices))
+    for seed in range(2):
+        submit(core, seed=seed)
+    [first] = core.schedule()
+    report_steps(core, first, 4)
+    clock.advance(0.1)
+    core.job_succeeded(first.jobs[0].job_id, first.batch_id)
+    clock.advance(0.2)
+    core.job_succeeded(first.jobs[1].job_id, first.batch_id)
+    core.batch_ended(first.batch_id)
+    for seed in range(2):
+        submit(core, seed=10 + seed)
+    [second] = core.schedule()
+    clock.advance(1)
+    report_steps(core, second, 4)
+    submit(core, seed=20)
+    assert core.schedule() == []
+    room_at = core.next_wakeup()
+    assert room_at is not None
+    return room_at - clock() + 0.01
+
+
+def test_an_accelerator_gets_its_next_batch_as_the_first_result_comes_not_the_last():
+    # The device is free once the batch has decoded; its results encode on the CPU while
+    # the next batch computes.
+    assert abs(_tail_learned_on(("cuda:0",)) - 0.1) < 1e-9
+
+
+def test_a_cpu_worker_gets_its_next_batch_as_the_last_result_comes():
+    # Its encoding takes the cores the next batch would compute on.
+    assert abs(_tail_learned_on(("cpu",)) - 0.3) < 1e-9
