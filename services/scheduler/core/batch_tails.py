@@ -1,5 +1,6 @@
 """How long a model's batches keep the device after their last denoising step, learned
-online: from the last step to the batch's first result (InFlight.batch_done says why).
+online: from the last step to the batch's first result on an accelerator, and to its last
+on a CPU worker (InFlight.batch_done says why).
 
 After the last step only decoding is left on the device, and it scales with the batch. A
 unit given its next batch as soon as the last step is reported holds that batch for the

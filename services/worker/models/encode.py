@@ -8,7 +8,8 @@ worker calls it from its device thread, never on the event loop.
 from __future__ import annotations
 
 import io
-from collections.abc import Sequence
+import itertools
+from collections.abc import Iterable, Iterator, Sequence
 from fractions import Fraction
 from typing import Any
 
@@ -105,21 +106,30 @@ def encode_video(frames: np.ndarray, fmt: str, fps: int) -> bytes:
             stream: Any = container.add_stream(codec, rate=fps, options=_VIDEO_OPTIONS[fmt])
             stream.width, stream.height, stream.pix_fmt = width, height, pixel_format
             stream.time_base = Fraction(1, fps)
-            for index, frame_pixels in enumerate(pixels):
-                if pixel_format == "pal8":
-                    frame = _palette_frame(frame_pixels)
-                else:
-                    frame = av.VideoFrame.from_ndarray(frame_pixels, format="rgb24")
-                    frame = frame.reformat(format=pixel_format)
-                frame.pts = index
-                frame.time_base = Fraction(1, fps)
-                for packet in stream.encode(frame):
-                    container.mux(packet)
-            for packet in stream.encode(None):
-                container.mux(packet)
+            _encode_all(container, stream, _video_frames(pixels, pixel_format, fps))
     except av.FFmpegError as exc:
         raise EncodeError(f"cannot encode {fmt}: {exc}") from exc
     return buffer.getvalue()
+
+
+def _video_frames(pixels: np.ndarray, pixel_format: str, fps: int) -> Iterator[av.VideoFrame]:
+    for index, frame_pixels in enumerate(pixels):
+        if pixel_format == "pal8":
+            frame = _palette_frame(frame_pixels)
+        else:
+            frame = av.VideoFrame.from_ndarray(frame_pixels, format="rgb24")
+            frame = frame.reformat(format=pixel_format)
+        frame.pts = index
+        frame.time_base = Fraction(1, fps)
+        yield frame
+
+
+def _encode_all(container: Any, stream: Any, frames: Iterable[Any]) -> None:
+    """Encodes every frame, then drains the encoder, muxing each packet as it comes; one
+    frame at a time, so a long clip is never held twice."""
+    for frame in itertools.chain(frames, [None]):
+        for packet in stream.encode(frame):
+            container.mux(packet)
 
 
 def _palette_frame(pixels: np.ndarray) -> av.VideoFrame:
@@ -194,11 +204,7 @@ def _encode_compressed_audio(audio: np.ndarray, sample_rate: int, fmt: str) -> b
             stream: Any = container.add_stream(codec_name, rate=rate)
             stream.layout = layout
             stream.codec_context.flags |= av.codec.context.Flags.bitexact
-            for frame in (*resampler.resample(source), *resampler.resample(None)):
-                for packet in stream.encode(frame):
-                    container.mux(packet)
-            for packet in stream.encode(None):
-                container.mux(packet)
+            _encode_all(container, stream, [*resampler.resample(source), *resampler.resample(None)])
     except av.FFmpegError as exc:
         raise EncodeError(f"cannot encode {fmt}: {exc}") from exc
     return buffer.getvalue()
