@@ -6,6 +6,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from mediamesh.common.job_states import ENDED_STATE_NAMES
 from mediamesh.common.limits import MAX_JOB_PAGE_SIZE
 
 
@@ -24,7 +25,7 @@ class JobState(StrEnum):
     @property
     def terminal(self) -> bool:
         """True once the job has ended, with a result or without one."""
-        return self in (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobState.EXPIRED)
+        return self.value in ENDED_STATE_NAMES
 
 
 class Priority(StrEnum):

@@ -25,6 +25,7 @@ MAPPING_MODULES = frozenset(
 # Job and model states that share a name with a status code: a different vocabulary, not a
 # status (Triton's repository index names a model that cannot serve UNAVAILABLE).
 JOB_STATE_NAMES = {
+    "common/job_states.py": {"CANCELLED"},
     "scheduler/core/jobs.py": {"CANCELLED"},
     "sdk/types.py": {"CANCELLED"},
     "gateway/http/openai_videos.py": {"CANCELLED"},

@@ -32,6 +32,7 @@ from fastapi.responses import Response
 from pydantic import BaseModel, Field
 
 from mediamesh.common.errors import InvalidArgument, NotFound
+from mediamesh.common.job_states import ENDED_STATE_NAMES
 from mediamesh.common.limits import MAX_JOB_PAGE_SIZE
 from mediamesh.common.output_formats import FPS_RANGE
 from mediamesh.common.registry import ModelSpec
@@ -75,8 +76,6 @@ _STATUS = {
     "RUNNING": "in_progress",
     "SUCCEEDED": "completed",
 }
-# The states a job ends in (the scheduler's JobState.terminal): DELETE deletes such a video.
-_ENDED_STATES = frozenset({"SUCCEEDED", "FAILED", "CANCELLED", "EXPIRED"})
 LIST_VIDEOS_QUERY = QueryParameters(once=("limit", "after", "order"))
 VIDEO_CONTENT_QUERY = QueryParameters(once=("variant",))
 # The listing's fields as its query parameters name them, for the errors the mesh raises.
@@ -333,7 +332,7 @@ async def delete_video(
     answer = {"id": video_id, "object": "video.deleted", "deleted": True}
     video = await _video_job(plane, video_id, caller)
     with renamed_fields(VIDEO_ID_NAMES), state_conflicts():
-        if video["state"] not in _ENDED_STATES:
+        if video["state"] not in ENDED_STATE_NAMES:
             # Decided from the state Cancel answers with: a job that ended on its own since
             # it was read is not CANCELLED, and is deleted as any ended video is.
             cancelled = await plane.cancel(video_id, caller)

@@ -7,6 +7,7 @@ from enum import StrEnum
 from functools import cached_property
 
 from mediamesh.common.generation import GenerationParams, Priority
+from mediamesh.common.job_states import ENDED_STATE_NAMES
 from mediamesh.scheduler.core.delivery import ResultDelivery
 
 __all__ = ["GenerationParams", "Job", "JobState", "Priority", "TenantQuota"]
@@ -35,9 +36,7 @@ class JobState(StrEnum):
 
 
 IN_FLIGHT_STATES = frozenset({JobState.DISPATCHED, JobState.RUNNING})
-TERMINAL_STATES = frozenset(
-    {JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobState.EXPIRED}
-)
+TERMINAL_STATES = frozenset(state for state in JobState if state.name in ENDED_STATE_NAMES)
 
 
 @dataclass(frozen=True)
