@@ -51,7 +51,8 @@ run: setup models
 	$(BIN)/mediamesh up --models-dir $(MODELS_DIR)
 
 # System packages the tests run (Debian names): installed with apt-get when `make test` runs
-# as root, otherwise it stops with one line naming them. Chromium and its driver run the web
+# as root, otherwise it stops with one line naming them. Prometheus scrapes a running mesh
+# and its promtool tests the alerting rules. Chromium and its driver run the web
 # page's test in a real headless browser; Node runs the page's script against scripted answers.
 SYSTEM_PACKAGES := prometheus chromium chromium-driver nodejs
 

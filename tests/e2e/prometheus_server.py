@@ -15,7 +15,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -79,14 +79,22 @@ class PrometheusServer:
             raise PrometheusError(f"{expr}: unexpected result type {data['resultType']}")
         return data["result"]
 
+    def alerting_rules(self) -> list[dict]:
+        """Every loaded alerting rule as the rules API reports it (state, health, lastError)."""
+        groups = self.api("rules", {"type": "alert"})["groups"]
+        return [rule for group in groups for rule in group["rules"]]
+
     def targets_up(self) -> dict[str, bool]:
         """scrapeUrl -> whether its last scrape succeeded, for every active target."""
         return {t["scrapeUrl"]: t["health"] == "up" for t in self.api("targets")["activeTargets"]}
 
 
-def write_config(path: Path, targets: dict[str, list[str]]) -> None:
-    """One scrape job per name (its `component` label), each with its host:port targets."""
-    config = {
+def write_config(
+    path: Path, targets: dict[str, list[str]], rule_files: Sequence[Path] = ()
+) -> None:
+    """One scrape job per name (its `component` label), each with its host:port targets,
+    and the rule files to evaluate (every second, as the scrapes)."""
+    config: dict[str, Any] = {
         "global": {
             "scrape_interval": SCRAPE_INTERVAL,
             "scrape_timeout": SCRAPE_INTERVAL,
@@ -100,19 +108,25 @@ def write_config(path: Path, targets: dict[str, list[str]]) -> None:
             for name, addresses in targets.items()
         ],
     }
+    if rule_files:
+        config["rule_files"] = [str(rule_file) for rule_file in rule_files]
     path.write_text(yaml.safe_dump(config, sort_keys=False))
 
 
 @contextmanager
 def prometheus_server(
-    tmp: Path, targets: dict[str, list[str]], ready_timeout_s: float = READY_TIMEOUT_S
+    tmp: Path,
+    targets: dict[str, list[str]],
+    ready_timeout_s: float = READY_TIMEOUT_S,
+    rule_files: Sequence[Path] = (),
 ) -> Iterator[PrometheusServer]:
-    """Runs Prometheus scraping `targets` ({component: ["127.0.0.1:port", ...]})."""
+    """Runs Prometheus scraping `targets` ({component: ["127.0.0.1:port", ...]}), with the
+    alerting rules of `rule_files`."""
     binary = prometheus_binary()
     root = tmp / "prometheus"
     root.mkdir(parents=True, exist_ok=True)
     config_path = root / "prometheus.yml"
-    write_config(config_path, targets)
+    write_config(config_path, targets, rule_files)
     port = free_port()
     log_path = root / "prometheus.log"
     with log_path.open("w") as log:

@@ -39,6 +39,20 @@ from tests.e2e.conftest import MeshProcess, wait_for
 from tests.e2e.prometheus_server import PrometheusServer, prometheus_binary, prometheus_server
 from tests.unit.deploy.queries import deploy_queries, keda_queries, scaled_objects
 
+ALERTS_FILE = ROOT / "deploy" / "prometheus" / "alerts.yml"
+# Alerts a healthy mesh must not raise, whatever the traffic above did: the services are up
+# (their `up` series carry the component labels the deploy configs give them) and nothing
+# failed to be stored.
+QUIET_ALERTS = (
+    "MediameshSchedulerDown",
+    "MediameshNoGateway",
+    "MediameshTargetDown",
+    "MediameshJobStoreFailing",
+    "MediameshResultsLost",
+    "MediameshInternalErrors",
+    "MediameshSchedulerLinkFlapping",
+)
+
 pytestmark = pytest.mark.e2e
 
 WORKERS = [
@@ -129,7 +143,7 @@ def registry_with_long_jobs(tmp_path: Path) -> Path:
 def prometheus(mesh: MeshProcess, tmp_path: Path) -> Iterator[PrometheusServer]:
     targets = metrics_targets(mesh)
     count = sum(len(addresses) for addresses in targets.values())
-    with prometheus_server(tmp_path, targets) as server:
+    with prometheus_server(tmp_path, targets, rule_files=[ALERTS_FILE]) as server:
 
         def all_up() -> bool:
             up = server.targets_up()
@@ -166,6 +180,7 @@ def test_deploy_queries_against_prometheus(mesh: MeshProcess, prometheus: Promet
     check_keda_queries(mesh, prometheus)
     check_dashboard_queries(prometheus)
     check_metrics_endpoints(mesh)
+    check_alerting_rules(prometheus)
 
 
 # ---- traffic ---------------------------------------------------------------------------------
@@ -331,6 +346,31 @@ def check_dashboard_queries(prometheus: PrometheusServer) -> None:
     assert not empty, "dashboard/KEDA queries with no data:\n" + "\n".join(empty)
     now_with_data = [e for e in NO_DATA if results.get(e)]
     assert not now_with_data, f"these return data now; take them off NO_DATA: {now_with_data}"
+
+
+# ---- alerting rules --------------------------------------------------------------------
+
+
+def check_alerting_rules(prometheus: PrometheusServer) -> None:
+    """deploy/prometheus/alerts.yml loads into a real Prometheus, every rule evaluates over
+    the mesh's real series without error, and a healthy mesh raises none of QUIET_ALERTS."""
+    expected = {rule["alert"] for g in yaml.safe_load(ALERTS_FILE.read_text())["groups"]
+                for rule in g["rules"]}  # fmt: skip
+
+    def all_evaluated() -> bool:
+        rules = prometheus.alerting_rules()
+        return {r["name"] for r in rules} == expected and all(
+            r["health"] != "unknown" for r in rules
+        )
+
+    wait_for(all_evaluated, timeout=20, interval=1)
+    rules = {rule["name"]: rule for rule in prometheus.alerting_rules()}
+    broken = {name: r["lastError"] for name, r in rules.items() if r["health"] != "ok"}
+    assert not broken, f"alerting rules that fail to evaluate: {broken}"
+    raised = {
+        name: rules[name]["state"] for name in QUIET_ALERTS if rules[name]["state"] != "inactive"
+    }
+    assert not raised, f"a healthy mesh raised {raised}"
 
 
 # ---- /metrics --------------------------------------------------------------------------------

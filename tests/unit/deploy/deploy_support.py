@@ -431,3 +431,62 @@ def port_of(address: str) -> int:
 
 def host_of(address: str) -> str:
     return address.rsplit(":", 1)[0]
+
+
+# ---- metrics the deploy files' PromQL may name -----------------------------------------
+
+# Modules whose prometheus_client objects are every series the services export.
+METRIC_MODULES = (
+    "mediamesh.common.metrics",
+    "mediamesh.scheduler.metrics",
+    "mediamesh.worker.metrics",
+    "mediamesh.gateway.http.request_metrics",
+    "mediamesh.gateway.metrics",
+)
+# Labels Prometheus adds to every scraped series (the two configs' target labels).
+TARGET_LABELS = frozenset(
+    {"instance", "job", "namespace", "pod", "component", "modality", "mediamesh_pool"}
+)
+
+
+def metric_definitions() -> dict[str, set[str]]:
+    """Exposed series name -> label names, from the services' prometheus_client objects."""
+    import importlib
+
+    from prometheus_client.metrics import MetricWrapperBase
+
+    exposed: dict[str, set[str]] = {}
+    for module_name in METRIC_MODULES:
+        module = importlib.import_module(module_name)
+        for value in vars(module).values():
+            if not isinstance(value, MetricWrapperBase):
+                continue
+            name, labels = value._name, set(value._labelnames)
+            if value._type == "counter":
+                exposed[f"{name}_total"] = labels
+            elif value._type == "histogram":
+                for suffix in ("_sum", "_count"):
+                    exposed[name + suffix] = labels
+                exposed[f"{name}_bucket"] = labels | {"le"}
+            else:
+                exposed[name] = labels
+    return exposed
+
+
+def unknown_names(expr: str, exposed: dict[str, set[str]]) -> str:
+    """What in `expr` the services do not export (a metric, or a label of the metrics it
+    names); empty when every name is real."""
+    metrics = set(re.findall(r"\bmediamesh_\w+", expr))
+    if not metrics:
+        return f"no mediamesh metric in {expr!r}"
+    labels_available = set(TARGET_LABELS) | {"le"}
+    for metric in sorted(metrics):
+        if metric not in exposed:
+            return f"{metric} is not defined by the services"
+        labels_available |= exposed[metric]
+    selectors = re.findall(r"\{([^}]*)\}", expr)
+    grouped = re.findall(r"\b(?:by|on|without|ignoring)\s*\(([^)]*)\)", expr)
+    used = {m for s in selectors for m in re.findall(r"(\w+)\s*(?:=~|!~|!=|=)", s)}
+    used |= {label.strip() for g in grouped for label in g.split(",") if label.strip()}
+    unknown = used - labels_available
+    return f"labels {sorted(unknown)} do not exist on {sorted(metrics)}" if unknown else ""

@@ -20,6 +20,7 @@ DEPLOY_SUBCOMMANDS = {
     ("healthcheck",),
     ("drain",),
     ("status",),
+    ("jobs",),
     ("batch",),
     ("up",),
 }

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 import pytest
+from deploy_support import metric_definitions, unknown_names
 from queries import (
     VARIABLE_VALUES,
     dashboard,
@@ -15,16 +16,6 @@ from queries import (
 )
 
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
-# Metric modules whose definitions the queries must match.
-METRIC_MODULES = (
-    "mediamesh.common.metrics",
-    "mediamesh.scheduler.metrics",
-    "mediamesh.worker.metrics",
-    "mediamesh.gateway.http.request_metrics",
-    "mediamesh.gateway.metrics",
-)
-# Labels Prometheus adds to every scraped series.
-TARGET_LABELS = {"instance", "job", "namespace", "pod", "component", "modality", "mediamesh_pool"}
 
 
 @pytest.fixture(scope="module")
@@ -91,46 +82,11 @@ def test_required_panels(dash):
     assert exprs.count("histogram_quantile(") >= 6
 
 
-def _metric_definitions() -> dict[str, set[str]]:
-    """Exposed series name -> label names, from the services' prometheus_client objects."""
-    import importlib
-
-    from prometheus_client.metrics import MetricWrapperBase
-
-    exposed: dict[str, set[str]] = {}
-    for module_name in METRIC_MODULES:
-        module = importlib.import_module(module_name)
-        for value in vars(module).values():
-            if not isinstance(value, MetricWrapperBase):
-                continue
-            name, labels = value._name, set(value._labelnames)
-            if value._type == "counter":
-                exposed[f"{name}_total"] = labels
-            elif value._type == "histogram":
-                for suffix in ("_sum", "_count"):
-                    exposed[name + suffix] = labels
-                exposed[f"{name}_bucket"] = labels | {"le"}
-            else:
-                exposed[name] = labels
-    return exposed
-
-
 def test_queries_name_real_metrics_and_labels():
-    exposed = _metric_definitions()
+    exposed = metric_definitions()
     for query in [*keda_queries(), *dashboard_queries()]:
-        expr = query.expr
-        metrics = set(re.findall(r"\bmediamesh_\w+", expr))
-        assert metrics, f"{query.source}: no mediamesh metric in {expr!r}"
-        labels_available = set(TARGET_LABELS) | {"le"}
-        for metric in metrics:
-            assert metric in exposed, f"{query.source}: {metric} is not defined by the services"
-            labels_available |= exposed[metric]
-        selectors = re.findall(r"\{([^}]*)\}", expr)
-        grouped = re.findall(r"\b(?:by|on|without|ignoring)\s*\(([^)]*)\)", expr)
-        used = {m for s in selectors for m in re.findall(r"(\w+)\s*(?:=~|!~|!=|=)", s)}
-        used |= {label.strip() for g in grouped for label in g.split(",") if label.strip()}
-        unknown = used - labels_available
-        assert not unknown, f"{query.source}: labels {unknown} do not exist on {metrics}"
+        problem = unknown_names(query.expr, exposed)
+        assert not problem, f"{query.source}: {problem}"
 
 
 def test_queries_are_balanced_and_substituted():
