@@ -22,7 +22,10 @@ from deploy_support import (
     DEPLOY,
     ROOT,
     TARGET_LABELS,
+    mesh_workloads,
     metric_definitions,
+    overlays,
+    render_overlay,
     unknown_names,
 )
 
@@ -118,6 +121,37 @@ def test_promtool_accepts_the_compose_config_with_its_rules(tmp_path):
     checked = run_promtool("check", "config", str(copy))
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert "SUCCESS: 1 rule files found" in checked.stdout, checked.stdout
+
+
+def components_in_alerts() -> set[str]:
+    """The `component` values the rules select on (`up{component=~"gateway|worker"}`)."""
+    found: set[str] = set()
+    for rule in alert_rules():
+        for values in re.findall(r'component=~?"([^"]+)"', rule["expr"]):
+            found |= set(values.split("|"))
+    return found
+
+
+def test_the_components_alerts_select_on_are_what_both_deploys_label():
+    assert components_in_alerts() == {"scheduler", "gateway", "worker"}
+    compose = yaml.safe_load(CONFIGS["compose"].read_text())
+    labelled = {
+        target["labels"]["component"]
+        for job in compose["scrape_configs"]
+        for target in job["static_configs"]
+        if "component" in target.get("labels", {})
+    }
+    assert components_in_alerts() <= labelled
+    for overlay in overlays():
+        docs = render_overlay(overlay)
+        # What prometheus-k8s.yml relabels into `component`: the pod's own label.
+        pods = [workload["spec"]["template"]["metadata"] for workload in mesh_workloads(docs)]
+        scraped = {
+            pod["labels"].get("app.kubernetes.io/component")
+            for pod in pods
+            if pod.get("annotations", {}).get("prometheus.io/scrape") == "true"
+        }
+        assert components_in_alerts() <= scraped, (overlay, scraped)
 
 
 def test_compose_mounts_the_rules_beside_the_config():
