@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import statistics
 import tempfile
-import urllib.request
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -35,7 +34,15 @@ import yaml
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from bench.common import Options, Result, level, level_from_load, log, run_loadgen
+from bench.common import (
+    Options,
+    Result,
+    batch_totals,
+    level,
+    level_from_load,
+    log,
+    run_loadgen,
+)
 from bench.direct_session import DirectSession
 from bench.launcher import MODELS_DIR, public_config
 
@@ -149,18 +156,6 @@ def _direct_row(report: dict[str, Any], path: str, **fields: Any) -> dict[str, A
         threads=report["threads"],
         **fields,
     )
-
-
-def batch_totals(metrics_port: int, model: str) -> tuple[float, float]:
-    """(jobs, batches) the scheduler has dispatched for `model` so far."""
-    url = f"http://127.0.0.1:{metrics_port}/metrics"
-    text = urllib.request.urlopen(url, timeout=10).read().decode()
-    totals = {"sum": 0.0, "count": 0.0}
-    for line in text.splitlines():
-        for part in totals:
-            if line.startswith(f'mediamesh_batch_size_{part}{{model="{model}"}}'):
-                totals[part] += float(line.rsplit(" ", 1)[1])
-    return totals["sum"], totals["count"]
 
 
 def run(options: Options) -> Result:

@@ -9,6 +9,7 @@ import os
 import platform
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -143,6 +144,18 @@ def level_from_load(report: dict[str, Any], **extra: Any) -> dict[str, Any]:
         error_codes=report["error_codes"],
         **extra,
     )
+
+
+def batch_totals(metrics_port: int, model: str) -> tuple[float, float]:
+    """(jobs, batches) the scheduler has dispatched for `model` so far."""
+    url = f"http://127.0.0.1:{metrics_port}/metrics"
+    text = urllib.request.urlopen(url, timeout=10).read().decode()
+    totals = {"sum": 0.0, "count": 0.0}
+    for line in text.splitlines():
+        for part in totals:
+            if line.startswith(f'mediamesh_batch_size_{part}{{model="{model}"}}'):
+                totals[part] += float(line.rsplit(" ", 1)[1])
+    return totals["sum"], totals["count"]
 
 
 @dataclass

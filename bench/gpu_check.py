@@ -6,7 +6,9 @@ short Euler loop at 1024x1024 (4096 image tokens, 512 text tokens), batches 1, 2
 bf16: eager, with regional compile (compile_repeated_blocks) and with the first-block
 cache. Per mode and batch it records the seconds per step and the peak device memory.
 Then one `mediamesh up` serves a pipeline built around a transformer of the same width and
-the load generator measures p50 and p99.
+the load generator measures p50 and p99; then meshes whose dispatch-ahead tail ends at a
+batch's first result and at its last, alternately, measure throughput and the mean batch
+(`scheduler.dispatch_ahead_tail_end`: which end keeps a CUDA device busier).
 
 `--dry` runs the same code on the CPU at a tiny width and size for one step, with the
 `eager` compile backend (it traces without generating kernels): `make test` runs it.
@@ -24,7 +26,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import git_commit, log, machine, percentiles, run_loadgen
+from bench.common import (
+    batch_totals,
+    git_commit,
+    level_from_load,
+    log,
+    machine,
+    percentiles,
+    run_loadgen,
+)
 
 FULL = {
     "attention_head_dim": 128,
@@ -183,39 +193,90 @@ def build_pipeline(width: dict[str, Any], models_dir: Path, out: Path) -> Path:
     return out
 
 
-def mesh_run(plan: dict[str, Any], dry: bool, models_dir: Path) -> dict[str, Any]:
-    """One `mediamesh up` with one worker serving the wide pipeline; p50 and p99."""
+# The dispatch-ahead tail A/B: the same load through a mesh whose learned batch tail ends at
+# the first result (the default on an accelerator) and at the last (a CPU worker's), in
+# alternating rounds, so that the batch given ahead arrives as the device frees or only once
+# every result is encoded. `max_batch` 4 at `concurrency` 8: a running batch and one ahead.
+TAIL_ENDS = ("first_result", "last_result")
+TAIL_AB = {
+    "full": {"rounds": 2, "concurrency": 8, "requests": 32},
+    "dry": {"rounds": 1, "concurrency": 4, "requests": 4},
+}
+
+
+def gpu_flux_registry(folder: Path, plan: dict[str, Any], dry: bool, out: Path) -> Path:
+    """A registry serving the wide pipeline in `folder` as `gpu-flux`."""
     import yaml
 
+    size = plan["size"]
+    entry = {
+        "name": "gpu-flux",
+        "modality": "image",
+        "pipeline": "FluxPipeline",
+        "source": str(folder),
+        "dtype": "float32" if dry else "bfloat16",
+        "batching": {"mode": "dynamic", "max_batch": 4, "max_wait_ms": 20},
+        "defaults": {"steps": plan["steps"], "width": size, "height": size},
+        "limits": {"max_width": size, "max_height": size},
+        "warmup": [{"steps": 1, "batch": 1}],
+    }
+    out.write_text(yaml.safe_dump({"models": [entry]}))
+    return out
+
+
+def mesh_run(plan: dict[str, Any], dry: bool, models_dir: Path) -> dict[str, Any]:
+    """`mediamesh up` with one worker serving the wide pipeline: p50 and p99 at c=2 with the
+    default settings, then the dispatch-ahead tail A/B (TAIL_AB)."""
     from bench.launcher import running_mesh
 
-    size, requests = plan["size"], 4 if dry else 16
+    requests = 4 if dry else 16
+    ab = TAIL_AB["dry" if dry else "full"]
+    worker = {"models": ["gpu-flux"], "device": "cpu" if dry else "cuda:0"}
     with tempfile.TemporaryDirectory(prefix="mediamesh-gpu-check-") as scratch:
         folder = build_pipeline(DRY if dry else FULL, models_dir, Path(scratch) / "gpu-flux")
-        registry = Path(scratch) / "models.yaml"
-        entry = {
-            "name": "gpu-flux",
-            "modality": "image",
-            "pipeline": "FluxPipeline",
-            "source": str(folder),
-            "dtype": "float32" if dry else "bfloat16",
-            "batching": {"mode": "dynamic", "max_batch": 4, "max_wait_ms": 20},
-            "defaults": {"steps": plan["steps"], "width": size, "height": size},
-            "limits": {"max_width": size, "max_height": size},
-            "warmup": [{"steps": 1, "batch": 1}],
-        }
-        registry.write_text(yaml.safe_dump({"models": [entry]}))
-        worker = {"models": ["gpu-flux"], "device": "cpu" if dry else "cuda:0"}
-        with running_mesh([worker], registry_path=str(registry)) as mesh:
+        registry = str(gpu_flux_registry(folder, plan, dry, Path(scratch) / "models.yaml"))
+        with running_mesh([worker], registry_path=registry) as mesh:
             report = run_loadgen(
                 mesh.gateway, ["gpu-flux"], timeout_s=1800, concurrency=2, requests=requests
             )
+        tail_rows = []
+        for round_index in range(ab["rounds"]):
+            for tail_end in TAIL_ENDS:
+                scheduler = {"dispatch_ahead_tail_end": tail_end}
+                with running_mesh([worker], scheduler, registry_path=registry) as mesh:
+                    tail_rows.append(tail_level(mesh, ab, tail_end, round_index))
     return {
         "requests": requests,
         "concurrency": 2,
         "errors": report["errors"],
         **percentiles(report["latencies_ms"]),
+        "tail_end_ab": tail_rows,
     }
+
+
+def tail_level(mesh: Any, ab: dict[str, int], tail_end: str, round_index: int) -> dict[str, Any]:
+    """One level of the tail A/B: throughput, latency and the mean batch the scheduler formed."""
+    metrics_port = mesh.config["scheduler"]["metrics_port"]
+    before = batch_totals(metrics_port, "gpu-flux")
+    report = run_loadgen(
+        mesh.gateway,
+        ["gpu-flux"],
+        timeout_s=1800,
+        concurrency=ab["concurrency"],
+        requests=ab["requests"],
+        warmup=ab["concurrency"],
+    )
+    jobs, batches = (
+        after - earlier
+        for after, earlier in zip(batch_totals(metrics_port, "gpu-flux"), before, strict=True)
+    )
+    row = level_from_load(report, tail_end=tail_end, round=round_index)
+    row["mean_batch"] = round(jobs / batches, 2) if batches else None
+    log(
+        f"gpu-check tail {tail_end} round {round_index}: {row['throughput_rps']} img/s, "
+        f"p50 {row['p50_ms']} ms, mean batch {row['mean_batch']}"
+    )
+    return row
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -520,6 +520,12 @@ class SchedulerSettings(Section):
     # forms as late as it can and holds everyone who arrived by then. Cover the time a
     # batch takes to reach the worker and start; 0 forms it at the expected end.
     dispatch_ahead_lead_s: float = Field(0.005, ge=0.0, le=10.0)
+    # Where the running batch's learned tail ends, that is when its worker is expected to
+    # want the next batch: at the batch's first result (`first_result`: the device is free
+    # and the rest encode on the host's cores), at its last (`last_result`: encoding takes
+    # the cores the next batch computes on), or `auto`, by device kind: first on an
+    # accelerator, last on a CPU worker.
+    dispatch_ahead_tail_end: Literal["auto", "first_result", "last_result"] = "auto"
     # Let a batch for an idle worker wait out its model's batch window to fill up. Off by
     # default: an idle device starts at once (no window at low load), and only the batch
     # given ahead to a busy worker waits for its window to fill.

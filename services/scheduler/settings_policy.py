@@ -47,5 +47,6 @@ def core_policy(settings: SchedulerSettings) -> CorePolicy:
             settings.dispatch_ahead,
             settings.batch_window_when_idle,
             settings.dispatch_ahead_lead_s,
+            settings.dispatch_ahead_tail_end,
         ),
     )

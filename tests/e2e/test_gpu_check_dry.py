@@ -40,6 +40,12 @@ def test_gpu_check_dry_writes_every_measurement(tmp_path: Path, models_dir: Path
     mesh = record["mesh"]
     assert mesh["errors"] == 0 and mesh["requests"] > 0
     assert 0 < mesh["p50_ms"] <= mesh["p99_ms"]
+    # The dispatch-ahead tail A/B: one level per tail end, each a mesh of its own.
+    tails = mesh["tail_end_ab"]
+    assert sorted(row["tail_end"] for row in tails) == ["first_result", "last_result"]
+    for row in tails:
+        assert row["errors"] == 0 and row["requests"] > 0 and row["throughput_rps"] > 0
+        assert row["mean_batch"] is not None and row["mean_batch"] >= 1
 
 
 def probe_wheel(folder: Path) -> Path:

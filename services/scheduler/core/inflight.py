@@ -38,7 +38,11 @@ class InFlight:
     """Units, their open batches, and the running work charged to them."""
 
     def __init__(
-        self, max_batch: int, dispatch_ahead: bool = False, ahead_lead_s: float = 0.0
+        self,
+        max_batch: int,
+        dispatch_ahead: bool = False,
+        ahead_lead_s: float = 0.0,
+        tail_end: str = "auto",
     ) -> None:
         # Read-only outside this class: units by worker id, and the units with room
         # (a scheduling pass walks `free`; only this class offers units to it).
@@ -64,6 +68,7 @@ class InFlight:
         self._max_batch = max_batch
         self._dispatch_ahead = dispatch_ahead
         self._ahead_lead_s = ahead_lead_s
+        self._tail_end = tail_end
         self.tails = BatchTails()
         # (when, batch id) of batches at their last step whose unit gets room for the next
         # batch at `when`: `ahead_lead_s` before the batch is expected to end.
@@ -226,14 +231,20 @@ class InFlight:
         result is out. A CPU worker encodes on the cores its next batch computes on, so
         there the tail runs to the last result: ending it at the first raised the busy ratio
         of two 1-thread `flux-tiny` workers at c=32 from 0.77 to 0.82, but the batches fell
-        from 9.6 to 8.9 jobs and the throughput from 264-270 to 246-258 img/s."""
+        from 9.6 to 8.9 jobs and the throughput from 264-270 to 246-258 img/s. The
+        `tail_end` policy may set either end for every unit (`dispatch_ahead_tail_end`)."""
         if batch.last_step_at is not None:
-            unit = self.units.get(batch.worker_id)
             ended = now
-            if unit is not None and unit.encodes_off_device and batch.first_result_at is not None:
+            if batch.first_result_at is not None and self._tail_ends_at_first_result(batch):
                 ended = batch.first_result_at
             self.tails.observe(batch.model, batch.size, ended - batch.last_step_at)
         self.close_batch(batch)
+
+    def _tail_ends_at_first_result(self, batch: OpenBatch) -> bool:
+        if self._tail_end != "auto":
+            return self._tail_end == "first_result"
+        unit = self.units.get(batch.worker_id)
+        return unit is not None and unit.encodes_off_device
 
     def _make_finishing(self, batch: OpenBatch) -> None:
         batch.finishing = True

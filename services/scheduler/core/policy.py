@@ -41,6 +41,9 @@ class DispatchPolicy:
     ahead: bool
     window_when_idle: bool
     ahead_lead_s: float = 0.0
+    # Where a batch's tail ends (InFlight.batch_done): "first_result", "last_result", or
+    # "auto" (first on an accelerator, last on a CPU).
+    tail_end: str = "auto"
 
 
 @dataclass(frozen=True)

@@ -81,6 +81,7 @@ class SchedulerCore:
             max((s.batching.max_batch for s in specs), default=1),
             policy.dispatching.ahead,
             policy.dispatching.ahead_lead_s,
+            policy.dispatching.tail_end,
         )
         self._admission = Admission(
             self.specs, policy, self.cost, clock, new_id, table, backlog, inflight, outbox

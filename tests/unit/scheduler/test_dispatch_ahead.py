@@ -166,11 +166,13 @@ def test_a_tail_shorter_than_the_lead_gives_room_at_the_last_step():
     assert ahead.worker_id == "w0"
 
 
-def _tail_learned_on(devices: tuple[str, ...]) -> float:
+def _tail_learned_on(devices: tuple[str, ...], tail_end: str = "auto") -> float:
     """When a unit on `devices` next gets room, in seconds after its batch's last step,
     once a first batch's results came 0.1 s (the first) and 0.3 s (the last) after it."""
     clock = FakeClock()
-    policy = DispatchPolicy(ahead=True, window_when_idle=False, ahead_lead_s=0.01)
+    policy = DispatchPolicy(
+        ahead=True, window_when_idle=False, ahead_lead_s=0.01, tail_end=tail_end
+    )
     core = make_core(clock, dispatching=policy)
     core.register_worker(replace(worker("w0"), devices=devices))
     for seed in range(2):
@@ -203,3 +205,18 @@ def test_an_accelerator_gets_its_next_batch_as_the_first_result_comes_not_the_la
 def test_a_cpu_worker_gets_its_next_batch_as_the_last_result_comes():
     # Its encoding takes the cores the next batch would compute on.
     assert abs(_tail_learned_on(("cpu",)) - 0.3) < 1e-9
+
+
+def test_the_tail_end_can_be_set_for_every_device_kind():
+    for devices in (("cuda:0",), ("cpu",)):
+        assert abs(_tail_learned_on(devices, "first_result") - 0.1) < 1e-9, devices
+        assert abs(_tail_learned_on(devices, "last_result") - 0.3) < 1e-9, devices
+
+
+def test_the_tail_end_comes_from_the_settings():
+    from mediamesh.common.settings import SchedulerSettings
+    from mediamesh.scheduler.settings_policy import core_policy
+
+    assert core_policy(SchedulerSettings()).dispatching.tail_end == "auto"
+    chosen = SchedulerSettings(dispatch_ahead_tail_end="last_result")
+    assert core_policy(chosen).dispatching.tail_end == "last_result"
