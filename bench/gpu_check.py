@@ -224,13 +224,18 @@ def gpu_flux_registry(folder: Path, plan: dict[str, Any], dry: bool, out: Path) 
     return out
 
 
-def mesh_run(plan: dict[str, Any], dry: bool, models_dir: Path) -> dict[str, Any]:
+def mesh_run(
+    plan: dict[str, Any], dry: bool, models_dir: Path, tail_rounds: int | None = None
+) -> dict[str, Any]:
     """`mediamesh up` with one worker serving the wide pipeline: p50 and p99 at c=2 with the
-    default settings, then the dispatch-ahead tail A/B (TAIL_AB)."""
+    default settings, then `tail_rounds` rounds of the dispatch-ahead tail A/B (TAIL_AB's
+    by default)."""
     from bench.launcher import running_mesh
 
     requests = 4 if dry else 16
     ab = TAIL_AB["dry" if dry else "full"]
+    if tail_rounds is not None:
+        ab = {**ab, "rounds": tail_rounds}
     worker = {"models": ["gpu-flux"], "device": "cpu" if dry else "cuda:0"}
     with tempfile.TemporaryDirectory(prefix="mediamesh-gpu-check-") as scratch:
         folder = build_pipeline(DRY if dry else FULL, models_dir, Path(scratch) / "gpu-flux")
@@ -285,7 +290,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("bench/results/gpu_check.json"))
     parser.add_argument("--models-dir", type=Path, default=Path(".mediamesh/models"))
     parser.add_argument("--no-mesh", action="store_true", help="skip the mediamesh up run")
+    parser.add_argument(
+        "--tail-rounds",
+        type=int,
+        default=None,
+        help="rounds of the dispatch-ahead tail A/B (default 2, dry 1; 0 skips it)",
+    )
     args = parser.parse_args(argv)
+    if args.tail_rounds is not None and args.tail_rounds < 0:
+        parser.error(f"--tail-rounds: {args.tail_rounds} is below 0")
     import torch
 
     plan = PLANS["dry" if args.dry else "full"]
@@ -301,7 +314,9 @@ def main(argv: list[str] | None = None) -> int:
         "plan": {k: list(v) if isinstance(v, tuple) else v for k, v in plan.items()},
         "first_block_threshold": FIRST_BLOCK_THRESHOLD,
         "steps": measure(config, plan, args.dry),
-        "mesh": None if args.no_mesh else mesh_run(plan, args.dry, args.models_dir),
+        "mesh": None
+        if args.no_mesh
+        else mesh_run(plan, args.dry, args.models_dir, args.tail_rounds),
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(record, indent=2) + "\n")
