@@ -22,6 +22,7 @@ Every direct level runs in one `bench.direct --serve` process kept for the whole
 
 from __future__ import annotations
 
+import resource
 import statistics
 import tempfile
 from importlib import resources
@@ -158,6 +159,21 @@ def _direct_row(report: dict[str, Any], path: str, **fields: Any) -> dict[str, A
     )
 
 
+def cpu_snapshot(mesh: Any) -> dict[str, float]:
+    """CPU seconds so far: the mesh's processes by role, and this process's waited-for
+    children (the load generators, which `run_loadgen` runs to completion)."""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return {**mesh.cpu_seconds(), "loadgen": children.ru_utime + children.ru_stime}
+
+
+def cpu_per_request(mesh: Any, before: dict[str, float], served: int) -> dict[str, float]:
+    """Milliseconds of CPU per request served (warm-up included) by each role since
+    `before`: where a level's CPU went on a machine the mesh shares with the model. The
+    kernel counts CPU time in 10 ms ticks, so a level of a few requests reads coarsely."""
+    after = cpu_snapshot(mesh)
+    return {role: round(1000 * (after[role] - before[role]) / served, 3) for role in after}
+
+
 def run(options: Options) -> Result:
     result = Result("batching", options)
     with DirectSession(MODELS_DIR) as direct:
@@ -197,6 +213,7 @@ def _run(options: Options, result: Result, direct: DirectSession) -> None:
                 for model in MODELS:
                     for concurrency in CONCURRENCY:
                         before = batch_totals(metrics_port, model)
+                        cpu_before = cpu_snapshot(mesh)
                         report = mesh_level(mesh.gateway, model, concurrency, options.smoke)
                         jobs, batches = (
                             a - b
@@ -204,6 +221,8 @@ def _run(options: Options, result: Result, direct: DirectSession) -> None:
                         )
                         row = level_from_load(report, path="mesh", model=model, layout=layout)
                         row["mean_batch"] = round(jobs / batches, 2) if batches else None
+                        served = sum(mesh_requests(model, concurrency, options.smoke))
+                        row["cpu_ms_per_request"] = cpu_per_request(mesh, cpu_before, served)
                         log(_describe(row))
                         result.levels.append(row)
                         # The smoke run measures one model beside its mesh: the code path,
@@ -328,6 +347,9 @@ def _summary(levels: list[dict[str, Any]]) -> dict[str, Any]:
                 ),
                 "best_ratio_to_direct_best": _ratio(top["throughput_rps"], best["throughput_rps"]),
                 "c32_mean_batch": rows[32]["mean_batch"],
+                # The machine's CPU per image at c=32, by process: the model's share is the
+                # workers'; the rest is the mesh's and the client's, on the same two cores.
+                "c32_cpu_ms_per_request": rows[32].get("cpu_ms_per_request"),
                 "c32_p50_ms": rows[32]["p50_ms"],
                 "c32_p99_ms": rows[32]["p99_ms"],
                 "c1_p50_ms": c1,

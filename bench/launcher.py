@@ -198,6 +198,17 @@ class Mesh:
                 return child.pid
         raise LookupError(f"no {role} {worker_id or ''} process under mediamesh up")
 
+    def cpu_seconds(self) -> dict[str, float]:
+        """CPU seconds (user and system, every thread) the scheduler, the gateway and the
+        workers together have used so far."""
+        used = {"scheduler": 0.0, "gateway": 0.0, "workers": 0.0}
+        roles = [("scheduler", None), ("gateway", None)]
+        roles += [("worker", w["worker_id"]) for w in self.config["workers"]]
+        for role, worker_id in roles:
+            times = psutil.Process(self.child_pid(role, worker_id)).cpu_times()
+            used["workers" if worker_id else role] += times.user + times.system
+        return used
+
     def log_tail(self, chars: int = 3000) -> str:
         return "\n".join(
             f"--- {p.name}\n{p.read_text(errors='replace')[-chars:]}"

@@ -72,6 +72,11 @@ def test_bench_smoke_writes_every_result(tmp_path: Path, models_dir: Path):
         ratio = round(pair_mesh["throughput_rps"] / pair_direct["throughput_rps"], 3)
         assert entry[pair_mesh["layout"]]["c32_paired_ratios"] == [ratio], entry
         assert entry[pair_mesh["layout"]]["c32_paired_ratio_median"] == ratio, entry
+        # Where the c=32 level's CPU went, by process (in clock ticks of 10 ms: a smoke
+        # level's two requests may read 0 for a role).
+        cpu = entry[pair_mesh["layout"]]["c32_cpu_ms_per_request"]
+        assert set(cpu) == {"scheduler", "gateway", "workers", "loadgen"}, cpu
+        assert all(ms >= 0 for ms in cpu.values()) and cpu["workers"] > 0, cpu
     priority = json.loads((out / "priority.json").read_text())
     assert "realtime_within_sla" in priority["summary"]
     recovery = json.loads((out / "recovery.json").read_text())
