@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from mediamesh.scheduler.core.batch_tails import BatchTails
 from mediamesh.scheduler.core.jobs import Job
+from mediamesh.scheduler.core.policy import TailEnd
 from mediamesh.scheduler.core.units import FreeUnits, Unit, WorkerInfo
 
 
@@ -42,7 +43,7 @@ class InFlight:
         max_batch: int,
         dispatch_ahead: bool = False,
         ahead_lead_s: float = 0.0,
-        tail_end: str = "auto",
+        tail_end: TailEnd = "auto",
     ) -> None:
         # Read-only outside this class: units by worker id, and the units with room
         # (a scheduling pass walks `free`; only this class offers units to it).

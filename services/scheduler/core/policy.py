@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Literal
 
 from mediamesh.scheduler.core.affinity import AffinityPolicy
 from mediamesh.scheduler.core.jobs import Priority
@@ -25,6 +26,11 @@ class QueuePolicy:
         return self.class_sla_s.get(priority, self.sla_s)
 
 
+# Where a running batch's learned tail ends: at its first result, its last, or by device
+# kind ("auto": first on an accelerator, last on a CPU).
+TailEnd = Literal["auto", "first_result", "last_result"]
+
+
 @dataclass(frozen=True)
 class DispatchPolicy:
     """When a unit gets its next batch.
@@ -41,9 +47,8 @@ class DispatchPolicy:
     ahead: bool
     window_when_idle: bool
     ahead_lead_s: float = 0.0
-    # Where a batch's tail ends (InFlight.batch_done): "first_result", "last_result", or
-    # "auto" (first on an accelerator, last on a CPU).
-    tail_end: str = "auto"
+    # Where a batch's tail ends (InFlight.batch_done).
+    tail_end: TailEnd = "auto"
 
 
 @dataclass(frozen=True)
