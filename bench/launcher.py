@@ -198,15 +198,19 @@ class Mesh:
                 return child.pid
         raise LookupError(f"no {role} {worker_id or ''} process under mediamesh up")
 
+    def processes(self) -> dict[str, psutil.Process]:
+        """The scheduler, the gateway and each worker (by its worker id) process."""
+        found = {role: psutil.Process(self.child_pid(role)) for role in ("scheduler", "gateway")}
+        for worker in self.config["workers"]:
+            worker_id = worker["worker_id"]
+            found[worker_id] = psutil.Process(self.child_pid("worker", worker_id))
+        return found
+
     def cpu_seconds(self) -> dict[str, float]:
-        """CPU seconds (user and system, every thread) the scheduler, the gateway and the
-        workers together have used so far."""
+        """CPU seconds the scheduler, the gateway and the workers together have used so far."""
         used = {"scheduler": 0.0, "gateway": 0.0, "workers": 0.0}
-        roles = [("scheduler", None), ("gateway", None)]
-        roles += [("worker", w["worker_id"]) for w in self.config["workers"]]
-        for role, worker_id in roles:
-            times = psutil.Process(self.child_pid(role, worker_id)).cpu_times()
-            used["workers" if worker_id else role] += times.user + times.system
+        for name, process in self.processes().items():
+            used[name if name in used else "workers"] += process_cpu_seconds(process)
         return used
 
     def log_tail(self, chars: int = 3000) -> str:
@@ -274,6 +278,12 @@ def stop(mesh: Mesh) -> None:
     for proc in alive:
         log(f"killing leftover process {proc.pid}")
         proc.kill()
+
+
+def process_cpu_seconds(process: psutil.Process) -> float:
+    """CPU seconds (user and system, every thread) `process` has used so far."""
+    times = process.cpu_times()
+    return times.user + times.system
 
 
 @contextmanager

@@ -21,12 +21,7 @@ from pathlib import Path
 import psutil
 
 from bench.common import level_from_load, loadgen_argv
-from bench.launcher import ROOT, Mesh, running_mesh
-
-
-def _cpu_seconds(process: psutil.Process) -> float:
-    times = process.cpu_times()
-    return times.user + times.system
+from bench.launcher import ROOT, process_cpu_seconds, running_mesh
 
 
 def _thread_seconds(process: psutil.Process) -> dict[str, float]:
@@ -40,16 +35,6 @@ def _thread_seconds(process: psutil.Process) -> dict[str, float]:
         name = comm.rstrip("0123456789_-") or comm
         seconds[name] = seconds.get(name, 0.0) + thread.user_time + thread.system_time
     return seconds
-
-
-def _roles(mesh: Mesh) -> dict[str, psutil.Process]:
-    roles = {
-        "scheduler": psutil.Process(mesh.child_pid("scheduler")),
-        "gateway": psutil.Process(mesh.child_pid("gateway")),
-    }
-    for worker in mesh.config["workers"]:
-        roles[worker["worker_id"]] = psutil.Process(mesh.child_pid("worker", worker["worker_id"]))
-    return roles
 
 
 def main() -> None:
@@ -72,7 +57,7 @@ def main() -> None:
     scheduler = {"artifacts": {"in_store_max_bytes": args.in_store_max_bytes}}
     workers = [{"models": [args.model], "torch_threads": 1} for _ in range(args.workers)]
     with running_mesh(workers, scheduler) as mesh:
-        roles = _roles(mesh)
+        roles = mesh.processes()
         argv = loadgen_argv(
             mesh.gateway,
             [args.model],
@@ -85,7 +70,7 @@ def main() -> None:
         loadgen = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, text=True)
         roles["loadgen"] = psutil.Process(loadgen.pid)
         time.sleep(1.5)  # past the warm-up, most of it
-        before = {name: _cpu_seconds(p) for name, p in roles.items()}
+        before = {name: process_cpu_seconds(p) for name, p in roles.items()}
         threads_before = {name: _thread_seconds(p) for name, p in roles.items()}
         recorders = []
         if args.py_spy is not None:
@@ -120,7 +105,7 @@ def main() -> None:
                 )
         started = time.monotonic()
         time.sleep(4.0)
-        after = {name: _cpu_seconds(p) for name, p in roles.items()}
+        after = {name: process_cpu_seconds(p) for name, p in roles.items()}
         threads_after = {name: _thread_seconds(p) for name, p in roles.items()}
         elapsed = time.monotonic() - started
         stdout, _ = loadgen.communicate(timeout=120)
