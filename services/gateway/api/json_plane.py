@@ -9,7 +9,6 @@ jobs, events and models come back as dicts whose shapes the OpenAPI document of
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from dataclasses import dataclass
@@ -29,6 +28,7 @@ from mediamesh.gateway.api.json_checks import check_json_message
 from mediamesh.gateway.api.oip_plane import InferencePlane
 from mediamesh.gateway.api.upstream import replayed, with_trace
 from mediamesh.gateway.core.recent_models import RecentModels
+from mediamesh.gateway.core.strict_json import parse_json
 from mediamesh.gateway.core.tenancy import Caller, Tenancy
 
 JsonObject = dict[str, Any]
@@ -101,10 +101,12 @@ def request_from_form(
         if field.type in _TEXT_TYPES and not field.is_repeated:
             body[name] = text
             continue
-        try:
-            body[name] = json.loads(text)
-        except json.JSONDecodeError:
-            raise InvalidArgument(f"{name}: {text[:64]!r} is not a valid value") from None
+        body[name] = parse_json(
+            text,
+            name,
+            keys_under=f"{name}.",
+            not_json=f"{name}: {text[:64]!r} is not a valid value",
+        )
     for name in files:
         if _field(name).type != FieldDescriptor.TYPE_BYTES:
             raise InvalidArgument(f"{name}: not a file field; send it as a form value")

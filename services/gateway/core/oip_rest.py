@@ -29,6 +29,7 @@ from mediamesh.gateway.core.inference_call import (
     RequestedOutput,
 )
 from mediamesh.gateway.core.json_kinds import json_kind
+from mediamesh.gateway.core.strict_json import parse_json
 from mediamesh.gateway.core.tensors import unpack_int64
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
@@ -51,22 +52,20 @@ class RestInferRequest:
     # Request parameters, less the extension's own.
     parameters: dict[str, ParamValue]
     outputs: tuple[RequestedOutput, ...]
-    # Outputs to send raw: those named, or every one with `binary_data_output`.
-    binary_outputs: frozenset[str]
+    # Each requested output's own `binary_data`, where it set one: it overrides the
+    # request's `binary_data_output` for that output, either way.
+    binary_by_output: Mapping[str, bool]
     all_binary: bool
 
     def binary(self, output: str) -> bool:
         """Whether `output` goes raw after the JSON object."""
-        return self.all_binary or output in self.binary_outputs
+        return self.binary_by_output.get(output, self.all_binary)
 
 
 def parse_infer_request(body: bytes, header_length: str | None) -> RestInferRequest:
     """The request in `body`; InvalidArgument naming the field, parameter or header at fault."""
     json_length = _json_length(header_length, len(body))
-    try:
-        document = json.loads(body[:json_length])
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise InvalidArgument(f"the request body is not a JSON object: {exc}") from None
+    document = parse_json(body[:json_length], "the request body")
     request = _object(document, "the request body")
     _refuse_unknown(request, _REQUEST_KEYS, "")
     request_id = request.get("id", "")
@@ -91,9 +90,7 @@ def parse_infer_request(body: bytes, header_length: str | None) -> RestInferRequ
             f"parameters.{BINARY_DATA_SIZE} add up to {used}"
         )
     outputs, binary = _outputs(request.get("outputs", []))
-    return RestInferRequest(
-        request_id, tuple(tensors), parameters, outputs, frozenset(binary), all_binary
-    )
+    return RestInferRequest(request_id, tuple(tensors), parameters, outputs, binary, all_binary)
 
 
 def parse_index_request(body: bytes) -> bool:
@@ -101,10 +98,7 @@ def parse_index_request(body: bytes) -> bool:
     the ready models only; InvalidArgument naming the field at fault."""
     if not body.strip():
         return False
-    try:
-        document = json.loads(body)
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise InvalidArgument(f"the request body is not a JSON object: {exc}") from None
+    document = parse_json(body, "the request body")
     request = _object(document, "the request body")
     _refuse_unknown(request, frozenset({"ready"}), "")
     return _flag(request.get("ready", False), "ready")
@@ -225,10 +219,11 @@ def _input(item: object, index: int, raw: memoryview) -> tuple[InputTensor, int]
     ), 0
 
 
-def _outputs(items: object) -> tuple[tuple[RequestedOutput, ...], set[str]]:
+def _outputs(items: object) -> tuple[tuple[RequestedOutput, ...], dict[str, bool]]:
     if not isinstance(items, list):
         raise InvalidArgument(f"outputs: expected a list, got {json_kind(items)}")
-    requested, binary = [], set()
+    requested: list[RequestedOutput] = []
+    binary: dict[str, bool] = {}
     for index, item in enumerate(items):
         output = _object(item, f"outputs[{index}]")
         name = output.get("name")
@@ -236,8 +231,9 @@ def _outputs(items: object) -> tuple[tuple[RequestedOutput, ...], set[str]]:
             raise InvalidArgument(f"outputs[{index}].name: expected a tensor name")
         _refuse_unknown(output, _OUTPUT_KEYS, f"outputs.{name}")
         parameters = _parameters(output.get("parameters", {}), f"outputs.{name}.parameters")
-        if _flag(parameters.pop(BINARY_DATA, False), f"outputs.{name}.parameters.{BINARY_DATA}"):
-            binary.add(name)
+        if BINARY_DATA in parameters:
+            where = f"outputs.{name}.parameters.{BINARY_DATA}"
+            binary[name] = _flag(parameters.pop(BINARY_DATA), where)
         requested.append(RequestedOutput(name, tuple(parameters)))
     return tuple(requested), binary
 

@@ -6,7 +6,6 @@ whoever sent it."""
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import AsyncGenerator, Mapping, Sequence
 from typing import TypeVar
@@ -18,6 +17,7 @@ from starlette.datastructures import UploadFile
 from starlette.formparsers import MultiPartException, MultiPartParser
 
 from mediamesh.common.errors import InvalidArgument, PayloadTooLarge
+from mediamesh.gateway.core.strict_json import parse_json
 from mediamesh.gateway.http.errors import UnsupportedMediaType
 
 Model = TypeVar("Model", bound=BaseModel)
@@ -33,9 +33,6 @@ MAX_FORM_FILES = 8
 # A url-encoded form carries no files, only text fields (prompts of at most 64 KiB): its body
 # is held to this, whatever gateway.max_message_bytes allows a body with images.
 MAX_URLENCODED_BYTES = 1024 * 1024
-# How deep a JSON body may nest: a job's request is at most 4 levels deep. Deeper bodies
-# are refused without a stack that deep being built.
-MAX_JSON_DEPTH = 64
 
 
 async def read_body(request: Request, max_bytes: int) -> bytes:
@@ -70,45 +67,11 @@ def media_type(request: Request, accepted: Sequence[str]) -> str:
 
 
 async def read_json(request: Request, max_bytes: int) -> object:
-    """The body parsed as JSON; InvalidArgument when it is not, or when an object names a key
-    twice (the parser would keep the last value and drop the other without a word);
-    UnsupportedMediaType for a body that does not say it is JSON."""
+    """The body parsed as JSON (`parse_json`'s checks, naming `body`); UnsupportedMediaType
+    for a body that does not say it is JSON."""
     media_type(request, (JSON,))
     body = await read_body(request, max_bytes)
-    try:
-        parsed = json.loads(body or b"{}", object_pairs_hook=_each_key_once)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise InvalidArgument(f"body: not valid JSON ({exc})") from None
-    except ValueError as exc:
-        # Python's own limit on the digits of one integer (4300), which no field needs.
-        raise InvalidArgument(f"body: {exc}") from None
-    except RecursionError:
-        # Arrays or objects nested past the interpreter's stack (`[` x 100000).
-        raise InvalidArgument(_too_deep()) from None
-    if body.count(b"[") + body.count(b"{") > MAX_JSON_DEPTH:
-        _check_depth(parsed)  # only a body with that many brackets can nest that deep
-    return parsed
-
-
-def _too_deep() -> str:
-    return f"body: JSON nested more than {MAX_JSON_DEPTH} levels deep"
-
-
-def _check_depth(value: object) -> None:
-    """InvalidArgument naming `body` when `value` nests arrays or objects more than
-    MAX_JSON_DEPTH deep; the parser took it, the validators after it might not."""
-    level: list[object] = [value]
-    for _ in range(MAX_JSON_DEPTH):
-        level = [
-            child
-            for item in level
-            if isinstance(item, dict | list)
-            for child in (item.values() if isinstance(item, dict) else item)
-            if isinstance(child, dict | list)
-        ]
-        if not level:
-            return
-    raise InvalidArgument(_too_deep())
+    return parse_json(body or b"{}", "body")
 
 
 async def read_model(request: Request, model: type[Model], max_bytes: int) -> Model:
@@ -122,15 +85,6 @@ async def read_model(request: Request, model: type[Model], max_bytes: int) -> Mo
         first = exc.errors()[0]
         where = ".".join(str(part) for part in first["loc"]) or "body"
         raise InvalidArgument(f"{where}: {first['msg']}") from None
-
-
-def _each_key_once(pairs: list[tuple[str, object]]) -> dict[str, object]:
-    found: dict[str, object] = {}
-    for key, value in pairs:
-        if key in found:
-            raise InvalidArgument(f"{key}: given twice in one JSON object; give it once")
-        found[key] = value
-    return found
 
 
 async def read_form(
@@ -162,13 +116,54 @@ def _urlencoded_fields(body: bytes) -> list[tuple[str, str]]:
         raise InvalidArgument(
             f"body: a form of {fields} fields; the limit is {MAX_FORM_FIELDS} fields"
         )
+    if body.lstrip()[:1] in (b"{", b"["):
+        # Its whole text would read as one field name, and the refusal would name that.
+        raise InvalidArgument(
+            f"body: JSON sent as {URLENCODED} (what curl -d says it sends); send it with "
+            f"Content-Type: {JSON}"
+        )
     try:
         text = body.decode()
     except UnicodeDecodeError:
         raise InvalidArgument("body: a form that is not UTF-8") from None
-    return parse_qsl(
-        text, keep_blank_values=True, strict_parsing=False, max_num_fields=MAX_FORM_FIELDS
+    # Percent-escapes may spell bytes that are not UTF-8 (`%ff`); parse_qsl would put U+FFFD
+    # in their place, a prompt other than the one sent. Kept as surrogates, they are found.
+    pairs = parse_qsl(
+        text,
+        keep_blank_values=True,
+        strict_parsing=False,
+        max_num_fields=MAX_FORM_FIELDS,
+        errors="surrogateescape",
     )
+    for name, value in pairs:
+        _check_utf8(name, name)
+        _check_utf8(name, value)
+    return pairs
+
+
+def _check_utf8(field: str, text: str) -> None:
+    """InvalidArgument naming `field` when `text` holds bytes that were not UTF-8."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        shown = field.encode(errors="backslashreplace").decode()
+        raise InvalidArgument(f"{shown}: not valid UTF-8") from None
+
+
+class _StrictTextParser(MultiPartParser):
+    """Starlette's multipart parser, except that a text part not in the form's charset is
+    refused naming its field: Starlette reads it as Latin-1, a prompt other than the one
+    sent."""
+
+    def on_part_end(self) -> None:
+        part = self._current_part
+        if part.file is None:
+            try:
+                bytes(part.data).decode(self._charset)
+            except (UnicodeDecodeError, LookupError):
+                shown = part.field_name.encode(errors="backslashreplace").decode()
+                raise InvalidArgument(f"{shown}: not valid {self._charset}") from None
+        super().on_part_end()
 
 
 async def _form_items(
@@ -183,7 +178,7 @@ async def _form_items(
     async def once() -> AsyncGenerator[bytes, None]:
         yield body
 
-    parser = MultiPartParser(
+    parser = _StrictTextParser(
         request.headers,
         once(),
         max_files=MAX_FORM_FILES,

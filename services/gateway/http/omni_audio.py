@@ -63,7 +63,9 @@ class AudioGeneration(BaseModel):
     """vLLM-Omni's audio generation request, plus the mesh's priority."""
 
     # Any other field is refused by `check_known_fields`, naming it.
-    model_config = ConfigDict(extra="allow")
+    # Strict: JSON's own types only, as /v1/jobs takes them (a lax model reads `"seed": true`
+    # as seed 1 and `"n": "2"` as 2).
+    model_config = ConfigDict(extra="allow", strict=True)
 
     input: str = Field(description="What the audio should sound like")
     model: str | None = Field(None, description="A mesh audio model; default: the first")
@@ -104,7 +106,7 @@ async def generate_audio(request: Request, authorization: Authorization = None) 
     body = await read_model(request, AudioGeneration, context.max_body_bytes)
     check_known_fields(body.model_extra or {}, "audio generation", AUDIO_FIELDS, AUDIO_MESH_FIELDS)
     _check_unoffered(body)
-    model = await pick_model(plane, body.model, "audio")
+    model = await pick_model(plane, caller, body.model, "audio")
     fields = {
         "model": model["name"],
         "prompt": body.input,

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 from starlette.requests import Request
 
-from mediamesh.common.errors import InvalidArgument, MeshError, StatusCode
+from mediamesh.common.errors import InvalidArgument, MeshError, PermissionDenied, StatusCode
 from mediamesh.common.limits import MAX_SEED
 from mediamesh.common.params import parse_priority
 from mediamesh.gateway.api.json_plane import (
@@ -43,6 +43,14 @@ STEPS_ALIAS = "num_inference_steps"
 SIZE_NAMES = {"width": "size: width", "height": "size: height"}
 
 
+def check_size_alone(size: str | None, mesh_fields: Mapping[str, object]) -> None:
+    """InvalidArgument when OpenAI's `size` comes with the mesh's own `width` or `height`:
+    one would override the other without a word."""
+    both = [name for name in ("width", "height") if mesh_fields.get(name) is not None]
+    if size is not None and both:
+        raise InvalidArgument(f"size: set size or {' and '.join(both)}, not both")
+
+
 def parse_size(size: str | None, model: JsonObject) -> dict[str, int]:
     """`WxH` as width and height within `model`'s limits (its ModelInfo fields); nothing for
     None or "auto" (the model's default size)."""
@@ -51,6 +59,12 @@ def parse_size(size: str | None, model: JsonObject) -> dict[str, int]:
     match = _SIZE.fullmatch(size)
     if match is None:
         raise InvalidArgument(f"size: {size[:32]!r} is not WIDTHxHEIGHT (e.g. 512x512) or auto")
+    if "width" not in model.get("accepted_fields", ()):
+        # Image-to-image pipelines such as SDXL's make the input image's size.
+        raise InvalidArgument(
+            f"size: model {model['name']!r} ({model['pipeline']}) takes no size; leave it "
+            "unset or auto"
+        )
     limits = model["limits"]
     low, max_width, max_height = (
         limits["size_multiple"],
@@ -68,12 +82,16 @@ def parse_size(size: str | None, model: JsonObject) -> dict[str, int]:
 
 
 async def pick_model(
-    plane: JsonPlane, name: str | None, modality: str, inputs: Mapping[str, str] | None = None
+    plane: JsonPlane,
+    caller: Caller,
+    name: str | None,
+    modality: str,
+    inputs: Mapping[str, str] | None = None,
 ) -> JsonObject:
     """The named model (its ModelInfo fields), or the first ready model of `modality` that
-    takes `inputs` (ready as of the last second: `JsonPlane.recent_models`); `inputs` maps
-    an input the request carries ("image", "mask_image") to the OpenAI field that carries
-    it, which an error about it names."""
+    takes `inputs` and that `caller`'s tenant may use (ready as of the last second:
+    `JsonPlane.recent_models`); `inputs` maps an input the request carries ("image",
+    "mask_image") to the OpenAI field that carries it, which an error about it names."""
     needed = inputs or {}
     models = await plane.recent_models()
     served = [m for m in models if m["modality"] == modality]
@@ -85,10 +103,19 @@ async def pick_model(
         known = ", ".join(m["name"] for m in models)
         raise MeshError(f"model: {name!r} is not served; known: {known}", code=StatusCode.NOT_FOUND)
     fitting = [m for m in served if _takes(m, needed)]
-    ready = [m for m in fitting if m.get("ready")] or fitting
-    if not ready:
-        taking = f" that takes {' and '.join(needed)} input" if needed else ""
+    taking = f" that takes {' and '.join(needed)} input" if needed else ""
+    if not fitting:
         raise InvalidArgument(f"model: required; this mesh serves no {modality} model{taking}")
+    allowed = caller.quota.allowed_models
+    if allowed:
+        # The default is one the caller may use: the first served could be refused to it.
+        fitting = [m for m in fitting if m["name"] in allowed]
+        if not fitting:
+            raise PermissionDenied(
+                f"model: required; tenant {caller.tenant!r} may use no {modality} "
+                f"model{taking} (it may use {', '.join(sorted(allowed))})"
+            )
+    ready = [m for m in fitting if m.get("ready")] or fitting
     return ready[0]
 
 

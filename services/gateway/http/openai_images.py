@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from mediamesh.common.api.bounds import check_bounds
 from mediamesh.common.errors import InvalidArgument
+from mediamesh.common.limits import MAX_SEED
 from mediamesh.gateway.api.json_plane import (
     Followed,
     JsonObject,
@@ -45,6 +46,7 @@ from mediamesh.gateway.http.openai_common import (
     adopt_steps_alias,
     answered_or_cancelled,
     check_known_fields,
+    check_size_alone,
     checked_end_user,
     final_event,
     follow_all,
@@ -116,7 +118,9 @@ class ImageGeneration(BaseModel):
     """OpenAI's image generation request, plus the mesh's optional fields."""
 
     # Any other field is refused by `check_known_fields`, in the words edits use.
-    model_config = ConfigDict(extra="allow")
+    # Strict: JSON's own types only, as /v1/jobs takes them (a lax model reads `"seed": true`
+    # as seed 1 and `"n": "2"` as 2).
+    model_config = ConfigDict(extra="allow", strict=True)
 
     prompt: str
     model: str | None = Field(None, description="A mesh model; default: the first image model")
@@ -186,7 +190,7 @@ async def generate_images(request: Request, authorization: Authorization = None)
     check_no_ops({name: getattr(body, name) for name in NO_OP_VALUES if name in declared})
     count = 1 if body.n is None else body.n
     user = checked_end_user(body.user)
-    model = await pick_model(plane, body.model, "image")
+    model = await pick_model(plane, caller, body.model, "image")
     fields = {
         "model": model["name"],
         "prompt": body.prompt,
@@ -262,7 +266,7 @@ async def edit_images(request: Request, authorization: Authorization = None) -> 
     if not prompt:
         raise InvalidArgument("prompt: required")
     inputs = {"image": "image", "mask_image": "mask"} if "mask" in files else {"image": "image"}
-    model = await pick_model(plane, form.pop("model", None), "image", inputs)
+    model = await pick_model(plane, caller, form.pop("model", None), "image", inputs)
     requested_format = form.pop("response_format", "b64_json")
     if requested_format not in ("b64_json", "url"):
         raise InvalidArgument(f"response_format: {requested_format[:32]!r}; use b64_json or url")
@@ -270,6 +274,7 @@ async def edit_images(request: Request, authorization: Authorization = None) -> 
     check_no_ops({name: form.pop(name, None) for name in NO_OP_VALUES})
     n = _count(form.pop("n", "1"))
     size_text = form.pop("size", None)
+    check_size_alone(size_text, form)
     size = parse_size(size_text, model)
     user = checked_end_user(form.pop("user", None))
     seeds = image_seeds(_seed(form.pop("seed", None)), n)
@@ -330,7 +335,8 @@ def _as_url(response_format: ResponseFormat) -> bool:
 
 
 def _count(text: str) -> int:
-    if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= 10:
+    # The length first: Python refuses int() of thousands of digits.
+    if not (text.isascii() and text.isdigit() and len(text) <= 2) or not 1 <= int(text) <= 10:
         raise InvalidArgument(f"n: {text[:16]!r}; allowed 1..10")
     return int(text)
 
@@ -341,6 +347,8 @@ def _seed(text: str | None) -> int | None:
         return None
     if not (text.isascii() and text.isdigit()):
         raise InvalidArgument(f"seed: {text[:32]!r} is not a whole number >= 0")
+    if len(text.lstrip("0")) > len(str(MAX_SEED)) or int(text) > MAX_SEED:
+        raise InvalidArgument(f"seed: {text[:32]!r} out of range; allowed 0..{MAX_SEED}")
     return int(text)
 
 

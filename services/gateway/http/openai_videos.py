@@ -52,6 +52,7 @@ from mediamesh.gateway.http.errors import renamed_fields, state_conflicts
 from mediamesh.gateway.http.openai_common import (
     SIZE_NAMES,
     adopt_steps_alias,
+    check_size_alone,
     openai_names,
     parse_size,
     pick_model,
@@ -168,8 +169,9 @@ async def create_video(request: Request, authorization: Authorization = None) ->
     if not asked.prompt:
         raise InvalidArgument("prompt: required")
     inputs = {"image": "input_reference"} if asked.image is not None else {}
-    model = await pick_model(plane, asked.model, "video", inputs)
+    model = await pick_model(plane, caller, asked.model, "video", inputs)
     fields: JsonObject = {"model": model["name"], "prompt": asked.prompt}
+    check_size_alone(asked.size, asked.mesh)
     fields.update(parse_size(asked.size, model))
     if asked.seconds is not None:
         if "num_frames" in asked.mesh:

@@ -13,6 +13,7 @@ import openai
 import pytest
 
 from mediamesh.common.errors import InvalidArgument
+from mediamesh.common.limits import MAX_SEED
 from mediamesh.common.registry import load_registry
 from mediamesh.gateway.http.openai_videos import frames_for
 from tests.service.conftest import InProcessMesh
@@ -409,3 +410,87 @@ async def test_video_routes_serve_only_videos(
             assert "not of a video model" in answer.json()["error"]["message"]
         job = (await http.get(f"/v1/jobs/{job_id}", headers=bearer(KEY_A))).json()
         assert job["state"] != "CANCELLED"
+
+
+async def test_the_default_model_is_one_the_tenant_may_use(
+    http_mesh: InProcessMesh,  # noqa: F811
+) -> None:
+    # Tenant b may use echo alone; flux-tiny comes first among the image models.
+    client = openai_client(http_mesh, KEY_B)
+    made = await client.images.generate(prompt="x", extra_body={"steps": 1})
+    assert base64.b64decode((made.data or [])[0].b64_json or "").startswith(PNG)
+    async with httpx.AsyncClient(base_url=base_url(http_mesh), timeout=60) as http:
+        listed = await http.get("/v1/jobs", headers=bearer(KEY_B), params={"limit": 1})
+        assert listed.json()["data"][0]["model"] == "echo"
+        # No model it may use takes an image: the refusal says so, not that it named one.
+        answer = await http.post(
+            "/v1/images/edits",
+            headers=bearer(KEY_B),
+            data={"prompt": "blue"},
+            files={"image": ("in.png", png_bytes(), "image/png")},
+        )
+        assert answer.status_code == 403, answer.text
+        assert answer.json()["error"]["message"] == (
+            "model: required; tenant 'b' may use no image model that takes image input "
+            "(it may use echo)"
+        )
+    await client.close()
+
+
+async def test_values_the_routes_cannot_read_whole_are_refused_by_name(
+    http_mesh: InProcessMesh,  # noqa: F811
+) -> None:
+    digits = "9" * 5000
+    edit = {"model": "flux-img2img-tiny", "prompt": "x"}
+    image = {"image": ("in.png", png_bytes(), "image/png")}
+    async with httpx.AsyncClient(base_url=base_url(http_mesh), timeout=60) as http:
+
+        async def refused(path: str, **request: object) -> tuple[str, str]:
+            answer = await http.post(path, headers=bearer(KEY_A), **request)  # type: ignore[arg-type]
+            assert answer.status_code == 400, answer.text
+            error = answer.json()["error"]
+            return error["param"], error["message"]
+
+        assert await refused("/v1/images/edits", data={**edit, "n": digits}, files=image) == (
+            "n",
+            "n: '9999999999999999'; allowed 1..10",
+        )
+        param, message = await refused(
+            "/v1/images/edits", data={**edit, "seed": digits}, files=image
+        )
+        assert param == "seed" and message.endswith(f"out of range; allowed 0..{MAX_SEED}")
+        assert await refused("/v1/images/edits", data={**edit, "steps": digits}, files=image) == (
+            "steps",
+            "steps: a number of more than 4300 digits",
+        )
+        # OpenAI's size beside the mesh's width: one would silently win over the other.
+        video = {"model": "wan-tiny", "prompt": "x"}
+        for path, body, files in (
+            ("/v1/images/edits", {**edit, "size": "32x32", "width": "48"}, image),
+            ("/v1/videos", {**video, "size": "32x32", "width": "48"}, None),
+        ):
+            assert await refused(path, data=body, files=files) == (
+                "size",
+                "size: set size or width, not both",
+            )
+        answer = await http.post(
+            "/v1/videos",
+            headers=bearer(KEY_A),
+            json={"model": "wan-tiny", "prompt": "x", "size": "32x32", "height": 48},
+        )
+        assert answer.status_code == 400 and answer.json()["error"]["message"] == (
+            "size: set size or height, not both"
+        )
+        # A pipeline that makes the input image's size takes none.
+        sized = {**edit, "model": "sdxl-img2img-tiny", "size": "32x32"}
+        assert await refused("/v1/images/edits", data=sized, files=image) == (
+            "size",
+            "size: model 'sdxl-img2img-tiny' (StableDiffusionXLImg2ImgPipeline) takes no size; "
+            "leave it unset or auto",
+        )
+        # JSON's own types only: true is not seed 1, nor "2" two images.
+        for field, value in (("seed", True), ("n", "2"), ("steps", 1.5)):
+            param, _ = await refused(
+                "/v1/images/generations", json={"model": "echo", "prompt": "x", field: value}
+            )
+            assert param == field

@@ -10,9 +10,9 @@ import pytest
 from starlette.requests import Request
 
 from mediamesh.common.errors import InvalidArgument, PayloadTooLarge
+from mediamesh.gateway.core.strict_json import MAX_JSON_DEPTH
 from mediamesh.gateway.http.bodies import (
     MAX_FORM_FIELDS,
-    MAX_JSON_DEPTH,
     MAX_URLENCODED_BYTES,
     read_form,
     read_json,
@@ -93,3 +93,60 @@ async def test_json_nested_within_the_limit_is_read():
     # Many brackets side by side nest no deeper.
     wide = b"[" + b",".join([b"[]"] * 10_000) + b"]"
     assert len(await read_json(request_of(wide, "application/json"), 64 * MIB)) == 10_000
+
+
+def multipart(fields: list[tuple[str, bytes]], charset: str = "") -> Request:
+    boundary = "b0undary"
+    body = (
+        b"".join(
+            f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n'.encode()
+            + value
+            + b"\r\n"
+            for name, value in fields
+        )
+        + f"--{boundary}--\r\n".encode()
+    )
+    suffix = f"; charset={charset}" if charset else ""
+    return request_of(body, f"multipart/form-data; boundary={boundary}{suffix}")
+
+
+async def test_form_text_that_is_not_utf8_is_refused_naming_its_field():
+    # Decoded with replacement characters (url-encoded) or as Latin-1 (multipart), these
+    # bytes would become a prompt other than the one sent.
+    with pytest.raises(InvalidArgument) as caught:
+        await read_form(request_of(b"model=flux-tiny&prompt=%ff%fe", FORM), 64 * MIB)
+    assert caught.value.message == "prompt: not valid UTF-8"
+    with pytest.raises(InvalidArgument) as caught:
+        await read_form(multipart([("model", b"echo"), ("prompt", b"\xff\xfe")]), 64 * MIB)
+    assert caught.value.message == "prompt: not valid utf-8"
+    # UTF-8 text, escaped or not, passes as sent; a form that declares Latin-1 is read so.
+    fields, _ = await read_form(request_of(b"prompt=caf%C3%A9+%E2%9C%93", FORM), 64 * MIB)
+    assert fields == {"prompt": "café ✓"}
+    fields, _ = await read_form(multipart([("prompt", "café ✓".encode())]), 64 * MIB)
+    assert fields == {"prompt": "café ✓"}
+    fields, _ = await read_form(multipart([("prompt", b"caf\xe9")], "latin-1"), 64 * MIB)
+    assert fields == {"prompt": "café"}
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (b'{"steps": ' + b"9" * 5000 + b"}", "body: a number of more than 4300 digits"),
+        (b'{"steps": 1, "steps": 2}', "steps: given twice in one JSON object; give it once"),
+        (b'{"steps": ', "body: not valid JSON (Expecting value: line 1 column 11 (char 10))"),
+    ],
+)
+async def test_json_the_parser_alone_would_fail_on_is_refused_by_name(body: bytes, message: str):
+    with pytest.raises(InvalidArgument) as caught:
+        await read_json(request_of(body, "application/json"), 64 * MIB)
+    assert caught.value.message == message
+
+
+async def test_json_sent_as_a_url_encoded_form_is_refused_saying_so():
+    # curl -d '{...}' labels its body a url-encoded form.
+    with pytest.raises(InvalidArgument) as caught:
+        await read_form(request_of(b' {"model": "echo", "prompt": "x"}', FORM), 64 * MIB)
+    assert caught.value.message == (
+        "body: JSON sent as application/x-www-form-urlencoded (what curl -d says it sends); "
+        "send it with Content-Type: application/json"
+    )

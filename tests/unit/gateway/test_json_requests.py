@@ -101,3 +101,25 @@ def test_form_values_are_checked_the_same_way() -> None:
 )
 def test_what_the_parser_still_refuses_names_the_path_first(parser_says: str, message: str) -> None:
     assert _parse_error(parser_says).startswith(message)
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "message"),
+    [
+        ("steps", "9" * 5000, "steps: a number of more than 4300 digits"),
+        ("guidance_scale", "9" * 5000, "guidance_scale: a number of more than 4300 digits"),
+        ("webhook", "[" * 3000 + "]" * 3000, "webhook: JSON nested more than 64 levels deep"),
+        (
+            "webhook",
+            '{"url": "https://a.example", "url": "https://b.example"}',
+            "webhook.url: given twice in one JSON object; give it once",
+        ),
+        ("steps", "four", "steps: 'four' is not a valid value"),
+    ],
+)
+def test_form_values_the_parser_alone_would_fail_on_are_refused_by_name(
+    name: str, text: str, message: str
+) -> None:
+    with pytest.raises(InvalidArgument) as caught:
+        request_from_form({**FOX, name: text}, {})
+    assert caught.value.message == message

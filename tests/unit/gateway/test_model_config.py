@@ -99,9 +99,21 @@ def test_an_index_request_body_asks_for_ready_models_or_all(body: bytes, ready_o
         (b'{"ready": "yes"}', "ready: expected true or false"),
         (b'{"repository": "x"}', "repository: not a field of the protocol"),
         (b"[1]", "the request body: expected a JSON object"),
-        (b"{", "the request body is not a JSON object"),
+        (b"{", "the request body: not valid JSON"),
     ],
 )
 def test_a_bad_index_request_body_names_its_fault(body: bytes, message: str) -> None:
+    with pytest.raises(InvalidArgument, match=message):
+        parse_index_request(body)
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (b'{"ready":' + b"[" * 100_000 + b"]" * 100_000 + b"}", "nested more than 64 levels"),
+        (b'{"ready": true, "ready": false}', "ready: given twice in one JSON object"),
+    ],
+)
+def test_an_index_body_the_parser_alone_would_fail_on_is_refused(body: bytes, message: str) -> None:
     with pytest.raises(InvalidArgument, match=message):
         parse_index_request(body)

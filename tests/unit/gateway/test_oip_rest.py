@@ -168,7 +168,7 @@ def test_the_header_length_and_the_binary_sizes_must_add_up():
     assert "4 bytes after its JSON object" in refused(data, length)
     assert "Inference-Header-Content-Length: 'x'" in refused(data, "x")
     assert "Inference-Header-Content-Length" in refused(data, str(len(data) + 1))
-    assert "not a JSON object" in refused(b"[1, 2", None)
+    assert "the request body: not valid JSON" in refused(b"[1, 2", None)
 
 
 def test_the_media_output_goes_raw_or_is_refused_before_any_job():
@@ -216,3 +216,44 @@ def test_a_response_with_a_raw_output_and_a_json_one():
     assert split_bytes_tensor(content[json_length:], "output") == [b"png-a", b"png-bb"]
     only_seed, none = encode_infer_response("flux-tiny", request, outputs[1:])
     assert none is None and json.loads(only_seed)["outputs"][0]["data"] == [5, 6]
+
+
+def test_an_outputs_own_binary_data_overrides_the_requests_either_way():
+    prompt = {"name": "prompt", "shape": [1], "datatype": "BYTES", "data": ["a"]}
+    everything_raw = {
+        "inputs": [prompt],
+        "outputs": [{"name": "output", "parameters": {"binary_data": False}}, {"name": "seed"}],
+        "parameters": {"binary_data_output": True},
+    }
+    request = parse_infer_request(*body(everything_raw))
+    assert not request.binary("output") and request.binary("seed")
+    # So the media output, which JSON cannot carry, is refused rather than sent raw.
+    with pytest.raises(InvalidArgument, match=r"^outputs\.output: it holds encoded media"):
+        check_outputs_sendable(request, ["output", "seed"])
+    only_seed_json = {
+        "inputs": [prompt],
+        "outputs": [{"name": "output", "parameters": {"binary_data": True}}, {"name": "seed"}],
+    }
+    request = parse_infer_request(*body(only_seed_json))
+    assert request.binary("output") and not request.binary("seed")
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (
+            b'{"inputs": [], "parameters": {"x": ' + b"[" * 2000 + b"]" * 2000 + b"}}",
+            "the request body: JSON nested more than 64 levels deep",
+        ),
+        (
+            b'{"inputs": [], "parameters": {"seed": 1, "seed": 2}}',
+            "seed: given twice in one JSON object; give it once",
+        ),
+        (
+            b'{"inputs": [], "parameters": {"seed": ' + b"9" * 5000 + b"}}",
+            "the request body: a number of more than 4300 digits",
+        ),
+    ],
+)
+def test_json_the_parser_alone_would_fail_on_is_refused(data: bytes, message: str):
+    assert refused(data, None) == message
