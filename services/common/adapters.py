@@ -98,10 +98,15 @@ def resolve_adapters(
 def parse_adapter_list(text: str, field: str = "adapters") -> tuple[AdapterRequest, ...]:
     """Adapters written as "name:scale,name:scale" (a name alone takes its default scale),
     the form of the KServe parameter and the CLI flag; InvalidArgument naming `field`."""
+    if not text.strip():
+        return ()
     found = []
     for part in (p.strip() for p in text.split(",")):
         if not part:
-            continue
+            # "a,,b" or ",,,": a name left out by mistake would be dropped without a word.
+            raise InvalidArgument(
+                f"{field}: {text[:64]!r} has an empty entry; write name:scale,name:scale"
+            )
         name, sep, scale_text = part.partition(":")
         name = name.strip()
         if not name:

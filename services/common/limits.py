@@ -223,6 +223,21 @@ REQUEST_LIMITS: Mapping[str, Mapping[str, FieldLimit]] = {
 }
 
 
+# Fields a request means nothing without, by message full name: a job's id, empty, would
+# otherwise be looked up and answered NOT_FOUND ("no job ''") rather than named as missing.
+REQUIRED_FIELDS: Mapping[str, tuple[str, ...]] = {
+    name: ("job_id",)
+    for name in (
+        "mediamesh.v1.WatchRequest",
+        "mediamesh.v1.CancelRequest",
+        "mediamesh.v1.GetJobRequest",
+        "mediamesh.v1.DeleteJobRequest",
+        "mediamesh.v1.DownloadRequest",
+        "mediamesh.v1.ScopedJobRequest",
+    )
+}
+
+
 def limit_of(message: str, field: str) -> FieldLimit:
     """The declared limit of `field` of the message named `message`, else DEFAULT_LIMIT."""
     return REQUEST_LIMITS.get(message, {}).get(field, DEFAULT_LIMIT)

@@ -63,10 +63,13 @@ def unreachable_gateway(target: str, tried: str, cause: str = "") -> GatewayErro
 def unary_failure(
     error: GatewayError, target: str, tried_s: float, connected: bool
 ) -> GatewayError:
-    """What a failed unary call raises: `error`, or, when it is UNAVAILABLE and the channel
-    is not connected (so no gateway answered it: one that did would have left the channel
-    READY), the same words as a generate that never reached the gateway."""
-    if error.code != StatusCode.UNAVAILABLE or connected:
+    """What a failed unary call raises: `error`, or, when it is UNAVAILABLE or
+    DEADLINE_EXCEEDED and the channel is not connected (so no gateway answered it: one that
+    did would have left the channel READY), the same words as a generate that never reached
+    the gateway. A short `timeout_s` runs out while gRPC still retries the connection, so
+    which of the two codes comes depends only on the timing."""
+    unanswered = (StatusCode.UNAVAILABLE, StatusCode.DEADLINE_EXCEEDED)
+    if error.code not in unanswered or connected:
         return error
     return unreachable_gateway(target, f"{tried_s:.1f} s of tries", error.message)
 

@@ -134,6 +134,9 @@ def generate_params(model: str, prompt: str, options: Mapping[str, object]) -> G
     The gateway answers a repeated key from the same tenant with the job it already has, so a
     call retried after a lost connection cannot make a second job.
     """
+    for name, value in (("model", model), ("prompt", prompt)):
+        if not isinstance(value, str):
+            raise TypeError(f"{name}: must be a string, got {_shown(value)}")
     unknown = set(options) - GenerateOptions.__optional_keys__
     if unknown:
         allowed = ", ".join(sorted(GenerateOptions.__optional_keys__))
@@ -216,7 +219,11 @@ def adapter_pairs(adapters: object) -> tuple[tuple[str, float | None], ...]:
         if not (isinstance(item, tuple | list) and len(item) == 2):
             raise TypeError(f"adapters: {item!r} is not a (name, scale) pair")
         name, scale = item
-        pairs.append((str(name), None if scale is None else float(scale)))
+        if not isinstance(name, str):
+            raise TypeError(f"adapters: name {name!r} is not a string")
+        if scale is not None and (isinstance(scale, bool) or not isinstance(scale, int | float)):
+            raise TypeError(f"adapters: scale {scale!r} of {name!r} is not a number")
+        pairs.append((name, None if scale is None else float(scale)))
     return tuple(pairs)
 
 

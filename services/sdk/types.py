@@ -126,6 +126,9 @@ class JobQuery:
         oldest_first: bool = False,
     ) -> JobQuery:
         """A query from loosely typed arguments; ValueError naming the one out of range."""
+        if isinstance(states, str):
+            # One state (a JobState is a str too), not the letters of its name.
+            states = (states,)
         parsed = []
         for value in states:
             try:

@@ -38,6 +38,8 @@ async def test_the_gateway_answers_reflection_v1_like_v1alpha(tmp_path: Path, mo
         await stop_mesh(mesh)
     assert v1 == v1alpha
     assert "mediamesh.v1.Gateway" in v1
+    # Both names are listed: grpcurl calls only a service that reflection lists.
+    assert {REFLECTION_V1_SERVICE, "grpc.reflection.v1alpha.ServerReflection"} <= set(v1)
 
 
 async def _file_of(channel: grpc.aio.Channel, symbol: str) -> list[str] | str:
@@ -73,6 +75,7 @@ async def test_reflection_finds_the_file_of_a_method(tmp_path: Path, models_dir:
                     "inference.GRPCInferenceService.RepositoryIndex",
                     "mediamesh.v1.Gateway.NoSuchMethod",
                     "mediamesh.v1.GenerateRequest.no_such_field",
+                    REFLECTION_V1_SERVICE,
                 )
             }
     finally:
@@ -85,5 +88,6 @@ async def test_reflection_finds_the_file_of_a_method(tmp_path: Path, models_dir:
     assert found["inference.GRPCInferenceService.RepositoryIndex"][0] == (
         "inference/grpc_service.proto"
     )
+    assert found[REFLECTION_V1_SERVICE][0] == "grpc/reflection/v1/reflection.proto"
     assert found["mediamesh.v1.Gateway.NoSuchMethod"] == "NOT_FOUND"
     assert found["mediamesh.v1.GenerateRequest.no_such_field"] == "NOT_FOUND"

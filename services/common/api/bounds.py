@@ -10,7 +10,7 @@ from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
 from mediamesh.common.errors import InvalidArgument
-from mediamesh.common.limits import MAX_BATCH, limit_of
+from mediamesh.common.limits import MAX_BATCH, REQUIRED_FIELDS, limit_of
 
 _TEXT = (FieldDescriptor.TYPE_STRING, FieldDescriptor.TYPE_BYTES)
 # Longest piece of a map key quoted in a field path.
@@ -67,6 +67,9 @@ def check_bounds(message: Message, prefix: str = "") -> None:
     field's count is checked, by its length, before any of its entries is looked at.
     """
     owner = message.DESCRIPTOR.full_name
+    for name in REQUIRED_FIELDS.get(owner, ()):
+        if not getattr(message, name):
+            raise InvalidArgument(f"{prefix}{name}: required")
     for field, value in message.ListFields():
         path = prefix + field.name
         if field.is_repeated:

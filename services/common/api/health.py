@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from typing import Any
 
 import grpc
-from google.protobuf import descriptor_pool
+from google.protobuf import descriptor_pb2, descriptor_pool
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 from grpc_reflection.v1alpha import reflection, reflection_pb2, reflection_pb2_grpc
@@ -41,7 +41,10 @@ def add_health_and_reflection(
     reflection themselves; the returned servicer reports NOT_SERVING until `mark_serving`."""
     health = HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
-    add_reflection(server, (*service_names, HEALTH_SERVICE, reflection.SERVICE_NAME))
+    add_reflection(
+        server,
+        (*service_names, HEALTH_SERVICE, reflection.SERVICE_NAME, REFLECTION_V1_SERVICE),
+    )
     return health
 
 
@@ -75,8 +78,36 @@ def _has_method(service: str, method: str) -> bool:
         return False
 
 
+def _describe_reflection_v1() -> None:
+    """Puts grpc/reflection/v1/reflection.proto in the default descriptor pool, built from
+    v1alpha's (v1 kept every message and field): reflection can then list v1 and describe
+    it, which grpcurl needs before it calls the service by that name."""
+    pool = descriptor_pool.Default()  # type: ignore[no-untyped-call]
+    try:
+        pool.FindServiceByName(REFLECTION_V1_SERVICE)
+        return
+    except KeyError:
+        pass
+    alpha = descriptor_pb2.FileDescriptorProto()
+    reflection_pb2.DESCRIPTOR.CopyToProto(alpha)
+    old, new = ".grpc.reflection.v1alpha.", ".grpc.reflection.v1."
+    alpha.name = "grpc/reflection/v1/reflection.proto"
+    alpha.package = "grpc.reflection.v1"
+    alpha.ClearField("options")
+    for message in alpha.message_type:
+        for field in message.field:
+            if field.HasField("type_name"):
+                field.type_name = field.type_name.replace(old, new)
+    for service in alpha.service:
+        for method in service.method:
+            method.input_type = method.input_type.replace(old, new)
+            method.output_type = method.output_type.replace(old, new)
+    pool.AddSerializedFile(alpha.SerializeToString())
+
+
 def add_reflection(server: grpc.aio.Server, service_names: Iterable[str]) -> None:
     """Reflection over `service_names`, as grpc.reflection.v1alpha and as v1."""
+    _describe_reflection_v1()
     servicer = _ReflectionServicer(tuple(service_names))
     # grpcio-reflection's generated module has no type hints.
     reflection_pb2_grpc.add_ServerReflectionServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]

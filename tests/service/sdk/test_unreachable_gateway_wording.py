@@ -72,3 +72,14 @@ def test_once_the_gateway_answered_a_broken_watch_re_attaches_for_reattach_s() -
     now[0] += 30
     assert stream.reattach_wait(down) is not None
     assert stream.error_to_raise(down) is down
+
+
+@pytest.mark.parametrize("call", ["get", "list_models"])
+def test_a_short_timeout_s_names_the_gateway_too(call: str) -> None:
+    # With 1 s the deadline often runs out while gRPC still retries the connection: the
+    # call then ends DEADLINE_EXCEEDED rather than UNAVAILABLE, with the same cause.
+    target = _closed_port()
+    with Client(target, timeout_s=1) as client, pytest.raises(GatewayError) as e:
+        client.get("job-1") if call == "get" else client.list_models()
+    assert e.value.code == "UNAVAILABLE"
+    assert e.value.message.startswith(f"cannot reach the gateway at {target} (")

@@ -87,6 +87,9 @@ def test_adapter_list_syntax() -> None:
         AdapterRequest("style2", None),
     )
     assert parse_adapter_list("") == ()
+    for text in (",,,", "style,", "style,,style2"):
+        with pytest.raises(InvalidArgument, match="has an empty entry"):
+            parse_adapter_list(text)
     with pytest.raises(InvalidArgument, match="scale 'x' of 'style' is not a number"):
         parse_adapter_list("style:x")
     with pytest.raises(InvalidArgument, match="has no adapter name"):

@@ -4,8 +4,9 @@ error of a wait that ran out names the job, which goes on."""
 
 from __future__ import annotations
 
+from mediamesh.common.errors import StatusCode
 from mediamesh.sdk import GatewayError, JobState, Queued
-from mediamesh.sdk.flow import JobStream
+from mediamesh.sdk.flow import JobStream, unary_failure
 from mediamesh.sdk.options import ClientSettings
 
 JOB = "j-1"
@@ -79,3 +80,14 @@ def test_an_overload_wait_starts_the_acceptance_wait_again() -> None:
     assert stream.seconds_left() == 5 + 3
     clock.now += 5
     assert not stream.wait_out_overload(14)  # past stream_timeout_s: raise the answer instead
+
+
+def test_a_deadline_on_a_channel_never_connected_is_an_unreachable_gateway() -> None:
+    deadline = GatewayError(StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
+    unreachable = unary_failure(deadline, "gw:1", 1.0, connected=False)
+    assert unreachable.code == "UNAVAILABLE"
+    assert unreachable.message == (
+        "cannot reach the gateway at gw:1 (1.0 s of tries): Deadline Exceeded"
+    )
+    # A gateway that was reached and ran out of time says so as it is.
+    assert unary_failure(deadline, "gw:1", 1.0, connected=True) is deadline

@@ -19,6 +19,7 @@ from mediamesh.sdk.options import (
     check_option,
     generate_params,
 )
+from mediamesh.sdk.types import JobQuery, JobState
 
 # Nothing listens here: every refusal below comes before a connection is tried.
 NOWHERE = "127.0.0.1:9"
@@ -129,3 +130,34 @@ def test_the_cli_prints_the_one_line(
     code = main([*argv, flag, value, "--out", str(tmp_path / "o.png"), "--quiet"])
     assert code == 1
     assert capsys.readouterr().err == line + "\n"
+
+
+@pytest.mark.parametrize(
+    ("model", "options", "message"),
+    [
+        (5, {}, "model: must be a string, got 5"),
+        (
+            "flux-tiny",
+            {"adapters": {"style": "a"}},
+            "adapters: scale 'a' of 'style' is not a number",
+        ),
+        (
+            "flux-tiny",
+            {"adapters": {"style": True}},
+            "adapters: scale True of 'style' is not a number",
+        ),
+        ("flux-tiny", {"adapters": [(3, 0.5)]}, "adapters: name 3 is not a string"),
+    ],
+)
+def test_a_model_or_adapter_of_the_wrong_type_is_a_type_error_naming_it(
+    model: object, options: dict[str, object], message: str
+) -> None:
+    with pytest.raises(TypeError) as caught:
+        generate_params(model, "a fox", options)  # type: ignore[arg-type]
+    assert str(caught.value) == message
+
+
+def test_one_state_to_list_is_one_state_not_its_letters() -> None:
+    assert JobQuery.of(states="SUCCEEDED").states == (JobState.SUCCEEDED,)
+    assert JobQuery.of(states=JobState.FAILED).states == (JobState.FAILED,)
+    assert JobQuery.of(states=["queued", "RUNNING"]).states == (JobState.QUEUED, JobState.RUNNING)
