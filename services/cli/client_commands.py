@@ -10,9 +10,14 @@ from pathlib import Path
 
 import grpc
 
+from mediamesh.cli.arg_types import bounded
 from mediamesh.cli.gateway_args import add_gateway_arguments, gateway_options
 from mediamesh.cli.image_inputs import add_image_arguments, image_options
 from mediamesh.cli.run_dir import DEFAULT_RUN_DIR, local_config
+
+# The shortest wait between `top`'s redraws: each redraw reads the scheduler's status, and a
+# shorter one would poll it in a busy loop while showing nothing a person could read.
+MIN_TOP_INTERVAL_S = 0.1
 
 
 def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -85,8 +90,19 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         _local_config_args(cmd)
         cmd.add_argument("--scheduler", default=None, help="scheduler host:port")
         if name == "top":
-            cmd.add_argument("--interval", type=float, default=1.0)
-            cmd.add_argument("--iterations", type=int, default=0, help="0 runs until Ctrl-C")
+            cmd.add_argument(
+                "--interval",
+                type=bounded(float, MIN_TOP_INTERVAL_S),
+                default=1.0,
+                help=f"seconds between redraws, at least {MIN_TOP_INTERVAL_S:g} "
+                "(default: %(default)s)",
+            )
+            cmd.add_argument(
+                "--iterations",
+                type=bounded(int, 0),
+                default=0,
+                help="redraws before exiting; 0 runs until Ctrl-C (default: %(default)s)",
+            )
         cmd.set_defaults(handler=_cmd_status if name == "status" else _cmd_top)
 
     health = sub.add_parser("healthcheck", help="exit 0 when a service reports SERVING")
@@ -102,9 +118,9 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     )
     health.add_argument(
         "--timeout",
-        type=float,
+        type=bounded(float, 0.0, above=True),
         default=3.0,
-        help="seconds to wait for the answer (default: %(default)s)",
+        help="seconds to wait for the answer, above 0 (default: %(default)s)",
     )
     health.set_defaults(handler=_cmd_healthcheck)
 
@@ -116,7 +132,7 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     )
     drain.add_argument(
         "--grace-s",
-        type=float,
+        type=bounded(float, 0.0),
         default=0.0,
         help="seconds the worker waits for its jobs' checkpoints before exiting "
         "(default: 0, the worker's drain_grace_s)",
@@ -161,6 +177,13 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     from mediamesh.cli.following import JobOnTerminal, still_running
     from mediamesh.sdk import Client, GatewayError
 
+    if args.preview_dir is not None and not args.preview_every_steps:
+        # Without previews asked for, none arrive and the folder would stay silently empty.
+        print(
+            "mediamesh: --preview-dir: needs --preview-every-steps N (1 or more)",
+            file=sys.stderr,
+        )
+        return 2
     terminal = JobOnTerminal(args.quiet, args.steps, args.preview_dir)
     # Our own key rather than the SDK's hidden one, so that an interruption before the first
     # event can still tell how to reach the job: the same command and key re-attach to it.

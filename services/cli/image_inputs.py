@@ -10,6 +10,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mediamesh.cli.arg_types import bounded
 from mediamesh.common.limits import INPUT_IMAGE
 
 if TYPE_CHECKING:
@@ -28,10 +29,10 @@ def add_image_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--strength", type=float, help="0 < s <= 1: how far to move from --image")
     parser.add_argument(
         "--upload-above",
-        type=int,
+        type=bounded(int, 0),
         default=INPUT_IMAGE.max_bytes,
         metavar="BYTES",
-        help="upload images larger than this first (default: the inline limit, 8 MiB)",
+        help="upload images larger than this first, 0 or more (default: the inline limit, 8 MiB)",
     )
 
 

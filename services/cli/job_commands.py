@@ -23,13 +23,14 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
+from mediamesh.cli.arg_types import bounded
 from mediamesh.cli.gateway_args import add_gateway_arguments, gateway_options
 from mediamesh.common.errors import StatusCode
 from mediamesh.common.limits import MAX_JOB_PAGE_SIZE
 
 if TYPE_CHECKING:
     # The SDK (and grpc with it) loads only when the command runs.
-    from mediamesh.sdk import Client, Event, GatewayError, JobInfo, JobPage
+    from mediamesh.sdk import Client, Event, GatewayError, JobInfo, JobPage, JobState
 
 _T = TypeVar("_T")
 
@@ -57,13 +58,14 @@ def add_job_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     jobs.add_argument(
         "--state",
         action="append",
+        type=_job_state,
         default=[],
         help="only jobs in this state, e.g. running or failed (repeatable)",
     )
     jobs.add_argument("--model", action="append", default=[], help="only this model (repeatable)")
     jobs.add_argument(
         "--limit",
-        type=int,
+        type=bounded(int, 0),
         default=20,
         help="jobs to show, 0 for every one (fetched 100 a page)",
     )
@@ -103,6 +105,21 @@ def add_job_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     add_gateway_arguments(delete)
     delete.add_argument("job_id")
     delete.set_defaults(handler=_cmd_delete)
+
+
+def _job_state(text: str) -> JobState:
+    """--state as a job state in any case; refused here, where argparse names the flag, rather
+    than by the SDK once the command runs, whose words name only its own argument."""
+    from mediamesh.sdk import JobState
+
+    try:
+        state = JobState(text.upper())
+    except ValueError:
+        state = JobState.UNSPECIFIED
+    if state is JobState.UNSPECIFIED:
+        choices = ", ".join(s.value for s in JobState if s is not JobState.UNSPECIFIED)
+        raise argparse.ArgumentTypeError(f"{text!r} is not a job state; use one of {choices}")
+    return state
 
 
 def over_budget_wait(error: GatewayError, attempt: int, waited_s: float) -> float | None:
@@ -203,9 +220,6 @@ def _cmd_delete(args: argparse.Namespace) -> int:
 def _cmd_jobs(args: argparse.Namespace) -> int:
     from mediamesh.sdk import Client, GatewayError
 
-    if args.limit < 0:
-        print(f"mediamesh: --limit: {args.limit}; allowed 0 (every job) or more", file=sys.stderr)
-        return 2
     try:
         with Client(args.gateway, **gateway_options(args)) as client:
             jobs = list(itertools.islice(_matching(client, args), args.limit or None))

@@ -9,6 +9,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from mediamesh.cli.arg_types import bounded, port
 from mediamesh.cli.run_dir import DEFAULT_RUN_DIR
 from mediamesh.common.errors import StartupError
 from mediamesh.common.registry import RegistryError
@@ -61,7 +62,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=DEFAULT_RUN_DIR,
         help="logs and the run's config, which `status`, `top` and `drain` read from here",
     )
-    up.add_argument("--ready-timeout", type=float, default=300.0, help="seconds to become ready")
+    up.add_argument(
+        "--ready-timeout",
+        type=bounded(float, 0.0, above=True),
+        default=300.0,
+        help="seconds to become ready, above 0 (default: %(default)s)",
+    )
     up.add_argument("--no-restart", action="store_true", help="do not restart exited children")
     up.add_argument("--no-build", action="store_true", help="do not build missing tiny models")
     _insecure_arg(up, "API keys or an internal credential")
@@ -80,11 +86,11 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("--worker-id", help="a `workers` entry of the config, or a new id")
     worker.add_argument("--pool", choices=["on-demand", "spot"])
     worker.add_argument("--host")
-    worker.add_argument("--port", type=int)
+    worker.add_argument("--port", type=port, help="0 to 65535; 0 takes a free one")
     worker.add_argument("--advertise-address")
     worker.add_argument("--device")
     worker.add_argument("--models", help="comma-separated model names")
-    worker.add_argument("--metrics-port", type=int)
+    worker.add_argument("--metrics-port", type=port, help="0 to 65535; 0 takes a free one")
     worker.add_argument("--scheduler", help="scheduler host:port")
     _insecure_arg(worker, "an internal credential")
     worker.set_defaults(handler=_cmd_worker)
@@ -202,12 +208,49 @@ def worker_settings(config: MeshConfig, args: argparse.Namespace) -> WorkerSetti
 
 
 def _cmd_models_build(args: argparse.Namespace) -> int:
-    from mediamesh.worker.models.build import build_models
+    # Checked before the builders (and torch with them) load, so that a mistyped flag is
+    # refused at once rather than as a traceback from deep inside the build.
+    refusal = not_a_folder(args.out)
+    if refusal:
+        print(f"mediamesh: --out: {refusal}", file=sys.stderr)
+        return 2
+    from mediamesh.worker.models.build import BUILDERS, BUILTIN, build_models
 
     names = [n for n in args.only.split(",") if n] or None
-    for path in build_models(args.out, names, force=args.force):
+    unknown = [n for n in names or [] if n not in BUILDERS and n not in BUILTIN]
+    if unknown:
+        print(
+            f"mediamesh: --only: no builder for {', '.join(unknown)}; known: {', '.join(BUILDERS)}",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        paths = build_models(args.out, names, force=args.force)
+    except OSError as exc:
+        # A folder that exists but cannot be written (permissions, a full disk).
+        print(f"mediamesh: --out: cannot write the models to {args.out}: {exc}", file=sys.stderr)
+        return 1
+    for path in paths:
         print(path)
     return 0
+
+
+def not_a_folder(out: Path) -> str | None:
+    """Why `out` cannot be made into a folder of models, or None: it, or the nearest of its
+    parents that exists, is not a folder (mkdir would fail with a bare FileExistsError or
+    NotADirectoryError)."""
+    for place in (out, *out.parents):
+        try:
+            if not place.exists():
+                continue
+            if place.is_dir():
+                return None
+        except OSError:
+            # Not ours to judge (a folder we may not look into): the build reports it.
+            return None
+        above = "" if place == out else f" (above {out})"
+        return f"{place}{above} is a file, not a folder"
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:

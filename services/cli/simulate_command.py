@@ -11,36 +11,15 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-
-def _bounded(
-    kind: type[int] | type[float], least: float, *, above: bool = False
-) -> Callable[[str], int | float]:
-    """An argparse type: a number of `kind` at least `least` (greater than it, with
-    `above`); argparse puts the flag's name before the refusal, which states the limit."""
-
-    def parse(text: str) -> int | float:
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(
-                f"{'a whole number' if kind is int else 'a number'} is needed, not {text!r}"
-            ) from None
-        # `not value >= least` also refuses NaN, which compares false with everything.
-        if not value >= least or (above and value == least):
-            limit = f"greater than {least:g}" if above else f"at least {least:g}"
-            raise argparse.ArgumentTypeError(f"must be {limit}, not {text}")
-        return value
-
-    return parse
+from mediamesh.cli.arg_types import bounded
 
 
 def _fraction(text: str) -> float:
     """--sla-target: a fraction of jobs, in (0, 1], as the scenario's right_size.target."""
-    value = _bounded(float, 0.0, above=True)(text)
+    value = bounded(float, 0.0, above=True)(text)
     if value > 1:
         raise argparse.ArgumentTypeError(f"must be at most 1 (a fraction of jobs), not {text}")
     return value
@@ -61,13 +40,13 @@ def add_simulate_command(sub: argparse._SubParsersAction[argparse.ArgumentParser
     )
     simulate.add_argument(
         "--jobs",
-        type=_bounded(int, 1),
+        type=bounded(int, 1),
         default=None,
         help="arrivals to simulate, at least 1 (default: the file's workload.jobs)",
     )
     simulate.add_argument(
         "--devices",
-        type=_bounded(int, 1),
+        type=bounded(int, 1),
         default=None,
         help="scale the fleet to this many devices, at least 1",
     )
@@ -86,13 +65,13 @@ def add_simulate_command(sub: argparse._SubParsersAction[argparse.ArgumentParser
     )
     simulate.add_argument(
         "--window-s",
-        type=_bounded(float, 0.0, above=True),
+        type=bounded(float, 0.0, above=True),
         default=None,
         help="right-size: seconds of arrivals per trial, above 0 (default: the file's)",
     )
     simulate.add_argument(
         "--dispatch-interval-s",
-        type=_bounded(float, 0.0),
+        type=bounded(float, 0.0),
         default=None,
         help="least seconds between scheduling passes (default: file's, 0 = every event)",
     )

@@ -134,9 +134,9 @@ def generate_params(model: str, prompt: str, options: Mapping[str, object]) -> G
     The gateway answers a repeated key from the same tenant with the job it already has, so a
     call retried after a lost connection cannot make a second job.
     """
-    for name, value in (("model", model), ("prompt", prompt)):
-        if not isinstance(value, str):
-            raise TypeError(f"{name}: must be a string, got {_shown(value)}")
+    for argument, given in (("model", model), ("prompt", prompt)):
+        if not isinstance(given, str):
+            raise TypeError(f"{argument}: must be a string, got {_shown(given)}")
     unknown = set(options) - GenerateOptions.__optional_keys__
     if unknown:
         allowed = ", ".join(sorted(GenerateOptions.__optional_keys__))

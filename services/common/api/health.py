@@ -89,7 +89,7 @@ def _describe_reflection_v1() -> None:
     except KeyError:
         pass
     alpha = descriptor_pb2.FileDescriptorProto()
-    reflection_pb2.DESCRIPTOR.CopyToProto(alpha)
+    reflection_pb2.DESCRIPTOR.CopyToProto(alpha)  # type: ignore[no-untyped-call]
     old, new = ".grpc.reflection.v1alpha.", ".grpc.reflection.v1."
     alpha.name = "grpc/reflection/v1/reflection.proto"
     alpha.package = "grpc.reflection.v1"

@@ -170,8 +170,10 @@ async def test_the_jobs_command_prints_a_table_and_json_lines(http_mesh, jobs_of
     assert [row.split()[0] for row in table[1:]] == jobs_of_a[:2]
     code = await asyncio.to_thread(cli_main, ["jobs", *gateway, "--after", "no-such-job"])
     assert code == 1 and "after_job_id: no job 'no-such-job'" in capsys.readouterr().err
-    code = await asyncio.to_thread(cli_main, ["jobs", *gateway, "--state", "done"])
-    assert code == 1 and "states: 'done' is not a job state" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exited:
+        await asyncio.to_thread(cli_main, ["jobs", *gateway, "--state", "done"])
+    assert exited.value.code == 2
+    assert "argument --state: 'done' is not a job state" in capsys.readouterr().err
 
 
 async def test_watch_writes_a_jobs_result_cancel_stops_one_and_delete_deletes_it(
