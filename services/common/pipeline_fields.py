@@ -11,6 +11,8 @@ from __future__ import annotations
 import ast
 import functools
 import importlib.util
+from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 # Request field -> the pipeline call parameters that carry it (any one is enough).
@@ -36,10 +38,50 @@ WITHHELD_FIELDS: dict[str, frozenset[str]] = {
 }
 
 
+_DURATION_PARAMETERS = FIELD_PARAMETERS["duration_s"]
+
+
+@dataclass(frozen=True)
+class _Signature:
+    names: frozenset[str]
+    # `**kwargs` in the call: any keyword is taken (and may be dropped unread).
+    open_keywords: bool
+
+
 def call_parameters(pipeline: str) -> frozenset[str] | None:
     """The parameter names of `pipeline.__call__` in the installed diffusers, or None when
     the class or its source cannot be found (the caller then falls back to a table)."""
-    return _call_parameters(pipeline)
+    signature = _call_signature(pipeline)
+    return None if signature is None else signature.names
+
+
+def unknown_call_kwargs(pipeline: str, names: Iterable[str]) -> list[str]:
+    """Those of `names` the pipeline's call has no parameter for (none when its signature
+    is unknown or it takes any keyword)."""
+    signature = _call_signature(pipeline)
+    if signature is None or signature.open_keywords:
+        return []
+    return sorted(set(names) - signature.names)
+
+
+def modality_mismatch(pipeline: str, modality: str) -> str | None:
+    """Why an entry of `modality` cannot run `pipeline`, read from the call's parameters
+    (the length of a clip, the duration of audio), or None when it can or the signature is
+    unknown."""
+    parameters = call_parameters(pipeline)
+    if parameters is None:
+        return None
+    frames = "num_frames" in parameters
+    duration = bool(parameters & set(_DURATION_PARAMETERS))
+    durations = " or ".join(_DURATION_PARAMETERS)
+    if modality == "video" and not frames:
+        return f"{pipeline}'s call takes no num_frames, so a video's length cannot be set"
+    if modality == "audio" and not duration:
+        return f"{pipeline}'s call takes no {durations}, so it makes no audio the mesh can time"
+    if modality == "image" and (frames or duration):
+        made = "video" if frames else "audio"
+        return f"{pipeline} makes {made} (its call takes {'num_frames' if frames else durations})"
+    return None
 
 
 def signature_fields(pipeline: str) -> frozenset[str] | None:
@@ -56,7 +98,7 @@ def signature_fields(pipeline: str) -> frozenset[str] | None:
 
 
 @functools.cache
-def _call_parameters(pipeline: str) -> frozenset[str] | None:
+def _call_signature(pipeline: str) -> _Signature | None:
     if not pipeline.isidentifier():
         return None
     root = _diffusers_root()
@@ -81,7 +123,7 @@ def _diffusers_root() -> Path | None:
     return Path(next(iter(spec.submodule_search_locations)))
 
 
-def _parameters_in(source: str, pipeline: str) -> frozenset[str] | None:
+def _parameters_in(source: str, pipeline: str) -> _Signature | None:
     tree = ast.parse(source)
     for node in tree.body:
         if isinstance(node, ast.ClassDef) and node.name == pipeline:
@@ -92,5 +134,5 @@ def _parameters_in(source: str, pipeline: str) -> frozenset[str] | None:
                     arguments = item.args
                     names = [a.arg for a in arguments.posonlyargs + arguments.args]
                     names += [a.arg for a in arguments.kwonlyargs]
-                    return frozenset(names) - {"self"}
+                    return _Signature(frozenset(names) - {"self"}, arguments.kwarg is not None)
     return None

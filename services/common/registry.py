@@ -20,6 +20,7 @@ from pydantic import (
 )
 
 from mediamesh.common.adapters import AdapterSpec
+from mediamesh.common.entry_fit import check_entry_fits
 from mediamesh.common.gpu_options import GpuOptions, check_load_options
 from mediamesh.common.input_spec import InputName, check_inputs, pipeline_inputs
 from mediamesh.common.limits import MAX_BATCH, MAX_PROMPT_CHARS, MODEL_NAME_PATTERN
@@ -464,6 +465,13 @@ class ModelSpec(Strict):
             raise ValueError(
                 f"call_kwargs: {', '.join(taken)} are set per request or by the worker"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _fits_its_pipeline(self) -> ModelSpec:
+        known = signature_fields(self.pipeline) is not None
+        family = family_fields(self.pipeline, self.modality, self.call_kwargs) if known else None
+        check_entry_fits(self, family)
         return self
 
     @model_validator(mode="after")

@@ -21,6 +21,7 @@ from PIL import Image
 from mediamesh.common.generation import GenerationParams
 from mediamesh.common.output_formats import FORMATS_BY_MODALITY, MIME_TYPES
 from mediamesh.common.registry import ModelSpec
+from mediamesh.worker.models.ogg_pages import with_fixed_serial
 
 # Codec and container of each video format. yuv420p is what every player decodes.
 _VIDEO_CODECS: dict[str, tuple[str, str, str]] = {
@@ -59,8 +60,9 @@ _COMPRESSED_AUDIO: dict[str, tuple[str, str, str]] = {
     "opus": ("ogg", "libopus", "flt"),
     "aac": ("adts", "aac", "fltp"),
 }
-# Bit-exact muxing: the Ogg muxer otherwise draws a random stream serial number and the MP3
-# muxer writes the library's version, so one seed would not give one file.
+# Bit-exact muxing: the Ogg muxer otherwise draws a random stream serial number, the
+# Matroska (WebM) muxer random segment and track UIDs, and the MP3 and MP4 muxers write the
+# library's version, so one seed would not give one file.
 _BITEXACT = {"fflags": "+bitexact"}
 
 
@@ -102,7 +104,7 @@ def encode_video(frames: np.ndarray, fmt: str, fps: int) -> bytes:
     _count, height, width, _channels = pixels.shape
     buffer = io.BytesIO()
     try:
-        with av.open(buffer, mode="w", format=container_format) as container:
+        with av.open(buffer, mode="w", format=container_format, options=_BITEXACT) as container:
             stream: Any = container.add_stream(codec, rate=fps, options=_VIDEO_OPTIONS[fmt])
             stream.width, stream.height, stream.pix_fmt = width, height, pixel_format
             stream.time_base = Fraction(1, fps)
@@ -172,6 +174,8 @@ def encode_audio(audio: np.ndarray, sample_rate: int, fmt: str) -> bytes:
         soundfile.write(buffer, samples, sample_rate, format=container_format, subtype=subtype)
     except (soundfile.LibsndfileError, RuntimeError, ValueError) as exc:
         raise EncodeError(f"cannot encode {fmt}: {exc}") from exc
+    if container_format == "OGG":
+        return with_fixed_serial(buffer.getvalue())
     return buffer.getvalue()
 
 

@@ -27,6 +27,7 @@ from mediamesh.common.work import JobParams
 from mediamesh.worker.models.diffusion import DiffusionHost
 from mediamesh.worker.models.encode import encode_result
 from mediamesh.worker.models.inputs import image_arguments
+from mediamesh.worker.models.made_size import check_made_size
 from mediamesh.worker.models.memory import ModelLoadError
 from mediamesh.worker.models.progress import StepTracker
 from mediamesh.worker.models.prompt_window import overlong, token_windows
@@ -162,6 +163,7 @@ class PipelineHost(DiffusionHost):
         item = output[index]
         if isinstance(item, torch.Tensor):
             item = item.float().cpu().numpy()
+        check_made_size(self.spec, item, job.generation)
         rate = self.sample_rate() if self.spec.modality == "audio" else 0
         return encode_result(self.spec, item, job.generation, rate)
 

@@ -51,11 +51,21 @@ def test_accepted_fields_come_from_the_family_or_the_entry():
     assert {"negative_prompt", "num_frames"} <= spec("wan-tiny").accepted_fields
     assert "duration_s" in spec("stable-audio-tiny").accepted_fields
     entry = spec("flux-tiny").model_dump(mode="json")
-    entry["accepted_fields"] = ["prompt", "steps", "seed", "negative_prompt"]
+    entry["accepted_fields"] = ["prompt", "steps", "seed"]
     narrowed = parse_registry({"models": [entry]}).models[0]
-    assert narrowed.accepted_fields == {"prompt", "steps", "seed", "negative_prompt"}
+    assert narrowed.accepted_fields == {"prompt", "steps", "seed"}
     with pytest.raises(InvalidArgument, match=r"^width: "):
         resolve(narrowed, RequestFields("flux-tiny", "x", width=64))
+
+
+@pytest.mark.parametrize("field", ["negative_prompt", "strength"])
+def test_an_entry_cannot_list_a_field_its_pipeline_would_drop(field: str):
+    # Flux's call takes a negative prompt only with true CFG, and no strength at all: listed,
+    # each would be accepted from requests and change nothing.
+    entry = spec("flux-tiny").model_dump(mode="json")
+    entry["accepted_fields"] = ["prompt", "steps", "seed", field]
+    with pytest.raises(RegistryError, match=f"accepted_fields: {field} would never reach"):
+        parse_registry({"models": [entry]})
 
 
 def test_an_entry_cannot_accept_a_field_of_another_modality():

@@ -1,0 +1,53 @@
+"""A registry entry that its pipeline cannot serve as written is refused when it loads.
+
+Each check here is a mistake that would otherwise start a mesh that looks ready and then
+fails or quietly misleads every job: a modality the pipeline does not make, a fixed call
+argument the pipeline has no parameter for, a request field listed as accepted that would
+never reach the call, and default or largest sizes off the entry's own size multiple.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mediamesh.common.pipeline_fields import modality_mismatch, unknown_call_kwargs
+
+
+def check_entry_fits(spec: Any, family: frozenset[str] | None) -> None:
+    """ValueError naming the field of `spec` (a ModelSpec) its pipeline cannot honour;
+    `family` is the request fields the pipeline's call takes (None: unknown, unchecked)."""
+    mismatch = modality_mismatch(spec.pipeline, spec.modality)
+    if mismatch:
+        raise ValueError(f"modality: {spec.modality}, but {mismatch}")
+    unknown = unknown_call_kwargs(spec.pipeline, spec.call_kwargs)
+    if unknown:
+        raise ValueError(
+            f"call_kwargs: {spec.pipeline}'s call has no parameter {', '.join(unknown)}"
+        )
+    unreached = sorted(spec.accepted_fields - family) if family is not None else []
+    if unreached:
+        raise ValueError(
+            f"accepted_fields: {', '.join(unreached)} would never reach {spec.pipeline}'s "
+            f"call, so a request setting it would be silently ignored; it takes "
+            f"{', '.join(sorted(family or ()))}"
+        )
+    _check_size_multiples(spec)
+
+
+def _check_size_multiples(spec: Any) -> None:
+    multiple = spec.limits.size_multiple
+    if spec.modality == "audio" or multiple < 1:
+        return
+    for field, size in (
+        ("defaults.width", spec.defaults.width),
+        ("defaults.height", spec.defaults.height),
+        ("limits.max_width", spec.limits.max_width),
+        ("limits.max_height", spec.limits.max_height),
+    ):
+        if size % multiple:
+            below = size // multiple * multiple
+            raise ValueError(
+                f"{field}={size} is not a multiple of limits.size_multiple ({multiple}), "
+                f"so requests would be refused at it; use {below or multiple} or "
+                f"{below + multiple}"
+            )
