@@ -7,6 +7,7 @@ Each transport maps `StatusCode` once, in its own module: gRPC in
 
 from __future__ import annotations
 
+import math
 from enum import StrEnum
 
 
@@ -57,6 +58,14 @@ class MeshError(Exception):
         if code is not None:
             self.code = StatusCode(code)
         self.retry_after_s = retry_after_s
+
+
+def retry_after_ms(retry_after_s: float) -> int:
+    """A retry hint in whole milliseconds, rounded up and at least 1: rounded down, a wait
+    under a millisecond became 0, which sends the client back before the limit lifts, and
+    gRPC's own retries of a 0 ms pushback could hang until the call's deadline."""
+    # Rounded to a nanosecond first: 0.29 * 1000 is 290.00000000000006 in floating point.
+    return max(1, math.ceil(round(retry_after_s * 1000, 6)))
 
 
 class InvalidArgument(MeshError):

@@ -21,6 +21,7 @@ from mediamesh.common.errors import (
     MeshError,
     ResourceExhausted,
     StatusCode,
+    retry_after_ms,
 )
 from mediamesh.common.log_throttle import LogThrottle
 from mediamesh.common.metrics import RPC_LATENCY, RPC_REQUESTS
@@ -59,7 +60,7 @@ async def _abort_for(exc: BaseException, context: Context) -> None:
     if isinstance(exc, MeshError):
         trailing: tuple[tuple[str, str], ...] = ()
         if exc.retry_after_s:
-            wait_ms = str(int(exc.retry_after_s * 1000))
+            wait_ms = str(retry_after_ms(exc.retry_after_s))
             trailing = ((RETRY_AFTER_KEY, wait_ms), (PUSHBACK_KEY, wait_ms))
         await context.abort(to_grpc(exc.code), exc.message, trailing)
     log.exception("unexpected error in %s", context)

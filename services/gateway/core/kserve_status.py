@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from mediamesh.common.errors import StatusCode
+from mediamesh.common.errors import StatusCode, retry_after_ms
 
 # The status the KServe API reports for a job that ended with each code. Triton answers an
 # expired request with UNAVAILABLE ("Request timeout expired"); a job error that claims OK
@@ -36,5 +36,5 @@ def stream_error_text(code: StatusCode, message: str, retry_after_s: float = 0) 
     """
     text = f"{code}: {message}"
     if retry_after_s:
-        text += f" (retry after {int(retry_after_s * 1000)} ms)"
+        text += f" (retry after {retry_after_ms(retry_after_s)} ms)"
     return text

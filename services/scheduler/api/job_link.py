@@ -25,7 +25,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 from mediamesh.common.api.bounds import check_bounds
 from mediamesh.common.api.multiplexed import OpenStreams, ServedStream, serve_stream
 from mediamesh.common.api.status import to_number
-from mediamesh.common.errors import InvalidArgument, MeshError, Unavailable
+from mediamesh.common.errors import InvalidArgument, MeshError, Unavailable, retry_after_ms
 from mediamesh.common.generated.v1 import common_pb2, scheduler_pb2
 from mediamesh.common.telemetry import (
     JOB_LINK_EXCHANGE_SPAN,
@@ -71,7 +71,7 @@ def exchange_status(exchange_id: int, error: MeshError) -> scheduler_pb2.JobLink
         status=scheduler_pb2.ExchangeStatus(
             code=to_number(error.code),
             message=error.message,
-            retry_after_ms=int(error.retry_after_s * 1000),
+            retry_after_ms=retry_after_ms(error.retry_after_s) if error.retry_after_s else 0,
         ),
     )
 

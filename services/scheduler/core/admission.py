@@ -126,18 +126,21 @@ class Admission:
         cost = self._cost.estimate(new.model, new.params)
         if new.deadline is not None:
             left = max(new.deadline - now, 0.0)
-            if cost > left:
+            # A refusal relies on the least the job can take: the estimate may be high
+            # for a size the mesh has not run yet, and only a longer timeout would help.
+            least = self._cost.least_estimate(new.model, new.params)
+            if least > left:
                 # Not a matter of load: no retry with this timeout can succeed, so no hint.
                 # The message starts with the field (TIMEOUT_FIELD) that callers branch on,
                 # e.g. `mediamesh batch` to record the line at once instead of retrying it;
                 # the gateway says instead when a call's gRPC deadline set the limit.
                 return Rejection(
                     StatusCode.DEADLINE_EXCEEDED,
-                    f"{TIMEOUT_FIELD}: {left:.3f} s left, and this job needs about {cost:.3f} s "
-                    "on a free device; give it more time",
+                    f"{TIMEOUT_FIELD}: {left:.3f} s left, and this job needs at least "
+                    f"{least:.3f} s on a free device; give it more time",
                     reason="timeout_too_short",
                 )
-            eta = self.estimate_finish_s(new.model, new.priority, cost)
+            eta = self.estimate_finish_s(new.model, new.priority, least)
             # No worker serves the model yet (a pool scaling from zero): nothing to judge by
             # beyond the job's own cost, checked above.
             if eta is not None and now + eta > new.deadline:

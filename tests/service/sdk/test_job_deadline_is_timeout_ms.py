@@ -45,7 +45,7 @@ async def test_a_timeout_ms_too_short_for_the_job_is_refused_naming_it(sdk_mesh:
     for error in (submitted.value, generated.value):
         assert error.code == "DEADLINE_EXCEEDED" and error.field == "timeout_ms"
         assert re.match(
-            r"timeout_ms: (0\.9\d\d|1\.000) s left, and this job needs about ", error.message
+            r"timeout_ms: (0\.9\d\d|1\.000) s left, and this job needs at least ", error.message
         )
 
 
@@ -60,7 +60,7 @@ async def test_a_raw_call_deadline_that_became_the_jobs_is_named(sdk_mesh: InPro
     assert details.startswith(
         "the call's gRPC deadline (the job's, being sooner than any timeout_ms): "
     ), details
-    assert "s left, and this job needs about " in details
+    assert "s left, and this job needs at least " in details
     # With a sooner timeout_ms, that is what set the job's deadline, and what is named.
     request.timeout_ms = 1000
     with pytest.raises(grpc.aio.AioRpcError) as sooner:

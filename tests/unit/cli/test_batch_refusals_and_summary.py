@@ -16,7 +16,7 @@ from .batch_fakes import FakeMesh, rows, run_batch, write_lines
 # What the scheduler answers a timeout_ms shorter than the job itself.
 TOO_SHORT = GatewayError(
     "DEADLINE_EXCEEDED",
-    "timeout_ms: 0.001 s left, and this job needs about 0.180 s on a free device; "
+    "timeout_ms: 0.001 s left, and this job needs at least 0.180 s on a free device; "
     "give it more time",
 )
 

@@ -12,6 +12,7 @@ from mediamesh.common.errors import (
     PayloadTooLarge,
     ResourceExhausted,
     StatusCode,
+    retry_after_ms,
 )
 from mediamesh.common.http_status import HTTP_STATUS, http_status, http_status_of
 from mediamesh.gateway.core.kserve_status import KSERVE_STATUS, kserve_code, stream_error_text
@@ -108,3 +109,14 @@ def test_kserve_stream_error_carries_code_and_retry_hint():
     assert stream_error_text(StatusCode.NOT_FOUND, "no model") == "NOT_FOUND: no model"
     text = stream_error_text(StatusCode.RESOURCE_EXHAUSTED, "queue full", retry_after_s=1.5)
     assert text == "RESOURCE_EXHAUSTED: queue full (retry after 1500 ms)"
+
+
+def test_a_retry_hint_in_milliseconds_is_rounded_up_and_never_zero():
+    # A token bucket's waits are often under a millisecond: "0" would send the client back
+    # before the limit lifts, and grpcio's retries of a 0 ms pushback could hang.
+    assert retry_after_ms(0.0004) == 1
+    assert retry_after_ms(0.0091) == 10
+    assert retry_after_ms(0.29) == 290
+    assert retry_after_ms(1.5) == 1500
+    text = stream_error_text(StatusCode.RESOURCE_EXHAUSTED, "over budget", retry_after_s=0.0002)
+    assert text == "RESOURCE_EXHAUSTED: over budget (retry after 1 ms)"

@@ -211,7 +211,7 @@ def test_a_timeout_shorter_than_the_job_itself_is_refused_without_a_retry_hint()
     outcome = core.submit(new_job(steps=50, width=512, deadline=clock.now + 0.001))
     assert isinstance(outcome, Rejection)
     assert outcome.code is StatusCode.DEADLINE_EXCEEDED and outcome.retry_after_s == 0
-    assert outcome.message.startswith("timeout_ms: 0.001 s left, and this job needs about ")
+    assert outcome.message.startswith("timeout_ms: 0.001 s left, and this job needs at least ")
 
 
 def test_tenant_queued_limit():
