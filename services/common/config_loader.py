@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -37,6 +37,8 @@ from pydantic_settings import (
     SettingsError,
 )
 from pydantic_settings.sources.utils import parse_env_vars
+
+from mediamesh.common.yaml_lines import line_of, read_nodes
 
 ENV_PREFIX = "MEDIAMESH_"
 ENV_NESTED_DELIMITER = "__"
@@ -181,17 +183,13 @@ def _read_yaml(path: Path) -> tuple[dict[str, Any], yaml.Node | None]:
         text = path.read_text()
     except OSError as exc:
         raise ConfigError(f"cannot read config {path}: {exc.strerror}") from None
-    loader = yaml.SafeLoader(text)
     try:
-        document = loader.get_single_node()
-        data = loader.construct_document(document) if document is not None else None
+        data, document = read_nodes(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
         where = f"config {path} line {mark.line + 1}" if mark else f"config {path}"
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise ConfigError(f"{where}: not valid YAML: {problem}") from None
-    finally:
-        loader.dispose()
     if data is None:
         return {}, None
     if not isinstance(data, dict):
@@ -225,32 +223,9 @@ class _Origin:
                 return f"env {self.env_names[wanted]}{inside}: {message}"
         if self.path is None:
             return f"config (defaults): {dotted}: {message}"
-        line = _line_of(self.document, loc)
+        line = line_of(self.document, loc)
         where = f"config {self.path} line {line}" if line else f"config {self.path}"
         return f"{where}: {dotted}: {message}"
-
-
-def _line_of(node: yaml.Node | None, loc: Loc) -> int | None:
-    """1-based line of the deepest part of `loc` the document has (a missing field points
-    at the section that lacks it)."""
-    line = None
-    for part in loc:
-        child = next(_children(node, part), None)
-        if child is None:
-            break
-        key_line, node = child
-        line = key_line
-    return line
-
-
-def _children(node: yaml.Node | None, part: int | str) -> Iterator[tuple[int, yaml.Node]]:
-    if isinstance(node, yaml.MappingNode):
-        for key, value in node.value:
-            if str(key.value) == str(part):
-                yield key.start_mark.line + 1, value
-    elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
-        item = node.value[part]
-        yield item.start_mark.line + 1, item
 
 
 def _set_dotted(raw: dict[str, Any], dotted: str, value: object) -> None:

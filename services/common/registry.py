@@ -31,6 +31,7 @@ from mediamesh.common.preview_spec import PreviewSpec
 from mediamesh.common.step_cache import StepCacheSpec
 from mediamesh.common.true_cfg import released_fields
 from mediamesh.common.warmup import WarmupShape
+from mediamesh.common.yaml_lines import line_of, read_nodes
 
 Modality = Literal["image", "video", "audio"]
 OutputFormat = Literal[
@@ -228,8 +229,8 @@ def family_fields(
 class ModelSpec(Strict):
     name: str = Field(min_length=1, pattern=MODEL_NAME_PATTERN)
     modality: Modality
-    pipeline: str
-    source: str
+    pipeline: str = Field(min_length=1)
+    source: str = Field(min_length=1)
     dtype: Literal["float32", "float16", "bfloat16"] = "float32"
     parallelism: ParallelismSpec = Field(default_factory=ParallelismSpec)
     quantization: Literal["none", "int8-dynamic"] = "none"
@@ -515,7 +516,8 @@ class ModelSpec(Strict):
 
 
 class Registry(Strict):
-    models: list[ModelSpec]
+    # At least one: a mesh of none would start ready and refuse every request.
+    models: list[ModelSpec] = Field(min_length=1)
 
     @model_validator(mode="after")
     def _unique_names(self) -> Registry:
@@ -542,28 +544,36 @@ class RegistryError(ValueError):
 DEFAULT_REGISTRY = files("mediamesh.common") / "defaults" / "models.yaml"
 
 
-def _describe(error: ValidationError, raw: dict[str, Any]) -> str:
+def _describe(error: ValidationError, raw: dict[str, Any], document: yaml.Node | None) -> str:
     lines = []
     entries = raw.get("models") if isinstance(raw, dict) else None
     for item in error.errors():
         loc = list(item["loc"])
-        where = ".".join(str(p) for p in loc)
+        where = ".".join(str(p) for p in loc) or "models"
         if len(loc) >= 2 and loc[0] == "models" and isinstance(loc[1], int) and entries:
             entry = entries[loc[1]] if loc[1] < len(entries) else {}
             name = entry.get("name", f"#{loc[1]}") if isinstance(entry, dict) else f"#{loc[1]}"
             field = ".".join(str(p) for p in loc[2:]) or "(entry)"
             where = f"model {name!r} field {field}"
-        lines.append(f"{where}: {item['msg']}")
+        line = line_of(document, loc or ["models"])
+        at = f"line {line}: " if line else ""
+        # pydantic's prefix for an error a validator raised says nothing to a reader.
+        message = str(item["msg"]).removeprefix("Value error, ")
+        lines.append(f"{at}{where}: {message}")
     return "; ".join(lines)
 
 
-def parse_registry(raw: object, origin: str = "registry") -> Registry:
+def parse_registry(
+    raw: object, origin: str = "registry", document: yaml.Node | None = None
+) -> Registry:
+    """The registry in `raw`; RegistryError naming `origin`, and each fault's entry, field
+    and (given the file's `document` node tree) line."""
     if not isinstance(raw, dict) or "models" not in raw:
         raise RegistryError(f"{origin}: expected a mapping with a 'models' list")
     try:
         return Registry.model_validate(raw)
     except ValidationError as exc:
-        raise RegistryError(f"{origin}: {_describe(exc, raw)}") from None
+        raise RegistryError(f"{origin}: {_describe(exc, raw, document)}") from None
 
 
 def load_registry(path: Path | None = None) -> Registry:
@@ -572,9 +582,9 @@ def load_registry(path: Path | None = None) -> Registry:
         with as_file(DEFAULT_REGISTRY) as shipped:
             return load_registry(shipped)
     try:
-        raw = yaml.safe_load(path.read_text())
+        raw, document = read_nodes(path.read_text())
     except OSError as exc:
         raise RegistryError(f"cannot read registry {path}: {exc.strerror}") from None
     except yaml.YAMLError as exc:
         raise RegistryError(f"registry {path} is not valid YAML: {exc}") from None
-    return parse_registry(raw, str(path))
+    return parse_registry(raw, str(path), document)

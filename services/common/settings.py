@@ -608,6 +608,14 @@ class WorkerSettings(Section):
     def _comma_separated(cls, value: object) -> object:
         return json_or_csv(value)
 
+    @field_validator("models")
+    @classmethod
+    def _each_model_once(cls, models: list[str]) -> list[str]:
+        twice = sorted({name for name in models if models.count(name) > 1})
+        if twice:
+            raise ValueError(f"{', '.join(twice)} listed more than once; list each model once")
+        return models
+
     @property
     def address(self) -> str:
         return self.advertise_address or f"{self.host}:{self.port}"

@@ -279,3 +279,13 @@ def test_a_repeated_worker_id_is_refused(tmp_path: Path):
         f"config {path} line 1: workers: workers[1].worker_id 'w0' repeats workers[0]'s; "
         "each worker needs its own"
     )
+
+
+def test_a_model_listed_twice_for_one_worker_is_refused(tmp_path: Path):
+    path = _file(
+        tmp_path,
+        "workers:\n  - worker_id: w0\n    port: 50060\n    models: [echo, flux-tiny, echo]\n",
+    )
+    message = _error(path, {})
+    assert message.startswith(f"config {path} line 4: workers.0.models: ")
+    assert message.endswith("echo listed more than once; list each model once")

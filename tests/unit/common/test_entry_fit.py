@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import yaml
 
 from mediamesh.common.errors import FailedPrecondition
 from mediamesh.common.generation import GenerationParams
@@ -91,3 +92,33 @@ def test_a_picture_of_another_size_than_asked_fails_its_job():
     with pytest.raises(FailedPrecondition):
         check_made_size(wan, np.zeros((9, 32, 48, 3)), asked)
     check_made_size(spec, np.zeros((48, 48, 3)), GenerationParams(prompt="x", steps=1, seed=1))
+
+
+def test_registry_refusals_name_the_line_without_pydantic_prefixes(tmp_path):
+    load = load_registry
+    path = tmp_path / "models.yaml"
+    path.write_text(
+        "models:\n"
+        "  - name: mine\n"
+        "    modality: image\n"
+        "    pipeline: FluxPipeline\n"
+        "    source: /nowhere\n"
+        "    limits: {max_widht: 512}\n"
+    )
+    with pytest.raises(RegistryError) as caught:
+        load(path)
+    assert str(caught.value) == (
+        f"{path}: line 6: model 'mine' field limits.max_widht: Extra inputs are not permitted"
+    )
+    path.write_text("models: []\n")
+    with pytest.raises(RegistryError) as caught:
+        load(path)
+    assert str(caught.value).startswith(f"{path}: line 1: models: List should have at least 1")
+    valid = {**entry("flux-tiny"), "name": "a"}
+    path.write_text(yaml.safe_dump({"models": [valid, valid]}))
+    with pytest.raises(RegistryError) as caught:
+        load(path)
+    assert str(caught.value) == f"{path}: line 1: models: model name 'a' appears twice"
+    path.write_text("models:\n  - {name: a, modality: image, pipeline: '', source: /x}\n")
+    with pytest.raises(RegistryError, match="field pipeline: String should have at least 1"):
+        load(path)
