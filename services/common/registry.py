@@ -43,7 +43,14 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class BatchingSpec(Strict):
+class Numbers(Strict):
+    """Sections of numbers alone, read with YAML's own types: a lax model reads `steps:
+    true` as 1 and `max_batch: "4"` as 4, where each is a mistake to name."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+class BatchingSpec(Numbers):
     """How the scheduler groups compatible jobs of this model."""
 
     mode: Literal["dynamic", "static", "none"] = "dynamic"
@@ -52,7 +59,7 @@ class BatchingSpec(Strict):
     max_wait_ms: int | None = Field(50, ge=0)
 
 
-class DefaultParams(Strict):
+class DefaultParams(Numbers):
     steps: int = Field(4, ge=1)
     width: int = Field(0, ge=0)
     height: int = Field(0, ge=0)
@@ -67,7 +74,7 @@ class DefaultParams(Strict):
 DEFAULT_SIZE_MULTIPLE = 16
 
 
-class LimitParams(Strict):
+class LimitParams(Numbers):
     max_steps: int = Field(50, ge=1)
     max_width: int = Field(0, ge=0)
     max_height: int = Field(0, ge=0)

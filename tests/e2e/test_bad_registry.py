@@ -105,7 +105,15 @@ def test_a_folder_saved_for_another_pipeline_class_is_named_by_up(tmp_path: Path
     own_models = tmp_path / "models"
     shutil.copytree(models_dir / "flux-tiny", own_models / "my-own-model")
     config = mesh_config(tmp_path, own_models, [{"models": ["my-own-model"]}])
-    entry = {**CUSTOM_ENTRY, "pipeline": "WanPipeline"}
+    # A video entry, as WanPipeline makes (an image one is refused before any worker starts).
+    entry = {
+        **CUSTOM_ENTRY,
+        "modality": "video",
+        "pipeline": "WanPipeline",
+        "defaults": {"steps": 4, "width": 64, "height": 64, "num_frames": 9},
+        "limits": {**CUSTOM_ENTRY["limits"], "max_num_frames": 9, "frame_multiple": 4},
+        "output": {"format": "mp4"},
+    }
     registry = tmp_path / "registry.yaml"
     registry.write_text(yaml.safe_dump({"models": [entry]}, sort_keys=False))
     config["registry_path"] = str(registry)

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from types import ModuleType, TracebackType
+from types import ModuleType
 
 import pytest
 
 from mediamesh.cli.arg_types import bounded, port
 from mediamesh.cli.main import build_parser, main
 from mediamesh.sdk import JobPage, JobState
+from tests.unit.cli.fake_client import ClientStandIn
 
 GATEWAY = ["--gateway", "127.0.0.1:9"]
 GENERATE = ["generate", *GATEWAY, "--model", "flux-tiny", "--prompt", "x", "--quiet"]
@@ -88,24 +89,10 @@ def test_the_types_return_the_kind_asked_for() -> None:
     assert port("50060") == 50060
 
 
-class ListingClient:
+class ListingClient(ClientStandIn):
     """Records the states `mediamesh jobs` asks the SDK for."""
 
     states: list[object] = []
-
-    def __init__(self, *_args: object, **_options: object) -> None:
-        pass
-
-    def __enter__(self) -> ListingClient:
-        return self
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        value: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        return None
 
     def list_jobs(self, **query: object) -> JobPage:
         ListingClient.states = list(query["states"])  # type: ignore[call-overload]

@@ -6,7 +6,6 @@ listing names the flag it came from."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from types import TracebackType
 
 import pytest
 
@@ -22,6 +21,7 @@ from mediamesh.sdk import (
     Queued,
     Result,
 )
+from tests.unit.cli.fake_client import ClientStandIn
 
 JOB = "0123456789abcdef0123456789abcdef"
 
@@ -39,7 +39,7 @@ def info(state: JobState) -> JobInfo:
     )  # fmt: skip
 
 
-class FakeClient:
+class FakeClient(ClientStandIn):
     """Refuses each call's first `refusals` tries over the read budget; records the calls."""
 
     refusals = 2
@@ -48,17 +48,6 @@ class FakeClient:
 
     def __init__(self, *_args: object, **_options: object) -> None:
         self.tries: dict[str, int] = {}
-
-    def __enter__(self) -> FakeClient:
-        return self
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        value: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        return None
 
     def _call(self, name: str) -> None:
         FakeClient.calls.append(name)

@@ -122,3 +122,12 @@ def test_registry_refusals_name_the_line_without_pydantic_prefixes(tmp_path):
     path.write_text("models:\n  - {name: a, modality: image, pipeline: '', source: /x}\n")
     with pytest.raises(RegistryError, match="field pipeline: String should have at least 1"):
         load(path)
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("defaults__steps", True), ("limits__max_steps", "50"), ("batching__max_batch", 4.0)],
+)
+def test_numbers_are_read_with_their_own_yaml_types(field: str, value: object):
+    # Lax, these were read as 1, 50 and 4.
+    assert "Input should be a valid integer" in refusal(entry("flux-tiny", **{field: value}))
