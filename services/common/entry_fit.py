@@ -3,7 +3,8 @@
 Each check here is a mistake that would otherwise start a mesh that looks ready and then
 fails or quietly misleads every job: a modality the pipeline does not make, a fixed call
 argument the pipeline has no parameter for, a request field listed as accepted that would
-never reach the call, and default or largest sizes off the entry's own size multiple.
+never reach the call, default or largest sizes off the entry's own size multiple, and
+settings for input images on a model that takes none.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ def check_entry_fits(spec: Any, family: frozenset[str] | None) -> None:
             f"{', '.join(sorted(family or ()))}"
         )
     _check_size_multiples(spec)
+    _check_image_settings(spec)
 
 
 def _check_size_multiples(spec: Any) -> None:
@@ -50,4 +52,21 @@ def _check_size_multiples(spec: Any) -> None:
                 f"{field}={size} is not a multiple of limits.size_multiple ({multiple}), "
                 f"so requests would be refused at it; use {below or multiple} or "
                 f"{below + multiple}"
+            )
+
+
+def _check_image_settings(spec: Any) -> None:
+    """Settings for input images on an entry that takes none would never apply. Compared
+    with the defaults, as a dumped entry carries them whatever the YAML said."""
+    if spec.inputs:
+        return
+    unset_defaults, unset_limits = type(spec.defaults)(), type(spec.limits)()
+    for field, value, unset in (
+        ("defaults.strength", spec.defaults.strength, unset_defaults.strength),
+        ("limits.max_input_pixels", spec.limits.max_input_pixels, unset_limits.max_input_pixels),
+    ):
+        if value != unset:
+            raise ValueError(
+                f"{field}: {spec.pipeline} takes no input image, so it would never apply; "
+                "leave it unset"
             )

@@ -131,3 +131,15 @@ def test_registry_refusals_name_the_line_without_pydantic_prefixes(tmp_path):
 def test_numbers_are_read_with_their_own_yaml_types(field: str, value: object):
     # Lax, these were read as 1, 50 and 4.
     assert "Input should be a valid integer" in refusal(entry("flux-tiny", **{field: value}))
+
+
+@pytest.mark.parametrize(
+    ("field", "value"), [("defaults__strength", 0.5), ("limits__max_input_pixels", 1024)]
+)
+def test_input_image_settings_on_a_model_without_inputs_are_refused(field: str, value: object):
+    dotted = field.replace("__", ".")
+    assert f"{dotted}: FluxPipeline takes no input image" in refusal(
+        entry("flux-tiny", **{field: value})
+    )
+    # On a model that takes an image they apply.
+    parse_registry({"models": [entry("flux-img2img-tiny", **{field: value})]})
