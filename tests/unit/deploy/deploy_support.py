@@ -232,7 +232,9 @@ def pod_env(
         "metadata.name": f"{workload['metadata']['name']}-5d8f7c9b4-x2x7q",
         "status.podIP": "10.1.2.3",
     }
-    env: dict[str, str] = {}
+    pod = workload["spec"]["template"]["spec"]
+    # The kubelet adds every Service's docker-link variables unless the pod opts out.
+    env: dict[str, str] = {} if pod.get("enableServiceLinks") is False else service_links(docs)
     for entry in container.get("env", []):
         source = entry.get("valueFrom")
         if source is None:
@@ -243,6 +245,31 @@ def pod_env(
             kind = "Secret" if "secretKeyRef" in source else "ConfigMap"
             ref = source["secretKeyRef"] if kind == "Secret" else source["configMapKeyRef"]
             env[entry["name"]] = _object_key(docs, overlay, kind, ref["name"], ref["key"])
+    return env
+
+
+def service_links(docs: tuple[dict, ...]) -> dict[str, str]:
+    """The variables the kubelet gives a pod for each Service of its namespace, with a
+    made-up cluster IP: `<NAME>_SERVICE_HOST`, `<NAME>_PORT=tcp://IP:PORT` and the rest."""
+    env: dict[str, str] = {}
+    for doc in docs:
+        if doc.get("kind") != "Service" or not doc["spec"].get("ports"):
+            continue
+        prefix = doc["metadata"]["name"].upper().replace("-", "_")
+        ip = "10.0.0.11"
+        first = doc["spec"]["ports"][0]
+        env[f"{prefix}_SERVICE_HOST"] = ip
+        env[f"{prefix}_SERVICE_PORT"] = str(first["port"])
+        env[f"{prefix}_PORT"] = f"tcp://{ip}:{first['port']}"
+        for port in doc["spec"]["ports"]:
+            number, protocol = port["port"], port.get("protocol", "TCP")
+            if "name" in port:
+                env[f"{prefix}_SERVICE_PORT_{port['name'].upper().replace('-', '_')}"] = str(number)
+            link = f"{prefix}_PORT_{number}_{protocol}"
+            env[link] = f"{protocol.lower()}://{ip}:{number}"
+            env[f"{link}_PROTO"] = protocol.lower()
+            env[f"{link}_PORT"] = str(number)
+            env[f"{link}_ADDR"] = ip
     return env
 
 
