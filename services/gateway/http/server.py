@@ -65,6 +65,28 @@ _STALLED = (
 ) % (len(_STALLED_BODY), _STALLED_BODY)
 
 
+class _BoundedHeadConnection(h11.Connection):
+    """h11's connection, with the request head held to its limit however it arrived. h11
+    checks `max_incomplete_event_size` only against a head still incomplete in its buffer:
+    one that came whole in a single read (up to the socket's read size, 128 KiB and more)
+    was never measured, so gateway.http.max_header_bytes did not hold."""
+
+    def next_event(self) -> Any:
+        event = super().next_event()
+        if isinstance(event, h11.Request) and _head_bytes(event) > self._max_incomplete_event_size:
+            raise h11.RemoteProtocolError(
+                "request head over gateway.http.max_header_bytes", error_status_hint=431
+            )
+        return event
+
+
+def _head_bytes(request: h11.Request) -> int:
+    """The request head's size on the wire, as near as h11's parsed form tells: the request
+    line and each `name: value` line with its CRLF, and the blank line."""
+    line = len(request.method) + len(request.target) + len(b" HTTP/1.1\r\n") + 1
+    return line + sum(len(name) + len(value) + 4 for name, value in request.headers) + 2
+
+
 class GuardedH11Protocol(H11Protocol):
     """uvicorn's HTTP/1.1 protocol with a deadline for each request head and a cap on the
     connections open at once (see the module's docstring). `for_settings` makes the class
@@ -91,6 +113,10 @@ class GuardedH11Protocol(H11Protocol):
                 "body_timeout_s": body_timeout_s,
             },
         )
+
+    def __init__(self, config: uvicorn.Config, *args: Any, **kwargs: Any) -> None:
+        super().__init__(config, *args, **kwargs)
+        self.conn = _BoundedHeadConnection(h11.SERVER, self.conn._max_incomplete_event_size)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)  # type: ignore[arg-type]

@@ -195,3 +195,22 @@ async def test_a_slow_body_that_keeps_arriving_is_served(server: HttpServer):
     assert reply.startswith(b"HTTP/1.1 200") and reply.endswith(b'{"bytes":8}')
     assert time.perf_counter() - started > 3 * BODY_TIMEOUT_S
     writer.close()
+
+
+@pytest.mark.parametrize("sizes", [[20_000], [60_000], [120_000], [30] * 2000])
+async def test_a_request_head_over_max_header_bytes_is_refused_however_it_arrives(
+    server: HttpServer, sizes: list[int]
+):
+    # Sent in one write: h11 alone measured only a head still incomplete in its buffer.
+    headers = b"".join(b"x-h%d: %s\r\n" % (index, b"a" * size) for index, size in enumerate(sizes))
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    writer.write(b"GET /ping HTTP/1.1\r\nhost: localhost\r\n" + headers + b"\r\n")
+    # uvicorn's refusal of a malformed request: a 400 whose body runs to the close.
+    refused = await asyncio.wait_for(reader.read(), 5)
+    assert refused.startswith(b"HTTP/1.1 400 "), refused[:80]
+    writer.close()
+    # A head within the limit (16 KiB by default), in one write as well, is served.
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    writer.write(b"GET /ping HTTP/1.1\r\nhost: localhost\r\nx-h: " + b"a" * 15_000 + b"\r\n\r\n")
+    assert (await answer(reader)).startswith(b"HTTP/1.1 200 ")
+    writer.close()
