@@ -120,8 +120,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _cmd_up(args: argparse.Namespace) -> int:
-    from mediamesh.cli.services import load
+    from mediamesh.cli.services import keep_files_private, load
     from mediamesh.cli.up import refuse_unstartable, run_up
+
+    keep_files_private()
 
     overrides = {"models_dir": str(args.models_dir)} if args.models_dir else None
     config, registry = load(args.config, overrides)

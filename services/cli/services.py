@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
@@ -28,7 +29,15 @@ def load(
     return config, load_registry(config.registry_path)
 
 
+def keep_files_private() -> None:
+    """Files and folders a mesh process creates from here on (the job store, results, input
+    files, checkpoints, logs) are its user's alone: they hold prompts and generations, which
+    other local users have no business reading. Processes it starts inherit the mask."""
+    os.umask(0o077)
+
+
 def _prepare(config: MeshConfig, service: str) -> None:
+    keep_files_private()
     setup_logging(config.telemetry, service)
     setup_tracing(config.telemetry, service)
 
