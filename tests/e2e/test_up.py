@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import shutil
+import stat
 import subprocess
 from pathlib import Path
 
@@ -30,7 +32,11 @@ def grpcurl(*args: str) -> str:
 
 
 def test_up_generate_grpcurl_and_clean_stop(launch, tmp_path: Path):
-    mesh = launch(IMAGE_WORKERS)
+    previous = os.umask(0o022)  # a common default, under which files are world-readable
+    try:
+        mesh = launch(IMAGE_WORKERS)
+    finally:
+        os.umask(previous)
     assert any(line.startswith("mediamesh ready: gateway 127.0.0.1:") for line in mesh.output)
 
     out = tmp_path / "fox.png"
@@ -104,10 +110,26 @@ def test_up_generate_grpcurl_and_clean_stop(launch, tmp_path: Path):
     )
     assert top.returncode == 0 and top.stdout.count("QUEUES") == 2
 
+    assert_private(tmp_path / "state", tmp_path / "artifacts", mesh.run_dir)
+
     ports = mesh.ports()
     stop(mesh)
     assert mesh.process.returncode == 0
     assert not [p for p in ports if port_bound(p)], "a port is still bound after stop"
+
+
+def assert_private(*folders: Path) -> None:
+    """What the mesh wrote (the job store, results, inputs, logs, the run's config) holds
+    prompts and generations: its user's alone, whatever umask `up` was started with."""
+    written = [path for folder in folders for path in (folder, *folder.rglob("*"))]
+    assert any(path.name.endswith(".sqlite3") for path in written)
+    assert {"gateway.log", "scheduler.log", "mesh.yaml", "uploads"} <= {p.name for p in written}
+    shared = [
+        f"{path} {stat.filemode(path.stat().st_mode)}"
+        for path in written
+        if path.stat().st_mode & 0o077
+    ]
+    assert not shared
 
 
 def _json_objects(text: str) -> list[str]:
