@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from prometheus_client import Counter, Gauge
 
+from mediamesh.common.errors import MeshError, StatusCode
+
 JOB_LINK_STREAMS = Counter(
     "mediamesh_gateway_job_link_streams",
     "JobLink streams the gateway opened to the scheduler: one for its first job, one more "
@@ -12,3 +14,24 @@ JOB_LINK_STREAMS = Counter(
 JOB_LINK_EXCHANGES = Gauge(
     "mediamesh_gateway_job_link_exchanges", "Jobs the gateway follows over JobLink now."
 )
+JOBS_REFUSED = Counter(
+    "mediamesh_gateway_jobs_refused",
+    "New jobs the gateway refused itself, before the scheduler saw them, by the check that "
+    "refused them (a fixed set of reasons; `queue` is `unknown` for a model not in the "
+    "registry). The scheduler's mediamesh_jobs_refused_total counts the rest.",
+    ["queue", "reason"],
+)
+# The queue label of a refusal whose model names no queue, as the scheduler's.
+UNKNOWN_QUEUE = "unknown"
+# A refusal's reason by its status: the checks the gateway makes before submitting.
+_REASONS = {
+    StatusCode.NOT_FOUND: "unknown_model",
+    StatusCode.INVALID_ARGUMENT: "invalid_request",
+    StatusCode.PERMISSION_DENIED: "tenant_policy",
+    StatusCode.RESOURCE_EXHAUSTED: "tenant_rate",
+}
+
+
+def refusal_reason(error: MeshError) -> str:
+    """The reason label of a job the gateway refused with `error`."""
+    return _REASONS.get(error.code, "other")

@@ -191,6 +191,23 @@ def test_a_bad_input_shows_its_error(browser: webdriver.Chrome, base_url: str) -
     assert len(browser.find_elements(By.CSS_SELECTOR, "#jobs li")) == jobs_before
 
 
+def test_a_number_the_box_cannot_read_is_named_not_dropped(
+    browser: webdriver.Chrome, base_url: str
+) -> None:
+    # "1e" reads as an empty value: dropped, the model's default steps would have run.
+    open_page(browser, base_url)
+    jobs_before = len(browser.find_elements(By.CSS_SELECTOR, "#jobs li"))
+    fill(browser, prompt="a red fox", steps="1e")
+    browser.find_element(By.ID, "submit").click()
+    wait_until(
+        browser, "!document.getElementById('form-error').hidden", ERROR_TIMEOUT_S, "the error"
+    )
+    error = browser.find_element(By.ID, "form-error")
+    assert error.text == "INVALID_ARGUMENT: steps: not a number; type one", error.text
+    assert browser.find_element(By.ID, "f-steps").get_attribute("aria-invalid") == "true"
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#jobs li")) == jobs_before
+
+
 def test_an_uploaded_image_is_transformed(
     browser: webdriver.Chrome, base_url: str, tmp_path: Path
 ) -> None:

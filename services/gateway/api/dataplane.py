@@ -17,6 +17,7 @@ from mediamesh.common.api.requests import request_fields
 from mediamesh.common.errors import MeshError
 from mediamesh.common.generated.v1 import common_pb2, gateway_pb2, scheduler_pb2
 from mediamesh.common.params import find_model, parse_priority, resolve
+from mediamesh.gateway import metrics
 from mediamesh.gateway.api.upstream import Upstream, mesh_errors, scoped
 from mediamesh.gateway.core.tenancy import Caller
 
@@ -104,11 +105,18 @@ class DataPlane:
         """Checks `request` and charges `caller`'s quota for it; its deadline as Unix ms, and
         whether the call's deadline set it (rather than `timeout_ms`)."""
         fields = request_fields(request)
-        spec = find_model(self.up.registry, fields.model)
-        priority = parse_priority(fields.priority)
-        # Reject bad input here, before it costs the scheduler anything.
-        resolve(spec, fields, max_adapters=self.up.max_adapters_per_request)
-        self.up.tenancy.admit(caller, spec.name, priority)
+        spec = self.up.registry.get(fields.model)
+        queue = spec.modality if spec is not None else metrics.UNKNOWN_QUEUE
+        try:
+            spec = find_model(self.up.registry, fields.model)
+            priority = parse_priority(fields.priority)
+            # Reject bad input here, before it costs the scheduler anything.
+            resolve(spec, fields, max_adapters=self.up.max_adapters_per_request)
+            self.up.tenancy.admit(caller, spec.name, priority)
+        except MeshError as exc:
+            # The scheduler never hears of these, so its own refusal counter cannot count them.
+            metrics.JOBS_REFUSED.labels(queue, metrics.refusal_reason(exc)).inc()
+            raise
         return job_deadline(fields.timeout_ms, call_deadline_s)
 
     async def job(self, job_id: str, caller: Caller) -> common_pb2.JobInfo:

@@ -71,9 +71,13 @@ class _BoundedHeadConnection(h11.Connection):
     one that came whole in a single read (up to the socket's read size, 128 KiB and more)
     was never measured, so gateway.http.max_header_bytes did not hold."""
 
+    def __init__(self, max_head_bytes: int) -> None:
+        super().__init__(h11.SERVER, max_incomplete_event_size=max_head_bytes)
+        self.max_head_bytes = max_head_bytes
+
     def next_event(self) -> Any:
         event = super().next_event()
-        if isinstance(event, h11.Request) and _head_bytes(event) > self._max_incomplete_event_size:
+        if isinstance(event, h11.Request) and _head_bytes(event) > self.max_head_bytes:
             raise h11.RemoteProtocolError(
                 "request head over gateway.http.max_header_bytes", error_status_hint=431
             )
@@ -116,7 +120,10 @@ class GuardedH11Protocol(H11Protocol):
 
     def __init__(self, config: uvicorn.Config, *args: Any, **kwargs: Any) -> None:
         super().__init__(config, *args, **kwargs)
-        self.conn = _BoundedHeadConnection(h11.SERVER, self.conn._max_incomplete_event_size)
+        # start_http always sets the limit (gateway.http.max_header_bytes); without one, the
+        # protocol's own h11 connection holds h11's default, which this keeps.
+        limit = config.h11_max_incomplete_event_size
+        self.conn = _BoundedHeadConnection(limit or self.conn._max_incomplete_event_size)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)  # type: ignore[arg-type]

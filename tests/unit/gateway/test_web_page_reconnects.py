@@ -129,3 +129,30 @@ def test_a_presigned_result_url_is_shown_as_it_is(tmp_path):
     seen = run_page([stream(result(presigned, expires=1_900_000_000_000))], tmp_path)
     assert [r["url"] for r in seen["requests"]] == ["/v1/jobs/j1/events"]
     assert seen["download"] == presigned
+
+
+def test_its_own_result_is_fetched_again_after_a_dropped_connection(tmp_path):
+    # The gateway stopped between the result event and the fetch, then came back.
+    seen = run_page(
+        [
+            stream(result("/v1/jobs/j1/result")),
+            {"network_error": "Failed to fetch"},
+            refused(503, retry_after="2"),
+            {"status": 200, "headers": {"Content-Type": "image/png"}, "body": "png"},
+        ],
+        tmp_path,
+    )
+    assert [r["url"] for r in seen["requests"]][1:] == ["/v1/jobs/j1/result"] * 3
+    assert [wait["ms"] for wait in seen["waits"]] == [1000, 2000]
+    assert seen["download"].startswith("blob:")
+    assert seen["connection"]["hidden"] is True
+
+
+def test_a_result_that_cannot_be_fetched_says_so_and_how_to_look_again(tmp_path):
+    seen = run_page(
+        [stream(result("/v1/jobs/j1/result")), *[{"network_error": "Failed to fetch"}] * 6],
+        tmp_path,
+    )
+    assert len(seen["requests"]) == 7
+    assert seen["error"].startswith("UNAVAILABLE: could not fetch the result (the gateway")
+    assert seen["error"].endswith("pick the job in the list to look again")

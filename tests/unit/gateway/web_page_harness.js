@@ -2,7 +2,8 @@
 // `node web_page_harness.js APP_JS SCENARIO_JSON` prints what the page did as JSON.
 //
 // SCENARIO_JSON: {"answers": [...], "run": ..., "store": {...}, "report": [...]}; each
-// answer is {"status", "headers", "body"} and is what the next fetch() gets, in order.
+// answer is {"status", "headers", "body"} and is what the next fetch() gets, in order, or
+// {"network_error": message}, which the fetch throws as a TypeError.
 // `run` is JavaScript evaluated in the page's scope once the script has loaded, whose value
 // (a promise, say) is awaited and reported as "value"; without it the page follows job
 // "j1"'s event stream. `store`
@@ -146,6 +147,8 @@ async function fetch(url, options = {}) {
   requests.push({ url: String(url), method: options.method || "GET", headers: options.headers || {} });
   const answer = (scenario.answers || []).shift();
   if (!answer) throw new TypeError("no more scripted answers");
+  // {"network_error": "..."}: the connection failed, as fetch() reports it.
+  if (answer.network_error) throw new TypeError(answer.network_error);
   return new Response(answer.status === 204 ? null : answer.body || "", {
     status: answer.status,
     headers: answer.headers || {},

@@ -357,6 +357,11 @@ function requestBody(model) {
       if (input.files.length) files[input.name] = input.files[0];
       continue;
     }
+    // A number box the browser cannot read ("1e", "--") reports an empty value; sent as
+    // empty, the field would be dropped and the model's default used without a word.
+    if (input.validity && input.validity.badInput) {
+      throw new ApiError(0, "INVALID_ARGUMENT", `${input.name}: not a number; type one`);
+    }
     const text = input.value.trim();
     if (text === "") continue;
     const field = FIELDS.find((f) => f.name === input.name);
@@ -757,6 +762,37 @@ function resultFileName(response, jobId, mimeType) {
   return named ? named[1] : `${jobId}.${EXTENSIONS[mimeType] || "bin"}`;
 }
 
+// The result is fetched again after a dropped connection or a passing refusal, as the event
+// stream is: a gateway restarting between its result event and this fetch would otherwise
+// leave a finished job without its result on the page.
+async function fetchResult(path, job) {
+  for (let failures = 1; ; failures++) {
+    let waitS = 0;
+    let problem;
+    try {
+      const response = await fetch(path, { headers: authHeaders(), signal: job.abort.signal });
+      if (response.ok || !PASSING_STATUSES.has(response.status)) {
+        showConnection("");
+        return response;
+      }
+      waitS = retryAfterS(response);
+      problem = String(await errorOf(response));
+    } catch (error) {
+      if (error.name === "AbortError") throw error;
+      problem = `the gateway cannot be reached (${error.message})`;
+    }
+    if (failures > MAX_RECONNECTS || job !== current) {
+      showConnection("");
+      throw new ApiError(0, "UNAVAILABLE",
+        `could not fetch the result (${problem}); pick the job in the list to look again`);
+    }
+    const delayMs = reconnectDelayMs(1000, failures, waitS);
+    const seconds = Math.ceil(delayMs / 1000);
+    showConnection(`Fetching the result again in ${seconds} s (try ${failures} of ${MAX_RECONNECTS}): ${problem}`);
+    await new Promise((resolve) => setTimeout(resolve, delayMs));
+  }
+}
+
 async function showResult(result, job) {
   const ownPath = `/v1/jobs/${encodeURIComponent(job.id)}/result`;
   let source = new URL(result.url, location.href).href;
@@ -765,7 +801,7 @@ async function showResult(result, job) {
     // Our own result endpoint wants the API key, which <img src> cannot send: fetch the
     // bytes, from the gateway that served this page, by its path.
     try {
-      const response = await fetch(ownPath, { headers: authHeaders(), signal: job.abort.signal });
+      const response = await fetchResult(ownPath, job);
       if (!response.ok) throw await errorOf(response);
       fileName = resultFileName(response, job.id, result.mime_type);
       source = URL.createObjectURL(await response.blob());

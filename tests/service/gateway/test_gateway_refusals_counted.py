@@ -1,0 +1,50 @@
+"""Jobs the gateway refuses itself, before the scheduler sees them, are counted by reason:
+the scheduler's refusal counter never hears of them."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+from prometheus_client import REGISTRY
+
+from tests.service.conftest import InProcessMesh
+from tests.service.gateway.conftest import KEY_A, KEY_B
+from tests.service.gateway.http_support import (
+    base_url,
+    bearer,
+    http_mesh,  # noqa: F401 (a fixture)
+)
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+
+def refused(queue: str, reason: str) -> float:
+    labels = {"queue": queue, "reason": reason}
+    return REGISTRY.get_sample_value("mediamesh_gateway_jobs_refused_total", labels) or 0.0
+
+
+async def test_each_refusal_the_gateway_makes_is_counted_by_reason(
+    http_mesh: InProcessMesh,  # noqa: F811
+) -> None:
+    cases = [
+        (KEY_A, {"model": "flux-tiny", "prompt": "x", "width": 100}, "image", "invalid_request"),
+        (KEY_A, {"model": "nope", "prompt": "x"}, "unknown", "unknown_model"),
+        # Tenant b may use echo alone.
+        (KEY_B, {"model": "flux-tiny", "prompt": "x"}, "image", "tenant_policy"),
+    ]
+    scheduler_before = REGISTRY.get_sample_value(
+        "mediamesh_jobs_refused_total", {"queue": "image", "reason": "invalid_request"}
+    )
+    async with httpx.AsyncClient(base_url=base_url(http_mesh), timeout=60) as http:
+        for key, body, queue, reason in cases:
+            before = refused(queue, reason)
+            answer = await http.post("/v1/jobs", headers=bearer(key), json=body)
+            assert answer.status_code in (400, 403, 404), answer.text
+            assert refused(queue, reason) == before + 1, (body, reason)
+    # Counted once, where it was refused.
+    assert (
+        REGISTRY.get_sample_value(
+            "mediamesh_jobs_refused_total", {"queue": "image", "reason": "invalid_request"}
+        )
+        == scheduler_before
+    )
