@@ -174,9 +174,9 @@ JOB_LINK_EXCHANGE_SPAN = "/mediamesh.v1.Scheduler/JobLink exchange"
 # worker's SERVER): the pair a RunBatch call would have had.
 BATCH_LINK_BATCH_SPAN = "/mediamesh.v1.Worker/BatchLink batch"
 # The streams that outlive any request (JobLink carries many jobs' exchanges, BatchLink many
-# batches): a span of one would last the process's life and join whichever request opened
-# it. Their exchanges and batches make spans of their own.
-UNTRACED_METHODS = ("JobLink", "BatchLink")
+# batches, Attach a worker's whole connection): a span of one would last the process's life
+# and join whichever request opened it. Their exchanges and batches make spans of their own.
+UNTRACED_METHODS = ("JobLink", "BatchLink", "Attach")
 
 
 def _traced_methods() -> Any:
@@ -196,9 +196,19 @@ def server_tracing_interceptors() -> list[Any]:
 def client_tracing_interceptors() -> list[Any]:
     if not _tracing_enabled:
         return []
+    import grpc
     from opentelemetry.instrumentation.grpc import aio_client_interceptors
 
-    return list(aio_client_interceptors(filter_=_traced_methods()))
+    # No stream-stream interceptor: the mesh's only such calls are the untraced links above,
+    # and any such interceptor, even one that filters the call out, makes grpc.aio send
+    # `call.write()`s through a request generator of its own, which a call that dies with its
+    # peer (a scheduler restarting) leaves pending: ERROR lines, "Task was destroyed but it
+    # is pending", a task leaked per reconnect.
+    return [
+        interceptor
+        for interceptor in aio_client_interceptors(filter_=_traced_methods())
+        if not isinstance(interceptor, grpc.aio.StreamStreamClientInterceptor)
+    ]
 
 
 def current_trace_carrier() -> dict[str, str]:
