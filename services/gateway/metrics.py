@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from prometheus_client import Counter, Gauge
 
 from mediamesh.common.errors import MeshError, StatusCode
@@ -30,6 +32,15 @@ _REASONS = {
     StatusCode.PERMISSION_DENIED: "tenant_policy",
     StatusCode.RESOURCE_EXHAUSTED: "tenant_rate",
 }
+
+
+def init_refusals(queues: Iterable[str]) -> None:
+    """Every series of JOBS_REFUSED from the start, at 0, so that a rate of refusals reads 0
+    rather than no data before the first one (an unknown model has no queue of its own)."""
+    for queue in queues:
+        for reason in (*_REASONS.values(), "other"):
+            JOBS_REFUSED.labels(queue, reason)
+    JOBS_REFUSED.labels(UNKNOWN_QUEUE, "unknown_model")
 
 
 def refusal_reason(error: MeshError) -> str:

@@ -32,6 +32,7 @@ class DataPlane:
 
     def __init__(self, upstream: Upstream) -> None:
         self.up = upstream
+        metrics.init_refusals(spec.modality for spec in upstream.registry.models)
 
     @property
     def inline_limit(self) -> int:
