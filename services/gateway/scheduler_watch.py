@@ -9,6 +9,10 @@ probe asks over the gateway's internal channel, which presents the internal toke
 internal_tls certificate) on every call, Health included, and the scheduler refuses a wrong
 token even on Health, so such a gateway turns NOT_SERVING as well; an open probe alone would
 pass while every caller got an error.
+
+The probe asks the scheduler's `liveness` name. Its readiness also turns NOT_SERVING while
+its job store takes no writes, which every gateway would see at once: the mesh would leave
+rotation whole, reads and the scheduler's own explanation with it.
 """
 
 from __future__ import annotations
@@ -57,7 +61,7 @@ class SchedulerWatch:
         elif self.serving and now - self._last_answer >= self.lost_after_s:
             log.warning(
                 "no SERVING answer from the scheduler (gateway.scheduler_address) for %.1f s: "
-                "it is down or unreachable, its job store takes no writes, or it refuses the "
+                "it is down or unreachable, or it refuses the "
                 "gateway's internal_auth token or internal_tls certificate (the scheduler's "
                 "log names a failing store or a refused token); "
                 "reporting NOT_SERVING",

@@ -133,6 +133,10 @@ def _non_public(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str:
         return "loopback"
     if ip.is_link_local:
         return "link-local"
+    if isinstance(ip, ipaddress.IPv6Address) and ip.is_site_local:
+        return "site-local"  # fec0::/10: deprecated, yet still routed inside some sites
+    if ip in _LOCAL_NAT64:
+        return "private"  # whatever it carries, it is translated by the site's own NAT64
     if ip.is_multicast:
         return "multicast"
     if ip.is_reserved:
@@ -145,6 +149,10 @@ def _non_public(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str:
 
 
 _NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
+# RFC 8215's local-use translation prefix: a site's own NAT64, which reaches its own network.
+_LOCAL_NAT64 = ipaddress.IPv6Network("64:ff9b:1::/48")
+# IPv4-compatible addresses (::a.b.c.d, deprecated): some stacks still carry them to IPv4.
+_IPV4_COMPATIBLE = ipaddress.IPv6Network("::/96")
 
 
 def _embedded_ipv4(ip: ipaddress.IPv6Address) -> list[ipaddress.IPv4Address]:
@@ -155,7 +163,8 @@ def _embedded_ipv4(ip: ipaddress.IPv6Address) -> list[ipaddress.IPv4Address]:
         found.append(ip.sixtofour)
     if ip.teredo is not None:
         found.append(ip.teredo[1])
-    if ip in _NAT64:
+    compatible = ip in _IPV4_COMPATIBLE and not (ip.is_loopback or ip.is_unspecified)
+    if ip in _NAT64 or ip in _LOCAL_NAT64 or compatible:
         found.append(ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF))
     return found
 

@@ -20,7 +20,12 @@ from opentelemetry.trace import StatusCode as SpanStatus
 from prometheus_client import REGISTRY
 
 from mediamesh.common.api.health import LIVENESS_SERVICE
-from mediamesh.common.generated.v1 import common_pb2, scheduler_pb2, scheduler_pb2_grpc
+from mediamesh.common.generated.v1 import (
+    common_pb2,
+    gateway_pb2,
+    scheduler_pb2,
+    scheduler_pb2_grpc,
+)
 from mediamesh.common.work import JobFailed, JobParams, WorkerEvent
 from mediamesh.scheduler import runtime as runtime_module
 from mediamesh.scheduler import tracing
@@ -178,10 +183,16 @@ async def test_a_failing_store_turns_readiness_off_until_it_recovers(
 ) -> None:
     monkeypatch.setattr(runtime_module, "STORE_PROBE_INTERVAL_S", 0.1)
     store = DownStore(tmp_path / "jobs.sqlite3")
-    mesh = await start_mesh(tmp_path, models_dir, [["echo"]], store=store)
+    lost_after_s = 0.3
+    gateway = {"scheduler_lost_after_s": lost_after_s}
+    mesh = await start_mesh(tmp_path, models_dir, [["echo"]], gateway=gateway, store=store)
     address = f"127.0.0.1:{mesh.scheduler.port}"
+    gateway_address = f"127.0.0.1:{mesh.gateway.port}"
     try:
         assert await status_of(address) == "SERVING"
+        stub = mesh.gateway_stub()
+        request = common_pb2.GenerateRequest(model="echo", prompt="x")
+        earlier = (await stub.Submit(request, timeout=10)).job_id
         before = refusals("image", "store_unavailable") or 0.0
         store.refuse_inserts = True
         assert await refused(mesh) == grpc.StatusCode.UNAVAILABLE
@@ -192,6 +203,16 @@ async def test_a_failing_store_turns_readiness_off_until_it_recovers(
         # Probes that fail keep it out.
         await asyncio.sleep(0.5)
         assert await status_of(address) == "NOT_SERVING"
+        # The gateway stays in rotation (there is no other scheduler to send a caller to):
+        # reads still work, and a Submit gets the scheduler's own reason.
+        await asyncio.sleep(lost_after_s * 3)
+        assert await status_of(gateway_address) == "SERVING"
+        job = await stub.GetJob(gateway_pb2.GetJobRequest(job_id=earlier), timeout=10)
+        assert job.job_id == earlier
+        with pytest.raises(grpc.aio.AioRpcError) as raised:
+            await stub.Submit(request, timeout=10)
+        assert raised.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert "job store" in (raised.value.details() or ""), raised.value.details()
         store.refuse_inserts = False
         await until_status(address, "SERVING", timeout=5)
         assert await submit(mesh)

@@ -170,7 +170,8 @@ def test_scheduler_is_a_single_instance_with_a_persistent_store(overlay):
     state = find(docs, "PersistentVolumeClaim", "mediamesh-scheduler-state")
     assert state["metadata"]["name"] in claims
     assert state["spec"]["accessModes"] == ["ReadWriteOnce"]
-    find(docs, "Service", "mediamesh-scheduler")
+    # Not ready (a failing store) must not withdraw the only scheduler's address.
+    assert find(docs, "Service", "mediamesh-scheduler")["spec"]["publishNotReadyAddresses"]
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)

@@ -50,6 +50,9 @@ PUBLIC = ["93.184.216.34", "2606:2800:220:1:248:1893:25c8:1946"]
         ("::ffff:169.254.169.254", "link-local"),
         ("2002:a00:8::", "private"),  # 6to4 of 10.0.0.8
         ("64:ff9b::a9fe:a9fe", "link-local"),  # NAT64 of 169.254.169.254
+        ("64:ff9b:1::5db8:d822", "private"),  # the local-use NAT64 prefix, public IPv4 inside
+        ("::7f00:1", "loopback"),  # IPv4-compatible 127.0.0.1
+        ("fec0::1", "site-local"),
     ],
 )
 def test_a_wildcard_name_resolving_to_a_non_public_address_is_refused(
