@@ -130,6 +130,8 @@ def probe_image(field: str, data: bytes, max_pixels: int) -> InputImage:
     try:
         with Image.open(io.BytesIO(data)) as image:
             width, height = image.size
+            if _orientation(image) in _SWAPS_SIDES:
+                width, height = height, width  # the size it is shown at, and decoded to
             kind = image.format or "unknown"
             _check_pixels(field, width, height, max_pixels)
             _check_bytes(field, len(data), width, height)
@@ -161,11 +163,59 @@ def decode_image(field: str, data: bytes, max_pixels: int) -> Image.Image:
     bytes whose pixel data is broken (a truncated or corrupt file with a good header)."""
     probe_image(field, data, max_pixels)
     try:
-        image = Image.open(io.BytesIO(data))
-        image.load()
+        opened = Image.open(io.BytesIO(data))
+        orientation = _orientation(opened)
+        opened.load()
     except Exception as exc:
         raise InvalidArgument(f"{field}: cannot be decoded ({_undecodable(exc, data)})") from None
+    image: Image.Image = opened
+    if image.mode in _SIXTEEN_BIT_GRAY:
+        image = _eight_bit_gray(image)
+    if orientation in _TURNS:
+        image = image.transpose(_TURNS[orientation])
     return image
+
+
+# EXIF orientation -> the transpose that shows the picture upright, as viewers apply it
+# (a phone stores a portrait photo as landscape pixels and says so here).
+_TURNS = {
+    2: Image.Transpose.FLIP_LEFT_RIGHT,
+    3: Image.Transpose.ROTATE_180,
+    4: Image.Transpose.FLIP_TOP_BOTTOM,
+    5: Image.Transpose.TRANSPOSE,
+    6: Image.Transpose.ROTATE_270,
+    7: Image.Transpose.TRANSVERSE,
+    8: Image.Transpose.ROTATE_90,
+}
+_SWAPS_SIDES = {5, 6, 7, 8}
+_ORIENTATION_TAG = 0x0112
+# Pillow's modes for a 16-bit grayscale PNG; converting them to "L" or "RGB" clips every
+# value above 255 to white instead of scaling it.
+_SIXTEEN_BIT_GRAY = {"I;16", "I;16B", "I;16L", "I;16N", "I"}
+
+
+def _orientation(image: Image.Image) -> int:
+    """The EXIF orientation that `Image.open` read with the header (1 when none). Only what
+    came with the header: Pillow reads a PNG's later eXIf chunk by decoding the pixels, which
+    the size check must come before, so the probe and the decoder both ignore that one."""
+    raw = image.info.get("exif")
+    if not raw:
+        return 1
+    exif = Image.Exif()
+    try:
+        exif.load(raw)
+        value = exif.get(_ORIENTATION_TAG, 1)
+    except Exception:
+        return 1  # a broken EXIF block is metadata lost, not a broken picture
+    return value if isinstance(value, int) and value in _TURNS else 1
+
+
+def _eight_bit_gray(image: Image.Image) -> Image.Image:
+    """A 16-bit grayscale picture at 8 bits, each value scaled (v / 257, rounded)."""
+    import numpy as np
+
+    wide = np.asarray(image, dtype=np.uint32)
+    return Image.fromarray(((np.minimum(wide, 65535) + 128) // 257).astype(np.uint8), "L")
 
 
 def _undecodable(exc: Exception, data: bytes) -> str:

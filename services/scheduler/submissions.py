@@ -108,6 +108,13 @@ class Submissions:
             return _same_request(job, new), True
         outcome = self._core.prepare(new)
         if not isinstance(outcome, Accepted):
+            # The core finds a retry's earlier job only in memory, before any check; one that
+            # ended and left memory is in the store, and a retry of it is answered with it
+            # whatever a new job would meet now (a full queue, a quota, a short deadline).
+            if new.idempotency_key and (
+                stored := await self._store.by_key(new.tenant, new.idempotency_key)
+            ):
+                return _same_request(stored[0], new), True
             raise Refused(
                 outcome.message,
                 code=outcome.code,

@@ -57,6 +57,13 @@ def job_spec(params: JobParams, deadline_ms: int) -> worker_pb2.JobSpec:
     )
 
 
+def _as_sent(value: float) -> float:
+    """A float32 field as its sender wrote it (0.6, not 0.6000000238): six significant
+    digits, as many as a float32 always keeps (FLT_DIG), so that no value above 0 becomes 0
+    (1e-7 stays 1e-7)."""
+    return float(f"{value:.6g}")
+
+
 def job_params(s: worker_pb2.JobSpec) -> JobParams:
     """The JobParams of a received JobSpec: `job_spec` in reverse, less the deadline."""
     generation = GenerationParams(
@@ -74,8 +81,8 @@ def job_params(s: worker_pb2.JobSpec) -> JobParams:
         fps=s.fps,
         image=input_image(s.image),
         mask_image=input_image(s.mask_image),
-        strength=round(s.strength, 6),
-        adapters=tuple(AdapterScale(a.name, round(a.scale, 6)) for a in s.adapters),
+        strength=_as_sent(s.strength),
+        adapters=tuple(AdapterScale(a.name, _as_sent(a.scale)) for a in s.adapters),
         use_cache=s.use_cache,
         preview_every_steps=s.preview_every_steps,
     )

@@ -123,13 +123,15 @@ class Job:
             p.width,
             p.height,
             p.num_frames,
-            round(p.guidance_scale, 4),
-            round(p.duration_s, 4),
+            # Exact values: a batch runs one call with its first job's, so jobs whose values
+            # differ by any amount would not get what they asked for.
+            p.guidance_scale,
+            p.duration_s,
             # diffusers takes one strength per call, so it is part of the key.
-            round(p.strength, 4),
+            p.strength,
             (p.image.width, p.image.height) if p.image else (0, 0),
             p.mask_image is not None,
-            tuple((a.name, round(a.scale, 4)) for a in p.adapters),
+            tuple((a.name, a.scale) for a in p.adapters),
             p.use_cache,
         )
 

@@ -121,6 +121,11 @@ async def test_every_read_finds_ended_jobs_no_longer_in_memory(mesh: InProcessMe
     # An idempotent retry finds the dropped job; another request under its key is refused.
     again = await _run(mesh, echo("p0", key="k0"), KEY_A)
     assert again.job_id == first.job_id and again.result.data == first.result.data
+    # Whatever a new job would meet now: a deadline no new job could make.
+    hurried = echo("p0", key="k0")
+    hurried.timeout_ms = 1
+    handle = await stub.Submit(hurried, metadata=auth(KEY_A))
+    assert handle.job_id == first.job_id
     with pytest.raises(grpc.aio.AioRpcError) as caught:
         await _run(mesh, echo("other", key="k0"), KEY_A)
     assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT

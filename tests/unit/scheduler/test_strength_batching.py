@@ -34,6 +34,9 @@ def test_jobs_that_differ_only_in_strength_have_different_compat_keys() -> None:
     assert low.compat_key != high.compat_key
     # The seed is per job in a batch: it does not split one.
     assert low.compat_key == again.compat_key
+    # However close: the batch's call takes one of them, and the other job would not get its
+    # own (the key rounded to 4 places, so these two shared a call).
+    assert submit(core, 0.12341, 4).compat_key != submit(core, 0.12344, 5).compat_key
 
 
 def test_a_batch_with_room_leaves_a_job_of_another_strength_out() -> None:
