@@ -120,7 +120,9 @@ def denoise(model: Any, arguments: dict[str, Any], steps: int) -> None:
             latents = latents + (sigmas[index + 1] - sigmas[index]) * velocity
 
 
-def measure(config: dict[str, Any], plan: dict[str, Any], dry: bool) -> list[dict[str, Any]]:
+def measure(
+    config: dict[str, Any], plan: dict[str, Any], dry: bool, modes: tuple[str, ...] = MODES
+) -> list[dict[str, Any]]:
     import torch
     from diffusers.hooks import FirstBlockCacheConfig
 
@@ -133,7 +135,7 @@ def measure(config: dict[str, Any], plan: dict[str, Any], dry: bool) -> list[dic
     dtype = torch.float32 if dry else torch.bfloat16
     cuda = device.startswith("cuda")
     rows = []
-    for mode in MODES:
+    for mode in modes:
         model = build_transformer(config, device, dtype)
         if mode == "regional_compile":
             model.compile_repeated_blocks(
@@ -296,7 +298,18 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="rounds of the dispatch-ahead tail A/B (default 2, dry 1; 0 skips it)",
     )
+    parser.add_argument(
+        "--modes",
+        default=",".join(MODES),
+        help=f"comma-separated modes to measure (default: all of {', '.join(MODES)})",
+    )
     args = parser.parse_args(argv)
+    modes = tuple(m for m in args.modes.split(",") if m)
+    unknown = sorted(set(modes) - set(MODES))
+    if unknown or not modes:
+        parser.error(
+            f"--modes: {', '.join(unknown) or 'none given'}; choose from {', '.join(MODES)}"
+        )
     if args.tail_rounds is not None and args.tail_rounds < 0:
         parser.error(f"--tail-rounds: {args.tail_rounds} is below 0")
     import torch
@@ -313,7 +326,7 @@ def main(argv: list[str] | None = None) -> int:
         "transformer": {k: list(v) if isinstance(v, tuple) else v for k, v in config.items()},
         "plan": {k: list(v) if isinstance(v, tuple) else v for k, v in plan.items()},
         "first_block_threshold": FIRST_BLOCK_THRESHOLD,
-        "steps": measure(config, plan, args.dry),
+        "steps": measure(config, plan, args.dry, modes),
         "mesh": None
         if args.no_mesh
         else mesh_run(plan, args.dry, args.models_dir, args.tail_rounds),

@@ -12,13 +12,18 @@ goes on; a re-run retries it under a new key. A refusal that sending the line ag
 change is recorded at once: a permanent code, or DEADLINE_EXCEEDED naming the line's own
 `timeout_ms` (admission found it shorter than the job itself; GatewayError.field tells that
 refusal from a deadline of the call, which, like an unavailable gateway, is retried). A line
-edited to another output format replaces its earlier result file, not only its row.
+edited since its result was written supersedes that file whatever its new outcome: another
+format's file replaces it, and no result at all removes it.
 
-What no line could get past stops the run at once with exit 2 and records nothing for the
-lines in flight, so a re-run resumes them: a refused API key, or a gateway that answers
-nothing for UNREACHABLE_AFTER_S (every call UNAVAILABLE over that window, whichever line made
-it) - without that, each line would spend its retries on its own, some 38 s each, hours for a
-large file. Ctrl-C stops it the same way (exit 130, saying so).
+What no line could get past stops the run with exit 2 and records nothing for the lines
+waiting on their job, so a re-run resumes them: a refused API key, a tenant at its result
+quota, or a gateway that answers nothing for UNREACHABLE_AFTER_S (every call UNAVAILABLE over
+that window, whichever line made it) - without that, each line would spend its retries on its
+own, some 38 s each, hours for a large file. Lines whose job has ended are still recorded and
+deleted before it exits. With --delete-results the quota's refusal only stops the run once
+none of its own lines is under way: until then their deletions free it (batch_quota). A
+re-run with --delete-results first deletes the jobs of earlier rows never deleted
+(DIR/deleted.txt lists those that were). Ctrl-C stops it at once (exit 130, saying so).
 """
 
 from __future__ import annotations
@@ -39,12 +44,14 @@ from typing import IO, Any
 
 from mediamesh.cli.batch_file import BatchFileError, BatchLine, read_batch, with_scope
 from mediamesh.cli.batch_manifest import (
+    DELETED,
     MANIFEST,
     FolderBusyError,
     History,
     RunFileError,
     folder_lock,
 )
+from mediamesh.cli.batch_quota import ResultQuotaWaits
 from mediamesh.cli.gateway_args import add_gateway_arguments, gateway_options
 from mediamesh.common.errors import StatusCode
 from mediamesh.common.output_formats import EXTENSIONS
@@ -70,10 +77,11 @@ OWN_TIMEOUT_FIELDS = frozenset({"timeout_ms", "timeout"})
 FATAL_CODES = frozenset({StatusCode.UNAUTHENTICATED})
 # The states of a job that ran and ended; a line refused before it made a job has none.
 ENDED_STATES = frozenset(state.value for state in JobState if state.terminal)
-# Refusals no wait would lift within a run: the tenant holds its quota of stored results
-# until it deletes some or their retention ends (a day by default). Waiting 0.2 s at a time,
-# as for back-pressure, the run went on asking for ever; it stops, and a re-run resumes.
-FATAL_FIELDS = frozenset({"result_quota_bytes"})
+# The tenant holds its quota of stored results until it deletes some or their retention ends
+# (a day by default). Waiting 0.2 s at a time, as for back-pressure, the run went on asking
+# for ever: it stops, and a re-run resumes; with --delete-results only once none of its own
+# lines is under way, whose deletions would free the quota (see batch_quota).
+QUOTA_FIELDS = frozenset({"result_quota_bytes"})
 TRANSIENT_ATTEMPTS = 8
 # Lines in flight at once: --concurrency must be within these. Each holds a job's stream
 # open; more than this only queues at the gateway's limits.
@@ -164,20 +172,49 @@ class BatchRun:
         # When the calls began to find the gateway UNAVAILABLE, all of them since; None
         # while anything gets an answer.
         self.unreachable_since: float | None = None
+        # What stopped the run (see `run`); the lines waiting for their job, for it to cancel.
+        self.fatal: FatalBatchError | None = None
+        self.awaiting_outcome: set[asyncio.Task[Outcome]] = set()
+        self.quota = ResultQuotaWaits()
 
     async def run(self, todo: list[BatchLine], concurrency: int) -> Counts:
-        """Run `todo`, `concurrency` lines at a time; FatalBatchError (in an ExceptionGroup)
-        stops them all."""
-        pending: Iterator[BatchLine] = iter(todo)
+        """Run `todo`, `concurrency` lines at a time. A FatalBatchError (raised in an
+        ExceptionGroup once the lines under way are settled) stops them: no further line is
+        sent, those waiting for their job are dropped unrecorded (a re-run re-attaches), and
+        those whose job ended are recorded and, with delete_results, deleted."""
+        if self.delete_results and self.history is not None:
+            # Jobs recorded by an earlier run but never deleted (it was stopped between a row
+            # and its deletion): first, since they may be what holds the quota.
+            leftovers = self.history.undeleted_jobs(ENDED_STATES)
+            await self._in_parallel(leftovers, self._delete, concurrency)
+        if self.fatal is None:
+            await self._in_parallel(todo, self._line, concurrency)
+        if self.fatal is not None:
+            raise ExceptionGroup("the batch stopped", [self.fatal])
+        return self.counts
+
+    async def _in_parallel(
+        self, items: list[Any], each: Callable[[Any], Awaitable[None]], concurrency: int
+    ) -> None:
+        pending: Iterator[Any] = iter(items)
 
         async def drain() -> None:
-            for line in pending:  # shared: each line goes to exactly one of the loops
-                await self._line(line)
+            for item in pending:  # shared: each item goes to exactly one of the loops
+                if self.fatal is not None:
+                    return
+                await each(item)
 
         async with asyncio.TaskGroup() as group:
-            for _ in range(max(1, min(concurrency, len(todo)))):
+            for _ in range(max(1, min(concurrency, len(items)))):
                 group.create_task(drain())
-        return self.counts
+
+    def _stop(self, fatal: FatalBatchError) -> None:
+        """Stop the run: no more lines, and none waits on for its job; what is being
+        recorded or deleted goes on."""
+        if self.fatal is None:
+            self.fatal = fatal
+        for waiting in list(self.awaiting_outcome):
+            waiting.cancel()
 
     async def _line(self, line: BatchLine) -> None:
         started = time.monotonic()
@@ -185,27 +222,55 @@ class BatchRun:
             # Checked as the file was read: sending it would only be refused.
             self._record(line, Outcome.rejected("", StatusCode.INVALID_ARGUMENT, line.problem), 0.0)
             return
+        self.quota.started()
+        try:
+            # A task of its own, so that a stop cancels this wait and not the recording and
+            # deleting after it.
+            awaiting = asyncio.create_task(self._outcome(line))
+            self.awaiting_outcome.add(awaiting)
+            try:
+                outcome = await awaiting
+            except FatalBatchError as exc:
+                self._stop(exc)
+                return
+            except asyncio.CancelledError:
+                this = asyncio.current_task()
+                if awaiting.cancelled() and this is not None and not this.cancelling():
+                    return  # another line stopped the run
+                raise
+            finally:
+                self.awaiting_outcome.discard(awaiting)
+            self._record(line, outcome, time.monotonic() - started)
+            if self.delete_results and outcome.state in ENDED_STATES:
+                # After the row: deleted first, a run killed in between would submit the line
+                # again under its key, now free, and make it twice.
+                await self._delete(outcome.job_id)
+        finally:
+            self.quota.ended()
+
+    async def _outcome(self, line: BatchLine) -> Outcome:
         job_id = ""
         try:
             job_id = await self._retrying(self._submit, line)
-            outcome = await self._retrying(self._follow, job_id)
+            outcome: Outcome = await self._retrying(self._follow, job_id)
         except GatewayError as exc:
             outcome = Outcome.rejected(job_id, exc.code, exc.message)
-        self._record(line, outcome, time.monotonic() - started)
-        if self.delete_results and outcome.state in ENDED_STATES:
-            # After the row: deleted first, a run killed in between would submit the line
-            # again under its key, now free, and make it twice.
-            await self._delete(outcome.job_id)
+        return outcome
 
     async def _delete(self, job_id: str) -> None:
         try:
             await self._retrying(self.client.delete_job, job_id)
+        except FatalBatchError as exc:
+            self._stop(exc)  # the job stays, its row has no deletion: a re-run deletes it
+            return
         except GatewayError as exc:
             if exc.code != StatusCode.NOT_FOUND:  # gone already: its retention, or a re-run
                 self.counts.kept += 1
                 self.counts.kept_because = f"{exc.code}: {exc.message}"
                 return
         self.counts.deleted += 1
+        with (self.out / DELETED).open("a", encoding="utf-8") as deleted:
+            deleted.write(job_id + "\n")  # so that no re-run asks to delete it again
 
     async def _submit(self, line: BatchLine) -> str:
         """The job id; the same key from the same tenant returns the same job."""
@@ -234,12 +299,18 @@ class BatchRun:
 
     async def _retrying(self, call: Callable[..., Awaitable[Any]], *args: Any) -> Any:
         failures = 0
+        waited_for_quota = False
         while True:
             try:
                 answer = await call(*args)
             except GatewayError as exc:
                 self._note_reachability(exc)
-                if exc.code in FATAL_CODES or exc.field in FATAL_FIELDS:
+                if exc.field in QUOTA_FIELDS and self.delete_results:
+                    # This run's own jobs may hold the quota, and it deletes each as it ends.
+                    waited_for_quota = await self.quota.wait_for_room()
+                    if waited_for_quota:
+                        continue
+                if exc.code in FATAL_CODES or exc.field in QUOTA_FIELDS:
                     raise FatalBatchError(f"{exc.code}: {exc.message}") from None
                 if is_permanent(exc):
                     raise
@@ -253,6 +324,8 @@ class BatchRun:
                 await asyncio.sleep(min(0.25 * 2**failures, 10))
             else:
                 self.unreachable_since = None
+                if waited_for_quota:
+                    self.quota.let_in()
                 return answer
 
     def _note_reachability(self, exc: GatewayError) -> None:
@@ -278,10 +351,6 @@ class BatchRun:
             partial = target.with_name(target.name + ".part")
             partial.write_bytes(outcome.data)
             os.replace(partial, target)  # a killed run never leaves a half-written result
-            earlier = self.history.superseded_file(line, file_name) if self.history else None
-            if earlier is not None:
-                # The line was edited to another format: its old result is no longer its.
-                (self.out / earlier).unlink(missing_ok=True)
             self.counts.succeeded += 1
         else:
             self.counts.failed += 1
@@ -304,6 +373,11 @@ class BatchRun:
         }
         if outcome.state != "SUCCEEDED":
             row["error"] = f"{outcome.error_code}: {outcome.error_message}"
+        earlier = self.history.superseded_file(line, file_name) if self.history else None
+        if earlier is not None:
+            # The line was edited: a result of its old content is no longer its, whether the
+            # new one made a file of another name or none at all.
+            (self.out / earlier).unlink(missing_ok=True)
         self.manifest.write(json.dumps(row) + "\n")
         self.manifest.flush()
         self.bar.update(1)
@@ -394,7 +468,8 @@ def _run_into_folder(args: argparse.Namespace, lines: list[BatchLine]) -> int:
         shown = ", ".join(map(str, replaced[:10])) + (", ..." if len(replaced) > 10 else "")
         print(
             f"mediamesh batch: {len(replaced)} line(s) changed since their results were "
-            f"written (line {shown}): running them again, replacing those results",
+            f"written (line {shown}): running them again; each one's earlier result is "
+            "replaced, or removed if it now gets none",
             file=sys.stderr,
         )
     done = [line for line in lines if history.is_done(line)]

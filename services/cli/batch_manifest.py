@@ -27,7 +27,13 @@ key not used before. A run killed before it recorded an attempt repeats that att
 and re-attaches to its job. `input` is the prompts file the row came from (its resolved path).
 
 A line is done when the latest result written for its number (DIR/<line>.<ext>) came from
-its very key, and the file is still there; done lines are never sent again.
+its very key, and the file is still there; done lines are never sent again. An edited line's
+attempt that ends without a result removes its number's file of the old content, so a later
+row of it without a result means no file.
+
+DIR/deleted.txt lists, one a line, the jobs `--delete-results` deleted (or found gone): a
+run stopped between a row and its deletion leaves a job ended, recorded and not listed, and a
+re-run with the flag deletes it. The manifest's rows stay one per attempt.
 
 Which folder belongs to which input: a run continues a folder whose rows name its input
 file, or that holds any row of one of its line keys (the same lines, from a copy or a moved
@@ -57,6 +63,8 @@ RUN_FILE = "batch.json"
 # The layout of a folder: 2 added the run id; 1 (no batch.json, keys from the folder's path)
 # came before.
 MANIFEST_VERSION = 2
+# The jobs `--delete-results` deleted from the mesh, one id a line (see above).
+DELETED = "deleted.txt"
 # Held for a whole run: two runs writing one folder would number each other's results.
 LOCK = ".lock"
 _RETRY_SUFFIX = re.compile(r":retry\d+$")
@@ -110,6 +118,9 @@ class History:
     results: dict[int, tuple[str, str]] = field(default_factory=dict)
     # The batch's scope as the rows record it (the first row that does); None if none does.
     run_id: str | None = None
+    # Job id -> state of each attempt that made a job; the job ids --delete-results deleted.
+    jobs: dict[str, str] = field(default_factory=dict)
+    deleted: set[str] = field(default_factory=set)
 
     @classmethod
     def read(cls, out: Path) -> History:
@@ -119,6 +130,9 @@ class History:
         if path.exists():
             for row in _rows(path.read_text(encoding="utf-8", errors="replace")):
                 history._add(row)
+        deleted = out / DELETED
+        if deleted.exists():
+            history.deleted = set(deleted.read_text(encoding="utf-8", errors="replace").split())
         return history
 
     def scope(self) -> str:
@@ -154,18 +168,36 @@ class History:
         self.inputs.append(source)
         line_key = key_of_line(key)
         self.line_keys.add(line_key)
-        if row.get("state") == "SUCCEEDED" and isinstance(row.get("file"), str):
+        job_id, state = row.get("job_id"), row.get("state")
+        if isinstance(job_id, str) and job_id and isinstance(state, str):
+            self.jobs[job_id] = state
+        if state == "SUCCEEDED" and isinstance(row.get("file"), str):
             self.results[number] = (line_key, row["file"])
         else:
             self.unsuccessful[line_key] += 1
+            if self.results.get(number, (line_key,))[0] != line_key:
+                # An edited line that made no result: its old content's file was removed.
+                del self.results[number]
 
-    def superseded_file(self, line: BatchLine, file_name: str) -> str | None:
-        """The earlier result of `line`'s number that `file_name`, its new result, replaces
-        without overwriting it (another format, so another extension); else None."""
+    def superseded_file(self, line: BatchLine, file_name: str | None) -> str | None:
+        """The earlier result of `line`'s number that its new attempt supersedes without
+        overwriting it: one of other content (the line was edited) when the attempt made no
+        result (`file_name` None), or one of another name (another format); else None."""
         result = self.results.get(line.number)
         if result is None or result[1] == file_name or Path(result[1]).name != result[1]:
             return None  # the same name is overwritten; a path elsewhere is not ours to touch
+        if file_name is None and result[0] == key_of_line(line.key):
+            return None  # a failed retry of the same content has no file to supersede
         return result[1]
+
+    def undeleted_jobs(self, ended_states: frozenset[str]) -> list[str]:
+        """The jobs of attempts that ended in `ended_states` and were not deleted (a run
+        stopped between a row and its deletion, or run without --delete-results)."""
+        return [
+            job_id
+            for job_id, state in self.jobs.items()
+            if state in ended_states and job_id not in self.deleted
+        ]
 
     def is_done(self, line: BatchLine) -> bool:
         """Whether DIR/<line>.<ext> holds the result of this very line."""

@@ -106,8 +106,10 @@ def run_worker(config: MeshConfig, registry: Registry, worker: WorkerSettings) -
     """Serve until signalled, drained with exit, or broken; returns the exit status, which
     is not 0 when the worker left because it cannot work (its supervisor restarts it)."""
     from mediamesh.worker.main import start_worker
+    from mediamesh.worker.models.library_logs import route_library_logs
 
     _prepare(config, f"worker {worker.worker_id}")
+    route_library_logs()
     metrics = _metrics("worker", worker.metrics_host, worker.metrics_port)
 
     async def serve() -> int:

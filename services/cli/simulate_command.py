@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from mediamesh.cli.arg_types import bounded
+from mediamesh.common.errors import StartupError
+from mediamesh.common.folders import writable_folder
 
 
 def _fraction(text: str) -> float:
@@ -50,7 +52,12 @@ def add_simulate_command(sub: argparse._SubParsersAction[argparse.ArgumentParser
         default=None,
         help="scale the fleet to this many devices, at least 1",
     )
-    simulate.add_argument("--seed", type=int, default=None, help="random seed (default: file's)")
+    simulate.add_argument(
+        "--seed",
+        type=bounded(int, 0),
+        default=None,
+        help="random seed, at least 0 (default: file's)",
+    )
     simulate.add_argument(
         "--out", type=Path, default=Path("bench/results"), help="where results are written"
     )
@@ -82,6 +89,12 @@ def add_simulate_command(sub: argparse._SubParsersAction[argparse.ArgumentParser
 def _cmd_simulate(args: argparse.Namespace) -> int:
     from mediamesh.sim.scenario import ScenarioError, load_scenario
 
+    try:
+        # Before the run, which may take minutes, rather than a traceback at its end.
+        writable_folder("--out", args.out)
+    except StartupError as exc:
+        print(f"mediamesh simulate: {exc}", file=sys.stderr)
+        return 2
     try:
         scenario = load_scenario(args.scenario)
         if args.dispatch_interval_s is not None:

@@ -120,6 +120,12 @@ def max_encoded_bytes(width: int, height: int) -> int:
     return MAX_BYTES_PER_PIXEL * width * height + height + METADATA_ALLOWANCE_BYTES
 
 
+def how_to_send(name: str) -> str:
+    """The native API's ways to send input `name`; a face without them (KServe, whose inputs
+    are tensors) replaces this part of a refusal with its own."""
+    return f"send the bytes or an Upload's input_id in {ID_FIELDS[name]}"
+
+
 def probe_image(field: str, data: bytes, max_pixels: int) -> InputImage:
     """The image's identity and size from its header; InvalidArgument naming `field` and the
     limit for bytes that are no image, a format other than PNG, JPEG or WebP, more pixels
@@ -286,8 +292,7 @@ def resolve_inputs(
             raise InvalidArgument(f"{name}: set {name} or {ID_FIELDS[name]}, not both")
         if name in spec.inputs and not sent:
             raise InvalidArgument(
-                f"{name}: required by model {spec.name!r} ({spec.pipeline}); send the bytes "
-                f"or an Upload's input_id in {ID_FIELDS[name]}"
+                f"{name}: required by model {spec.name!r} ({spec.pipeline}); {how_to_send(name)}"
             )
     if "image" not in spec.inputs:
         return params

@@ -106,7 +106,10 @@ def resolve(
     d = spec.defaults
     check_accepted(spec, fields)
     if fields.timeout_ms is not None:
-        _check_range("timeout_ms", fields.timeout_ms, 0, MAX_TIMEOUT_MS)
+        # 0 is set, so it is not "none" (that is leaving it unset), and no job fits in it.
+        _check_range(
+            "timeout_ms", fields.timeout_ms, 1, MAX_TIMEOUT_MS, "; leave it unset for no limit"
+        )
     width = height = frames = 0
     duration = 0.0
     if spec.modality in ("image", "video"):

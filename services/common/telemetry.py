@@ -14,7 +14,7 @@ from typing import Any
 from opentelemetry import propagate, trace
 from opentelemetry.context import Context
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan, SpanLimits, TracerProvider
 from opentelemetry.sdk.trace.export import (
     BatchSpanProcessor,
     ConsoleSpanExporter,
@@ -34,6 +34,10 @@ _tracing_enabled = False
 _otlp_exporter: SpanExporter | None = None
 # The most that `shutdown_tracing` waits for the last spans to be exported.
 TRACING_SHUTDOWN_TIMEOUT_S = 2.5
+# Events one span keeps: a worker's `run batch` span has one per job and denoising step
+# (16 jobs of 50 steps: 800). OpenTelemetry's default of 128 kept only the last ones, so a
+# batch's first steps went missing from its trace.
+MAX_SPAN_EVENTS = 8192
 # W3C trace context alone (no baggage): what a request's trace is taken from.
 _TRACE_CONTEXT = TraceContextTextMapPropagator()
 TRACEPARENT = "traceparent"
@@ -98,22 +102,48 @@ class TextFormatter(logging.Formatter):
         return line
 
 
+# How this process logs, for the processes it spawns (a tensor group's helper ranks), which
+# start with Python's bare defaults: (log_format, log_level, service).
+_logging_setup: tuple[str, str, str] | None = None
+
+
 def setup_logging(settings: TelemetrySettings, service: str) -> None:
+    configure_logging(settings.log_format, settings.log_level, service)
+
+
+def configure_logging(log_format: str, log_level: str, service: str) -> None:
+    """Every record of the process through one handler in the configured format, Python's
+    warnings included: a log shipper reading JSON lines must get nothing else."""
+    global _logging_setup
     handler = logging.StreamHandler(sys.stderr)
-    if settings.log_format == "json":
+    if log_format == "json":
         handler.setFormatter(JsonFormatter())
     else:
         handler.setFormatter(TextFormatter(f"%(asctime)s {service} %(levelname)s %(message)s"))
     root = logging.getLogger()
     root.handlers[:] = [handler]
-    root.setLevel(settings.log_level.upper())
+    root.setLevel(log_level.upper())
+    logging.captureWarnings(True)
+    _logging_setup = (log_format, log_level, service)
+
+
+def inherited_logging(suffix: str) -> tuple[str, str, str] | None:
+    """What a spawned process passes to `configure_logging` to log as this one does, its
+    service named with `suffix`; None when this process set up no logging."""
+    if _logging_setup is None:
+        return None
+    log_format, log_level, service = _logging_setup
+    return log_format, log_level, f"{service} {suffix}"
 
 
 def setup_tracing(settings: TelemetrySettings, service: str) -> None:
     global _tracing_enabled, _otlp_exporter
     if settings.traces == "none":
         return
-    provider = TracerProvider(resource=Resource.create({"service.name": service}))
+    provider = TracerProvider(
+        resource=Resource.create({"service.name": service}),
+        span_limits=SpanLimits(max_events=MAX_SPAN_EVENTS),
+    )
     exporter: SpanExporter
     if settings.traces == "console":
         exporter = ConsoleSpanExporter()

@@ -25,11 +25,12 @@ from mediamesh.scheduler.core.interface import SchedulingCore
 from mediamesh.scheduler.core.job_listing import (
     JobPage,
     JobQuery,
+    ListingPlace,
     OrderKey,
-    check_anchor,
+    cursor_key,
     matching,
-    order_key,
     page_of,
+    place_of,
 )
 from mediamesh.scheduler.core.jobs import Job
 from mediamesh.scheduler.store.artifacts import StoredArtifact
@@ -154,10 +155,8 @@ class EndedJobs:
         query = query.checked()
         after: OrderKey | None = None
         if query.after_job_id:
-            anchor = await self.find(query.after_job_id)
-            check_anchor(query, anchor.job if anchor else None, tenant, admin=admin)
-            assert anchor is not None
-            after = order_key(anchor.job)
+            place = await self._place(query.after_job_id)
+            after = cursor_key(query, place, tenant, admin=admin)
         table = self._core.jobs
         in_memory = matching(table.values(), tenant, query, admin=admin, after=after)
         stored = await self._stored_candidates(tenant, query, admin=admin, after=after)
@@ -168,6 +167,18 @@ class EndedJobs:
             for job in page.jobs
         ]
         return records, page.has_more
+
+    async def _place(self, job_id: str) -> ListingPlace | None:
+        """Where the job stands in listings: it is in memory or the store, or was deleted
+        (DeleteJob) and the store kept its place until its retention would have ended."""
+        record = await self.find(job_id)
+        if record is not None:
+            return place_of(record.job)
+        deleted = await self._store.deleted_place(job_id)
+        if deleted is None:
+            return None
+        tenant, created_at = deleted
+        return ListingPlace(tenant, (created_at, job_id))
 
     async def _stored_candidates(
         self, tenant: str, query: JobQuery, *, admin: bool, after: OrderKey | None

@@ -29,9 +29,11 @@ class ClientBase:
         job, which goes on. A job's own limit is the `timeout_ms` option.
     keepalive_s: seconds between keepalive pings on an open call.
     max_message_bytes: the largest message sent or received.
-    retry_on_overload: submit again, up to overload_retries times, when submit or generate is
-        answered RESOURCE_EXHAUSTED with a retry hint of at most max_overload_wait_s; waits
-        for the hint (`grpc-retry-pushback-ms`, else `retry-after-ms`).
+    retry_on_overload: submit again when submit or generate is answered RESOURCE_EXHAUSTED
+        with a retry hint (`grpc-retry-pushback-ms`, else `retry-after-ms`), waiting at least
+        the hint, plus a random part that grows with each retry (at most 0.5 s) so that
+        callers refused together spread out; for up to max_overload_wait_s of waits in all per
+        call, and up to overload_retries tries when that is set (None: the time bounds them).
     reattach_s: how long generate and watch keep re-attaching (a Watch, backing off as the
         channel's retries do) to an accepted job whose stream broke off with the connection
         (UNAVAILABLE), counted from the break and started again by each new event of the job;
@@ -52,7 +54,7 @@ class ClientBase:
         keepalive_s: float = 60.0,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         retry_on_overload: bool = False,
-        overload_retries: int = 5,
+        overload_retries: int | None = None,
         max_overload_wait_s: float = 30.0,
         reattach_s: float = 60.0,
     ) -> None:

@@ -98,15 +98,15 @@ class Client(ClientBase):
     def submit(self, model: str, prompt: str, **options: Unpack[GenerateOptions]) -> JobHandle:
         """Accept a job and return its handle at once; follow it with watch."""
         params = generate_params(model, prompt, options)
-        retries = 0
+        retries, waited_s = 0, 0.0
         while True:
             try:
                 return self._transport.submit(params)
             except GatewayError as exc:
-                wait = overload_wait(exc, retries, self.settings)
+                wait = overload_wait(exc, retries, waited_s, self.settings)
                 if wait is None:
                     raise
-            retries += 1
+            retries, waited_s = retries + 1, waited_s + wait
             time.sleep(wait)
 
     def watch(self, job_id: str) -> Iterator[Event]:
@@ -196,16 +196,16 @@ class Client(ClientBase):
     def _generate(self, params: GenerateParams, stream: JobStream) -> Iterator[Event]:
         # Admission is decided before the first event, so only then may an over-limit
         # answer be retried: nothing was accepted.
-        retries = 0
+        retries, waited_s = 0, 0.0
         while True:
             events = self._transport.generate(params, stream)
             try:
                 first = next(events, None)
             except GatewayError as exc:
-                wait = overload_wait(exc, retries, self.settings)
+                wait = overload_wait(exc, retries, waited_s, self.settings)
                 if wait is None or not stream.wait_out_overload(wait):
                     raise
-                retries += 1
+                retries, waited_s = retries + 1, waited_s + wait
                 time.sleep(wait)
                 continue
             if first is not None:

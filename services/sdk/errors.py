@@ -3,16 +3,23 @@ finish, EventLoopError for an AsyncClient used outside the event loop it belongs
 
 from __future__ import annotations
 
+import re
+
+# A field path as the mesh writes one at a message's start: names joined by dots, each with
+# the index of a list item it picks, if any (`steps`, `webhook.url`, `adapters[0].scale`).
+# The gateway's HTTP face reads OpenAI's `param` with the same pattern (http/errors.py).
+_FIELD_PATH = re.compile(r"\w+(?:\[\d+\])*(?:\.\w+(?:\[\d+\])*)*", re.ASCII)
+
 
 def field_of(message: str) -> str | None:
-    """The request field a mesh error message names, or None.
+    """The request field a mesh error message names, as written there, or None.
 
-    The mesh starts a message about one field with its name (`steps: must be ...`,
-    `adapters.0.scale: ...`); the gateway's HTTP face reads it the same way for OpenAI's
-    `param`. Anything else before a colon (`failed to connect to all addresses; ...`) is not a
-    field name."""
+    The mesh starts a message about one field with its path (`steps: must be ...`,
+    `adapters[0].scale: ...`, `webhook.events[1]: ...`); the gateway's HTTP face reads it the
+    same way for OpenAI's `param`. Anything else before a colon (`failed to connect to all
+    addresses; ...`) is not a field path."""
     head, sep, _ = message.partition(":")
-    return head if sep and head.replace("_", "").replace(".", "").isalnum() else None
+    return head if sep and _FIELD_PATH.fullmatch(head) else None
 
 
 class GatewayError(Exception):
@@ -22,9 +29,9 @@ class GatewayError(Exception):
     `message` the gateway's reason, and `retry_after_s` how long the gateway asked the caller
     to wait before trying again (0 when it said nothing).
 
-    `field` is the request field the gateway refused ("steps", "image_id", ...) when the
-    message names one, which it does as `field: reason`; else None. Branch on it rather than
-    on the message's wording.
+    `field` is the request field the gateway refused ("steps", "image_id", "webhook.url",
+    "adapters[0].scale" for an item of a list, ...) when the message names one, which it does
+    as `field: reason`; else None. Branch on it rather than on the message's wording.
 
     `job_id` is set when the error ends the stream of a job the gateway had accepted
     (generate or watch): the job may well go on, so follow it with `watch(job_id)` or stop it

@@ -58,7 +58,8 @@ class Notice:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Result:
-    """The job succeeded; `data` holds the whole artifact, downloaded if it was not inline."""
+    """The job succeeded; `data` holds the whole artifact, downloaded if it was not inline,
+    unless it came as a URL (`url`)."""
 
     job_id: str
     state: JobState
@@ -68,8 +69,11 @@ class Result:
     # Set when the artifact was above the gateway's inline limit and came by Download.
     size_bytes: int = 0
     sha256: str = ""
-    # A presigned URL of the artifact (S3-compatible artifact store) and when it expires,
-    # Unix ms. A job submitted with result_as_url is not downloaded: `data` stays empty.
+    # A presigned URL of the artifact and when it expires, Unix ms: set for a job submitted
+    # with result_as_url (or a result above the inline limit) when the artifact store can
+    # sign one (S3-compatible), and then `data` stays empty: fetch the URL. A store that
+    # cannot sign (the local one) sends no URL, and the result is downloaded into `data` as
+    # any result that was not inline.
     url: str = ""
     url_expires_unix_ms: int = 0
 

@@ -29,6 +29,11 @@ RESUMABLE_CODES = frozenset({StatusCode.UNAVAILABLE})
 # stream, the gateway could not reach its scheduler): the job itself lives in the scheduler
 # and goes on, so its stream is worth re-attaching. A deadline, a cancel or a refusal is not.
 REATTACH_CODES = frozenset({StatusCode.UNAVAILABLE})
+# The most a retry of an over-limit submit waits beyond the gateway's hint (see overload_wait):
+# enough to spread callers refused together over a few tokens' time, little enough that tokens
+# are seldom left unclaimed (at a rate R with burst B, N callers refused together all get in
+# within about 1.25 * (N - B) / R + 1 s, as the README says).
+OVERLOAD_SPREAD_MAX_S = 0.5
 # The least time left to send a not yet accepted request once more in: enough for a call to
 # a gateway that refuses connections to fail, and for one that is up to answer.
 LAST_SEND_S = 0.05
@@ -81,19 +86,30 @@ def closed_client() -> GatewayError:
     )
 
 
-def overload_wait(error: GatewayError, retries_done: int, settings: ClientSettings) -> float | None:
+def overload_wait(
+    error: GatewayError, retries_done: int, waited_s: float, settings: ClientSettings
+) -> float | None:
     """Seconds to wait before submitting again, or None to raise the error.
 
-    Only when the caller opted in, only for over-limit answers that say how long to wait, and
-    never longer than max_overload_wait_s: a long wait is better decided by the caller.
+    Only when the caller opted in, and only for over-limit answers that say how long to wait.
+    The wait is the gateway's hint plus a random part that doubles with each retry, up to
+    OVERLOAD_SPREAD_MAX_S: callers refused together (a burst of submits against the tenant's
+    rate) are each told when the next token comes, and coming back all at once for it, all
+    but one would be refused again, round after round. Bounded by time, not tries: all the
+    waits of one call stay within max_overload_wait_s (`waited_s` is theirs so far), beyond
+    which a wait is better decided by the caller; overload_retries, when set, bounds the tries
+    too.
     """
     if not settings.retry_on_overload or error.code != OVERLOADED:
         return None
-    if retries_done >= settings.overload_retries:
+    if settings.overload_retries is not None and retries_done >= settings.overload_retries:
         return None
-    if not 0 < error.retry_after_s <= settings.max_overload_wait_s:
+    hint = error.retry_after_s
+    time_left = settings.max_overload_wait_s - waited_s
+    if not 0 < hint <= time_left:
         return None
-    return error.retry_after_s
+    spread = min(hint * 2**retries_done, OVERLOAD_SPREAD_MAX_S)
+    return min(hint + random.uniform(0, spread), time_left)
 
 
 def needs_download(event: Event) -> TypeGuard[Result]:

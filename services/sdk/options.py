@@ -7,7 +7,7 @@ import numbers
 import operator
 import types
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypedDict, get_args, get_type_hints
@@ -39,7 +39,7 @@ class ClientSettings:
     keepalive_s: float = 60.0
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
     retry_on_overload: bool = False
-    overload_retries: int = 5
+    overload_retries: int | None = None
     max_overload_wait_s: float = 30.0
     reattach_s: float = 60.0
 
@@ -99,9 +99,12 @@ class GenerateOptions(TypedDict, total=False):
 # to less whatever the model (seed). A model's own limits (max_steps, ...) are the gateway's
 # to check, as ListModels tells them.
 UINT32_MAX = 2**32 - 1
-WHOLE_NUMBER_RANGES = {"seed": (0, MAX_SEED)}
+# timeout_ms: 0 would be a limit no job meets, not "none", which is leaving it unset.
+WHOLE_NUMBER_RANGES = {"seed": (0, MAX_SEED), "timeout_ms": (1, UINT32_MAX)}
 # The largest finite float32, the most a number option's field can hold.
 FLOAT32_MAX = 3.4028234663852886e38
+# The fields of mediamesh.v1.Webhook, the `webhook` option's keys.
+WEBHOOK_FIELDS = ("url", "events")
 
 
 def _option_kinds() -> dict[str, type]:
@@ -148,6 +151,9 @@ def generate_params(model: str, prompt: str, options: Mapping[str, object]) -> G
         values["priority"] = Priority.parse(str(values["priority"]))
     if "adapters" in values:
         values["adapters"] = adapter_pairs(values["adapters"])
+    if "webhook" in values:
+        url, events = webhook_fields(values["webhook"])
+        values["webhook"] = {"url": url, "events": list(events)}
     values.setdefault("idempotency_key", f"sdk-{uuid.uuid4().hex}")
     return GenerateParams(model, prompt, values)
 
@@ -225,6 +231,38 @@ def adapter_pairs(adapters: object) -> tuple[tuple[str, float | None], ...]:
             raise TypeError(f"adapters: scale {scale!r} of {name!r} is not a number")
         pairs.append((name, None if scale is None else float(scale)))
     return tuple(pairs)
+
+
+def webhook_fields(webhook: object) -> tuple[str, tuple[str, ...]]:
+    """The `webhook` option's url and events, checked as the gateway would check its message:
+    a key it has no field for (`event` for `events`) is a ValueError naming it and the fields
+    there are, rather than a callback the caller thinks asked for and never gets; a value of
+    the wrong type is a TypeError naming it."""
+    if not isinstance(webhook, Mapping):
+        raise TypeError(
+            f'webhook: give {{"url": "https://...", "events": ["completed", ...]}}, '
+            f"got {_shown(webhook)}"
+        )
+    allowed = " and ".join(WEBHOOK_FIELDS)
+    for key in webhook:
+        if not isinstance(key, str):
+            raise TypeError(f"webhook: field names are strings ({allowed}), got {_shown(key)}")
+        if key not in WEBHOOK_FIELDS:
+            raise ValueError(f"webhook.{key}: Webhook has no such field; its fields: {allowed}")
+    url = webhook.get("url")
+    if url is None:
+        raise ValueError("webhook.url: missing; give the https:// address to call")
+    if not isinstance(url, str):
+        raise TypeError(f"webhook.url: must be a string, got {_shown(url)}")
+    events = webhook.get("events")
+    if events is None:
+        return url, ()
+    if isinstance(events, str | bytes) or not isinstance(events, Sequence | Set):
+        raise TypeError(f"webhook.events: give a list of event names, got {_shown(events)}")
+    for index, name in enumerate(events):
+        if not isinstance(name, str):
+            raise TypeError(f"webhook.events[{index}]: must be a string, got {_shown(name)}")
+    return url, tuple(events)
 
 
 def parse_adapter(text: str) -> tuple[str, float | None]:

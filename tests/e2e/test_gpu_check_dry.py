@@ -91,7 +91,8 @@ def test_device_script_dry_run_writes_json_and_log_under_out(
         "PIP_NO_INDEX": "1",
     }
     done = subprocess.run(
-        ["bash", str(ROOT / "scripts" / "gpu_check.sh"), "--dry", "--no-mesh"],
+        # One mode: the modes themselves are the test above's.
+        ["bash", str(ROOT / "scripts" / "gpu_check.sh"), "--dry", "--no-mesh", "--modes", "eager"],
         cwd=tmp_path,
         env=env,
         capture_output=True,
@@ -100,7 +101,8 @@ def test_device_script_dry_run_writes_json_and_log_under_out(
     )
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     record = json.loads((out / "gpu_check.json").read_text())
-    assert record["dry"] is True and record["mesh"] is None and record["steps"]
+    assert record["dry"] is True and record["mesh"] is None
+    assert {row["mode"] for row in record["steps"]} == {"eager"}
     log = (out / "gpu_check.log").read_text()
     assert "installing 1 wheels" in log and f"wrote {out / 'gpu_check.json'}" in log
     assert (site / "gpucheck_probe" / "__init__.py").exists()

@@ -12,6 +12,7 @@ service's /metrics must serve the documented families.
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import re
 import time
@@ -125,7 +126,10 @@ _SERIES_SUFFIXES = ("_bucket", "_count", "_sum", "_total", "_created")
 def mesh(launch, tmp_path: Path) -> MeshProcess:
     prometheus_binary()  # fail before spending time on the mesh
     return launch(
-        WORKERS, scheduler=SCHEDULER, registry_path=str(registry_with_long_jobs(tmp_path))
+        WORKERS,
+        scheduler=SCHEDULER,
+        registry_path=str(registry_with_long_jobs(tmp_path)),
+        telemetry={"log_format": "json"},
     )
 
 
@@ -181,6 +185,22 @@ def test_deploy_queries_against_prometheus(mesh: MeshProcess, prometheus: Promet
     check_dashboard_queries(prometheus)
     check_metrics_endpoints(mesh)
     check_alerting_rules(prometheus)
+    check_json_logs(mesh)
+
+
+def check_json_logs(mesh: MeshProcess) -> None:
+    """With `log_format: json` every line of every service's log is one JSON object: the
+    model libraries' progress bars and notices and Python's warnings included."""
+    logs = sorted(mesh.run_dir.glob("*.log"))
+    assert len(logs) >= 4, logs
+    for path in logs:
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            try:
+                assert isinstance(json.loads(line), dict)
+            except (ValueError, AssertionError):
+                raise AssertionError(
+                    f"{path.name}:{number} is not a JSON object: {line!r}"
+                ) from None
 
 
 # ---- traffic ---------------------------------------------------------------------------------

@@ -105,7 +105,8 @@ def request_from_form(
             text,
             name,
             keys_under=f"{name}.",
-            not_json=f"{name}: {text[:64]!r} is not a valid value",
+            not_json=f"{name}: {text[:64]!r} is not {_form_shape(field)}; a form sends this "
+            "field as JSON",
         )
     for name in files:
         if _field(name).type != FieldDescriptor.TYPE_BYTES:
@@ -115,6 +116,22 @@ def request_from_form(
         setattr(request, name, data)
     check_bounds(request)
     return request
+
+
+def _form_shape(field: FieldDescriptor) -> str:
+    """What a form value of `field` must be, in words: `adapters` is a JSON array of objects
+    with keys name, scale."""
+    if field.type == FieldDescriptor.TYPE_MESSAGE:
+        keys = ", ".join(f.name for f in field.message_type.fields)
+        shape = (
+            f"objects with keys {keys}" if field.is_repeated else f"a JSON object with keys {keys}"
+        )
+        return f"a JSON array of {shape}" if field.is_repeated else shape
+    if field.is_repeated:
+        return "a JSON array"
+    if field.type == FieldDescriptor.TYPE_BOOL:
+        return "true or false"
+    return "a number"
 
 
 _SCALAR_SCHEMAS: dict[int, JsonObject] = {

@@ -52,7 +52,10 @@ SERVER_NAME = "mediamesh"
 # model configuration and statistics. Of Triton's model repository extension only the index
 # is served (loading is the workers' business), so it is not named here.
 EXTENSIONS = ("schedule_policy", "parameters", "model_configuration", "statistics")
-READY_TIMEOUT_S = 5
+# Within a probe's usual one-second timeout (the kubelet's default): a scheduler that takes
+# longer to list its models is not ready to take work either, and a probe that timed out
+# would learn less than this answer says.
+READY_TIMEOUT_S = 0.8
 # The rpcs that need no API key: probes send none, and learn nothing about tenants.
 OPEN_METHODS = ("ServerLive", "ServerReady")
 

@@ -18,6 +18,7 @@ from mediamesh.common.adapters import (
     resolve_adapters,
 )
 from mediamesh.common.errors import InvalidArgument, MeshError, NotFound, StatusCode
+from mediamesh.common.input_images import ID_FIELDS, how_to_send
 from mediamesh.common.limits import INPUT_IMAGE, MAX_TIMEOUT_MS
 from mediamesh.common.limits import PROMPT as PROMPT_LIMIT
 from mediamesh.common.params import RequestFields, resolve
@@ -229,7 +230,7 @@ def parse_call(
             resolve(spec, fields, max_adapters=max_adapters)
         except MeshError as exc:
             where = f" (element {index})" if len(prompts) > 1 else ""
-            raise InvalidArgument(exc.message + where) from None
+            raise InvalidArgument(_as_tensors(exc.message) + where) from None
         elements.append(fields)
     return InferCall(
         spec.name,
@@ -470,6 +471,16 @@ def encode_outputs(
 def preview_output(data: bytes, mime_type: str) -> OutputTensor:
     """The `preview` output of a per-step stream response: one encoded picture."""
     return OutputTensor(PREVIEW, "BYTES", (1,), {"mime_type": mime_type}, join_bytes_tensor([data]))
+
+
+def _as_tensors(message: str) -> str:
+    """A refusal with the native API's way to send an input image told as this protocol's:
+    an input tensor of that name (it has no upload ids)."""
+    for name in ID_FIELDS:
+        message = message.replace(
+            how_to_send(name), f"send it as the {name!r} input (BYTES, one image per prompt)"
+        )
+    return message
 
 
 def refusal(exc: MeshError) -> MeshError:

@@ -43,8 +43,10 @@ UNAVAILABLE_RETRY_AFTER_S = 2
 # The scheme a 401 names (RFC 9110 11.6.1): the key goes in `Authorization: Bearer <key>`.
 BEARER_CHALLENGE = 'Bearer realm="mediamesh"'
 _INDEX = re.compile(r"\[\d+\]$")
-# What a field path has besides letters and digits: `adapters[0].name`.
-_FIELD_PUNCTUATION = str.maketrans("", "", "_.[]")
+# A field path at a message's start: names joined by dots, each with the index of a list item
+# it picks (`adapters[0].name`, `webhook.events[1]`); the SDK's GatewayError.field reads it
+# with the same pattern (sdk/errors.py), so both name a field alike.
+_FIELD_PATH = re.compile(r"\w+(?:\[\d+\])*(?:\.\w+(?:\[\d+\])*)*", re.ASCII)
 # The methods a 405's Allow may name: those the routes are declared with.
 _METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
 
@@ -116,10 +118,10 @@ def _headers(error: MeshError, status: int) -> dict[str, str]:
 
 
 def _field_of(message: str) -> str | None:
-    """The field a mesh error message names (messages start `field: ...`)."""
+    """The field a mesh error message names, as written there (messages start `field: ...`,
+    an item of a list `adapters[0].scale: ...`)."""
     head, sep, _ = message.partition(":")
-    bare = head.translate(_FIELD_PUNCTUATION)
-    return head if sep and bare.isascii() and bare.isalnum() else None
+    return head if sep and _FIELD_PATH.fullmatch(head) else None
 
 
 @contextmanager

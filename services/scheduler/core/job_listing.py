@@ -4,6 +4,8 @@ Pure: it reads the jobs it is given (the core's, and ended ones read back from t
 and knows nothing of the transport. Jobs are ordered by acceptance time, ties
 broken by id, so a page boundary is a position in a fixed order: a page continues after
 the last job of the previous one, and jobs accepted meanwhile never shift what follows.
+That job may have been deleted since: its place then comes from what the store keeps of
+deleted jobs (store/deleted_jobs.py), and the page continues from where it stood.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from mediamesh.common.errors import InvalidArgument
 from mediamesh.common.limits import MAX_JOB_PAGE_SIZE
@@ -62,16 +65,33 @@ def order_key(job: Job) -> OrderKey:
     return (job.created_at, job.job_id)
 
 
-def check_anchor(query: JobQuery, anchor: Job | None, tenant: str, *, admin: bool) -> None:
-    """InvalidArgument unless `anchor`, the job `query.after_job_id` names, is one the
-    caller may see."""
-    if anchor is None or not (admin or anchor.tenant == tenant):
+class ListingPlace(NamedTuple):
+    """Where a job stands in listings and whose it is: all a cursor needs of its job, and
+    all that is kept of a deleted one."""
+
+    tenant: str
+    key: OrderKey
+
+
+def place_of(job: Job) -> ListingPlace:
+    """The job's place in listings, with its tenant."""
+    return ListingPlace(job.tenant, order_key(job))
+
+
+def cursor_key(
+    query: JobQuery, place: ListingPlace | None, tenant: str, *, admin: bool
+) -> OrderKey:
+    """Where the page `query` asks for starts: past `place`, that of the job
+    `query.after_job_id` names (None when there is none); InvalidArgument unless the
+    caller may see that job."""
+    if place is None or not (admin or place.tenant == tenant):
         # The same answer whether the job never existed, was forgotten or is another
         # tenant's: a listing must not reveal other tenants' job ids.
         raise InvalidArgument(
             f"after_job_id: no job {query.after_job_id!r} (it may have been forgotten "
             "when its result's retention ended); start the listing again without it"
         )
+    return place.key
 
 
 def matching(
@@ -109,7 +129,6 @@ def list_jobs(
     after = None
     if query.after_job_id:
         anchor = jobs.get(query.after_job_id)
-        check_anchor(query, anchor, tenant, admin=admin)
-        assert anchor is not None
-        after = order_key(anchor)
+        place = place_of(anchor) if anchor is not None else None
+        after = cursor_key(query, place, tenant, admin=admin)
     return page_of(matching(jobs.values(), tenant, query, admin=admin, after=after), query)

@@ -21,7 +21,7 @@ from typing import Any, NamedTuple, TypeVar
 
 from mediamesh.scheduler.core.delivery import ResultDelivery
 from mediamesh.scheduler.core.jobs import GenerationParams, Job, JobState, Priority, TenantQuota
-from mediamesh.scheduler.store import deliveries, job_reads, result_rows
+from mediamesh.scheduler.store import deleted_jobs, deliveries, job_reads, result_rows
 from mediamesh.scheduler.store.deliveries import WebhookDelivery
 from mediamesh.scheduler.store.group_commit import GroupCommit
 
@@ -285,6 +285,7 @@ class JobStore:
         )
         db.executescript(deliveries.DELIVERIES_SCHEMA)
         db.executescript(result_rows.RESULTS_SCHEMA)
+        db.executescript(deleted_jobs.DELETED_JOBS_SCHEMA)
         present = {row["name"] for row in db.execute("PRAGMA table_info(jobs)")}
         for column, definition in _ADDED_COLUMNS.items():
             if column not in present:
@@ -376,7 +377,9 @@ class JobStore:
             )
             deliveries.save_deliveries(self._db, delivery_rows)
             result_rows.save_results(self._db, result_data)
-            # After the upserts: a job's last state written in this group is deleted with it.
+            # After the upserts: a job's last state written in this group is deleted with it,
+            # and its place in listings is kept for a cursor naming it (deleted_jobs.py).
+            deleted_jobs.remember(self._db, deleted_job_ids)
             deleted = (
                 self._delete_where(
                     f"job_id IN ({','.join('?' * len(deleted_job_ids))})", deleted_job_ids
@@ -484,7 +487,14 @@ class JobStore:
         """The stored job and its result record, if the store has the job."""
         return await self._run(self._get, job_id)
 
+    async def deleted_place(self, job_id: str) -> tuple[str, float] | None:
+        """The tenant and acceptance time of a job DeleteJob deleted, until its retention
+        would have ended; None for any other id."""
+        return await self._run(self._with_db, deleted_jobs.place_of, job_id)
+
     def _purge(self, finished_before: float) -> list[PurgedJob]:
+        assert self._db is not None
+        deleted_jobs.sweep(self._db, finished_before)
         return self._delete_where("finished_at IS NOT NULL AND finished_at < ?", (finished_before,))
 
     def _delete_where(self, condition: str, args: Sequence[Any]) -> list[PurgedJob]:
@@ -512,7 +522,8 @@ class JobStore:
         return purged
 
     async def purge(self, finished_before: float) -> list[PurgedJob]:
-        """Delete jobs that ended before the cut-off; returns them."""
+        """Delete jobs that ended before the cut-off, and what is kept of jobs deleted before
+        their retention (deleted_jobs.py) whose retention would have ended; returns the jobs."""
         return await self._run(self._purge, finished_before)
 
     def _result_bytes_by_tenant(self) -> dict[str, int]:

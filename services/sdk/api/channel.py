@@ -61,8 +61,15 @@ def service_config() -> str:
                 "retryPolicy": _retry_policy([StatusCode.RESOURCE_EXHAUSTED]),
             },
         ],
-        # Stop retrying when most calls fail: a gateway that is down should not get 5x load.
-        "retryThrottling": {"maxTokens": 10, "tokenRatio": 0.1},
+        # No "retryThrottling": gRPC takes a token for every retryable failure, an over-limit
+        # answer with its pushback included, and stops all retries of the channel once half
+        # are gone (5 of 10), earning one back per 10 successes. A caller reading at its
+        # tenant's read rate is refused about as often as it succeeds, so throttling would
+        # switch off the very retry that paces it, and its calls would fail at once with a
+        # wait nothing honoured. Each call stays bounded without it: at most maxAttempts
+        # tries within its deadline (timeout_s); an over-limit retry waits as long as the
+        # gateway asks, and an UNAVAILABLE one backs off exponentially with jitter (a gateway
+        # that is down fails the tries at the connection, sending nothing).
     }
     return json.dumps(config)
 

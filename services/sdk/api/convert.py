@@ -13,7 +13,7 @@ from mediamesh.common.errors import PUSHBACK_KEY, RETRY_AFTER_KEY, StatusCode
 from mediamesh.common.generated.v1 import common_pb2, gateway_pb2
 from mediamesh.sdk.errors import GatewayError
 from mediamesh.sdk.events import Error, Event, Notice, Progress, Queued, Result
-from mediamesh.sdk.options import GenerateParams
+from mediamesh.sdk.options import GenerateParams, webhook_fields
 from mediamesh.sdk.types import (
     Chunk,
     DeletedJob,
@@ -51,13 +51,11 @@ def generate_request(params: GenerateParams) -> common_pb2.GenerateRequest:
 
 
 def webhook_message(webhook: object) -> common_pb2.Webhook:
-    """The `webhook` option, {"url": ..., "events": [...]}, as its message."""
-    if not isinstance(webhook, dict) or not isinstance(webhook.get("url"), str):
-        raise TypeError('webhook: give {"url": "https://...", "events": ["completed", ...]}')
-    events = webhook.get("events") or []
-    if isinstance(events, str) or not all(isinstance(e, str) for e in events):
-        raise TypeError("webhook.events: give a list of event names")
-    return common_pb2.Webhook(url=webhook["url"], events=list(events))
+    """The `webhook` option, {"url": ..., "events": [...]}, as its message; a key the message
+    has no field for raises ValueError, a value of the wrong type TypeError, each naming it
+    (options.webhook_fields)."""
+    url, events = webhook_fields(webhook)
+    return common_pb2.Webhook(url=url, events=list(events))
 
 
 def state(value: int) -> JobState:

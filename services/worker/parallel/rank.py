@@ -16,8 +16,10 @@ from diffusers import DiffusionPipeline
 from torch.distributed.device_mesh import init_device_mesh
 
 from mediamesh.common.registry import ModelSpec
+from mediamesh.common.telemetry import configure_logging
 from mediamesh.worker.core import call_hooks
 from mediamesh.worker.models.host import host_class, load_pipeline
+from mediamesh.worker.models.library_logs import route_library_logs
 from mediamesh.worker.parallel.context_parallel import enable_context_parallel
 from mediamesh.worker.parallel.flux_tp import shard_flux_transformer
 from mediamesh.worker.parallel.sync import SyncedControl
@@ -86,8 +88,13 @@ def helper_main(
     replies: Any,
     timeout_s: float,
     test_hooks: dict[call_hooks.HookKey, call_hooks.BeforeCall],
+    logging_setup: tuple[str, str, str] | None = None,
 ) -> None:
-    """Entry point of ranks 1..size-1 (a spawned process)."""
+    """Entry point of ranks 1..size-1 (a spawned process); `logging_setup`: rank 0's
+    (`inherited_logging`), so that a helper's lines are in the worker log's format."""
+    if logging_setup is not None:
+        configure_logging(*logging_setup)
+        route_library_logs()
     call_hooks.install_all(test_hooks)
     watchdog = threading.Thread(target=_exit_with_parent, args=(os.getppid(),), daemon=True)
     watchdog.start()

@@ -29,6 +29,7 @@ import torch.distributed as dist
 from diffusers import DiffusionPipeline
 
 from mediamesh.common.registry import ModelSpec
+from mediamesh.common.telemetry import inherited_logging
 from mediamesh.common.work import JobFailed, JobParams, WorkerEvent
 from mediamesh.worker.core import call_hooks
 from mediamesh.worker.core.batch import ControlView, DeviceGroupLost, Emit, emitted_together
@@ -232,6 +233,7 @@ def start_rank_group(
                 "replies": replies,
                 "timeout_s": COLLECTIVE_TIMEOUT.total_seconds(),
                 "test_hooks": call_hooks.helper_rank_hooks(),
+                "logging_setup": inherited_logging(f"rank {rank}"),
             },
             daemon=True,
         )

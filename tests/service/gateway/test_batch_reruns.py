@@ -63,7 +63,7 @@ async def test_a_value_no_request_may_carry_rejects_its_line_and_the_others_run(
         "INVALID_ARGUMENT: steps: must be a whole number from 0 to 4294967295, got -3"
     )
     assert rows[3]["error"].startswith("INVALID_ARGUMENT: seed: must be a whole number from 0 to")
-    assert "timeout_ms: must be a whole number from 0 to 4294967295, got -5" in rows[4]["error"]
+    assert "timeout_ms: must be a whole number from 1 to 4294967295, got -5" in rows[4]["error"]
     assert "got 99999999999" in rows[5]["error"]
     assert "line 2: REJECTED INVALID_ARGUMENT steps:" in stderr
     assert len(echo_mesh.core.jobs) == 2  # nothing refused was sent

@@ -27,6 +27,7 @@ class FakeMesh:
         self,
         refuse: Callable[[str, int], GatewayError | None] | None = None,
         delays: dict[str, float] | None = None,
+        result_quota_bytes: int = 0,
     ) -> None:
         self.jobs: dict[str, dict[str, Any]] = {}  # key -> the line's fields
         self.submits: list[str] = []  # every key sent, repeats included
@@ -36,6 +37,11 @@ class FakeMesh:
         self.deleted: list[str] = []  # job ids, in the order delete_job was called
         # prompt -> what delete_job raises for its job, instead of deleting it
         self.delete_refusals: dict[str, GatewayError] = {}
+        self.delete_delays: dict[str, float] = {}  # prompt -> seconds deleting its job takes
+        # As the scheduler: a new key is refused while the results held (job id -> bytes)
+        # reach the quota (0: none); a key it has is answered whatever it holds.
+        self.result_quota_bytes = result_quota_bytes
+        self.held: dict[str, int] = {}
 
     def client(self, *_args: object, **_options: object) -> FakeClient:
         return FakeClient(self)
@@ -68,6 +74,13 @@ class FakeClient:
         attempt = mesh.attempts[prompt] = mesh.attempts.get(prompt, 0) + 1
         if mesh.refuse is not None and (error := mesh.refuse(prompt, attempt)) is not None:
             raise error
+        held = sum(mesh.held.values())
+        if idempotency_key not in mesh.jobs and 0 < mesh.result_quota_bytes <= held:
+            raise GatewayError(
+                "RESOURCE_EXHAUSTED",
+                f"result_quota_bytes: tenant 't' holds {held} bytes of results, at or over its "
+                f"quota of {mesh.result_quota_bytes}",
+            )
         mesh.jobs.setdefault(idempotency_key, {"prompt": prompt, **fields})
         return JobHandle(job_id=f"job-{idempotency_key}", state=JobState.QUEUED)
 
@@ -75,7 +88,9 @@ class FakeClient:
         prompt = self.mesh.jobs[job_id.removeprefix("job-")]["prompt"]
         if (refusal := self.mesh.delete_refusals.get(prompt)) is not None:
             raise refusal
+        await asyncio.sleep(self.mesh.delete_delays.get(prompt, 0))
         self.mesh.deleted.append(job_id)
+        self.mesh.held.pop(job_id, None)
 
     async def watch(self, job_id: str) -> AsyncIterator[Result | Error]:
         fields = self.mesh.jobs[job_id.removeprefix("job-")]
@@ -85,6 +100,8 @@ class FakeClient:
             return
         mime_type = MIME_TYPES[fields.get("output_format") or "png"]
         data = json.dumps(fields, sort_keys=True).encode()
+        if job_id not in self.mesh.deleted:
+            self.mesh.held[job_id] = len(data)
         yield Result(
             job_id=job_id, state=JobState.SUCCEEDED, data=data, mime_type=mime_type, seed=1
         )

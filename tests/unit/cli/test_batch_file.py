@@ -62,7 +62,7 @@ def test_decoding_and_json_errors_name_line_and_column(tmp_path, data, message):
             "steps: must be a whole number from 0 to 4294967295, got 99999999999",
         ),
         ({"seed": -1}, "seed: must be a whole number from 0 to"),
-        ({"timeout_ms": -5}, "timeout_ms: must be a whole number from 0 to 4294967295, got -5"),
+        ({"timeout_ms": -5}, "timeout_ms: must be a whole number from 1 to 4294967295, got -5"),
         ({"guidance_scale": 1e39}, "guidance_scale: must be a number from"),
         ({"steps": 4, "seed": 7}, ""),
     ],

@@ -152,3 +152,19 @@ def test_the_variable_in_milliseconds_is_the_installed_exporters_timeout(
     exporter = telemetry._otlp_exporter
     assert isinstance(exporter, trace_exporter.OTLPSpanExporter)
     assert exporter._timeout == 5.0
+
+
+def test_a_span_keeps_every_step_event_of_a_large_batch(
+    tracing_set_up: list[TracerProvider], tmp_path: Path
+) -> None:
+    """A `run batch` span has an event per job and step: OpenTelemetry's default of 128
+    events dropped the first steps of any batch beyond that."""
+    settings = TelemetrySettings(traces="file", trace_file=tmp_path / "spans.jsonl")
+    telemetry.setup_tracing(settings, "events-test")
+    (provider,) = tracing_set_up
+    span = provider.get_tracer("test").start_span("run batch")
+    for step in range(16 * 50):
+        span.add_event("step", {"mediamesh.step": step})
+    span.end()
+    assert len(span.events) == 800  # type: ignore[attr-defined]
+    assert span.events[0].attributes == {"mediamesh.step": 0}  # type: ignore[attr-defined]

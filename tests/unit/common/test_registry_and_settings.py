@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from mediamesh.common.errors import InvalidArgument
 from mediamesh.common.params import RequestFields, resolve
 from mediamesh.common.registry import (
     DEFAULT_REGISTRY,
@@ -86,3 +87,13 @@ def test_defaults_apply_and_a_seed_is_chosen():
         load_registry().get("stable-audio-tiny"), RequestFields("stable-audio-tiny", "p")
     )
     assert audio.duration_s == 1.0 and audio.width == 0
+
+
+def test_a_timeout_of_zero_is_refused_rather_than_read_as_none():
+    spec = load_registry().get("flux-tiny")
+    with pytest.raises(InvalidArgument) as refused:
+        resolve(spec, RequestFields(model="flux-tiny", prompt="p", timeout_ms=0))
+    assert str(refused.value) == (
+        "timeout_ms: 0 is out of range; allowed 1..4294967295; leave it unset for no limit"
+    )
+    assert resolve(spec, RequestFields(model="flux-tiny", prompt="p", timeout_ms=1)).steps == 4

@@ -20,13 +20,26 @@ DEPLOY = ROOT / "deploy"
 KEDA_DIR = DEPLOY / "k8s" / "keda"
 DASHBOARD = DEPLOY / "grafana" / "mediamesh-dashboard.json"
 
-# What each dashboard variable stands for when a query runs outside Grafana.
+
+def all_values() -> dict[str, str]:
+    """What Grafana puts in place of each dashboard variable when "All" is selected: its
+    `allValue`, or else the alternation of its listed values, which leaves out any value
+    of the label not listed (a refusal's queue "unknown")."""
+    found = {}
+    for variable in json.loads(DASHBOARD.read_text())["templating"]["list"]:
+        if not variable.get("includeAll"):
+            continue
+        listed = [o["value"] for o in variable.get("options", []) if o["value"] != "$__all"]
+        found[variable["name"]] = variable.get("allValue") or "|".join(listed)
+    return found
+
+
+# What each dashboard variable stands for when a query runs outside Grafana: "All".
 VARIABLE_VALUES: dict[str, str] = {
     "__rate_interval": "1m",
     "__interval": "30s",
     "__range": "1h",
-    "queue": "image|video|audio",
-    "model": ".*",
+    **all_values(),
 }
 
 _VARIABLE = re.compile(r"\$\{(\w+)(?::\w+)?\}|\[\[(\w+)\]\]|\$(\w+)")

@@ -63,6 +63,15 @@ def test_variables_used_are_defined(dash):
             assert panel["repeat"] in defined
 
 
+def test_all_matches_label_values_beyond_those_listed(dash):
+    """A refusal of a model not in the registry is counted under queue "unknown", which the
+    Modality variable does not list; "All" must still show it."""
+    for variable in dash["templating"]["list"]:
+        if variable.get("includeAll"):
+            assert variable.get("allValue") == ".*", variable["name"]
+    assert re.fullmatch(VARIABLE_VALUES["queue"], "unknown")
+
+
 def test_required_panels(dash):
     exprs = " ".join(q.expr for q in dashboard_queries())
     for needle in (

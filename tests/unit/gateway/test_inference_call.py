@@ -305,3 +305,13 @@ def test_job_failures_map_to_triton_status_codes(code, expected):
     assert isinstance(error, MeshError) and error.code == expected and "j1" in error.message
     if code == "DEADLINE_EXCEEDED":
         assert error.message.startswith("Request timeout expired")
+
+
+def test_a_missing_input_image_is_asked_for_as_a_tensor_not_an_upload_id():
+    """Upload ids are the native API's; on this protocol an `image_id` input is unknown."""
+    img2img = load_registry().get("flux-img2img-tiny")
+    with pytest.raises(InvalidArgument) as refused:
+        parse_call(img2img, [prompts("a")], {}, [])
+    message = str(refused.value)
+    assert message.startswith("image: required by model 'flux-img2img-tiny'"), message
+    assert "send it as the 'image' input" in message and "image_id" not in message

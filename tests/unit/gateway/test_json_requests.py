@@ -114,7 +114,14 @@ def test_what_the_parser_still_refuses_names_the_path_first(parser_says: str, me
             '{"url": "https://a.example", "url": "https://b.example"}',
             "webhook.url: given twice in one JSON object; give it once",
         ),
-        ("steps", "four", "steps: 'four' is not a valid value"),
+        ("steps", "four", "steps: 'four' is not a number; a form sends this field as JSON"),
+        # The form of the CLI's --adapter and KServe's parameter is not this field's.
+        (
+            "adapters",
+            "style:0.5",
+            "adapters: 'style:0.5' is not a JSON array of objects with keys name, scale; "
+            "a form sends this field as JSON",
+        ),
     ],
 )
 def test_form_values_the_parser_alone_would_fail_on_are_refused_by_name(

@@ -31,6 +31,8 @@ NOWHERE = "127.0.0.1:9"
         ({"steps": -3}, "steps: must be a whole number from 0 to 4294967295, got -3"),
         ({"width": 2**32}, "width: must be a whole number from 0 to 4294967295, got 4294967296"),
         ({"seed": -1}, "seed: must be a whole number from 0 to 9223372036854775807, got -1"),
+        # 0 is a limit no job meets, not "no limit" (that is leaving it unset).
+        ({"timeout_ms": 0}, "timeout_ms: must be a whole number from 1 to 4294967295, got 0"),
         (
             {"seed": 2**63},
             "seed: must be a whole number from 0 to 9223372036854775807, got 9223372036854775808",

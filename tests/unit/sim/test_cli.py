@@ -74,3 +74,19 @@ def test_without_the_sim_extra_the_plot_fails_first_with_one_line(
         [str(scenario_file(tmp_path)), "--jobs", "50", "--out", str(tmp_path), "--no-plot"]
     )
     assert args.handler(args) == 0
+
+
+def test_an_out_that_cannot_be_a_folder_exits_2_before_the_run(tmp_path: Path, capsys) -> None:
+    taken = tmp_path / "results.yaml"
+    taken.write_text("")
+    args = parse([str(scenario_file(tmp_path)), "--no-plot", "--out", str(taken)])
+    assert args.handler(args) == 2
+    assert capsys.readouterr().err.startswith(f"mediamesh simulate: --out: cannot create {taken}")
+
+
+def test_a_negative_seed_is_refused_naming_the_flag(capsys) -> None:
+    try:
+        parse(["small", "--seed", "-1"])
+    except SystemExit as exit:
+        assert exit.code == 2
+    assert "argument --seed: must be at least 0, not -1" in capsys.readouterr().err
