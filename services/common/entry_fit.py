@@ -3,8 +3,9 @@
 Each check here is a mistake that would otherwise start a mesh that looks ready and then
 fails or quietly misleads every job: a modality the pipeline does not make, a fixed call
 argument the pipeline has no parameter for, a request field listed as accepted that would
-never reach the call, default or largest sizes off the entry's own size multiple, and
-settings for input images on a model that takes none.
+never reach the call, default or largest sizes off the entry's own size multiple,
+settings for input images on a model that takes none, and a parallelism mode the built-in
+Echo would ignore.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ def check_entry_fits(spec: Any, family: frozenset[str] | None) -> None:
         )
     _check_size_multiples(spec)
     _check_image_settings(spec)
+    _check_echo_parallelism(spec)
 
 
 def _check_size_multiples(spec: Any) -> None:
@@ -70,3 +72,15 @@ def _check_image_settings(spec: Any) -> None:
                 f"{field}: {spec.pipeline} takes no input image, so it would never apply; "
                 "leave it unset"
             )
+
+
+def _check_echo_parallelism(spec: Any) -> None:
+    """The built-in Echo is hosted on the worker's device whatever its mode: a parallel
+    mode would be listed by ListModels but never run."""
+    mode = spec.parallelism.mode
+    if spec.pipeline == "Echo" and mode != "data":
+        raise ValueError(
+            f"parallelism.mode: the builtin Echo model runs no torch and has nothing to "
+            f"spread over devices, so {mode} mode would be ignored; use data mode "
+            "(leave parallelism unset)"
+        )

@@ -8,6 +8,7 @@ Each transport maps `StatusCode` once, in its own module: gRPC in
 from __future__ import annotations
 
 import math
+import re
 from enum import StrEnum
 
 
@@ -115,3 +116,19 @@ RETRY_AFTER_KEY = "retry-after-ms"
 # The same wait under gRPC's standard name: a client whose service config retries the status
 # waits this long before its next attempt (gRFC A6), with no code of its own.
 PUSHBACK_KEY = "grpc-retry-pushback-ms"
+
+
+# A field path as the mesh writes one at a message's start: names joined by dots, each with
+# the index of a list item it picks, if any (`steps`, `webhook.url`, `adapters[0].scale`).
+_FIELD_PATH = re.compile(r"\w+(?:\[\d+\])*(?:\.\w+(?:\[\d+\])*)*", re.ASCII)
+
+
+def field_of(message: str) -> str | None:
+    """The request field a mesh error message names, as written there, or None.
+
+    The mesh starts a message about one field with its path (`steps: must be ...`,
+    `adapters[0].scale: ...`, `webhook.events[1]: ...`), which the SDK's GatewayError.field
+    and the HTTP face's OpenAI `param` both read. Anything else before a colon (`failed to
+    connect to all addresses; ...`) is not a field path."""
+    head, sep, _ = message.partition(":")
+    return head if sep and _FIELD_PATH.fullmatch(head) else None

@@ -4,9 +4,10 @@ keep each mode's fields to that mode."""
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -34,8 +35,13 @@ MODE_FIELDS: dict[str, tuple[str, ...]] = {
 # a decimal or binary unit, or a whole number of bytes. Matched here because importing
 # accelerate would import torch.
 _MEMORY_SIZE = re.compile(r"^\s*\d+(\.\d*)?\s*([KMG]i?B)$", re.IGNORECASE)
-# The devices accelerate's `max_memory` names: "cpu", "disk", "mps" and GPUs by index.
+# The devices a model can be placed on: "cpu", "mps" and GPUs by index (torch.device
+# names). accelerate's `max_memory` also takes "disk", where it spills past the caps.
+_DEVICE = re.compile(r"^(cpu|mps|cuda|cuda:\d+)$")
 _MEMORY_DEVICE = re.compile(r"^(cpu|disk|mps|cuda|cuda:\d+)$")
+# The pipelines `worker/parallel/tensor_host.py` can split over a tensor-parallel group; the
+# worker refuses tensor mode for any other at load.
+TENSOR_PARALLEL_PIPELINES = frozenset({"FluxPipeline"})
 
 
 def check_memory_size(field: str, limit: object) -> None:
@@ -57,6 +63,28 @@ def check_memory_device(field: str, device: object) -> None:
         raise ValueError(f"{field}: {device!r} is not a device; use cpu, disk, mps, cuda or cuda:N")
 
 
+def _placeable_device(device: str) -> str:
+    # Checked when the registry loads: torch would refuse the name only in the worker, in
+    # an error naming neither the entry nor the field. pydantic's error names the item.
+    if not _DEVICE.match(device):
+        raise ValueError(f"{device!r} is not a device; use cpu, mps, cuda or cuda:N")
+    return device
+
+
+Device = Annotated[str, AfterValidator(_placeable_device)]
+
+
+def usable_modes(pipeline: str, besides: str) -> str:
+    """The parallelism modes other than `besides` that `pipeline` may use, as a refusal
+    suggests them ("data or pipeline"). Context mode is left out: whether the denoiser has
+    a context-parallel plan is known only once it is loaded."""
+    modes = ["data", "pipeline"]
+    if pipeline in TENSOR_PARALLEL_PIPELINES:
+        modes.append("tensor")
+    modes = [mode for mode in modes if mode != besides]
+    return " or ".join((", ".join(modes[:-1]), modes[-1])) if modes[1:] else modes[0]
+
+
 def check_mode_fields(options: ParallelismSpec) -> None:
     """ValueError naming each field set outside the modes that read it, even to its default
     value: the entry's author meant something by it that this mode will not do. (A dumped
@@ -76,11 +104,13 @@ def check_mode_fields(options: ParallelismSpec) -> None:
 class ParallelismSpec(BaseModel):
     """How the model is spread over devices; each group is one routing unit."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # Strict, like the registry's sections of numbers: a lax model reads `size: true` as a
+    # one-rank group and `size: "2"` as 2, where each is a mistake to name.
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     mode: Literal["data", "pipeline", "tensor", "context"] = "data"
     # Devices the model occupies ("cpu", "cuda:0", ...). Data mode uses the worker's own device.
-    devices: list[str] = Field(default_factory=list)
+    devices: list[Device] = Field(default_factory=list)
     # Pipeline mode: accelerate device_map strategy and per-device memory caps.
     device_map: Literal["balanced", "auto", "sequential"] = "balanced"
     max_memory: dict[str, str | int] = Field(default_factory=dict)

@@ -30,7 +30,7 @@ from mediamesh.common.pipeline_fields import signature_fields
 from mediamesh.common.preview_spec import PreviewSpec
 from mediamesh.common.step_cache import StepCacheSpec
 from mediamesh.common.true_cfg import released_fields
-from mediamesh.common.warmup import WarmupShape
+from mediamesh.common.warmup import WarmupShape, exceeds
 from mediamesh.common.yaml_lines import line_of, read_nodes
 
 Modality = Literal["image", "video", "audio"]
@@ -101,10 +101,11 @@ class OutputSpec(Strict):
     format: OutputFormat | None = None
     # Formats a request may choose; empty allows every format of the model's modality.
     formats: tuple[OutputFormat, ...] = ()
-    # Video frames per second, unless a request sets `fps`.
-    fps: int = Field(8, ge=FPS_RANGE[0], le=FPS_RANGE[1])
+    # Video frames per second, unless a request sets `fps`. Strict per field, as Numbers is
+    # per section (`fps: true` is a mistake, not 1): a strict `formats` would refuse a list.
+    fps: int = Field(8, ge=FPS_RANGE[0], le=FPS_RANGE[1], strict=True)
     # Lossy image quality (jpeg, webp), unless a request sets `output_quality`.
-    quality: int = Field(90, ge=1, le=100)
+    quality: int = Field(90, ge=1, le=100, strict=True)
 
     @property
     def mime_type(self) -> str:
@@ -112,7 +113,7 @@ class OutputSpec(Strict):
         return MIME_TYPES[self.format or "png"]
 
 
-class CostSpec(Strict):
+class CostSpec(Numbers):
     """Prior for the device-seconds a job takes, refined online from measured step times."""
 
     # Seconds of one denoising step for one job at one megapixel-frame.
@@ -486,16 +487,18 @@ class ModelSpec(Strict):
     def _defaults_within_limits(self) -> ModelSpec:
         d, lim = self.defaults, self.limits
         checks = [
-            ("defaults.steps", d.steps, lim.max_steps),
-            ("defaults.width", d.width, lim.max_width),
-            ("defaults.height", d.height, lim.max_height),
-            ("defaults.num_frames", d.num_frames, lim.max_num_frames),
-            ("defaults.duration_s", d.duration_s, lim.max_duration_s),
-            ("defaults.guidance_scale", d.guidance_scale, lim.max_guidance_scale),
+            ("steps", d.steps, lim.max_steps),
+            ("width", d.width, lim.max_width),
+            ("height", d.height, lim.max_height),
+            ("num_frames", d.num_frames, lim.max_num_frames),
+            ("duration_s", d.duration_s, lim.max_duration_s),
+            ("guidance_scale", d.guidance_scale, lim.max_guidance_scale),
         ]
         for field, value, limit in checks:
             if value > limit:
-                raise ValueError(f"{field}={value} exceeds its limit {limit}")
+                raise ValueError(
+                    f"defaults.{field}={value} {exceeds(f'limits.max_{field}', limit)}"
+                )
         if self.modality in ("image", "video") and (d.width == 0 or d.height == 0):
             raise ValueError("defaults.width and defaults.height are required for image and video")
         if self.modality == "video" and d.num_frames == 0:

@@ -566,6 +566,16 @@ class SchedulerSettings(Section):
         """As placement: naming one queue does not leave the other modalities without one."""
         return {**_default_queues(), **value}
 
+    @field_validator("prices_per_device_hour", mode="after")
+    @classmethod
+    def _every_pool_priced(cls, value: dict[Pool, float]) -> dict[Pool, float]:
+        """As queues: pricing one pool keeps the default price of the other, which would
+        otherwise cost nothing in the ledger, the metric and `status`'s on-demand figure."""
+        for pool, price in value.items():
+            if not (math.isfinite(price) and price >= 0):
+                raise ValueError(f"{pool}: {price} is not a price; give 0 or more per hour")
+        return {**_default_prices(), **value}
+
 
 class WorkerSettings(Section):
     worker_id: str = "worker-0"

@@ -14,7 +14,9 @@ from pydantic import BaseModel, ConfigDict, Field
 class WarmupShape(BaseModel):
     """One warm-up call: a batch of `batch` jobs of this size, `steps` steps long."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # Strict, like the registry's sections of numbers: a lax model reads `batch: true` as 1
+    # and `steps: "2"` as 2, where each is a mistake to name.
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     # 0 takes the model's default for that field.
     width: int = Field(0, ge=0)
@@ -32,21 +34,29 @@ WARMUP_WARM = "warm"  # a worker that ran them serves it
 WARMUP_PENDING = "pending"  # shapes are listed but no worker hosts the model now
 
 
+def exceeds(limit_field: str, limit: float) -> str:
+    """The end of a refusal of a value past `limit_field`, which says so when the limit is
+    unset: a 0 limit refuses every value, and only naming the field says which to set."""
+    if limit == 0:
+        return f"exceeds {limit_field}, which is unset (0); set {limit_field}"
+    return f"exceeds {limit_field} ({limit})"
+
+
 def check_warmup(spec: Any) -> None:
     """ValueError naming `warmup[i].field` when a shape is outside the entry's limits."""
     limits = spec.limits
     for index, shape in enumerate(spec.warmup):
         checks = [
-            ("steps", shape.steps, limits.max_steps),
-            ("batch", shape.batch, spec.batching.max_batch),
-            ("width", shape.width, limits.max_width),
-            ("height", shape.height, limits.max_height),
-            ("num_frames", shape.num_frames, limits.max_num_frames),
-            ("duration_s", shape.duration_s, limits.max_duration_s),
+            ("steps", shape.steps, "limits.max_steps", limits.max_steps),
+            ("batch", shape.batch, "batching.max_batch", spec.batching.max_batch),
+            ("width", shape.width, "limits.max_width", limits.max_width),
+            ("height", shape.height, "limits.max_height", limits.max_height),
+            ("num_frames", shape.num_frames, "limits.max_num_frames", limits.max_num_frames),
+            ("duration_s", shape.duration_s, "limits.max_duration_s", limits.max_duration_s),
         ]
-        for field, value, limit in checks:
+        for field, value, limit_field, limit in checks:
             if value > limit:
-                raise ValueError(f"warmup[{index}].{field}: {value} exceeds its limit {limit}")
+                raise ValueError(f"warmup[{index}].{field}: {value} {exceeds(limit_field, limit)}")
         for field in ("width", "height"):
             value = getattr(shape, field)
             if value % limits.size_multiple:

@@ -36,16 +36,17 @@ class WatchEvent:
         return self.kind in ("result", "error")
 
 
-def notice_event(job: Job, kind: str, message: str) -> WatchEvent:
-    """A notice about `job`, naming the run it belongs to (its worker and attempt), whether
-    the scheduler or a worker gave it."""
+def notice_event(job: Job, kind: str, message: str, worker_id: str | None = None) -> WatchEvent:
+    """A notice about `job`, naming the run it belongs to (its worker, or `worker_id` when
+    the job has already left it, and its attempt), whether the scheduler or a worker gave
+    it."""
     return WatchEvent(
         job.job_id,
         job.state,
         "notice",
         notice=kind,
         message=message,
-        worker_id=job.worker_id or "",
+        worker_id=worker_id or job.worker_id or "",
         attempt=job.attempts,
     )
 

@@ -310,7 +310,9 @@ class SchedulerRuntime:
             elif isinstance(effect, CancelOnWorker):
                 self._spawn(self.link.cancel(effect.address, list(effect.job_ids)))
             elif isinstance(effect, Notice):
-                self.hub.publish(notice_event(effect.job, effect.kind, effect.message))
+                self.hub.publish(
+                    notice_event(effect.job, effect.kind, effect.message, effect.worker_id)
+                )
                 if effect.kind == "spot_fallback":
                     metrics.SPOT_FALLBACKS.labels(effect.job.queue).inc()
             elif isinstance(effect, Progressed):

@@ -3,23 +3,7 @@ finish, EventLoopError for an AsyncClient used outside the event loop it belongs
 
 from __future__ import annotations
 
-import re
-
-# A field path as the mesh writes one at a message's start: names joined by dots, each with
-# the index of a list item it picks, if any (`steps`, `webhook.url`, `adapters[0].scale`).
-# The gateway's HTTP face reads OpenAI's `param` with the same pattern (http/errors.py).
-_FIELD_PATH = re.compile(r"\w+(?:\[\d+\])*(?:\.\w+(?:\[\d+\])*)*", re.ASCII)
-
-
-def field_of(message: str) -> str | None:
-    """The request field a mesh error message names, as written there, or None.
-
-    The mesh starts a message about one field with its path (`steps: must be ...`,
-    `adapters[0].scale: ...`, `webhook.events[1]: ...`); the gateway's HTTP face reads it the
-    same way for OpenAI's `param`. Anything else before a colon (`failed to connect to all
-    addresses; ...`) is not a field path."""
-    head, sep, _ = message.partition(":")
-    return head if sep and _FIELD_PATH.fullmatch(head) else None
+from mediamesh.common.errors import field_of as field_of
 
 
 class GatewayError(Exception):

@@ -393,9 +393,10 @@ class WorkerRuntime:
         return running
 
     def cancel(self, job_ids: list[str]) -> list[str]:
+        """Stop `job_ids` for good (the scheduler ended them): their checkpoints go too."""
         found: list[str] = []
         for running in list(self._running.values()):
-            found.extend(running.control.cancel(job_ids))
+            found.extend(running.control.cancel(job_ids, discard_checkpoints=True))
         return found
 
     def lose_devices(self, reason: str) -> None:

@@ -21,7 +21,13 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 from starlette.routing import Match
 
-from mediamesh.common.errors import FailedPrecondition, InvalidArgument, MeshError, StatusCode
+from mediamesh.common.errors import (
+    FailedPrecondition,
+    InvalidArgument,
+    MeshError,
+    StatusCode,
+    field_of,
+)
 from mediamesh.common.http_status import http_status_of
 
 # vLLM-Omni's audio route (omni_audio.py) answers errors in the same shape, as vLLM does.
@@ -43,10 +49,6 @@ UNAVAILABLE_RETRY_AFTER_S = 2
 # The scheme a 401 names (RFC 9110 11.6.1): the key goes in `Authorization: Bearer <key>`.
 BEARER_CHALLENGE = 'Bearer realm="mediamesh"'
 _INDEX = re.compile(r"\[\d+\]$")
-# A field path at a message's start: names joined by dots, each with the index of a list item
-# it picks (`adapters[0].name`, `webhook.events[1]`); the SDK's GatewayError.field reads it
-# with the same pattern (sdk/errors.py), so both name a field alike.
-_FIELD_PATH = re.compile(r"\w+(?:\[\d+\])*(?:\.\w+(?:\[\d+\])*)*", re.ASCII)
 # The methods a 405's Allow may name: those the routes are declared with.
 _METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
 
@@ -94,7 +96,7 @@ def error_response(
                 # OpenAI's two kinds: the request's fault or the server's.
                 "type": "server_error" if status >= 500 else "invalid_request_error",
                 "code": str(error.code),
-                "param": _field_of(error.message),
+                "param": field_of(error.message),
             }
         }
     return JSONResponse(body, status_code=status, headers=_headers(error, status))
@@ -115,13 +117,6 @@ def _headers(error: MeshError, status: int) -> dict[str, str]:
     if status == 401:
         headers["WWW-Authenticate"] = BEARER_CHALLENGE
     return headers
-
-
-def _field_of(message: str) -> str | None:
-    """The field a mesh error message names, as written there (messages start `field: ...`,
-    an item of a list `adapters[0].scale: ...`)."""
-    head, sep, _ = message.partition(":")
-    return head if sep and _FIELD_PATH.fullmatch(head) else None
 
 
 @contextmanager

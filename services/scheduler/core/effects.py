@@ -52,6 +52,9 @@ class Notice(NamedTuple):
     job: Job
     kind: str
     message: str
+    # The worker the notice is about when the job has left it by the time the notice is
+    # published (a requeue clears the job's worker); None: the job's own.
+    worker_id: str | None = None
 
 
 class Progressed(NamedTuple):

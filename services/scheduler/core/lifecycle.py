@@ -216,7 +216,7 @@ class JobLifecycle:
     def _requeue_front(self, job: Job, kind: str, message: str) -> None:
         job.at_front = True
         job.enqueued_at = self._clock()
-        self._outbox.emit(Notice(job, kind, message))
+        self._outbox.emit(Notice(job, kind, message, worker_id=job.worker_id))
         # Recorded while the job still names the worker and batch it leaves: its log line
         # says where it was lost, not where it goes next.
         self._outbox.transition(job, JobState.QUEUED, message)

@@ -25,7 +25,7 @@ from mediamesh.scheduler.core.job_table import JobTable
 from mediamesh.scheduler.core.jobs import Job, JobState, Priority
 from mediamesh.scheduler.core.policy import PausePolicy, QueuePolicy
 from mediamesh.scheduler.core.queues import ModelQueue
-from mediamesh.scheduler.core.units import Unit
+from mediamesh.scheduler.core.units import Placement, Unit
 
 # Forms the urgent batch on `unit` from `queue`, only of classes above `above`, pausing the
 # named batch; None when no such batch can go now (e.g. a static batch is not yet full).
@@ -43,8 +43,10 @@ class Pauser:
         table: JobTable,
         backlog: Backlog,
         inflight: InFlight,
+        placements: Mapping[Priority, Placement],
     ) -> None:
         self._specs = specs
+        self._placements = placements
         self._policy = policy
         self._queues = queues
         self._table = table
@@ -78,9 +80,10 @@ class Pauser:
             if best is None or best[1].priority is Priority.BATCH:
                 continue  # nothing runs at a lower class than the lowest
             urgent = best[1]
-            if not self._would_miss(model, self._slack_s(urgent, now)):
+            if not self._would_miss(urgent, self._slack_s(urgent, now), now):
                 continue
-            victim = self._victim(self._inflight.serving(model), urgent)
+            usable = [u for u in self._inflight.serving(model) if self._may_use(urgent, u)]
+            victim = self._victim(usable, urgent)
             if victim is None:
                 continue
             unit, batch = victim
@@ -141,20 +144,35 @@ class Pauser:
             return float("inf")
         return queue.sla_for(job.priority) - (now - job.created_at) - job.cost_s
 
-    def _would_miss(self, model: str, slack_s: float) -> bool:
-        """Whether no unit serving `model` could start a new batch within `slack_s`, per the
-        cost model (False when none serves it). Stops at the first that could: under load
-        that is usually one of the first, so a pass does not walk every unit."""
+    def _may_use(self, job: Job, unit: Unit) -> bool:
+        """Whether the placement of `job`'s class lets it run on `unit`'s pool at all."""
+        placement = self._placements[job.priority]
+        return unit.pool == placement.prefer or unit.pool in placement.allow
+
+    def _would_miss(self, urgent: Job, slack_s: float, now: float) -> bool:
+        """Whether no unit `urgent` may use could start a new batch of its model within
+        `slack_s`, per the cost model (False when none serves it). Only units of the pools its
+        class may use count: an idle spot worker is no help to a class kept off spot.
+        Stops at the first that could: under load that is usually one of the first, so a
+        pass does not walk every unit."""
+        placement = self._placements[urgent.priority]
         serving = False
         for unit in self._inflight.units.values():
-            if unit.draining or model not in unit.info.models:
+            if unit.draining or urgent.model not in unit.info.models:
+                continue
+            if not self._may_use(urgent, unit):
                 continue
             serving = True
-            if unit.free_slots > 0:
+            # Off its preferred pool a job waits out its fallback first.
+            fallback_s = 0.0
+            if unit.pool != placement.prefer:
+                fallback_s = max(urgent.enqueued_at + placement.fallback_after_s - now, 0.0)
+            if unit.free_slots > 0 and fallback_s <= slack_s:
                 return False
             # A unit takes new work once every batch on it has ended (a batch given ahead
             # runs after the one it waits on), and they run one at a time.
-            if sum(self._remaining_s(b) for b in self._open_batches(unit)) <= slack_s:
+            busy_s = sum(self._remaining_s(b) for b in self._open_batches(unit))
+            if max(busy_s, fallback_s) <= slack_s:
                 return False
         return serving
 

@@ -109,7 +109,9 @@ class SchedulerCore:
             inflight,
             outbox,
         )
-        pauser = Pauser(self.specs, policy.pausing, policy.queues, table, backlog, inflight)
+        pauser = Pauser(
+            self.specs, policy.pausing, policy.queues, table, backlog, inflight, policy.placements
+        )
         dispatcher.pauser = self._pauser = pauser
         dispatcher.residency = self.residency
         dispatcher.window_when_idle = policy.dispatching.window_when_idle

@@ -1,4 +1,5 @@
-"""The worker's Attach session with the scheduler: register, then heartbeat; reconnect."""
+"""The worker's Attach session with the scheduler: register, then heartbeat; reconnect
+until the worker drains."""
 
 from __future__ import annotations
 
@@ -40,7 +41,8 @@ class _Reported(NamedTuple):
 
 class SchedulerSession:
     """Keeps the worker attached to the scheduler: registers, heartbeats, and reconnects with
-    backoff whenever the stream fails.
+    backoff whenever the stream fails, unless the worker drains (to leave, or its devices
+    are gone): then a session that ends is not opened again.
 
     `registered` is set while the scheduler has accepted the current registration.
     """
@@ -114,7 +116,11 @@ class SchedulerSession:
 
     async def _run_forever(self) -> None:
         backoff = FIRST_ATTACH_BACKOFF_S
-        while not self._stopping:
+        # A draining worker never attaches again: a registration says nothing of draining,
+        # so the scheduler would route to it until its first heartbeat, and a job it took
+        # then would be lost a second time when the worker leaves (two of its max_attempts
+        # for one lost worker). Its jobs wait for another worker instead.
+        while not self._stopping and not self.runtime.draining:
             channel = internal_channel(self.address, self.credentials)
             try:
                 await self._attach(scheduler_pb2_grpc.SchedulerStub(channel))
@@ -137,6 +143,10 @@ class SchedulerSession:
                 await channel.close()
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, MAX_ATTACH_BACKOFF_S)
+        if not self._stopping:
+            log.info(
+                "left the scheduler at %s: a draining worker does not attach again", self.address
+            )
 
     def _log_failed_attach(self, exc: grpc.aio.AioRpcError) -> None:
         # Retrying goes on regardless: the operator may fix the secret, the scheduler restart.

@@ -54,6 +54,8 @@ class BatchControl:
         self._lock = threading.Lock()
         self._job_ids = list(job_ids)
         self._cancelled: set[str] = set()
+        # Those of the cancelled jobs that end for good (see `cancel`).
+        self._ended: set[str] = set()
         self._preempt = False
         self._pause = False
         # The worker's device gate and this batch's place in it, for pausing (see gate.py).
@@ -110,12 +112,26 @@ class BatchControl:
         on_resume()
         return True
 
-    def cancel(self, job_ids: list[str]) -> list[str]:
-        """Marks those of `job_ids` that are in this batch cancelled; returns them."""
+    def cancel(self, job_ids: list[str], *, discard_checkpoints: bool = False) -> list[str]:
+        """Marks those of `job_ids` that are in this batch cancelled: they stop at the next
+        step boundary. Returns them.
+
+        By default the jobs only stop here (the batch's stream to the scheduler broke, the
+        worker stops): the scheduler puts them back in line and they resume from their
+        latest checkpoint, so it stays on disk. `discard_checkpoints` is for jobs that end
+        for good (the scheduler's Cancel: cancelled by request or past their deadline),
+        whose checkpoints no attempt will read again."""
         with self._lock:
             found = [j for j in job_ids if j in self._job_ids]
             self._cancelled.update(found)
+            if discard_checkpoints:
+                self._ended.update(found)
             return found
+
+    def discards_checkpoints(self, job_id: str) -> bool:
+        """Whether `job_id` was cancelled for good (`cancel`'s `discard_checkpoints`)."""
+        with self._lock:
+            return job_id in self._ended
 
     def preempt(self) -> None:
         """Asks the batch to checkpoint and stop at its next step boundary."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -68,9 +69,15 @@ def write_checkpoint(path: Path, checkpoint: Checkpoint) -> None:
         "generator_state": checkpoint.generator_state,
         "remaining_timesteps": checkpoint.remaining_timesteps.detach().cpu(),
     }
-    # Write then rename so a crash mid-write never leaves a truncated file behind the name.
+    # Write then rename so a crash mid-write never leaves a truncated file behind the name;
+    # flushed to the disk before the rename, or a host lost soon after could come back with
+    # the name pointing at a file cut short. The newest checkpoint is the one a job resumes
+    # from after its worker's link or its host is lost, so it must be whole.
     partial = path.with_suffix(PARTIAL_SUFFIX)
-    torch.save(payload, partial)
+    with partial.open("wb") as file:
+        torch.save(payload, file)
+        file.flush()
+        os.fsync(file.fileno())
     partial.replace(path)
 
 

@@ -136,7 +136,8 @@ class StepTracker:
         for index, job in enumerate(self.jobs):
             if self.live[index] and self.control.is_cancelled(job.job_id):
                 self.live[index] = False
-                self.discard_periodic(job.job_id)
+                if self._ends_for_good(job.job_id):
+                    self.discard_periodic(job.job_id)
                 self.terminals.send(
                     job.job_id,
                     JobFailed(job.job_id, StatusCode.CANCELLED, f"cancelled at step {step}"),
@@ -156,6 +157,15 @@ class StepTracker:
             self._preempt(step, latents)
         self._periodic(step, latents)
         self._maybe_pause(step, latents)
+
+    def _ends_for_good(self, job_id: str) -> bool:
+        """Whether a cancelled job will never resume (BatchControl.cancel). Otherwise its
+        batch lost its caller (a scheduler restart broke the stream) or the worker stops:
+        the scheduler runs the job again from the checkpoint it last heard of, so deleting
+        its checkpoints here had it start over at step 0. A control that cannot tell (a
+        tensor-parallel rank's copy) keeps them; the scheduler deletes an ended job's files."""
+        discards = getattr(self.control, "discards_checkpoints", None)
+        return discards is not None and bool(discards(job_id))
 
     def _maybe_pause(self, step: int, latents: torch.Tensor) -> None:
         """Give the device to urgent work if asked to (BatchControl.pause_here). A tensor
@@ -261,7 +271,8 @@ class StepTracker:
             self._keep(index, checkpoint.step, path)
 
     def discard_periodic(self, job_id: str) -> None:
-        """A finished or cancelled job will never resume: its periodic checkpoint is garbage."""
+        """A finished job, or one cancelled for good, will never resume: its periodic and
+        pause checkpoints are garbage."""
         for kept in (self.periodic, self.superseded):
             path = kept.pop(job_id, None)
             if path is not None and self.persist:

@@ -24,7 +24,7 @@ from diffusers.models._modeling_parallel import ParallelConfig
 from diffusers.utils.constants import DIFFUSERS_ATTN_BACKEND
 from torch.distributed.device_mesh import init_device_mesh
 
-from mediamesh.common.parallelism_spec import ParallelismSpec
+from mediamesh.common.parallelism_spec import ParallelismSpec, usable_modes
 from mediamesh.common.registry import ModelSpec
 from mediamesh.worker.models.memory import ModelLoadError
 
@@ -50,7 +50,7 @@ def check_context_support(spec: ModelSpec, pipeline: DiffusionPipeline, device: 
         raise ModelLoadError(
             f"model {spec.name!r} field parallelism.mode: context parallelism needs a "
             f"transformer with a diffusers context-parallel plan, and {denoiser} has none; "
-            "use parallelism mode data, pipeline or tensor"
+            f"use parallelism mode {usable_modes(spec.pipeline, 'context')}"
         )
     if options.ring > 1 and not device.startswith("cuda"):
         raise ModelLoadError(

@@ -36,7 +36,7 @@ def with_change(name: str, path: list[str], value: object) -> dict:
     [
         ("flux-tiny", ["modality"], "hologram", "model 'flux-tiny' field modality"),
         ("wan-tiny", ["batching", "max_batch"], 0, "model 'wan-tiny' field batching.max_batch"),
-        ("flux-tiny", ["defaults", "steps"], 99, "defaults.steps=99 exceeds its limit 50"),
+        ("flux-tiny", ["defaults", "steps"], 99, "defaults.steps=99 exceeds limits.max_steps (50)"),
         ("flux-tiny", ["parallelism", "mode"], "magic", "field parallelism.mode"),
         ("echo", ["quantization"], "int4", "model 'echo' field quantization"),
         ("flux-tiny", ["colour"], "red", "model 'flux-tiny' field colour"),
@@ -76,6 +76,14 @@ def test_partial_placement_keeps_defaults_for_other_classes():
     config = load_mesh_config(None, {"scheduler.placement": {"BATCH": {"prefer": "on-demand"}}})
     assert set(config.scheduler.placement) == {"REALTIME", "STANDARD", "BATCH"}
     assert config.scheduler.placement["BATCH"].prefer == "on-demand"
+
+
+def test_pricing_one_pool_keeps_the_other_pools_default_price():
+    config = load_mesh_config(None, {"scheduler.prices_per_device_hour": {"spot": 1.2}})
+    assert config.scheduler.prices_per_device_hour == {"on-demand": 4.0, "spot": 1.2}
+    with pytest.raises(ConfigError) as refused:
+        load_mesh_config(None, {"scheduler.prices_per_device_hour": {"spot": -1}})
+    assert "spot: -1.0 is not a price" in str(refused.value)
 
 
 def test_defaults_apply_and_a_seed_is_chosen():

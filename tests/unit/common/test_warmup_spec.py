@@ -31,8 +31,8 @@ def test_shapes_parse_with_defaults() -> None:
 @pytest.mark.parametrize(
     ("shape", "message"),
     [
-        ({"width": 256}, r"warmup\[0\].width: 256 exceeds its limit 128"),
-        ({"batch": 8}, r"warmup\[0\].batch: 8 exceeds its limit 4"),
+        ({"width": 256}, r"warmup\[0\].width: 256 exceeds limits.max_width \(128\)"),
+        ({"batch": 8}, r"warmup\[0\].batch: 8 exceeds batching.max_batch \(4\)"),
         ({"height": 40}, r"warmup\[0\].height: 40 is not a multiple"),
         ({"steps": 0}, "warmup.0.steps: Input"),
     ],

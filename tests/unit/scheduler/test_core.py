@@ -536,6 +536,8 @@ def test_a_job_handed_back_unstarted_is_no_preemption_and_keeps_its_step():
     assert [(n.kind, n.message) for n in notices] == [
         ("requeued", "handed back before it ran: its worker drains")
     ]
+    # The worker it left, though the job names none any more when the notice goes out.
+    assert [n.worker_id for n in notices] == ["spot0"] and job.worker_id is None
     # And one that never had a checkpoint comes back with none.
     fresh = submit(core, priority=Priority.BATCH, steps=8)
     clock.advance(1)

@@ -290,3 +290,36 @@ def test_a_paused_job_that_leaves_its_batch_is_no_longer_paused():
     # A late notice of the batch the job left does not mark it either.
     core.job_paused(bulk[0].job_id, paused.batch_id)
     assert not core.is_paused(bulk[0])
+
+
+def test_an_idle_worker_of_a_pool_the_urgent_class_may_not_use_does_not_stop_the_pause():
+    """REALTIME stays on on-demand: a free spot worker is no help to it, so the BATCH batch
+    on the on-demand worker is paused as if the spot one were not there."""
+    clock = FakeClock()
+    on_demand = Placement("on-demand", frozenset({"on-demand"}), 0.0)
+    placements = dict.fromkeys(Priority, on_demand)
+    core = make_any_core(clock, placements=placements)
+    paused, _ = running_bulk(core, clock)
+    core.register_worker(worker("spot-0", pool="spot"))
+    urgent = submit(core, priority=Priority.REALTIME)
+    [dispatch] = core.schedule()
+    assert dispatch.pauses == paused.batch_id
+    assert dispatch.worker_id == "w0" and dispatch.jobs == (urgent,)
+
+
+def test_a_batch_on_a_pool_the_urgent_class_may_not_use_is_not_paused_for_it():
+    """The victim is chosen among the urgent class's pools only: a BATCH batch on spot is
+    left alone for a REALTIME job that may not run there."""
+    clock = FakeClock()
+    placements = dict.fromkeys(Priority, Placement("on-demand", frozenset({"on-demand"}), 0.0))
+    placements[Priority.BATCH] = Placement("spot", frozenset({"spot"}), 0.0)
+    core = make_any_core(clock, placements=placements)
+    core.register_worker(worker("spot-0", pool="spot"))
+    bulk = submit(core, priority=Priority.BATCH, steps=LONG_STEPS)
+    clock.advance(1)
+    [running] = core.schedule()
+    core.job_progress(bulk.job_id, running.batch_id, 3, LONG_STEPS)
+    submit(core, priority=Priority.REALTIME)
+    clock.advance(1)
+    assert core.schedule() == []
+    assert core.pauses[Priority.REALTIME] == 0

@@ -100,3 +100,21 @@ def test_a_failing_sink_does_not_escape(tmp_path) -> None:
     terminals = Terminals(broken)
     terminals.send("a", StepDone("a", 1, 1, 0.0))
     assert terminals.has("a")
+
+
+def test_a_job_stopped_without_ending_keeps_its_checkpoints(tmp_path) -> None:
+    """A cancel that only stops the batch (its stream to the scheduler broke, the worker
+    stops) leaves the checkpoints the requeued job resumes from; one for good deletes them."""
+    jobs = [
+        JobParams("kept", GenerationParams("x", steps=9), checkpoint_every_steps=2),
+        JobParams("ended", GenerationParams("y", steps=9), checkpoint_every_steps=2),
+    ]
+    events: list = []
+    tracker = _tracker(tmp_path, jobs, events)
+    for index in range(4):
+        tracker.on_step(index, torch.zeros(2, 4))
+    tracker.control.cancel(["ended"], discard_checkpoints=True)
+    tracker.control.cancel(["kept"])
+    with pytest.raises(BatchCancelled):
+        tracker.on_step(4, torch.zeros(2, 4))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kept-step2.pt", "kept-step4.pt"]
