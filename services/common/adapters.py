@@ -36,7 +36,7 @@ class AdapterSpec(BaseModel):
     # The weights file inside `source`; unset lets diffusers find the usual one.
     weight_name: str | None = None
     # The scale of a request that names the adapter without one.
-    default_scale: float = Field(1.0, ge=SCALE_RANGE[0], le=SCALE_RANGE[1])
+    default_scale: float = Field(1.0, ge=SCALE_RANGE[0], le=SCALE_RANGE[1], strict=True)
 
     def resolved_source(self, models_dir: Path) -> str:
         """Expands `{models_dir}` so one registry works wherever the adapters were built."""

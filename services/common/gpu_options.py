@@ -28,8 +28,8 @@ class CompileOptions(_Options):
     # compiles once per block class; full: the whole denoiser.
     mode: Literal["none", "regional", "full"] = "none"
     # Shapes vary between requests; False compiles per shape (warm-up pays for listed ones).
-    dynamic: bool = False
-    fullgraph: bool = False
+    dynamic: bool = Field(False, strict=True)
+    fullgraph: bool = Field(False, strict=True)
     # inductor generates kernels; eager and aot_eager only trace (for checking the wiring).
     backend: Literal["inductor", "eager", "aot_eager"] = "inductor"
 
@@ -37,8 +37,8 @@ class CompileOptions(_Options):
 class VaeOptions(_Options):
     """Decoder memory savers: tiles of a large image, one batch item at a time."""
 
-    tiling: bool = False
-    slicing: bool = False
+    tiling: bool = Field(False, strict=True)
+    slicing: bool = Field(False, strict=True)
 
 
 class GpuOptions(_Options):

@@ -6,7 +6,7 @@ without previews), by ListModels (ModelInfo.previews) and by the worker's previe
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictFloat, model_validator
 
 # Longest side of a preview in pixels; the worker never makes a larger one.
 MAX_PREVIEW_SIDE = 256
@@ -23,13 +23,13 @@ class PreviewSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    enabled: bool = True
+    enabled: bool = Field(True, strict=True)
     # AutoencoderTiny source (a folder, `{models_dir}/...`, or a hub id already cached).
     vae: str | None = Field(None, min_length=1)
     # Per latent channel, its contribution to red, green and blue; empty: the family's own.
-    rgb_factors: tuple[tuple[float, float, float], ...] = ()
+    rgb_factors: tuple[tuple[StrictFloat, StrictFloat, StrictFloat], ...] = ()
     # Added to the projected RGB (in -1..1 units) when `rgb_factors` is set.
-    rgb_bias: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    rgb_bias: tuple[StrictFloat, StrictFloat, StrictFloat] = (0.0, 0.0, 0.0)
 
     @model_validator(mode="after")
     def _one_decoder(self) -> PreviewSpec:

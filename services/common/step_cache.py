@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, model_validator
 
 # Timesteps in diffusers' schedulers run from 1000 (noise) down to 0.
-TimestepRange = tuple[int, int]
+TimestepRange = tuple[StrictInt, StrictInt]
 
 
 class _CacheKind(BaseModel):
@@ -30,7 +30,7 @@ class FirstBlockCache(_CacheKind):
 
     kind: Literal["first-block"]
     # Relative change of the first block's residual below which the rest is skipped.
-    threshold: float = Field(0.05, gt=0)
+    threshold: float = Field(0.05, gt=0, strict=True)
 
 
 class TaylorSeerCache(_CacheKind):
@@ -38,26 +38,26 @@ class TaylorSeerCache(_CacheKind):
 
     kind: Literal["taylorseer"]
     # Full computations are this many steps apart; the steps between are predicted.
-    cache_interval: int = Field(5, ge=1)
+    cache_interval: int = Field(5, ge=1, strict=True)
     # Steps computed fully at the start, to gather the expansion's factors.
-    disable_cache_before_step: int = Field(3, ge=0)
+    disable_cache_before_step: int = Field(3, ge=0, strict=True)
     # Steps from here on are computed fully again (None: never).
-    disable_cache_after_step: int | None = Field(None, ge=0)
-    max_order: int = Field(1, ge=0, le=4)
-    use_lite_mode: bool = False
+    disable_cache_after_step: int | None = Field(None, ge=0, strict=True)
+    max_order: int = Field(1, ge=0, le=4, strict=True)
+    use_lite_mode: bool = Field(False, strict=True)
 
 
 class MagCache(_CacheKind):
     """Skips whole steps while the accumulated magnitude-ratio error stays small."""
 
     kind: Literal["mag"]
-    threshold: float = Field(0.06, gt=0)
-    max_skip_steps: int = Field(3, ge=1)
+    threshold: float = Field(0.06, gt=0, strict=True)
+    max_skip_steps: int = Field(3, ge=1, strict=True)
     # The first fraction of steps is never skipped.
-    retention_ratio: float = Field(0.2, ge=0, le=1)
+    retention_ratio: float = Field(0.2, ge=0, le=1, strict=True)
     # Per-step magnitude ratios of the checkpoint; "flux" takes diffusers' FLUX table.
     # They are stretched to each request's step count.
-    mag_ratios: Literal["flux"] | tuple[float, ...] = "flux"
+    mag_ratios: Literal["flux"] | tuple[StrictFloat, ...] = "flux"
 
     @model_validator(mode="after")
     def _ratios_present(self) -> MagCache:
@@ -70,12 +70,12 @@ class FasterCache(_CacheKind):
     """Reuses attention states between steps and the unconditional branch of CFG."""
 
     kind: Literal["faster"]
-    spatial_attention_block_skip_range: int = Field(2, ge=1)
+    spatial_attention_block_skip_range: int = Field(2, ge=1, strict=True)
     spatial_attention_timestep_skip_range: TimestepRange = (-1, 681)
-    unconditional_batch_skip_range: int = Field(5, ge=1)
+    unconditional_batch_skip_range: int = Field(5, ge=1, strict=True)
     unconditional_batch_timestep_skip_range: TimestepRange = (-1, 641)
-    alpha_low_frequency: float = Field(1.1, gt=0)
-    alpha_high_frequency: float = Field(1.1, gt=0)
+    alpha_low_frequency: float = Field(1.1, gt=0, strict=True)
+    alpha_high_frequency: float = Field(1.1, gt=0, strict=True)
     # Layout of the latents the denoiser takes, used to split frames of the CFG branches.
     tensor_format: Literal["BCFHW", "BFCHW", "BCHW"] = "BCFHW"
 
@@ -94,9 +94,9 @@ class PyramidAttentionBroadcast(_CacheKind):
 
     kind: Literal["pab"]
     # Attention is recomputed every N steps inside its window (None: that kind is not cached).
-    spatial_attention_block_skip_range: int | None = Field(2, ge=1)
-    temporal_attention_block_skip_range: int | None = Field(None, ge=1)
-    cross_attention_block_skip_range: int | None = Field(None, ge=1)
+    spatial_attention_block_skip_range: int | None = Field(2, ge=1, strict=True)
+    temporal_attention_block_skip_range: int | None = Field(None, ge=1, strict=True)
+    cross_attention_block_skip_range: int | None = Field(None, ge=1, strict=True)
     spatial_attention_timestep_skip_range: TimestepRange = (100, 800)
     temporal_attention_timestep_skip_range: TimestepRange = (100, 800)
     cross_attention_timestep_skip_range: TimestepRange = (100, 800)
