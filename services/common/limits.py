@@ -89,7 +89,7 @@ WARMUP_STATE = FieldLimit(16, r"^[a-z]{0,16}$")
 DEVICE_ID = FieldLimit(64)
 CHECKPOINT_REF = FieldLimit(4096)
 # A format name ("png", "webm", ...); the model's list decides which are allowed.
-OUTPUT_FORMAT = FieldLimit(16, r"^[a-z0-9]{0,16}$")
+OUTPUT_FORMAT = FieldLimit(16, r"^[A-Za-z0-9]{0,16}$")
 # An input image sent inline; larger ones go through the Upload rpc (chunks of UPLOAD_CHUNK).
 INPUT_IMAGE = FieldLimit(8 * 1024 * 1024)
 UPLOAD_CHUNK = FieldLimit(4 * 1024 * 1024)

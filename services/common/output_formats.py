@@ -41,6 +41,15 @@ EXTENSIONS: Mapping[str, str] = {
 
 QUALITY_RANGE = (1, 100)
 FPS_RANGE = (1, 60)
+# A GIF frame's delay is whole hundredths of a second, and browsers show a delay of one
+# hundredth (what 51-60 fps needs for some frames) as ten: a 60 fps GIF would play at a
+# third of its speed, unevenly.
+GIF_MAX_FPS = 50
+
+
+def fps_range(output_format: str) -> tuple[int, int]:
+    """The frame rates a video in `output_format` can be played at as asked."""
+    return (FPS_RANGE[0], GIF_MAX_FPS) if output_format == "gif" else FPS_RANGE
 
 
 def extension_for(mime_type: str) -> str:

@@ -19,7 +19,7 @@ from mediamesh.common.errors import InvalidArgument, NotFound
 from mediamesh.common.generation import GenerationParams, Priority
 from mediamesh.common.input_images import check_input_params, denoising_steps, resolve_inputs
 from mediamesh.common.limits import MAX_SEED, MAX_TIMEOUT_MS
-from mediamesh.common.output_formats import FPS_RANGE, LOSSY_IMAGE_FORMATS, QUALITY_RANGE
+from mediamesh.common.output_formats import LOSSY_IMAGE_FORMATS, QUALITY_RANGE, fps_range
 from mediamesh.common.registry import CFG_GUIDANCE_FLOOR, MODEL_FIELDS, ModelSpec, Registry
 from mediamesh.common.shown_numbers import shown
 
@@ -254,7 +254,7 @@ def resolve_output(spec: ModelSpec, fields: RequestFields) -> tuple[str, int, in
         raise InvalidArgument(f"fps: {spec.name} makes {spec.modality}, not video; leave it unset")
     if spec.modality == "video":
         fps = spec.output.fps if fields.fps is None else fields.fps
-        _check_range("fps", fps, *FPS_RANGE)
+        _check_range("fps", fps, *fps_range(output_format), _for_format(output_format))
     return output_format, quality, fps
 
 
@@ -274,7 +274,14 @@ def check_output(spec: ModelSpec, params: GenerationParams) -> None:
     if params.output_quality:
         _check_range("output_quality", params.output_quality, *QUALITY_RANGE)
     if params.fps:
-        _check_range("fps", params.fps, *FPS_RANGE)
+        _check_range("fps", params.fps, *fps_range(output_format), _for_format(output_format))
+
+
+def _for_format(output_format: str) -> str:
+    """Why a format's own frame-rate limit is lower, for the refusal's end."""
+    if output_format != "gif":
+        return ""
+    return " for gif (its delays are hundredths of a second; browsers slow a faster one)"
 
 
 def set_fields(fields: RequestFields) -> list[str]:

@@ -24,7 +24,12 @@ from mediamesh.common.entry_fit import check_entry_fits
 from mediamesh.common.gpu_options import GpuOptions, check_load_options
 from mediamesh.common.input_spec import InputName, check_inputs, pipeline_inputs
 from mediamesh.common.limits import MAX_BATCH, MAX_PROMPT_CHARS, MODEL_NAME_PATTERN
-from mediamesh.common.output_formats import FORMATS_BY_MODALITY, FPS_RANGE, MIME_TYPES
+from mediamesh.common.output_formats import (
+    FORMATS_BY_MODALITY,
+    FPS_RANGE,
+    GIF_MAX_FPS,
+    MIME_TYPES,
+)
 from mediamesh.common.parallelism_spec import ParallelismSpec
 from mediamesh.common.pipeline_fields import signature_fields
 from mediamesh.common.preview_spec import PreviewSpec
@@ -106,6 +111,15 @@ class OutputSpec(Strict):
     fps: int = Field(8, ge=FPS_RANGE[0], le=FPS_RANGE[1], strict=True)
     # Lossy image quality (jpeg, webp), unless a request sets `output_quality`.
     quality: int = Field(90, ge=1, le=100, strict=True)
+
+    @model_validator(mode="after")
+    def _fps_the_default_format_plays(self) -> OutputSpec:
+        if self.format == "gif" and self.fps > GIF_MAX_FPS:
+            raise ValueError(
+                f"output.fps: {self.fps} is past {GIF_MAX_FPS}, the most a gif plays at in a "
+                "browser (its delays are hundredths of a second)"
+            )
+        return self
 
     @property
     def mime_type(self) -> str:

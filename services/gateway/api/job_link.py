@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import time
 from collections.abc import AsyncIterator, Callable, Mapping
 
 import grpc
@@ -43,6 +44,10 @@ _Arrival = common_pb2.GenerateEvent | MeshError
 LinkError = Callable[[grpc.aio.AioRpcError | None], MeshError]
 
 
+# How long jobs skip the link after the scheduler refused it as unknown.
+RETRY_UNSUPPORTED_S = 60.0
+
+
 class JobLink:
     """Exchanges over the current stream to the scheduler; a new stream once it breaks.
 
@@ -59,6 +64,10 @@ class JobLink:
         self._link_error = link_error
         self._stream: _Stream | None = None
         self._ids = itertools.count(1)
+        # When a stream was last refused UNIMPLEMENTED: a scheduler older than JobLink, met
+        # during a rolling upgrade. The gateway then sends each job on a call of its own,
+        # and tries the link again a while later (the scheduler may have been upgraded).
+        self._refused_at: float | None = None
 
     async def follow(
         self,
@@ -107,16 +116,30 @@ class JobLink:
 
     def _current(self) -> _Stream:
         if self._stream is None or self._stream.broken:
-            self._stream = _Stream(self._scheduler, self._link_error)
+            self._stream = _Stream(self._scheduler, self._link_error, self._refused)
             JOB_LINK_STREAMS.inc()
         return self._stream
+
+    def unsupported(self) -> bool:
+        """Whether the scheduler refused the link lately (`RETRY_UNSUPPORTED_S`)."""
+        refused_at = self._refused_at
+        return refused_at is not None and time.monotonic() - refused_at < RETRY_UNSUPPORTED_S
+
+    def _refused(self) -> None:
+        self._refused_at = time.monotonic()
 
 
 class _Stream(StreamClient[scheduler_pb2.JobLinkRequest, _Arrival]):
     """One JobLink call: a job's exchange on it, named by `exchange_id`."""
 
-    def __init__(self, scheduler: scheduler_pb2_grpc.SchedulerStub, link_error: LinkError) -> None:
+    def __init__(
+        self,
+        scheduler: scheduler_pb2_grpc.SchedulerStub,
+        link_error: LinkError,
+        refused: Callable[[], None],
+    ) -> None:
         self._link_error = link_error
+        self._refused = refused
         super().__init__(
             scheduler.JobLink(),
             "JobLink",
@@ -149,6 +172,8 @@ class _Stream(StreamClient[scheduler_pb2.JobLinkRequest, _Arrival]):
             self._send(scheduler_pb2.JobLinkRequest(exchange_id=exchange_id, stop=True))
 
     def _broken_by(self, failure: grpc.aio.AioRpcError | None) -> _Arrival:
+        if failure is not None and failure.code() is grpc.StatusCode.UNIMPLEMENTED:
+            self._refused()  # before the exchanges learn of it: they fall back on it
         return self._link_error(failure)
 
     def _closed(self) -> _Arrival:

@@ -107,11 +107,21 @@ class Upstream:
         by its id."""
         submit = submit_request(request, caller, deadline_ms)
         submit.final_only = final_only
-        if self.link is not None and _suits_link(request, final_only):
+        link = self.link
+        if link is not None and not link.unsupported() and _suits_link(request, final_only):
             trace = dict(caller.trace_metadata or ())
-            async for event in self.link.follow(submit, trace, cancel_when_left):
-                yield self.outbound(event)
-            return
+            followed = False
+            try:
+                async for event in link.follow(submit, trace, cancel_when_left):
+                    followed = True
+                    yield self.outbound(event)
+                return
+            except MeshError:
+                # Refused before the scheduler read the job (it has no JobLink): no job was
+                # made, so the same submission goes on a call of its own.
+                if followed or not link.unsupported():
+                    raise
+                _log_no_link()
         call = self.scheduler.SubmitAndWatch(submit, metadata=caller.trace_metadata or None)
         try:
             async with mesh_errors():
@@ -326,6 +336,13 @@ def mesh_error(exc: grpc.aio.AioRpcError) -> MeshError:
         return MeshError(reworded[1], code=from_grpc(reworded[0]))
     code = from_grpc(exc.code())
     details = exc.details() or ""
+    if code is StatusCode.UNIMPLEMENTED:
+        # Every call the gateway makes is one the scheduler of its own version serves.
+        return MeshError(
+            f"the scheduler does not serve this call ({details or code}): it is older than "
+            "this gateway; upgrade the scheduler first",
+            code=code,
+        )
     if code is StatusCode.RESOURCE_EXHAUSTED and _OVERSIZED in details:
         # The gateway's own channel refused an answer above its message limit: a
         # configuration to fix, not a load to wait out (RESOURCE_EXHAUSTED would be a 429).
@@ -347,6 +364,14 @@ def link_error(exc: grpc.aio.AioRpcError | None) -> MeshError:
 
 # Longest wait for the stream's end after its final event; past it the call is cancelled.
 _END_WAIT_S = 1.0
+
+
+def _log_no_link() -> None:
+    log.warning(
+        "the scheduler answers JobLink UNIMPLEMENTED: it is older than this gateway (a rolling "
+        "upgrade in progress?); jobs go on calls of their own. Upgrade the scheduler first: "
+        "an older one also ignores settings it does not know, such as result_quota_bytes"
+    )
 
 
 def _suits_link(request: common_pb2.GenerateRequest, final_only: bool) -> bool:

@@ -27,6 +27,7 @@ ALLOWED_HEADERS = [
     "Content-Type",
     "Last-Event-ID",
     "Range",
+    "If-Range",
     "If-None-Match",
     "traceparent",
     "tracestate",

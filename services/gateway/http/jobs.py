@@ -254,6 +254,7 @@ async def job_result(
     authorization: Authorization = None,
     range: str | None = Header(None, description="One byte range, e.g. `bytes=0-1023`"),
     if_none_match: str | None = Header(None, description="ETags of a cached copy (304)"),
+    if_range: str | None = Header(None, description="The ETag a Range is for; else all (200)"),
     tenant: str | None = Query(None, description="Signed link: the tenant it opens as"),
     expires: str | None = Query(None, description="Signed link: its Unix expiry"),
     signature: str | None = Query(None, description="Signed link: its HMAC"),
@@ -275,7 +276,7 @@ async def job_result(
         context.result_links.check(job_id, tenant, expires, signature)
         caller = plane.link_reader(tenant)
     head = request.method == "HEAD"
-    return await result_response(plane, job_id, caller, range, head, if_none_match)
+    return await result_response(plane, job_id, caller, range, head, if_none_match, if_range)
 
 
 @router.get("/v1/models", response_model=ModelList, responses=ERRORS, summary="Models")

@@ -314,8 +314,9 @@ async def video_content(
     await _video_job(plane, video_id, caller)
     head = request.method == "HEAD"
     wanted, cached = request.headers.get("range"), request.headers.get("if-none-match")
+    same = request.headers.get("if-range")
     with renamed_fields(VIDEO_ID_NAMES):
-        return await result_response(plane, video_id, caller, wanted, head, cached)
+        return await result_response(plane, video_id, caller, wanted, head, cached, same)
 
 
 @router.delete(

@@ -34,19 +34,23 @@ async def result_response(
     range_header: str | None,
     head: bool = False,
     if_none_match: str | None = None,
+    if_range: str | None = None,
 ) -> Response:
     """The artifact (200), one range of it (206), 416 for a range outside it, or 304 when
     `if_none_match` names its ETag; with `head`, the same status and headers without the
-    body (HEAD), from the first chunk alone.
+    body (HEAD), from the first chunk alone. A range with an `if_range` that is not the
+    artifact's ETag is ignored (RFC 9110 13.1.5): the client's copy is of other bytes, and
+    a part of these spliced onto it would be neither.
 
     Errors before the first byte (no such job, no result yet) raise MeshError, answered as
     JSON by the app's handler.
     """
     wanted = parse_range(range_header)
     start = wanted.first if wanted is not None and wanted.suffix is None else 0
-    if if_none_match is not None:
+    if if_none_match is not None or (wanted is not None and if_range is not None):
         # The ETag comes with the first chunk, and a match answers 304 whatever the range
-        # (RFC 9110 13.2.2): start at 0, where every artifact has a chunk.
+        # (RFC 9110 13.2.2), as a mismatched If-Range answers the whole: start at 0, where
+        # every artifact has a chunk.
         start = 0
     # Download offsets are uint64: a larger one is sent as the largest, past every end.
     chunks = plane.download(job_id, caller, min(start, BEYOND_ANY_BODY - 1))
@@ -68,6 +72,9 @@ async def result_response(
     if if_none_match is not None and _matches(if_none_match, etag):
         await chunks.aclose()
         return Response(status_code=NOT_MODIFIED, headers={"ETag": etag, **_CACHING})
+    if if_range is not None and if_range.strip() != etag:
+        # Strong comparison: a weak tag or a date (no Last-Modified is sent) never matches.
+        wanted = None
     headers["Content-Disposition"] = _disposition(job_id, first.mime_type)
     if wanted is None:
         low, high = 0, total - 1

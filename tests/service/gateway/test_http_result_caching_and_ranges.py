@@ -96,6 +96,20 @@ async def test_a_cached_copy_is_confirmed_with_304_and_the_bytes_are_cached_for_
     assert foreign.status_code == 404
 
 
+async def test_a_range_for_another_copy_answers_the_whole_body(client: httpx.AsyncClient) -> None:
+    """If-Range (RFC 9110 13.1.5): a resuming client whose validator is not this result's
+    ETag gets all of it, not a part to splice onto bytes of something else."""
+    path, whole = await finished_result(client)
+    etag = (await client.head(path, headers=bearer(KEY_A))).headers["etag"]
+    ranged = {**bearer(KEY_A), "Range": "bytes=0-9"}
+    same = await client.get(path, headers={**ranged, "If-Range": etag})
+    assert same.status_code == 206 and same.content == whole[:10]
+    for other in ('"0000"', f"W/{etag}", "Sun, 06 Nov 1994 08:49:37 GMT"):
+        answer = await client.get(path, headers={**ranged, "If-Range": other})
+        assert answer.status_code == 200, (other, answer.status_code)
+        assert answer.content == whole and "content-range" not in answer.headers
+
+
 async def test_a_video_is_named_mp4_and_confirmed_with_304(
     http_mesh: InProcessMesh,  # noqa: F811
     client: httpx.AsyncClient,

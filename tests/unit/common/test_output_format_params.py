@@ -103,3 +103,24 @@ def test_registry_entries_cannot_name_formats_of_another_modality() -> None:
         parse_registry({"models": [_entry(formats=["png", "mp4"])]})
     with pytest.raises(RegistryError, match=r"output\.format: png is not one of output\.formats"):
         parse_registry({"models": [_entry(format="png", formats=["webp"])]})
+
+
+def test_a_gif_past_50_fps_is_refused_naming_why() -> None:
+    """A GIF delay is whole hundredths; browsers show one hundredth as ten, so a 60 fps GIF
+    played at about a third of its speed. Other video formats keep 60."""
+    message = _refusal(spec("wan-tiny"), output_format="gif", fps=60)
+    assert message.startswith("fps: 60 is out of range; allowed 1..50 for gif"), message
+    video = resolve(spec("wan-tiny"), RequestFields("wan-tiny", "a fox", fps=60))
+    assert (video.output_format, video.fps) == ("mp4", 60)
+    with pytest.raises(RegistryError) as refused:
+        parse_registry(
+            {"models": [{**_entry(format="gif", fps=60), "modality": "video", "pipeline": "Echo"}]}
+        )
+    assert "output.fps: 60 is past 50" in str(refused.value)
+
+
+def test_a_format_in_capitals_is_refused_with_the_formats_allowed() -> None:
+    message = _refusal(spec("flux-tiny"), output_format="PNG")
+    assert message == (
+        "output_format: 'PNG' is not available for flux-tiny (image); allowed: png, jpeg, webp"
+    )
