@@ -12,6 +12,7 @@ import asyncio
 from collections.abc import AsyncIterator, Callable
 
 from mediamesh.common.generated.v1 import common_pb2
+from mediamesh.common.registry import BatchingSpec, Registry, load_registry
 from mediamesh.common.work import JobParams, StepDone, WorkerEvent
 from mediamesh.scheduler.batches import WorkerLink
 from mediamesh.scheduler.core.jobs import JobState
@@ -40,6 +41,19 @@ class SlowScheduler(ForwardingLink):
                 yield [event]
 
 
+def pair_registry() -> Registry:
+    """flux-tiny batching exactly two jobs, however long the second takes to arrive: on a
+    loaded machine its default 10 ms window could send the two in batches of their own."""
+    registry = load_registry()
+    batching = BatchingSpec(mode="dynamic", max_batch=2, max_wait_ms=60_000)
+    return Registry(
+        models=[
+            m.model_copy(update={"batching": batching}) if m.name == "flux-tiny" else m
+            for m in registry.models
+        ]
+    )
+
+
 async def until(predicate: Callable[[], bool], timeout: float = 30.0) -> None:
     deadline = asyncio.get_running_loop().time() + timeout
     while not predicate():
@@ -50,7 +64,7 @@ async def until(predicate: Callable[[], bool], timeout: float = 30.0) -> None:
 async def test_drain_waits_for_the_scheduler_to_apply_every_preempted_event(
     tmp_path, models_dir
 ) -> None:
-    mesh = await start_mesh(tmp_path, models_dir, [["flux-tiny"]])
+    mesh = await start_mesh(tmp_path, models_dir, [["flux-tiny"]], registry=pair_registry())
     try:
         runtime = mesh.scheduler.runtime
         slow = runtime.batches.link = SlowScheduler(runtime.batches.link)
