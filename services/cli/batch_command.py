@@ -289,7 +289,12 @@ class BatchRun:
         async for event in self.client.watch(job_id):
             self.unreachable_since = None  # a long job's events are answers too
             if isinstance(event, Result):
-                return Outcome(job_id, "SUCCEEDED", event.data, event.mime_type)
+                data = event.data
+                if not data and event.url:
+                    # A store that signs URLs (S3) sends one for a result above the inline
+                    # limit instead of its bytes; the folder needs the bytes themselves.
+                    data = (await self.client.download(job_id)).data
+                return Outcome(job_id, "SUCCEEDED", data, event.mime_type)
             if isinstance(event, Error):
                 return Outcome(
                     job_id, str(event.state), error_code=event.code, error_message=event.message
@@ -500,7 +505,11 @@ def _run_into_folder(args: argparse.Namespace, lines: list[BatchLine]) -> int:
                 return await run.run(todo, args.concurrency)
 
     try:
-        counts = asyncio.run(main()) if todo else Counts()
+        # Nothing to run may still leave an earlier run's jobs to delete.
+        leftovers = (
+            args.delete_results and history is not None and history.undeleted_jobs(ENDED_STATES)
+        )
+        counts = asyncio.run(main()) if todo or leftovers else Counts()
     except BaseExceptionGroup as group:
         fatal = group.subgroup(FatalBatchError)
         if fatal is None:

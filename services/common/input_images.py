@@ -176,7 +176,12 @@ def decode_image(field: str, data: bytes, max_pixels: int) -> Image.Image:
         raise InvalidArgument(f"{field}: cannot be decoded ({_undecodable(exc, data)})") from None
     image: Image.Image = opened
     if image.mode in _SIXTEEN_BIT_GRAY:
+        transparent = image.info.get("transparency")
         image = _eight_bit_gray(image)
+        if isinstance(transparent, int):
+            # The tRNS gray value marks transparent pixels (an OpenAI edit's mask is read
+            # from them); scaled as the pixels were.
+            image.info["transparency"] = (min(transparent, 65535) + 128) // 257
     if orientation in _TURNS:
         image = image.transpose(_TURNS[orientation])
     return image

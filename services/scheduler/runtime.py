@@ -138,7 +138,12 @@ class SchedulerRuntime:
         self.roster = WorkerRoster(link)
         self.result_usage = ResultUsage()
         self.submissions = Submissions(
-            core, store, self.apply, self.store_health, self.result_usage
+            core,
+            store,
+            self.apply,
+            self.store_health,
+            self.result_usage,
+            ended_outside_memory=lambda: self.ended.dropped_up_to is not None,
         )
         self.removal = JobRemoval(
             core,

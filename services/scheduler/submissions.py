@@ -81,8 +81,13 @@ class Submissions:
         apply: Callable[[list[Effect]], None],
         health: StoreHealth | None = None,
         result_usage: ResultUsage | None = None,
+        ended_outside_memory: Callable[[], bool] = lambda: True,
     ) -> None:
         self._core = core
+        # Whether any ended job is in the store only (EndedJobs.dropped_up_to): until one
+        # is, a refused retry has no earlier job to find there, and the store's one thread
+        # is spared a read per refusal (an overloaded mesh refuses many).
+        self._ended_outside_memory = ended_outside_memory
         # Each tenant's stored result bytes, against the quota its submits carry.
         self._result_usage = result_usage
         # Told of every insert's outcome: a store refusing them turns the health NOT_SERVING.
@@ -111,8 +116,10 @@ class Submissions:
             # The core finds a retry's earlier job only in memory, before any check; one that
             # ended and left memory is in the store, and a retry of it is answered with it
             # whatever a new job would meet now (a full queue, a quota, a short deadline).
-            if new.idempotency_key and (
-                stored := await self._store.by_key(new.tenant, new.idempotency_key)
+            if (
+                new.idempotency_key
+                and self._ended_outside_memory()
+                and (stored := await self._store.by_key(new.tenant, new.idempotency_key))
             ):
                 return _same_request(stored[0], new), True
             raise Refused(
@@ -127,8 +134,10 @@ class Submissions:
         if usage is not None and usage.over_quota(new.tenant, result_quota_bytes):
             self._core.release(outcome.job)
             # A retry of a job that ended and left memory is still answered with it.
-            if new.idempotency_key and (
-                stored := await self._store.by_key(new.tenant, new.idempotency_key)
+            if (
+                new.idempotency_key
+                and self._ended_outside_memory()
+                and (stored := await self._store.by_key(new.tenant, new.idempotency_key))
             ):
                 return _same_request(stored[0], new), True
             raise Refused(

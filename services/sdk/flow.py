@@ -108,7 +108,8 @@ def overload_wait(
     time_left = settings.max_overload_wait_s - waited_s
     if not 0 < hint <= time_left:
         return None
-    spread = min(hint * 2**retries_done, OVERLOAD_SPREAD_MAX_S)
+    # The doubling stops at the cap: 2**retries_done alone overflows a float past 1023.
+    spread = min(hint * 2 ** min(retries_done, 32), OVERLOAD_SPREAD_MAX_S)
     return min(hint + random.uniform(0, spread), time_left)
 
 

@@ -116,10 +116,11 @@ class Upstream:
                     followed = True
                     yield self.outbound(event)
                 return
-            except MeshError:
+            except MeshError as exc:
                 # Refused before the scheduler read the job (it has no JobLink): no job was
-                # made, so the same submission goes on a call of its own.
-                if followed or not link.unsupported():
+                # made, so the same submission goes on a call of its own. Only this
+                # exchange's own refusal says so: another error may follow an admitted job.
+                if followed or exc.code is not StatusCode.UNIMPLEMENTED:
                     raise
                 _log_no_link()
         call = self.scheduler.SubmitAndWatch(submit, metadata=caller.trace_metadata or None)

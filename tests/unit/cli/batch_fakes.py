@@ -14,7 +14,7 @@ import pytest
 
 from mediamesh.cli import batch_command
 from mediamesh.cli.main import main as cli_main
-from mediamesh.sdk import Error, GatewayError, JobHandle, JobState, Result
+from mediamesh.sdk import Artifact, Error, GatewayError, JobHandle, JobState, Result
 
 MIME_TYPES = {"png": "image/png", "jpeg": "image/jpeg", "webp": "image/webp"}
 
@@ -28,6 +28,7 @@ class FakeMesh:
         refuse: Callable[[str, int], GatewayError | None] | None = None,
         delays: dict[str, float] | None = None,
         result_quota_bytes: int = 0,
+        signs_urls: bool = False,
     ) -> None:
         self.jobs: dict[str, dict[str, Any]] = {}  # key -> the line's fields
         self.submits: list[str] = []  # every key sent, repeats included
@@ -42,6 +43,9 @@ class FakeMesh:
         # reach the quota (0: none); a key it has is answered whatever it holds.
         self.result_quota_bytes = result_quota_bytes
         self.held: dict[str, int] = {}
+        # As an S3 store above the inline limit: results come as a URL, their bytes by
+        # download only.
+        self.signs_urls = signs_urls
 
     def client(self, *_args: object, **_options: object) -> FakeClient:
         return FakeClient(self)
@@ -102,9 +106,27 @@ class FakeClient:
         data = json.dumps(fields, sort_keys=True).encode()
         if job_id not in self.mesh.deleted:
             self.mesh.held[job_id] = len(data)
+        if self.mesh.signs_urls:
+            url = f"https://bucket.example/{job_id}?signature=x"
+            yield Result(
+                job_id=job_id,
+                state=JobState.SUCCEEDED,
+                data=b"",
+                mime_type=mime_type,
+                seed=1,
+                size_bytes=len(data),
+                url=url,
+            )
+            return
         yield Result(
             job_id=job_id, state=JobState.SUCCEEDED, data=data, mime_type=mime_type, seed=1
         )
+
+    async def download(self, job_id: str) -> Artifact:
+        fields = self.mesh.jobs[job_id.removeprefix("job-")]
+        mime_type = MIME_TYPES[fields.get("output_format") or "png"]
+        data = json.dumps(fields, sort_keys=True).encode()
+        return Artifact(job_id=job_id, data=data, mime_type=mime_type, sha256="")
 
 
 def write_lines(path: Path, *lines: dict[str, Any]) -> Path:

@@ -4,6 +4,8 @@ made none."""
 
 from __future__ import annotations
 
+import json
+
 from mediamesh.sdk import GatewayError
 
 from .batch_fakes import FakeMesh, rows, run_batch, write_lines
@@ -51,3 +53,17 @@ def test_a_failed_retry_of_unedited_content_touches_no_file(tmp_path, monkeypatc
     assert sorted(path.name for path in out.glob("*.png")) == ["1.png"]
     assert run_batch(monkeypatch, mesh, prompts, out) == 1  # fails again, under retry1
     assert sorted(path.name for path in out.glob("*.png")) == ["1.png"]
+
+
+def test_a_result_sent_as_a_url_is_downloaded_into_the_folder(tmp_path, monkeypatch):
+    """An S3 store sends a URL instead of the bytes of a result above the inline limit; the
+    folder got an empty file recorded as SUCCEEDED (and --delete-results then deleted the
+    only copy)."""
+    mesh = FakeMesh(signs_urls=True)
+    prompts = write_lines(tmp_path / "prompts.jsonl", {"prompt": "a fox"})
+    out = tmp_path / "out"
+    assert run_batch(monkeypatch, mesh, prompts, out, "--delete-results") == 0
+    (row,) = rows(out)
+    assert row["state"] == "SUCCEEDED"
+    written = (out / row["file"]).read_bytes()
+    assert json.loads(written)["prompt"] == "a fox"

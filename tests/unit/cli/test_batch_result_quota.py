@@ -103,3 +103,17 @@ def test_a_rerun_deletes_the_jobs_of_rows_an_earlier_run_did_not(tmp_path, monke
     mesh.deleted.clear()
     assert run_batch(monkeypatch, mesh, prompts, out, "--delete-results") == 0
     assert mesh.deleted == []
+
+
+def test_a_rerun_with_every_line_done_still_deletes_what_was_left(tmp_path, monkeypatch, capsys):
+    """A folder whose lines are all done, run first without the flag: a re-run with it has
+    nothing to run and must still delete the jobs its rows recorded."""
+    mesh = FakeMesh()
+    prompts, out = many_lines(tmp_path / "prompts.jsonl", 5), tmp_path / "out"
+    assert run_batch(monkeypatch, mesh, prompts, out) == 0
+    recorded = [row["job_id"] for row in rows(out)]
+    assert len(recorded) == 5 and mesh.deleted == []
+    capsys.readouterr()
+    assert run_batch(monkeypatch, mesh, prompts, out, "--delete-results") == 0
+    assert sorted(mesh.deleted) == sorted(recorded)
+    assert "5 already done; 5 deleted" in capsys.readouterr().out

@@ -35,6 +35,14 @@ def test_a_16_bit_gray_png_keeps_its_tones() -> None:
     assert decoded.tobytes() == decode_image("image", encoded(narrow, "PNG"), LIMIT).tobytes()
 
 
+def test_a_16_bit_gray_pngs_transparent_value_stays_transparent() -> None:
+    ramp = np.full((8, 8), 40_000, dtype=np.uint16)
+    ramp[0, 0] = 0
+    decoded = decode_image("mask", encoded(Image.fromarray(ramp), "PNG", transparency=0), LIMIT)
+    with_alpha = decoded.convert("RGBA")
+    assert with_alpha.getpixel((0, 0))[3] == 0 and with_alpha.getpixel((1, 0))[3] == 255
+
+
 @pytest.mark.parametrize("kind", ["JPEG", "WEBP", "PNG"])
 @pytest.mark.parametrize(("orientation", "shown"), [(1, (96, 64)), (3, (96, 64)), (6, (64, 96))])
 def test_an_exif_orientation_is_applied_and_sets_the_size(

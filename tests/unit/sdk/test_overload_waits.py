@@ -80,6 +80,13 @@ def test_waits_stop_where_max_overload_wait_s_would_be_passed() -> None:
     assert overload_wait(refused(0.3), 9, 1.6, settings) == pytest.approx(0.4)  # what is left
 
 
+def test_a_thousand_retries_in_a_long_allowance_still_give_a_wait() -> None:
+    """The random part doubles per retry up to its cap; 2**1100 alone overflows a float."""
+    settings = ClientSettings(retry_on_overload=True, max_overload_wait_s=10_000)
+    wait = overload_wait(refused(0.05), 1100, 300, settings)
+    assert wait is not None and 0.05 <= wait <= 0.55
+
+
 def test_only_an_over_limit_answer_with_a_hint_is_waited_out_and_only_when_asked() -> None:
     assert overload_wait(refused(0.1), 0, 0, ClientSettings()) is None
     assert overload_wait(refused(0), 0, 0, PATIENT) is None  # no wait lifts it
