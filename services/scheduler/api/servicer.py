@@ -411,9 +411,11 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
                         warming=frozenset(m.name for m in reg.models if m.warmup == WARMUP_WARMING),
                     )
                     self.runtime.register_worker(info)
+                    # In the same step as the registration: no scheduling pass runs between
+                    # them, so a draining worker is never routed to.
                     self.runtime.worker_heartbeat(
                         info.worker_id,
-                        False,
+                        reg.draining,
                         convert.hosted_adapters(reg.models),
                         convert.hosted_residency(reg.models),
                     )

@@ -1,5 +1,5 @@
 """The worker's Attach session with the scheduler: register, then heartbeat; reconnect
-until the worker drains."""
+until the worker stops."""
 
 from __future__ import annotations
 
@@ -41,8 +41,9 @@ class _Reported(NamedTuple):
 
 class SchedulerSession:
     """Keeps the worker attached to the scheduler: registers, heartbeats, and reconnects with
-    backoff whenever the stream fails, unless the worker drains (to leave, or its devices
-    are gone): then a session that ends is not opened again.
+    backoff whenever the stream fails. A draining worker (leaving, or its devices gone)
+    registers as draining, so that nothing is routed to it while it can still confirm its
+    last batches (`settle`).
 
     `registered` is set while the scheduler has accepted the current registration.
     """
@@ -116,11 +117,7 @@ class SchedulerSession:
 
     async def _run_forever(self) -> None:
         backoff = FIRST_ATTACH_BACKOFF_S
-        # A draining worker never attaches again: a registration says nothing of draining,
-        # so the scheduler would route to it until its first heartbeat, and a job it took
-        # then would be lost a second time when the worker leaves (two of its max_attempts
-        # for one lost worker). Its jobs wait for another worker instead.
-        while not self._stopping and not self.runtime.draining:
+        while not self._stopping:
             channel = internal_channel(self.address, self.credentials)
             try:
                 await self._attach(scheduler_pb2_grpc.SchedulerStub(channel))
@@ -143,10 +140,15 @@ class SchedulerSession:
                 await channel.close()
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, MAX_ATTACH_BACKOFF_S)
-        if not self._stopping:
-            log.info(
-                "left the scheduler at %s: a draining worker does not attach again", self.address
-            )
+
+    def _registration_now(self) -> scheduler_pb2.WorkerRegistration:
+        """The registration, saying whether the worker drains now: a registration that did
+        not (it had no field for it) drew work to a leaving worker until its first
+        heartbeat, and a job it took then was lost twice for one lost worker."""
+        registration = scheduler_pb2.WorkerRegistration()
+        registration.CopyFrom(self.registration)
+        registration.draining = self.runtime.draining
+        return registration
 
     def _log_failed_attach(self, exc: grpc.aio.AioRpcError) -> None:
         # Retrying goes on regardless: the operator may fix the secret, the scheduler restart.
@@ -182,7 +184,7 @@ class SchedulerSession:
         call = stub.Attach()
         try:
             self._reregister = False
-            await call.write(scheduler_pb2.WorkerMessage(register=self.registration))
+            await call.write(scheduler_pb2.WorkerMessage(register=self._registration_now()))
             reply = await call.read()
             if reply is grpc.aio.EOF or not reply.registered:
                 return
@@ -197,7 +199,7 @@ class SchedulerSession:
                 self.runtime.state_changed.clear()
                 if self._reregister:
                     self._reregister = False
-                    await call.write(scheduler_pb2.WorkerMessage(register=self.registration))
+                    await call.write(scheduler_pb2.WorkerMessage(register=self._registration_now()))
                     reply = await call.read()
                     if reply is grpc.aio.EOF or not reply.registered:
                         return

@@ -1,11 +1,12 @@
-"""A draining worker does not register with the scheduler again.
+"""A draining worker registers with the scheduler as draining, and nothing is routed to it.
 
 Before, a worker whose devices were gone kept its session's reconnect loop: the scheduler
 dropped it for the lost batch, its next heartbeat was refused, and 0.2 s later it registered
-again. A registration says nothing of draining, so the requeued job went straight back to
+again. A registration said nothing of draining, so the requeued job went straight back to
 it (attempt 2) and was lost a second time when the worker left: with max_attempts 2 it
 FAILED for one lost worker. A worker draining to leave (SIGTERM) raced the same way when the
-scheduler dropped its session.
+scheduler dropped its session. It must still register, though: only an attached worker can
+have the scheduler confirm its last batches before it leaves.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -37,17 +39,28 @@ async def until(predicate: Callable[[], bool], timeout: float = 30.0) -> None:
         await asyncio.sleep(0.02)
 
 
-def record_registrations(mesh: InProcessMesh, monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    registered: list[str] = []
+def record_registrations(
+    mesh: InProcessMesh, monkeypatch: pytest.MonkeyPatch
+) -> list[tuple[str, bool]]:
+    """Each registration the scheduler applies, with the draining state it applies with it
+    (the heartbeat its registration handler records in the same step)."""
+    applied: list[tuple[str, bool]] = []
+    registering: list[str] = []
     runtime = mesh.scheduler.runtime
-    register = runtime.register_worker
+    register, beat = runtime.register_worker, runtime.worker_heartbeat
 
-    def recording(info: WorkerInfo) -> None:
-        registered.append(info.worker_id)
+    def recording_register(info: WorkerInfo) -> None:
+        registering.append(info.worker_id)
         register(info)
 
-    monkeypatch.setattr(runtime, "register_worker", recording)
-    return registered
+    def recording_beat(worker_id: str, draining: bool, *rest: Any, **options: Any) -> None:
+        if registering:
+            applied.append((registering.pop(), draining))
+        beat(worker_id, draining, *rest, **options)
+
+    monkeypatch.setattr(runtime, "register_worker", recording_register)
+    monkeypatch.setattr(runtime, "worker_heartbeat", recording_beat)
+    return applied
 
 
 def echo_worker(mesh: InProcessMesh, tmp_path: Path) -> WorkerSettings:
@@ -66,7 +79,7 @@ def group_down(jobs: list[JobParams], control: ControlView, emit: Emit) -> None:
     raise DeviceGroupLost("group of echo is down: rank 1 exited")
 
 
-async def test_a_worker_that_lost_its_devices_never_registers_again(
+async def test_a_worker_that_lost_its_devices_registers_as_draining_and_gets_no_work(
     tmp_path, models_dir, monkeypatch
 ) -> None:
     mesh = await start_mesh(tmp_path, models_dir, [["echo"]], scheduler={"max_attempts": 2})
@@ -81,8 +94,8 @@ async def test_a_worker_that_lost_its_devices_never_registers_again(
         await until(lambda: broken.exit_requested.is_set() and job.worker_losses == 1)
         await asyncio.sleep(REREGISTER_WINDOW_S)
 
-        assert registrations == []
-        assert "w0" not in mesh.core.units
+        assert registrations and all(draining for _, draining in registrations), registrations
+        assert mesh.core.units["w0"].draining
         assert job.state is JobState.QUEUED, (job.state, job.error_message)
         assert (job.attempts, job.worker_losses) == (1, 1)
 
@@ -100,7 +113,7 @@ async def test_a_worker_that_lost_its_devices_never_registers_again(
         await stop_mesh(mesh)
 
 
-async def test_a_worker_draining_to_leave_does_not_register_again_when_dropped(
+async def test_a_worker_draining_to_leave_registers_again_as_draining_when_dropped(
     tmp_path, models_dir, monkeypatch
 ) -> None:
     mesh = await start_mesh(tmp_path, models_dir, [["echo"]])
@@ -113,12 +126,16 @@ async def test_a_worker_draining_to_leave_does_not_register_again_when_dropped(
         # The scheduler drops its session meanwhile (it restarted, or heartbeats were late).
         runtime = mesh.scheduler.runtime
         runtime.worker_gone(mesh.core.units["w0"].info, "heartbeats stopped")
-        await until(lambda: not leaving.session.registered.is_set())
-        await asyncio.sleep(REREGISTER_WINDOW_S)
+        await until(lambda: registrations != [])
+        await until(leaving.session.registered.is_set)
 
-        # Registered again, it would be routed to (a registration is not draining).
-        assert registrations == []
-        assert "w0" not in mesh.core.units
+        # Back, and draining from its registration on: a job waits for another worker.
+        assert registrations == [("w0", True)]
+        assert mesh.core.units["w0"].draining
+        request = common_pb2.GenerateRequest(model="echo", prompt="fox", steps=2, seed=5)
+        job_id = (await mesh.gateway_stub().Submit(request, timeout=10)).job_id
+        await asyncio.sleep(REREGISTER_WINDOW_S)
+        assert mesh.core.jobs[job_id].state is JobState.QUEUED
         await leaving.drain_and_stop(5)
         mesh.workers.remove(leaving)
         assert leaving.exit_code == 0

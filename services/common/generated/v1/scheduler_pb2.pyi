@@ -160,20 +160,22 @@ class ModelAdapters(_message.Message):
     def __init__(self, model: _Optional[str] = ..., adapters: _Optional[_Iterable[_Union[LoadedAdapter, _Mapping]]] = ...) -> None: ...
 
 class WorkerRegistration(_message.Message):
-    __slots__ = ("worker_id", "address", "pool", "devices", "models", "capacity")
+    __slots__ = ("worker_id", "address", "pool", "devices", "models", "capacity", "draining")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     POOL_FIELD_NUMBER: _ClassVar[int]
     DEVICES_FIELD_NUMBER: _ClassVar[int]
     MODELS_FIELD_NUMBER: _ClassVar[int]
     CAPACITY_FIELD_NUMBER: _ClassVar[int]
+    DRAINING_FIELD_NUMBER: _ClassVar[int]
     worker_id: str
     address: str
     pool: str
     devices: _containers.RepeatedCompositeFieldContainer[Device]
     models: _containers.RepeatedCompositeFieldContainer[HostedModel]
     capacity: int
-    def __init__(self, worker_id: _Optional[str] = ..., address: _Optional[str] = ..., pool: _Optional[str] = ..., devices: _Optional[_Iterable[_Union[Device, _Mapping]]] = ..., models: _Optional[_Iterable[_Union[HostedModel, _Mapping]]] = ..., capacity: _Optional[int] = ...) -> None: ...
+    draining: bool
+    def __init__(self, worker_id: _Optional[str] = ..., address: _Optional[str] = ..., pool: _Optional[str] = ..., devices: _Optional[_Iterable[_Union[Device, _Mapping]]] = ..., models: _Optional[_Iterable[_Union[HostedModel, _Mapping]]] = ..., capacity: _Optional[int] = ..., draining: _Optional[bool] = ...) -> None: ...
 
 class WorkerHeartbeat(_message.Message):
     __slots__ = ("draining", "running_batches", "memory_used_bytes", "adapters", "residency")
