@@ -116,12 +116,8 @@ class Submissions:
             # The core finds a retry's earlier job only in memory, before any check; one that
             # ended and left memory is in the store, and a retry of it is answered with it
             # whatever a new job would meet now (a full queue, a quota, a short deadline).
-            if (
-                new.idempotency_key
-                and self._ended_outside_memory()
-                and (stored := await self._store.by_key(new.tenant, new.idempotency_key))
-            ):
-                return _same_request(stored[0], new), True
+            if (stored := await self._ended_under_key(new)) is not None:
+                return stored, True
             raise Refused(
                 outcome.message,
                 code=outcome.code,
@@ -134,12 +130,8 @@ class Submissions:
         if usage is not None and usage.over_quota(new.tenant, result_quota_bytes):
             self._core.release(outcome.job)
             # A retry of a job that ended and left memory is still answered with it.
-            if (
-                new.idempotency_key
-                and self._ended_outside_memory()
-                and (stored := await self._store.by_key(new.tenant, new.idempotency_key))
-            ):
-                return _same_request(stored[0], new), True
+            if (stored := await self._ended_under_key(new)) is not None:
+                return stored, True
             raise Refused(
                 f"result_quota_bytes: tenant {new.tenant!r} holds {usage.held(new.tenant)} "
                 f"bytes of results, at or over its quota of {result_quota_bytes}; delete "
@@ -159,6 +151,15 @@ class Submissions:
         except DuplicateKey:
             return await self._stored_under_key(new), True
         return job, job is not outcome.job
+
+    async def _ended_under_key(self, new: NewJob) -> Job | None:
+        """The ended job, no longer in memory, that `new` retries under its key (refused when
+        `new` asks for another); None when there is none. Read only once some ended job lives
+        in the store alone: until then the store's one thread is spared a read per refusal."""
+        if not new.idempotency_key or not self._ended_outside_memory():
+            return None
+        stored = await self._store.by_key(new.tenant, new.idempotency_key)
+        return None if stored is None else _same_request(stored[0], new)
 
     async def _stored_under_key(self, new: NewJob) -> Job:
         """The ended job the store holds under the new job's key, the scheduler having

@@ -164,7 +164,7 @@ def _embedded_ipv4(ip: ipaddress.IPv6Address) -> list[ipaddress.IPv4Address]:
     if ip.teredo is not None:
         found.append(ip.teredo[1])
     compatible = ip in _IPV4_COMPATIBLE and not (ip.is_loopback or ip.is_unspecified)
-    if ip in _NAT64 or ip in _LOCAL_NAT64 or compatible:
+    if ip in _NAT64 or compatible:
         found.append(ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF))
     return found
 

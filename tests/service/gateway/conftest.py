@@ -11,6 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from mediamesh.common.generated.v1 import common_pb2
 from mediamesh.gateway.core.tenancy import hash_key
 from tests.conftest import ROOT
 from tests.service.conftest import InProcessMesh, start_mesh, stop_mesh
@@ -41,6 +42,29 @@ def keyed(**tenants: dict) -> dict:
 
 def auth(key: str) -> tuple[tuple[str, str], ...]:
     return (("authorization", f"Bearer {key}"),)
+
+
+async def echo_mesh_holding(tmp_path: Path, models_dir: Path, held: int) -> InProcessMesh:
+    """An echo mesh with API keys whose scheduler keeps `held` ended jobs in memory; the
+    older ones are read back from its store."""
+    return await start_mesh(
+        tmp_path,
+        models_dir,
+        [["echo"]],
+        gateway=keyed(),
+        scheduler={**NO_SPOT_WAIT, "ended_jobs_in_memory": held},
+    )
+
+
+async def finished_echo_jobs(mesh: InProcessMesh, api_key: str, count: int) -> list[str]:
+    """The ids of `count` echo jobs run to success one after another as `api_key`."""
+    stub, ids = mesh.gateway_stub(), []
+    for index in range(count):
+        request = common_pb2.GenerateRequest(model="echo", prompt=f"p{index}")
+        events = [e async for e in stub.Generate(request, metadata=auth(api_key))]
+        assert events[-1].state == common_pb2.SUCCEEDED
+        ids.append(events[-1].job_id)
+    return ids
 
 
 @pytest.fixture

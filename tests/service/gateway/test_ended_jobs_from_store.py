@@ -14,20 +14,14 @@ import pytest
 from prometheus_client import REGISTRY
 
 from mediamesh.common.generated.v1 import common_pb2, gateway_pb2
-from tests.service.conftest import InProcessMesh, start_mesh, stop_mesh
-from tests.service.gateway.conftest import KEY_A, KEY_B, NO_SPOT_WAIT, auth, keyed
+from tests.service.conftest import InProcessMesh, stop_mesh
+from tests.service.gateway.conftest import KEY_A, KEY_B, auth, echo_mesh_holding
 
 HELD = 2
 
 
 async def _mesh(tmp_path: Path, models_dir: Path, held: int = HELD) -> InProcessMesh:
-    return await start_mesh(
-        tmp_path,
-        models_dir,
-        [["echo"]],
-        gateway=keyed(),
-        scheduler={**NO_SPOT_WAIT, "ended_jobs_in_memory": held},
-    )
+    return await echo_mesh_holding(tmp_path, models_dir, held)
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from mediamesh.cli.main import main as cli_main
 from mediamesh.common.generated.v1 import common_pb2, gateway_pb2
 from mediamesh.sdk import AsyncClient, Client, JobState
 from tests.service.conftest import InProcessMesh
-from tests.service.gateway.conftest import KEY_A, KEY_B, auth
+from tests.service.gateway.conftest import KEY_A, KEY_B, auth, finished_echo_jobs
 from tests.service.gateway.http_support import (
     base_url,
     bearer,
@@ -26,22 +26,11 @@ from tests.service.gateway.http_support import (
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 
-async def _finished_echo_jobs(mesh: InProcessMesh, key: str, count: int) -> list[str]:
-    stub = mesh.gateway_stub()
-    ids = []
-    for index in range(count):
-        request = common_pb2.GenerateRequest(model="echo", prompt=f"p{index}")
-        events = [event async for event in stub.Generate(request, metadata=auth(key))]
-        assert events[-1].state == common_pb2.SUCCEEDED
-        ids.append(events[-1].job_id)
-    return ids
-
-
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def jobs_of_a(http_mesh: InProcessMesh) -> list[str]:  # noqa: F811
     """Three finished echo jobs of tenant a (oldest first) and one of tenant b."""
-    mine = await _finished_echo_jobs(http_mesh, KEY_A, 3)
-    await _finished_echo_jobs(http_mesh, KEY_B, 1)
+    mine = await finished_echo_jobs(http_mesh, KEY_A, 3)
+    await finished_echo_jobs(http_mesh, KEY_B, 1)
     return mine
 
 

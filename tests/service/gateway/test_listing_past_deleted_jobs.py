@@ -11,29 +11,15 @@ from pathlib import Path
 import grpc
 import pytest
 
-from mediamesh.common.generated.v1 import common_pb2, gateway_pb2
-from tests.service.conftest import InProcessMesh, start_mesh, stop_mesh
-from tests.service.gateway.conftest import KEY_A, KEY_B, NO_SPOT_WAIT, auth, keyed
-
-
-async def _mesh(tmp_path: Path, models_dir: Path, held: int) -> InProcessMesh:
-    return await start_mesh(
-        tmp_path,
-        models_dir,
-        [["echo"]],
-        gateway=keyed(),
-        scheduler={**NO_SPOT_WAIT, "ended_jobs_in_memory": held},
-    )
-
-
-async def _ended_echo_jobs(mesh: InProcessMesh, api_key: str, count: int) -> list[str]:
-    stub, ids = mesh.gateway_stub(), []
-    for index in range(count):
-        request = common_pb2.GenerateRequest(model="echo", prompt=f"p{index}")
-        events = [e async for e in stub.Generate(request, metadata=auth(api_key))]
-        assert events[-1].state == common_pb2.SUCCEEDED
-        ids.append(events[-1].job_id)
-    return ids
+from mediamesh.common.generated.v1 import gateway_pb2
+from tests.service.conftest import InProcessMesh, stop_mesh
+from tests.service.gateway.conftest import (
+    KEY_A,
+    KEY_B,
+    auth,
+    echo_mesh_holding,
+    finished_echo_jobs,
+)
 
 
 async def _until_held(mesh: InProcessMesh, job_ids: list[str], held: int) -> None:
@@ -70,10 +56,10 @@ async def _refusal(mesh: InProcessMesh, api_key: str, after: str) -> str:
 async def test_the_next_page_starts_where_the_deleted_cursor_job_stood(
     tmp_path: Path, models_dir: Path, held: int
 ):
-    mesh = await _mesh(tmp_path, models_dir, held)
+    mesh = await echo_mesh_holding(tmp_path, models_dir, held)
     try:
-        mine = await _ended_echo_jobs(mesh, KEY_A, 6)
-        await _ended_echo_jobs(mesh, KEY_B, 1)
+        mine = await finished_echo_jobs(mesh, KEY_A, 6)
+        await finished_echo_jobs(mesh, KEY_B, 1)
         await _until_held(mesh, mine, held)
 
         newest, _ = await _page(mesh, KEY_A)
@@ -94,7 +80,7 @@ async def test_the_next_page_starts_where_the_deleted_cursor_job_stood(
         await stop_mesh(mesh)
 
     # The place of a deleted job is kept in the store, so it outlives a restart.
-    mesh = await _mesh(tmp_path, models_dir, held)
+    mesh = await echo_mesh_holding(tmp_path, models_dir, held)
     try:
         assert await _page(mesh, KEY_A, after=mine[4]) == ([mine[3], mine[2]], True)
         assert await _page(mesh, KEY_A, mine[1], oldest_first=True) == ([mine[2], mine[3]], True)

@@ -12,24 +12,9 @@ import yaml
 
 from mediamesh.common.parallelism_spec import usable_modes
 from mediamesh.common.registry import RegistryError, load_registry, parse_registry
+from tests.unit.common.registry_entries import IMAGE, refusal
 
-IMAGE: dict[str, Any] = {
-    "name": "mine",
-    "modality": "image",
-    "pipeline": "FluxPipeline",
-    "source": "x",
-    "defaults": {"width": 64, "height": 64},
-    "limits": {"max_width": 64, "max_height": 64},
-}
 ECHO: dict[str, Any] = {**IMAGE, "pipeline": "Echo", "source": "builtin"}
-
-
-def refusal(entry: dict[str, Any], **changes: Any) -> str:
-    with pytest.raises(RegistryError) as caught:
-        parse_registry({"models": [{**entry, **changes}]}, "models.yaml")
-    message = str(caught.value)
-    assert message.startswith("models.yaml: model 'mine' field ") and "\n" not in message
-    return message
 
 
 @pytest.mark.parametrize(
