@@ -123,6 +123,16 @@ _ADDED_COLUMNS = {
     "pauses": "INTEGER NOT NULL DEFAULT 0",
 }
 
+# The store's format, kept in SQLite's `user_version`. Added columns and tables do not change
+# it: a scheduler ignores what it does not know, so an upgrade can be rolled back. A change an
+# older scheduler would misread raises it, so that such a scheduler refuses the file at start
+# instead of rewriting what it cannot read.
+SCHEMA_VERSION = 1
+
+
+class NewerStoreError(sqlite3.DatabaseError):
+    """The store was written in a format newer than this scheduler reads."""
+
 
 class PurgedJob(NamedTuple):
     """A job deleted from the store (its retention ended, or DeleteJob), and its result file
@@ -258,7 +268,11 @@ class JobStore:
         self._path = path
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="job-store")
         self._db: sqlite3.Connection | None = None
-        self._executor.submit(self._open).result()
+        try:
+            self._executor.submit(self._open).result()
+        except BaseException:
+            self._executor.shutdown()
+            raise
         # Listings scan (a filter that matches nothing walks every stored end: 27 ms at 200,000
         # jobs), so they read on a connection and thread of their own. In WAL mode a reader
         # never blocks the writer, and submits and ends do not wait behind a scan; a read
@@ -275,6 +289,14 @@ class JobStore:
     def _open(self) -> None:
         db = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
         db.row_factory = sqlite3.Row
+        found = db.execute("PRAGMA user_version").fetchone()[0]
+        if found > SCHEMA_VERSION:
+            db.close()
+            raise NewerStoreError(
+                f"the store has format {found}, written by a newer mediamesh; this scheduler "
+                f"reads formats up to {SCHEMA_VERSION} (run the newer scheduler, or point "
+                "scheduler.store_path at another file)"
+            )
         db.execute("PRAGMA journal_mode=WAL")
         # NORMAL with WAL survives a process crash (SIGKILL); only power loss can drop the tail.
         db.execute("PRAGMA synchronous=NORMAL")
@@ -290,6 +312,8 @@ class JobStore:
         for column, definition in _ADDED_COLUMNS.items():
             if column not in present:
                 db.execute(f"ALTER TABLE jobs ADD COLUMN {column} {definition}")
+        if found < SCHEMA_VERSION:
+            db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
         self._db = db
 
     def _open_reader(self) -> None:

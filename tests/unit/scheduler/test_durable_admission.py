@@ -9,9 +9,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from mediamesh.common.errors import StartupError
 from mediamesh.scheduler.core.effects import Transition
 from mediamesh.scheduler.core.jobs import Job, JobState
 from mediamesh.scheduler.core.scheduler import Accepted
+from mediamesh.scheduler.main import _open_store
 from mediamesh.scheduler.store import job_store
 from mediamesh.scheduler.store.job_store import JobStore, PurgedJob, job_row
 from mediamesh.scheduler.store.writer import IN_FLIGHT_WRITE_DELAY_S, StoreWriter
@@ -82,6 +86,26 @@ def test_a_store_made_before_the_added_columns_gains_them(tmp_path: Path):
     loaded_old, loaded_new = asyncio.run(reopen())
     assert loaded_old.trace_carrier == {} and loaded_new.trace_carrier == TRACE
     assert (loaded_old.last_worker_id, loaded_old.batch_id, loaded_old.pauses) == ("", None, 0)
+    with sqlite3.connect(path) as db:
+        assert db.execute("PRAGMA user_version").fetchone()[0] == job_store.SCHEMA_VERSION
+
+
+def test_a_store_in_a_newer_format_is_refused_untouched(tmp_path: Path):
+    path = tmp_path / "jobs.sqlite3"
+    newer = job_store.SCHEMA_VERSION + 1
+    with sqlite3.connect(path) as db:
+        db.execute(f"PRAGMA user_version={newer}")
+        db.execute("CREATE TABLE jobs (job_id TEXT PRIMARY KEY, shape_unknown_here BLOB)")
+    with pytest.raises(StartupError) as refused:
+        _open_store(path)
+    assert str(refused.value).startswith(f"scheduler.store_path: cannot open {path}: ")
+    assert f"format {newer}, written by a newer mediamesh" in str(refused.value)
+    with sqlite3.connect(path) as db:
+        assert db.execute("PRAGMA user_version").fetchone()[0] == newer
+        assert [r[1] for r in db.execute("PRAGMA table_info(jobs)")] == [
+            "job_id",
+            "shape_unknown_here",
+        ]
 
 
 class FlakyStore:
