@@ -128,7 +128,10 @@ class ImageGeneration(BaseModel):
     size: str | None = Field(None, description="WIDTHxHEIGHT, or auto (the model's default)")
     response_format: ResponseFormat = "b64_json"
     output_format: Literal["png", "jpeg", "webp"] | None = None
-    output_compression: int | None = Field(None, ge=0, le=100)
+    # 1, not OpenAI's 0: the encoders' lowest quality; 0 would be refused past the schema.
+    output_compression: int | None = Field(
+        None, ge=1, le=100, description="jpeg and webp quality, 1..100; default: the model's"
+    )
     user: str | None = Field(
         None,
         description="Your end user's id: logged by the gateway with the jobs it made",

@@ -206,6 +206,19 @@ async def test_errors_name_the_openai_field_the_client_sent(
         client.images.generate(model="flux-tiny", prompt="x", output_compression=50)
     )
     assert param == "output_compression"
+    for compression, limit in (
+        (0, "greater than or equal to 1"),
+        (101, "less than or equal to 100"),
+    ):
+        param, message = await param_of(
+            client.images.generate(
+                model="flux-tiny", prompt="x", output_format="jpeg", output_compression=compression
+            )
+        )
+        assert (param, message) == (
+            "output_compression",
+            f"output_compression: Input should be {limit}",
+        )
     # sdxl-inpaint-tiny takes a mask, which must be the image's size: checked at admission.
     param, message = await param_of(
         client.images.edit(
