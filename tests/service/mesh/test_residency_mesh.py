@@ -24,8 +24,9 @@ async def run_job(mesh: InProcessMesh, model: str, seed: int) -> str:
 
 
 async def reported_cold(mesh: InProcessMesh, worker_id: str, cold: set[str]) -> None:
-    """Waits for the worker's heartbeat to tell the scheduler which models are cold."""
-    for _ in range(200):
+    """Waits for the worker's heartbeat to tell the scheduler which models are cold (up to
+    30 s: both workers load flux-tiny at start, which a loaded CI machine stretches)."""
+    for _ in range(600):
         if mesh.core.units[worker_id].cold == cold:
             return
         await asyncio.sleep(0.05)
