@@ -24,6 +24,7 @@ from pydantic import SecretStr, TypeAdapter
 
 from mediamesh.cli.core_sharing import with_shared_cores
 from mediamesh.cli.run_dir import run_config_path, write_private
+from mediamesh.cli.tls_readiness import https_ready, tls_handshake_completes
 from mediamesh.common.api.health import is_serving
 from mediamesh.common.config_loader import ENV_PREFIX, ConfigError
 from mediamesh.common.credentials import InternalCredentials
@@ -243,9 +244,20 @@ class Mesh:
     def _serving(self, child: Child) -> bool:
         # The gateway's listener is public; the others speak the internal credential's TLS.
         internal = None if child is self.gateway else self.internal_credentials
+        if child is self.gateway and self.config.gateway.tls.enabled:
+            return self._tls_gateway_ready()
         if child is self.gateway and not self._http_listening():
             return False
         return is_serving(child.address, credentials=internal)
+
+    def _tls_gateway_ready(self) -> bool:
+        """A TLS gateway's readiness: its gRPC listener completes a handshake and, with the
+        HTTP face on, /readyz answers 200 (the gateway reaches its scheduler). Without the
+        HTTP face only the listener is seen; the scheduler's own health is checked apart."""
+        g = self.config.gateway
+        if not tls_handshake_completes(g.host, g.port):
+            return False
+        return not g.http_port or https_ready(g.host, g.http_port)
 
     @property
     def http_url(self) -> str | None:

@@ -26,6 +26,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 from mediamesh.common.errors import StatusCode
 from mediamesh.common.settings import TelemetrySettings
+from mediamesh.common.span_redaction import QueryRedaction
 
 log = logging.getLogger(__name__)
 
@@ -144,6 +145,7 @@ def setup_tracing(settings: TelemetrySettings, service: str) -> None:
         resource=Resource.create({"service.name": service}),
         span_limits=SpanLimits(max_events=MAX_SPAN_EVENTS),
     )
+    provider.add_span_processor(QueryRedaction())  # before any exporter sees a span
     exporter: SpanExporter
     if settings.traces == "console":
         exporter = ConsoleSpanExporter()
