@@ -45,8 +45,8 @@ EXIT_SIGNAL_BASE = 128
 def refuse_unstartable(config: MeshConfig, registry: Registry) -> None:
     """ConfigError, naming the field, for what the children would refuse or `up` could not
     wait for, found before any child starts: a port 0 (the service would bind a random
-    port that `up` cannot dial to see it ready), a gateway TLS file that cannot be read, and
-    a worker model not in the registry."""
+    port that `up` cannot dial to see it ready), two listeners on one port, a gateway TLS
+    file that cannot be read, and a worker model not in the registry."""
     ports = [
         ("scheduler.port", config.scheduler.port),
         ("gateway.port", config.gateway.port),
@@ -58,6 +58,7 @@ def refuse_unstartable(config: MeshConfig, registry: Registry) -> None:
                 f"{field_name}: 0 (any free port) cannot be used by `mediamesh up`, which "
                 "dials each service's port to see it ready; give a port from 1 to 65535"
             )
+    _refuse_shared_ports(config)
     # Reads and checks the gateway's TLS pair as the gateway will (ConfigError naming
     # gateway.tls.cert_file or key_file).
     public_tls(config.gateway.tls)
@@ -69,6 +70,45 @@ def refuse_unstartable(config: MeshConfig, registry: Registry) -> None:
                 f"workers[{i}].models: {', '.join(unknown)} not in the registry "
                 f"(worker {worker.worker_id!r}; known: {', '.join(sorted(known))})"
             )
+
+
+# Hosts that bind every interface, so that they clash with any host on the same port.
+_EVERY_INTERFACE = frozenset({"0.0.0.0", "::", "[::]", ""})
+
+
+def _listeners(config: MeshConfig) -> list[tuple[str, str, int]]:
+    """Each port the children of `up` listen on: (field, host, port)."""
+    s, g = config.scheduler, config.gateway
+    listeners: list[tuple[str, str, int | None]] = [
+        ("scheduler.port", s.host, s.port),
+        ("scheduler.metrics_port", s.metrics_host, s.metrics_port),
+        ("scheduler.health_port", s.host, s.health_port),
+        ("gateway.port", g.host, g.port),
+        ("gateway.http_port", g.host, g.http_port),
+        ("gateway.metrics_port", g.metrics_host, g.metrics_port),
+    ]
+    for i, w in enumerate(config.workers):
+        listeners += [
+            (f"workers[{i}].port", w.host, w.port),
+            (f"workers[{i}].metrics_port", w.metrics_host, w.metrics_port),
+            (f"workers[{i}].health_port", w.host, w.health_port),
+        ]
+    return [(name, host, port) for name, host, port in listeners if port]
+
+
+def _refuse_shared_ports(config: MeshConfig) -> None:
+    """ConfigError naming both fields when two children would listen on one port: the
+    second would fail only once the first had started, as "address already in use"."""
+    seen: list[tuple[str, str, int]] = []
+    for name, host, port in _listeners(config):
+        for other, other_host, other_port in seen:
+            every = host in _EVERY_INTERFACE or other_host in _EVERY_INTERFACE
+            if port == other_port and (host == other_host or every):
+                raise ConfigError(
+                    f"{name}: {port} is {other}'s too (on {other_host or 'every interface'}); "
+                    "give each service's listener a port of its own"
+                )
+        seen.append((name, host, port))
 
 
 def _die_with_parent() -> None:

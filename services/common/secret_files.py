@@ -44,7 +44,8 @@ def warn_if_shared(path: Path, setting: str) -> None:
         who = "group and others" if group and others else "group" if group else "others"
         log.warning(
             "%s: %s is readable by %s (mode %04o); make it readable by this user only "
-            "(chmod 600, or defaultMode 0400 on a Kubernetes secret volume)",
+            "(chmod 600; on a Kubernetes secret volume, whose files root owns, defaultMode "
+            "0440 with the pod's fsGroup, as deploy/k8s sets)",
             setting,
             path,
             who,

@@ -43,6 +43,10 @@ def init_refusals(queues: Iterable[str]) -> None:
     JOBS_REFUSED.labels(UNKNOWN_QUEUE, "unknown_model")
 
 
-def refusal_reason(error: MeshError) -> str:
-    """The reason label of a job the gateway refused with `error`."""
+def refusal_reason(error: MeshError, queue: str) -> str:
+    """The reason label of a job for `queue` the gateway refused with `error`. NOT_FOUND is an
+    unknown model only when the model was not found (`queue` unknown); for a known model it
+    names something else the request asked for (an adapter not offered), a bad request."""
+    if error.code is StatusCode.NOT_FOUND and queue != UNKNOWN_QUEUE:
+        return "invalid_request"
     return _REASONS.get(error.code, "other")

@@ -29,6 +29,13 @@ async def test_each_refusal_the_gateway_makes_is_counted_by_reason(
     cases = [
         (KEY_A, {"model": "flux-tiny", "prompt": "x", "width": 100}, "image", "invalid_request"),
         (KEY_A, {"model": "nope", "prompt": "x"}, "unknown", "unknown_model"),
+        # NOT_FOUND too, but of an adapter the known model does not offer: a bad request.
+        (
+            KEY_A,
+            {"model": "flux-tiny", "prompt": "x", "adapters": [{"name": "zzz"}]},
+            "image",
+            "invalid_request",
+        ),
         # Tenant b may use echo alone.
         (KEY_B, {"model": "flux-tiny", "prompt": "x"}, "image", "tenant_policy"),
     ]

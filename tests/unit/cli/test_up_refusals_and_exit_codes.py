@@ -31,6 +31,23 @@ def test_a_worker_model_not_in_the_registry_is_refused_naming_the_field() -> Non
         up.refuse_unstartable(_config(models=["echo", "nope"]), load_registry())
 
 
+def test_two_listeners_on_one_port_are_refused_naming_both() -> None:
+    two = MeshConfig.model_validate(
+        {"workers": [{"worker_id": "a", "port": 46060}, {"worker_id": "b", "port": 46060}]}
+    )
+    with pytest.raises(ConfigError, match=r"^workers\[1\]\.port: 46060 is workers\[0\]\.port's"):
+        up.refuse_unstartable(two, load_registry())
+    metrics = _config(metrics_port=9402)  # the scheduler's metrics port by default
+    with pytest.raises(
+        ConfigError, match=r"^workers\[0\]\.metrics_port: 9402 is scheduler\.metrics"
+    ):
+        up.refuse_unstartable(metrics, load_registry())
+    # Another loopback address is another listener; every interface clashes with any.
+    up.refuse_unstartable(_config(metrics_port=9402, metrics_host="127.0.0.2"), load_registry())
+    with pytest.raises(ConfigError, match=r"^workers\[0\]\.metrics_port: 9402"):
+        up.refuse_unstartable(_config(metrics_port=9402, metrics_host="0.0.0.0"), load_registry())
+
+
 def test_a_startable_config_passes() -> None:
     up.refuse_unstartable(_config(), load_registry())
 

@@ -202,6 +202,8 @@ def test_a_token_file_readable_by_others_is_a_warning(
     assert record.levelno == logging.WARNING
     assert "internal_auth.token_file: " in record.getMessage()
     assert "mode 0644" in record.getMessage()
+    # 0400 would leave a non-root pod unable to read a root-owned secret file.
+    assert "defaultMode 0440 with the pod's fsGroup" in record.getMessage()
     caplog.clear()
     token_file.chmod(0o600)
     with caplog.at_level(logging.WARNING, logger="mediamesh.security"):
