@@ -70,7 +70,8 @@ class JobOnTerminal:
 
     def report(self, out: Path, previews_asked: bool) -> int:
         """Writes the Result to `out` (its extension set to the result's format) and prints
-        where; prints the Error. The command's exit code."""
+        where; prints the Error. Quiet, the line is only where the result is (its path, or
+        its URL), for a script to use as it is. The command's exit code."""
         final = self.final
         if not isinstance(final, Result):
             assert final is not None  # a followed job ends with a Result or an Error
@@ -80,11 +81,19 @@ class JobOnTerminal:
             )
             return 1
         if final.url and not final.data:
-            print(f"{final.url} ({final.mime_type}, {final.size_bytes} bytes, seed {final.seed})")
+            size = final.size_bytes
+            print(
+                final.url
+                if self._quiet
+                else f"{final.url} ({final.mime_type}, {size} bytes, seed {final.seed})"
+            )
             return 0
         path = result_path(out, final.mime_type)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(final.data)
+        if self._quiet:
+            print(path)
+            return 0
         print(f"{path} ({final.mime_type}, {len(final.data)} bytes, seed {final.seed})")
         if previews_asked:
             folder = self.previews.folder

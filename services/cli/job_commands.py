@@ -88,7 +88,11 @@ def add_job_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     watch.add_argument(
         "--preview-dir", type=Path, help="save each latent preview here as step-NNNN.<ext>"
     )
-    watch.add_argument("--quiet", action="store_true", help="no progress bar")
+    watch.add_argument(
+        "--quiet",
+        action="store_true",
+        help="no progress bar and no notices: print only the result's path, or the error",
+    )
     watch.set_defaults(handler=_cmd_watch)
 
     cancel = sub.add_parser("cancel", help="cancel a job (a running one stops at its next step)")

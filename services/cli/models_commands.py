@@ -27,7 +27,15 @@ def add_models_commands(models_sub: argparse._SubParsersAction[argparse.Argument
 
 
 def _config_argument(cmd: argparse.ArgumentParser) -> None:
-    cmd.add_argument("--config", type=Path, default=None, help="mesh config file")
+    # Read when the parser is built, in main, never at import: as `up` and the client
+    # commands do, so that they all read the same registry.
+    from_env = os.environ.get("MEDIAMESH_CONFIG")
+    cmd.add_argument(
+        "--config",
+        type=Path,
+        default=Path(from_env) if from_env else None,
+        help="mesh config YAML (env MEDIAMESH_CONFIG); built-in defaults when omitted",
+    )
 
 
 def pull_models(

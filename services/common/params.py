@@ -20,7 +20,7 @@ from mediamesh.common.generation import GenerationParams, Priority
 from mediamesh.common.input_images import check_input_params, denoising_steps, resolve_inputs
 from mediamesh.common.limits import MAX_SEED, MAX_TIMEOUT_MS
 from mediamesh.common.output_formats import LOSSY_IMAGE_FORMATS, QUALITY_RANGE, fps_range
-from mediamesh.common.registry import CFG_GUIDANCE_FLOOR, MODEL_FIELDS, ModelSpec, Registry
+from mediamesh.common.registry import MODEL_FIELDS, ModelSpec, Registry
 from mediamesh.common.shown_numbers import shown
 
 
@@ -193,13 +193,14 @@ def check_generation(spec: ModelSpec, params: GenerationParams) -> None:
 def check_negative_prompt(spec: ModelSpec, params: GenerationParams) -> None:
     """InvalidArgument when `params` has a negative prompt that its model would drop: one
     that acts only through classifier-free guidance, which the pipeline runs only with
-    guidance_scale above 1 (the request's, else the model's default)."""
-    if not params.negative_prompt or not spec.negative_prompt_needs_cfg:
+    guidance_scale above its floor (the request's guidance, else the model's default)."""
+    cfg_floor = spec.negative_prompt_cfg_floor
+    if not params.negative_prompt or cfg_floor is None:
         return
     guidance = params.guidance_scale
-    if guidance > CFG_GUIDANCE_FLOOR:
+    if guidance > cfg_floor:
         return
-    floor = shown(CFG_GUIDANCE_FLOOR).removesuffix(".0")
+    floor = shown(cfg_floor).removesuffix(".0")
     default = " (the model's default)" if guidance == spec.defaults.guidance_scale else ""
     raise InvalidArgument(
         f"negative_prompt: takes effect only with guidance_scale above {floor} "

@@ -97,8 +97,86 @@ def signature_fields(pipeline: str) -> frozenset[str] | None:
     return frozenset(fields) - WITHHELD_FIELDS.get(pipeline, frozenset())
 
 
+_CFG_FLAG = "do_classifier_free_guidance"
+# The call's argument, and the copy the property reads (`self._guidance_scale`).
+_GUIDANCE_NAMES = frozenset({"guidance_scale", "_guidance_scale"})
+
+
+@functools.cache  # read per request (params.check_negative_prompt); the class never changes
+def cfg_guidance_floor(pipeline: str) -> float | None:
+    """The guidance_scale that `pipeline` runs classifier-free guidance above, read from
+    its class in the installed diffusers: the `do_classifier_free_guidance` flag its
+    `__call__` sets, else its property of that name, when it is `guidance_scale > N`
+    (alone, or with `and` conditions such as "the UNet is not guidance-distilled"). None
+    when the class gates CFG on anything else (Flux's `true_cfg_scale`), always or never
+    runs it, or cannot be found."""
+    found = _pipeline_class(pipeline)
+    if found is None:
+        return None
+    call = _method(found, "__call__")
+    flags = [
+        node.value
+        for node in (ast.walk(call) if call is not None else ())
+        if isinstance(node, ast.Assign)
+        and [_name_of(target) for target in node.targets] == [_CFG_FLAG]
+    ]
+    # The call's own flag shadows the property; a call that sets it twice is no one gate.
+    if flags:
+        return _guidance_floor(flags[0]) if len(flags) == 1 else None
+    prop = _method(found, _CFG_FLAG)
+    returns = [node for node in ast.walk(prop) if isinstance(node, ast.Return)] if prop else []
+    if len(returns) != 1 or returns[0].value is None:
+        return None
+    return _guidance_floor(returns[0].value)
+
+
+def _guidance_floor(condition: ast.expr) -> float | None:
+    if isinstance(condition, ast.BoolOp) and isinstance(condition.op, ast.And):
+        # Each added condition only turns CFG off more often; one guidance bound is needed.
+        floors = [f for f in map(_guidance_floor, condition.values) if f is not None]
+        return floors[0] if len(floors) == 1 else None
+    if not (
+        isinstance(condition, ast.Compare)
+        and [type(op) for op in condition.ops] == [ast.Gt]
+        and _name_of(condition.left) in _GUIDANCE_NAMES
+    ):
+        return None
+    bound = condition.comparators[0]
+    if not isinstance(bound, ast.Constant) or isinstance(bound.value, bool):
+        return None
+    return float(bound.value) if isinstance(bound.value, int | float) else None
+
+
+def _name_of(node: ast.expr) -> str | None:
+    """`x` for `x` and for `self.x`; None for anything else."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+        return node.attr if node.value.id == "self" else None
+    return None
+
+
+def _method(found: ast.ClassDef, name: str) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+    for item in found.body:
+        if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef) and item.name == name:
+            return item
+    return None
+
+
 @functools.cache
 def _call_signature(pipeline: str) -> _Signature | None:
+    found = _pipeline_class(pipeline)
+    call = _method(found, "__call__") if found is not None else None
+    if call is None:
+        return None
+    arguments = call.args
+    names = [a.arg for a in arguments.posonlyargs + arguments.args]
+    names += [a.arg for a in arguments.kwonlyargs]
+    return _Signature(frozenset(names) - {"self"}, arguments.kwarg is not None)
+
+
+@functools.cache
+def _pipeline_class(pipeline: str) -> ast.ClassDef | None:
     if not pipeline.isidentifier():
         return None
     root = _diffusers_root()
@@ -111,7 +189,14 @@ def _call_signature(pipeline: str) -> _Signature | None:
         except OSError:
             continue
         if needle in text:
-            return _parameters_in(text, pipeline)
+            return next(
+                (
+                    node
+                    for node in ast.parse(text).body
+                    if isinstance(node, ast.ClassDef) and node.name == pipeline
+                ),
+                None,
+            )
     return None
 
 
@@ -121,18 +206,3 @@ def _diffusers_root() -> Path | None:
     if spec is None or not spec.submodule_search_locations:
         return None
     return Path(next(iter(spec.submodule_search_locations)))
-
-
-def _parameters_in(source: str, pipeline: str) -> _Signature | None:
-    tree = ast.parse(source)
-    for node in tree.body:
-        if isinstance(node, ast.ClassDef) and node.name == pipeline:
-            for item in node.body:
-                if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef) and (
-                    item.name == "__call__"
-                ):
-                    arguments = item.args
-                    names = [a.arg for a in arguments.posonlyargs + arguments.args]
-                    names += [a.arg for a in arguments.kwonlyargs]
-                    return _Signature(frozenset(names) - {"self"}, arguments.kwarg is not None)
-    return None

@@ -31,7 +31,11 @@ from mediamesh.common.output_formats import (
     MIME_TYPES,
 )
 from mediamesh.common.parallelism_spec import ParallelismSpec
-from mediamesh.common.pipeline_fields import signature_fields
+from mediamesh.common.pipeline_fields import (
+    call_parameters,
+    cfg_guidance_floor,
+    signature_fields,
+)
 from mediamesh.common.preview_spec import PreviewSpec
 from mediamesh.common.step_cache import StepCacheSpec
 from mediamesh.common.true_cfg import released_fields
@@ -169,13 +173,12 @@ _FAMILY_FIELDS: dict[str, frozenset[str]] = {
     "StableAudioPipeline": _MODALITY_FIELDS["audio"],
     "Echo": ECHO_FIELDS,
 }
-# Pipelines whose negative prompt is only the unconditional half of classifier-free
-# guidance, which they run only when guidance_scale > CFG_GUIDANCE_FLOOR: each one's
-# `do_classifier_free_guidance` is `guidance_scale > 1` (the UNet families add "and the UNet
-# is not guidance-distilled"), and its `encode_prompt` reads the negative prompt only under
-# that flag. At guidance_scale <= 1 the negative prompt would be dropped, so a request
-# that has one is refused (`params.check_negative_prompt`). Flux is not here: its negative
-# prompt depends on the entry's `true_cfg_scale` (`common.true_cfg`), not on guidance_scale.
+# A pipeline's negative prompt is only the unconditional half of classifier-free guidance
+# when its class gates that guidance on `guidance_scale > N` (`do_classifier_free_guidance`,
+# read by `pipeline_fields.cfg_guidance_floor`): at guidance_scale <= N it would be dropped,
+# so a request that has one is refused (`params.check_negative_prompt`). Flux gates on the
+# entry's `true_cfg_scale` (`common.true_cfg`), not on guidance_scale, so it is not refused.
+# Where diffusers is not installed, these families (all `guidance_scale > 1`) stand in.
 CFG_GUIDANCE_FLOOR = 1.0
 NEGATIVE_PROMPT_NEEDS_CFG = frozenset(
     {
@@ -248,6 +251,19 @@ def family_fields(
     return possible - {"negative_prompt", "strength"}
 
 
+def negative_prompt_cfg_floor(pipeline: str) -> float | None:
+    """The guidance_scale above which `pipeline` reads a negative prompt, from its class in
+    the installed diffusers, else NEGATIVE_PROMPT_NEEDS_CFG; None when no guidance_scale
+    gate is found (true CFG, CFG always on, an inline test) or its call takes no
+    guidance_scale, so no request could turn CFG on."""
+    parameters = call_parameters(pipeline)
+    if parameters is None:
+        return CFG_GUIDANCE_FLOOR if pipeline in NEGATIVE_PROMPT_NEEDS_CFG else None
+    if "guidance_scale" not in parameters:
+        return None
+    return cfg_guidance_floor(pipeline)
+
+
 class ModelSpec(Strict):
     name: str = Field(min_length=1, pattern=MODEL_NAME_PATTERN)
     modality: Modality
@@ -303,10 +319,16 @@ class ModelSpec(Strict):
     @property
     def negative_prompt_needs_cfg(self) -> bool:
         """True when the model uses a negative prompt only with classifier-free guidance,
-        that is with guidance_scale above CFG_GUIDANCE_FLOOR."""
-        return (
-            self.pipeline in NEGATIVE_PROMPT_NEEDS_CFG and "negative_prompt" in self.accepted_fields
-        )
+        that is with guidance_scale above `negative_prompt_cfg_floor`."""
+        return self.negative_prompt_cfg_floor is not None
+
+    @property
+    def negative_prompt_cfg_floor(self) -> float | None:
+        """The guidance_scale a negative prompt needs to be above to take effect; None when
+        the model takes none, or uses it whatever the guidance."""
+        if "negative_prompt" not in self.accepted_fields:
+            return None
+        return negative_prompt_cfg_floor(self.pipeline)
 
     @property
     def default_strength(self) -> float:

@@ -41,7 +41,7 @@ def test_quiet_prints_only_the_result_path(
     assert _run(True, tmp_path / "fox.png") == 0
     captured = capsys.readouterr()
     assert captured.err == ""
-    assert captured.out == f"{tmp_path / 'fox.png'} (image/png, 3 bytes, seed 3)\n"
+    assert captured.out == f"{tmp_path / 'fox.png'}\n"
 
 
 def test_without_quiet_the_notice_is_shown(
