@@ -81,9 +81,14 @@ MODEL_COLUMNS = (
 )
 
 
+# The preemption of a model whose files are not there to read (not built, not pulled).
+UNKNOWN = "?"
+
+
 def model_rows(registry: Registry, models_dir: Path) -> list[list[str]]:
     """One row per model, a cell per MODEL_COLUMNS: "-" where a model has no inputs or
-    adapters, or its preemption is unknown (a hub model not pulled yet)."""
+    adapters, or no preemption (the built-in echo), UNKNOWN where its preemption cannot be
+    read (its folder is not there, or a hub model is not pulled yet)."""
     return [
         [
             spec.name,
@@ -91,7 +96,7 @@ def model_rows(registry: Registry, models_dir: Path) -> list[list[str]]:
             ",".join(f for f in MODEL_FIELDS if f in spec.accepted_fields),
             ",".join(spec.inputs) or "-",
             ",".join(spec.output_formats),
-            preemption_of(spec, models_dir) or "-",
+            preemption_of(spec, models_dir) or ("-" if spec.source == "builtin" else UNKNOWN),
             "yes" if spec.preview.enabled else "no",
             ",".join(a.name for a in spec.adapters) or "-",
         ]
@@ -119,7 +124,18 @@ def _cmd_list(args: argparse.Namespace) -> int:
     from mediamesh.cli.services import load
 
     config, registry = load(args.config)
-    print(_table(list(MODEL_COLUMNS), model_rows(registry, config.models_dir)))
+    rows = model_rows(registry, config.models_dir)
+    print(_table(list(MODEL_COLUMNS), rows))
+    unread = [row[0] for row in rows if row[MODEL_COLUMNS.index("preemption")] == UNKNOWN]
+    if unread:
+        # Said, since a relative models_dir (the default) depends on where this runs.
+        print(
+            f"mediamesh: preemption {UNKNOWN}: no files to read for {', '.join(unread)} under "
+            f"models_dir {config.models_dir.resolve()} (build them with `mediamesh models "
+            "build`, pull hub models with `mediamesh models pull`, or point --config or "
+            "MEDIAMESH_MODELS_DIR at the folder)",
+            file=sys.stderr,
+        )
     return 0
 
 

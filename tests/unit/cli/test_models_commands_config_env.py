@@ -58,3 +58,20 @@ def test_the_flag_still_wins_and_help_names_the_variable(
     with pytest.raises(SystemExit):
         build_parser().parse_args(["models", "list", "--help"])
     assert "MEDIAMESH_CONFIG" in capsys.readouterr().out
+
+
+def test_list_says_when_it_cannot_read_a_models_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The default models_dir is relative: run elsewhere, no model folder is found.
+    config = tmp_path / "mesh.yaml"
+    config.write_text(f"models_dir: {tmp_path / 'nowhere'}\n", encoding="utf-8")
+    monkeypatch.setenv("MEDIAMESH_CONFIG", str(config))
+    args = build_parser().parse_args(["models", "list"])
+    assert args.handler(args) == 0
+    captured = capsys.readouterr()
+    rows = {line.split()[0]: line for line in captured.out.splitlines()[1:]}
+    assert " ? " in rows["flux-tiny"] and " ? " not in rows["echo"]
+    assert captured.err.startswith("mediamesh: preemption ?: no files to read for ")
+    assert "flux-tiny" in captured.err and "echo" not in captured.err
+    assert str(tmp_path / "nowhere") in captured.err

@@ -80,4 +80,5 @@ def test_models_list_shows_pipeline_fields_formats_and_preemption(tmp_path: Path
     _name, pipeline, fields, _inputs, formats, preemption, _previews, _adapters = rows["sdxl-tiny"]
     assert pipeline == "StableDiffusionXLPipeline" and "negative_prompt" in fields.split(",")
     assert formats.split(",")[0] == "png" and preemption == "restart"
-    assert rows["flux-tiny"][5] == "-"  # not built in tmp_path: unknown
+    assert rows["flux-tiny"][5] == "?"  # not built in tmp_path: unknown, not "none"
+    assert rows["echo"][5] == "-"  # built in: nothing to preempt
