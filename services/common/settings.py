@@ -249,6 +249,23 @@ class GatewayHttpSettings(Section):
     # The longest request head (request line and headers) read; 431/400 beyond it.
     max_header_bytes: int = Field(16 * 1024, ge=1024, le=1024 * 1024)
 
+    @field_validator("cors_origins", mode="after")
+    @classmethod
+    def _origins_as_browsers_send_them(cls, values: list[str]) -> list[str]:
+        # CORS compares the Origin header with each entry as a string: an entry written
+        # otherwise than browsers write origins would never match.
+        normalised = []
+        for index, value in enumerate(values):
+            origin = value if value == "*" else _origin_of(value)
+            if origin is None:
+                raise ValueError(
+                    f"gateway.http.cors_origins[{index}]: {value[:100]!r} is not an origin; "
+                    "give scheme://host[:port] (http or https), without a path, query, "
+                    "fragment or credentials, or '*'"
+                )
+            normalised.append(origin)
+        return normalised
+
     @field_validator("public_url", mode="after")
     @classmethod
     def _a_base_url(cls, value: str | None) -> str | None:
@@ -275,6 +292,29 @@ def _base_url_problem(url: str) -> str | None:
     if parts.username is not None:
         return "has credentials; links would hand them to every caller"
     return None
+
+
+# The port an origin leaves out, as browsers serialise it, for its scheme.
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def _origin_of(value: str) -> str | None:
+    """`value` as a browser writes an origin (lower case, no default port, no trailing
+    slash), or None when it is not one."""
+    try:
+        parts = urlsplit(value.strip())
+        port = parts.port
+    except ValueError:
+        return None
+    scheme = parts.scheme.lower()
+    if scheme not in _DEFAULT_PORTS or not parts.hostname or parts.username is not None:
+        return None
+    if parts.path not in ("", "/") or parts.query or parts.fragment or "?" in value or "#" in value:
+        return None
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    if port is not None and port != _DEFAULT_PORTS[scheme]:
+        host = f"{host}:{port}"
+    return f"{scheme}://{host}"
 
 
 # Room left in a message for the fields around a result's or a download chunk's bytes.

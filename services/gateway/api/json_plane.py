@@ -94,13 +94,21 @@ def _parse_error(text: str) -> str:
 def request_from_form(
     fields: Mapping[str, str], files: Mapping[str, bytes]
 ) -> common_pb2.GenerateRequest:
-    """A GenerateRequest from multipart form fields (text) and file parts (bytes fields)."""
+    """A GenerateRequest from multipart form fields (text) and file parts (bytes fields).
+
+    A line break in a text field is a newline, LF: HTML forms send each as CRLF, which would
+    change the text stored and count twice against its length limit."""
     body: JsonObject = {}
     for name, text in fields.items():
         field = _field(name)
         if field.type in _TEXT_TYPES and not field.is_repeated:
-            body[name] = text
+            body[name] = text.replace("\r\n", "\n")
             continue
+        if field.type == FieldDescriptor.TYPE_BYTES:
+            raise InvalidArgument(
+                f"{name}: a form sends this field as a file part (multipart file, as "
+                f'curl -F "{name}=@file"), not as a text value'
+            )
         body[name] = parse_json(
             text,
             name,

@@ -40,6 +40,9 @@ EXPOSED_HEADERS = [
     "ETag",
     "Content-Disposition",
     "WWW-Authenticate",
+    # Whether a refusal passes (a 429 over a quota does not), and the methods a 405 allows.
+    "X-Should-Retry",
+    "Allow",
 ]
 # HEAD reads a result's length and type before fetching it (documented for results).
 ALLOWED_METHODS = ["GET", "HEAD", "POST", "DELETE"]
@@ -50,7 +53,7 @@ def create_app(
     *,
     ready: Callable[[], bool],
     max_body_bytes: int,
-    cors_origins: Sequence[str] = (),
+    cors_origins: Sequence[str] = (),  # as settings normalise them: browsers' spelling
     public_url: str | None = None,
     result_links: ResultLinks | None = None,
 ) -> FastAPI:

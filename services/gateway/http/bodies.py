@@ -15,8 +15,9 @@ from fastapi import Request
 from pydantic import BaseModel, ValidationError
 from starlette.datastructures import UploadFile
 from starlette.formparsers import MultiPartException, MultiPartParser
+from starlette.requests import ClientDisconnect
 
-from mediamesh.common.errors import InvalidArgument, PayloadTooLarge
+from mediamesh.common.errors import InvalidArgument, MeshError, PayloadTooLarge, StatusCode
 from mediamesh.gateway.core.strict_json import parse_json
 from mediamesh.gateway.http.errors import UnsupportedMediaType
 
@@ -37,17 +38,26 @@ MAX_URLENCODED_BYTES = 1024 * 1024
 
 async def read_body(request: Request, max_bytes: int) -> bytes:
     """The whole body; PayloadTooLarge (413) past `max_bytes`, checked before reading when the
-    client declared its length."""
+    client declared its length; MeshError CANCELLED (499) when the client closes the
+    connection before its body is whole."""
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > max_bytes:
         raise PayloadTooLarge(f"body: {declared} bytes; the limit is {max_bytes} bytes")
     parts: list[bytes] = []
     size = 0
-    async for part in request.stream():
-        size += len(part)
-        if size > max_bytes:
-            raise PayloadTooLarge(f"body: over the limit of {max_bytes} bytes")
-        parts.append(part)
+    try:
+        async for part in request.stream():
+            size += len(part)
+            if size > max_bytes:
+                raise PayloadTooLarge(f"body: over the limit of {max_bytes} bytes")
+            parts.append(part)
+    except ClientDisconnect:
+        # A client leaving is no fault of the server's: unhandled, Starlette's exception
+        # would be logged as an error with its traceback and counted as a 500.
+        raise MeshError(
+            f"body: the client closed the connection after {size} bytes of it",
+            code=StatusCode.CANCELLED,
+        ) from None
     return b"".join(parts)
 
 

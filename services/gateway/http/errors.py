@@ -28,10 +28,13 @@ from mediamesh.common.errors import (
     StatusCode,
     field_of,
 )
-from mediamesh.common.http_status import http_status_of
+from mediamesh.common.http_status import http_status_of, timeout_too_short
 
 # vLLM-Omni's audio route (omni_audio.py) answers errors in the same shape, as vLLM does.
 OPENAI_PREFIXES = ("/v1/images/", "/v1/videos", "/v1/models/", "/v1/audio/")
+# OpenAI's paths that are also a prefix's folder: the listing, /v1/models, is OpenAI's as
+# much as /v1/models/{id}, but a prefix without its slash would catch /v1/models-anything.
+OPENAI_PATHS = ("/v1/models",)
 # The Open Inference Protocol's REST paths (http/oip.py).
 OIP_PREFIX = "/v2"
 # The mesh's own API under /v1, whose errors keep the mesh's `{code, message}` shape even
@@ -89,7 +92,7 @@ def error_response(
     body: dict[str, object] = {"code": str(error.code), "message": error.message}
     if path == OIP_PREFIX or path.startswith(OIP_PREFIX + "/"):
         body = {"error": error.message}
-    elif openai or path.startswith(OPENAI_PREFIXES):
+    elif openai or path in OPENAI_PATHS or path.startswith(OPENAI_PREFIXES):
         body = {
             "error": {
                 "message": error.message,
@@ -110,9 +113,10 @@ def _headers(error: MeshError, status: int) -> dict[str, str]:
         wait = UNAVAILABLE_RETRY_AFTER_S
     if wait > 0:
         headers["Retry-After"] = str(max(1, math.ceil(wait)))
-    elif error.code is StatusCode.RESOURCE_EXHAUSTED:
-        # A limit no wait lifts (more jobs than the tenant's burst): the openai client
-        # retries a 429 unless told not to, here in its own header.
+    elif error.code is StatusCode.RESOURCE_EXHAUSTED or timeout_too_short(error):
+        # A limit no wait lifts (more jobs than the tenant's burst, a timeout_ms shorter than
+        # the job can run): the openai client retries a 429 (and a 5xx) unless told not to,
+        # here in its own header.
         headers["X-Should-Retry"] = "false"
     if status == 401:
         headers["WWW-Authenticate"] = BEARER_CHALLENGE

@@ -8,13 +8,14 @@ import contextlib
 import logging
 import re
 import unicodedata
-from collections.abc import Awaitable, Iterable, Mapping, MutableMapping
+from collections.abc import Awaitable, Iterable, Iterator, Mapping, MutableMapping
 from contextlib import AbstractContextManager
 from typing import Any, TypeVar
 
 from starlette.requests import Request
 
 from mediamesh.common.errors import InvalidArgument, MeshError, PermissionDenied, StatusCode
+from mediamesh.common.input_images import how_to_send
 from mediamesh.common.limits import MAX_SEED
 from mediamesh.common.params import parse_priority
 from mediamesh.gateway.api.json_plane import (
@@ -167,6 +168,22 @@ def openai_names(heads: Mapping[str, str]) -> AbstractContextManager[None]:
     return renamed_fields(heads)
 
 
+@contextlib.contextmanager
+def openai_input_advice(parts: Mapping[str, str]) -> Iterator[None]:
+    """Errors raised inside that advise sending an input image as the native API does (its
+    bytes or an Upload's id in `image_id`, `mask_image_id`) advise the form's own file part
+    instead: `parts` maps the input ("mask_image") to it ("mask"). OpenAI's routes take no
+    ids, so the native advice named a field the client cannot send."""
+    try:
+        yield
+    except MeshError as error:
+        for name, part in parts.items():
+            advice = f"send an image as the form's {part!r} file part"
+            error.message = error.message.replace(how_to_send(name), advice)
+        error.args = (error.message,)
+        raise
+
+
 def admitted(
     tenancy: Tenancy, caller: Caller, model: JsonObject, priority: str | None, jobs: int
 ) -> AbstractContextManager[Caller]:
@@ -287,13 +304,14 @@ def check_known_fields(
     nor one of the mesh's own job fields the route takes (`mesh_names`; None: any of those
     /v1/jobs takes), so that a misspelt or unsupported field is refused rather than ignored,
     in words that name no internal type."""
-    allowed = _MESH_FIELDS if mesh_names is None else frozenset(mesh_names)
+    mesh_allowed = _MESH_FIELDS if mesh_names is None else frozenset(mesh_names)
+    openai_allowed = frozenset(openai_fields)
     mesh = "the mesh's own job fields (those of /v1/jobs, e.g. steps, seed)"
     if mesh_names is not None:
-        mesh = f"the mesh's own {', '.join(sorted(allowed))}"
+        mesh = f"the mesh's own {', '.join(sorted(mesh_allowed))}"
     for name in sorted(names):
-        if name not in allowed:
+        if name not in mesh_allowed and name not in openai_allowed:
             raise InvalidArgument(
                 f"{name[:64]}: not a field of {route}; it takes OpenAI's "
-                f"{', '.join(sorted(openai_fields))}, and {mesh}"
+                f"{', '.join(sorted(openai_allowed))}, and {mesh}"
             )

@@ -5,7 +5,8 @@ Synchronous, as OpenAI's are: the answer comes when every one of the `n` jobs ha
 and points at where to fetch them (`context.result_url`: the bucket's presigned URL, or with
 the local backend this gateway's result endpoint, which needs the same API key). Fields of
 the mesh's own (steps, seed, negative_prompt, guidance_scale, priority) may ride along, as
-the openai client's `extra_body`.
+the openai client's `extra_body`, the same on both routes; any other is refused, naming it.
+A generation carries no input image, so a model that needs one is refused naming `model`.
 
 OpenAI's fields that ask for something the mesh does not do (quality, style, background,
 moderation, stream, partial_images, input_fidelity) are accepted at the values that change
@@ -53,6 +54,7 @@ from mediamesh.gateway.http.openai_common import (
     image_seeds,
     log_end_user,
     mesh_fields,
+    openai_input_advice,
     openai_names,
     parse_size,
     pick_model,
@@ -106,8 +108,13 @@ GENERATION_FIELDS = (
     "prompt", "model", "n", "size", "response_format", "output_format", "output_compression",
     "user", *(name for name in NO_OP_VALUES if name != "input_fidelity"),
 )  # fmt: skip
+# The mesh's own fields both routes take, and no other: the rest of /v1/jobs' would be
+# ignored (preview_every_steps, result_as_url: the answer is the images, whole) or wrong for
+# n jobs (one idempotency_key would answer the first job n times).
 # `num_inference_steps`, vLLM-Omni's name for steps, is taken too (adopt_steps_alias).
-GENERATION_MESH_FIELDS = ("steps", "seed", "negative_prompt", "guidance_scale", "priority")
+IMAGE_MESH_FIELDS = ("steps", "seed", "negative_prompt", "guidance_scale", "priority")
+# How an edit sends each input image the mesh's errors advise sending as bytes or an id.
+EDIT_PARTS = {"image": "image", "mask_image": "mask"}
 EDIT_FIELDS = (
     "image", "mask", "prompt", "model", "n", "size", "response_format", "output_format",
     "output_compression", "user", *NO_OP_VALUES,
@@ -126,7 +133,8 @@ class ImageGeneration(BaseModel):
     model: str | None = Field(None, description="A mesh model; default: the first image model")
     n: int | None = Field(1, ge=1, le=10, description="Images to make; null: 1")
     size: str | None = Field(None, description="WIDTHxHEIGHT, or auto (the model's default)")
-    response_format: ResponseFormat = "b64_json"
+    # OpenAI's spec allows null, which is its default.
+    response_format: ResponseFormat | None = Field("b64_json", description="null: b64_json")
     output_format: Literal["png", "jpeg", "webp"] | None = None
     # 1, not OpenAI's 0: the encoders' lowest quality; 0 would be refused past the schema.
     output_compression: int | None = Field(
@@ -188,12 +196,14 @@ async def generate_images(request: Request, authorization: Authorization = None)
     extra = {"steps": body.steps, **(body.model_extra or {})}
     step_names = adopt_steps_alias(extra)
     steps = extra.pop("steps")
-    check_known_fields(extra, "image generations", GENERATION_FIELDS, GENERATION_MESH_FIELDS)
+    check_known_fields(extra, "image generations", GENERATION_FIELDS, IMAGE_MESH_FIELDS)
     declared = ImageGeneration.model_fields
     check_no_ops({name: getattr(body, name) for name in NO_OP_VALUES if name in declared})
     count = 1 if body.n is None else body.n
     user = checked_end_user(body.user)
     model = await pick_model(plane, caller, body.model, "image")
+    await _check_needs_no_input(plane, model)
+    response_format: ResponseFormat = body.response_format or "b64_json"
     fields = {
         "model": model["name"],
         "prompt": body.prompt,
@@ -214,14 +224,14 @@ async def generate_images(request: Request, authorization: Authorization = None)
         for seed in image_seeds(body.seed, count)
     ]
     for generate in requests:
-        generate.result_as_url = _as_url(body.response_format)
+        generate.result_as_url = _as_url(response_format)
     with (
         openai_names({**GENERATION_NAMES, **step_names}),
         admitted(context.plane.tenancy, caller, model, body.priority, count) as paid,
     ):
         jobs = await follow_all(plane, caller, (plane.follow(r, paid) for r in requests))
     log_end_user("/v1/images/generations", caller, user, [job.job_id for job in jobs])
-    images = _images(plane, jobs, caller, body.response_format, request)
+    images = _images(plane, jobs, caller, response_format, request)
     answer = await answered_or_cancelled(request, plane, caller, jobs, images)
     return {**answer, "size": body.size}
 
@@ -281,20 +291,22 @@ async def edit_images(request: Request, authorization: Authorization = None) -> 
     size = parse_size(size_text, model)
     user = checked_end_user(form.pop("user", None))
     seeds = image_seeds(_seed(form.pop("seed", None)), n)
-    if "output_compression" in form:
-        form["output_quality"] = form.pop("output_compression")
     step_names = adopt_steps_alias(form)
-    fields = {"model": model["name"], "prompt": prompt, **{k: str(v) for k, v in size.items()}}
     unknown = sorted(set(files) - {"image", "mask"})
     if unknown:
         raise InvalidArgument(f"{unknown[0]}: not a file field of image edits; only image, mask")
-    check_known_fields(form, "image edits", EDIT_FIELDS)
+    # Before output_compression becomes the mesh's output_quality: one sent by that name is
+    # refused, as on generations, rather than overridden by the other.
+    check_known_fields(form, "image edits", EDIT_FIELDS, IMAGE_MESH_FIELDS)
+    if "output_compression" in form:
+        form["output_quality"] = form.pop("output_compression")
+    fields = {"model": model["name"], "prompt": prompt, **{k: str(v) for k, v in size.items()}}
     mask = files.get("mask")
     max_pixels = plane.spec(model["name"]).limits.max_input_pixels
     if mask is not None:
         # Its header against the model's limit now; its pixels only once admitted.
         await probe_mask(mask, max_pixels)
-    with openai_names({**EDIT_NAMES, **step_names}):
+    with openai_names({**EDIT_NAMES, **step_names}), openai_input_advice(EDIT_PARTS):
         requests = []
         for seed in seeds:
             seeded = {} if seed is None else {"seed": str(seed)}
@@ -312,6 +324,22 @@ async def edit_images(request: Request, authorization: Authorization = None) -> 
     answer = await answered_or_cancelled(request, plane, caller, jobs, images)
     # As generations answer: the size asked for (none for auto or unset).
     return {**answer, "size": size_text}
+
+
+async def _check_needs_no_input(plane: JsonPlane, model: JsonObject) -> None:
+    """InvalidArgument naming `model` when it needs an input image: a generation sends none,
+    and the mesh's advice (an image_id) names a field these routes do not take."""
+    needed = model.get("inputs") or []
+    if not needed:
+        return
+    models = await plane.recent_models()
+    takers = [m["name"] for m in models if m["modality"] == "image" and not m.get("inputs")]
+    raise InvalidArgument(
+        f"model: {model['name']!r} ({model['pipeline']}) needs an input "
+        f"{' and '.join(needed)}, which a generation does not send; send the image to "
+        f"/v1/images/edits, or generate with an image model that needs none: "
+        f"{', '.join(takers) or 'none'}"
+    )
 
 
 def check_no_ops(values: dict[str, object]) -> None:

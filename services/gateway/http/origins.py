@@ -41,7 +41,9 @@ class CrossSiteGuard:
     localhost, a loopback address or an allowed origin's host."""
 
     def __init__(self, allowed_origins: Sequence[str] = (), keyless: bool = False) -> None:
-        self._allowed = frozenset(o.rstrip("/").lower() for o in allowed_origins if o != "*")
+        # As settings write them, browsers' way, and as CORS compares them: exactly. Matching
+        # more loosely here would admit writes from an origin CORS never answers.
+        self._allowed = frozenset(o for o in allowed_origins if o != "*")
         self._star = " by name ('*' admits reads only)" if "*" in allowed_origins else ""
         self._hosts = frozenset(
             name for o in allowed_origins if o != "*" and (name := urlsplit(o).hostname)

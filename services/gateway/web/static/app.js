@@ -30,6 +30,9 @@ const $ = (id) => document.getElementById(id);
 let models = [];
 // The job on screen: {id, abort: AbortController, blobUrl}.
 let current = null;
+// Goes up whenever the key changes or is forgotten. An answer still on its way belongs to the
+// key it was asked under, another tenant's or one forgotten: it is dropped when it arrives.
+let keyGeneration = 0;
 
 // ---------- the API ----------
 
@@ -62,8 +65,11 @@ async function errorOf(response) {
   } catch (_) {
     // Not JSON: a proxy's page, say; the status says enough.
   }
-  const code = (body && body.code) || `HTTP ${response.status}`;
-  let message = (body && body.message) || response.statusText || "request failed";
+  // The mesh's shape, or OpenAI's ({error: {code, message}}) on the routes it shares,
+  // such as /v1/models.
+  const shaped = body && typeof body.error === "object" && body.error !== null ? body.error : body;
+  const code = (shaped && shaped.code) || `HTTP ${response.status}`;
+  let message = (shaped && shaped.message) || response.statusText || "request failed";
   const wait = response.headers.get("Retry-After");
   if (wait) message += ` (retry after ${wait} s)`;
   return new ApiError(response.status, code, message);
@@ -106,8 +112,10 @@ function setupKey() {
 }
 
 // Takes every trace of the key's tenant off the page: the job on screen (its stream
-// stopped, its result's bytes let go), the models and the listed jobs.
+// stopped, its result's bytes let go), the models and the listed jobs, and those answers for
+// it still to come.
 function clearTenantView() {
+  keyGeneration += 1;
   closeJob();
   models = [];
   $("model").replaceChildren();
@@ -296,12 +304,15 @@ function renderFields() {
 }
 
 async function loadModels() {
+  const generation = keyGeneration;
   const select = $("model");
   try {
     const listed = await api("/v1/models");
+    if (generation !== keyGeneration) return;
     models = listed.data || [];
     clearFormError();
   } catch (error) {
+    if (generation !== keyGeneration) return;
     if (refusedKey(error)) {
       models = [];
       select.replaceChildren();
@@ -396,14 +407,18 @@ async function submit(event) {
   }
   const button = $("submit");
   button.disabled = true;
+  const generation = keyGeneration;
   try {
     const { body, headers } = requestBody(model);
     const job = await api("/v1/jobs", { method: "POST", body, headers });
+    // Made under a key since forgotten or changed: not this page's job any more.
+    if (generation !== keyGeneration) return;
     const prompt = ($("f-prompt") || {}).value || "";
     remember({ job_id: job.job_id, model: job.model, prompt: prompt.slice(0, 80), state: job.state });
     showJob(job.job_id, job);
     $("job-title").focus();
   } catch (error) {
+    if (generation !== keyGeneration) return;
     showFormError(error);
     showAuthProblem(error);
   } finally {
@@ -470,10 +485,12 @@ function renderJobs() {
 const LISTED_JOBS = 20;
 
 async function loadJobs() {
+  const generation = keyGeneration;
   let page;
   try {
     page = await api(`/v1/jobs?limit=${LISTED_JOBS}`);
   } catch (error) {
+    if (generation !== keyGeneration) return;
     // A key refused lists nobody's jobs; with the gateway out of reach the list stays as
     // this session knew it.
     if (refusedKey(error)) {
@@ -482,6 +499,7 @@ async function loadJobs() {
     }
     return;
   }
+  if (generation !== keyGeneration) return;
   const jobs = page.data.map((job) => ({
     job_id: job.job_id,
     model: job.model,
@@ -568,7 +586,7 @@ async function showJob(jobId, known = null) {
   try {
     if (!job) job = await api(`/v1/jobs/${encodeURIComponent(jobId)}`);
   } catch (error) {
-    showJobError(error.code, error.message);
+    if (mine === current) showJobError(error.code, error.message);
     return;
   }
   if (mine !== current) return;
