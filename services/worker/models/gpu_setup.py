@@ -13,7 +13,7 @@ import torch
 
 from mediamesh.common.gpu_options import check_on_device
 from mediamesh.common.registry import ModelSpec
-from mediamesh.worker.models.memory import ModelLoadError
+from mediamesh.worker.models.memory import ModelLoadError, one_line
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +32,15 @@ def place(spec: ModelSpec, pipeline: Any, device: str) -> None:
     """Moves the pipeline to `device`, or leaves it on the CPU behind offload hooks."""
     offload = spec.gpu.offload
     if offload == "none":
-        pipeline.to(device)
+        # Whatever `to` raises (a driver error, weights it cannot copy) comes from outside
+        # the load's own checks; the worker's one start-up line must still name the entry.
+        try:
+            pipeline.to(device)
+        except Exception as exc:
+            raise ModelLoadError(
+                f"model {spec.name!r}: cannot move {spec.pipeline} to {device}: "
+                f"{one_line(exc)}; check the device and the model's weight files"
+            ) from exc
         return
     enable = (
         pipeline.enable_model_cpu_offload
@@ -41,8 +49,8 @@ def place(spec: ModelSpec, pipeline: Any, device: str) -> None:
     )
     try:
         enable(device=device)
-    except (RuntimeError, ValueError, ImportError) as exc:
-        raise ModelLoadError(f"model {spec.name!r} field gpu.offload: {exc}") from exc
+    except Exception as exc:
+        raise ModelLoadError(f"model {spec.name!r} field gpu.offload: {one_line(exc)}") from exc
 
 
 def apply_gpu_options(spec: ModelSpec, pipeline: Any) -> None:

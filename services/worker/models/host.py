@@ -9,7 +9,6 @@ the jobs it leaves unreported go back in line). Hosts spread over several device
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 from typing import Protocol
@@ -24,6 +23,11 @@ from mediamesh.worker.core.batch import ControlView, Emit
 from mediamesh.worker.models.device_lookups import mark_without_group_offloading
 from mediamesh.worker.models.diffusion import DiffusionHost
 from mediamesh.worker.models.gpu_setup import apply_gpu_options, place, refuse_on_device
+from mediamesh.worker.models.load_checks import (
+    check_loaded_pipeline,
+    check_no_meta_tensors,
+    loading_hint,
+)
 from mediamesh.worker.models.memory import (
     DTYPE_BYTES,
     ModelLoadError,
@@ -31,6 +35,7 @@ from mediamesh.worker.models.memory import (
     checkpoint_parameters,
     one_line,
 )
+from mediamesh.worker.models.model_multiple import check_size_multiple
 
 log = logging.getLogger(__name__)
 
@@ -116,8 +121,15 @@ def load_pipeline(
         # for a file cut short); none of it says which entry, so the worker's one line does.
         raise ModelLoadError(
             f"model {spec.name!r} (source {source}): cannot be loaded as {spec.pipeline}: "
-            f"{one_line(exc)}; {_loading_hint(spec, local_dir)}"
+            f"{one_line(exc)}; {loading_hint(spec, local_dir)}"
         ) from exc
+    passed = set(options)
+    check_loaded_pipeline(spec, pipeline, source=source, local_dir=local_dir, passed=passed)
+    # An accelerate device map may leave weights on the meta device on purpose (offloaded
+    # to disk, restored by its hooks).
+    if "device_map" not in options:
+        check_no_meta_tensors(spec, pipeline, source=source, passed=passed)
+    check_size_multiple(spec, pipeline)
     if device is not None:
         place(spec, pipeline, device)
     if spec.quantization == "int8-dynamic":
@@ -126,20 +138,6 @@ def load_pipeline(
     # Last: after placement and compilation, no hook is added any more.
     mark_without_group_offloading(pipeline)
     return pipeline
-
-
-def _loading_hint(spec: ModelSpec, local_dir: Path) -> str:
-    index = local_dir / "model_index.json"
-    try:
-        saved_as = json.loads(index.read_text()).get("_class_name")
-    except (OSError, ValueError, AttributeError):
-        saved_as = None
-    if isinstance(saved_as, str) and saved_as != spec.pipeline:
-        return (
-            f"the folder was saved as {saved_as}: check that `pipeline` names a class that "
-            "can load it"
-        )
-    return "check that `pipeline` names the folder's pipeline class and that its files are complete"
 
 
 def dtype_keyword() -> str:

@@ -3,7 +3,9 @@
 A pipeline rounds a width or height it cannot make down to its own multiple (Flux to 16,
 most others to 8) and says so only in a log line. When a registry entry's
 `limits.size_multiple` is finer than the pipeline's, a request the gateway accepted would
-come back smaller than asked, without a word; the result is refused instead.
+come back smaller than asked, without a word; the result is refused instead. The load
+already refuses a multiple finer than the one the model's config gives (`model_multiple`);
+this catches rounding a config does not say, such as Flux's 2x2 latent packing.
 """
 
 from __future__ import annotations
