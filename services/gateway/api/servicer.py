@@ -10,6 +10,7 @@ from mediamesh.common.api.lenient import add_servicer
 from mediamesh.common.generated.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
 from mediamesh.common.server import Registration
 from mediamesh.gateway.api.dataplane import DataPlane
+from mediamesh.gateway.api.submit_call import submit_for_call
 from mediamesh.gateway.api.upstream import (
     Upstream,
     caller_of,
@@ -43,8 +44,10 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
         context: grpc.aio.ServicerContext[common_pb2.GenerateRequest, gateway_pb2.JobHandle],
     ) -> gateway_pb2.JobHandle:
         """Submits the request and answers with the job's handle at once; the call's deadline
-        does not bound the job."""
-        return await self.plane.submit(request, caller_of(self.up.tenancy, context))
+        does not bound the job, but a job the call ended before learning of is cancelled
+        (`submit_for_call`)."""
+        caller = caller_of(self.up.tenancy, context)
+        return await submit_for_call(self.plane, request, caller, context)
 
     async def Watch(
         self,

@@ -335,7 +335,9 @@ def _fields_from_parameters(model: str, parameters: Mapping[str, ParamValue]) ->
         elif name == OUTPUT_FORMAT:
             if not isinstance(value, str):
                 raise InvalidArgument(f"{name}: expected a string, got {_kind(value)}")
-            values[name] = value.strip().lower()
+            # As sent: `resolve` refuses "PNG" or " webp " naming the allowed formats, as
+            # native Submit and the OpenAI face do; a KServe call must not pass what they refuse.
+            values[name] = value
         elif name == "priority":
             values[name] = parse_priority_parameter(value)
         elif name == ADAPTERS:

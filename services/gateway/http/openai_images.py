@@ -47,7 +47,6 @@ from mediamesh.gateway.http.openai_common import (
     adopt_steps_alias,
     answered_or_cancelled,
     check_known_fields,
-    check_size_alone,
     checked_end_user,
     final_event,
     follow_all,
@@ -286,8 +285,8 @@ async def edit_images(request: Request, authorization: Authorization = None) -> 
     response_format: ResponseFormat = "url" if requested_format == "url" else "b64_json"
     check_no_ops({name: form.pop(name, None) for name in NO_OP_VALUES})
     n = _count(form.pop("n", "1"))
+    # The mesh's width and height are no fields of edits (check_known_fields names them).
     size_text = form.pop("size", None)
-    check_size_alone(size_text, form)
     size = parse_size(size_text, model)
     user = checked_end_user(form.pop("user", None))
     seeds = image_seeds(_seed(form.pop("seed", None)), n)

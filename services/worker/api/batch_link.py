@@ -36,6 +36,7 @@ from mediamesh.common.telemetry import (
     tracer,
 )
 from mediamesh.common.work import JobParams, WorkerEvent
+from mediamesh.worker.api.batch_checks import check_run
 
 log = logging.getLogger(__name__)
 
@@ -115,6 +116,7 @@ class _Link(ServedStream[worker_pb2.BatchLinkEvent]):
             return
         try:
             check_bounds(request)
+            check_run(request.run, "run.")
         except InvalidArgument as exc:
             self._send(batch_end(batch_id, exc))
             return

@@ -11,6 +11,7 @@ from mediamesh.common.api import worker_wire
 from mediamesh.common.api.lenient import add_servicer
 from mediamesh.common.generated.v1 import worker_pb2, worker_pb2_grpc
 from mediamesh.common.telemetry import request_trace_carrier
+from mediamesh.worker.api.batch_checks import check_run
 from mediamesh.worker.api.batch_link import BatchLinks, serve_batch_link
 from mediamesh.worker.runtime import WorkerRuntime
 
@@ -35,6 +36,7 @@ class WorkerServicer(worker_pb2_grpc.WorkerServicer):
     ) -> AsyncIterator[worker_pb2.BatchEvent]:
         """Runs the batch and streams its events; the initial metadata tells the scheduler the
         batch was accepted."""
+        check_run(request)
         jobs = [worker_wire.job_params(spec) for spec in request.jobs]
         await context.send_initial_metadata(((worker_wire.BATCH_ACCEPTED_KEY, "1"),))
         groups = self.runtime.run_batch_groups(

@@ -15,6 +15,7 @@ from mediamesh.common.channels import internal_channel
 from mediamesh.common.credentials import InternalCredentials
 from mediamesh.common.generated.v1 import scheduler_pb2, scheduler_pb2_grpc
 from mediamesh.common.log_throttle import LogThrottle
+from mediamesh.worker.api.batch_checks import reportable
 from mediamesh.worker.api.registration import model_adapters, model_residency
 from mediamesh.worker.runtime import WorkerRuntime
 
@@ -95,8 +96,9 @@ class SchedulerSession:
 
         Call it before leaving: once the session closes, the scheduler gives up on what it
         still counts as running here, and a preempted job whose checkpoint it had not yet
-        read would start over.
+        read would start over. An id the scheduler would refuse is left out (`reportable`).
         """
+        batch_ids = reportable(batch_ids)
         if not batch_ids:
             return True
         if not self.registered.is_set():

@@ -53,6 +53,10 @@ async def test_edits_refuse_the_job_fields_generations_refuse(
                     "the mesh's own guidance_scale, negative_prompt, priority, seed, steps"
                     in (error["message"])
                 )
+        # width beside size is no field either (not "set size or width", as if alone it were).
+        sized = {**EDIT, "size": "64x64", "width": "64"}
+        answer = await http.post("/v1/images/edits", headers=bearer(KEY_A), data=sized, files=IMAGE)
+        assert answer.status_code == 400 and answer.json()["error"]["param"] == "width"
         # output_compression and the mesh's output_quality at once: refused, not one kept.
         both = {**EDIT, "output_format": "jpeg", "output_compression": "80", "output_quality": "40"}
         answer = await http.post(
