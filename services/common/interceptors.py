@@ -4,6 +4,7 @@ a public API's credential and concurrency, checked before a request is read."""
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import hmac
 import inspect
@@ -34,6 +35,10 @@ INTERNAL_TOKEN_KEY = "x-mediamesh-token"
 _HEALTH_PREFIX = "/grpc.health.v1.Health/"
 # How long a client stream refused for its credential is read before the refusal is sent.
 DRAIN_BEFORE_REFUSAL_S = 5.0
+# How long an admitted call holds its place before its handler runs (gRPC reading its
+# request): a request sent at all arrives well within it, and a caller that leaves before
+# sending one frees its place by then.
+ADMISSION_HOLD_S = 5.0
 
 # The interceptor serves every service, so requests and responses are of any message type.
 # (Quoted: grpc's classes are generic only in their type stubs.)
@@ -117,6 +122,7 @@ class ServiceInterceptor(grpc.aio.ServerInterceptor):
                 handler = _refusal(refusal, bool(handler.request_streaming))
             elif gate.max_calls is not None:
                 counter = gate
+                gate.admitted()
         authorised = self._authorised(method, details)
         if not authorised:
             self._log_refusal(method)
@@ -187,7 +193,7 @@ def _wrap(
         async def unary(request: Any, context: Context) -> Any:
             start, cancelled = time.perf_counter(), False
             if counter is not None:
-                counter.active += 1
+                counter.started()
             try:
                 await check(context, request if handler.stream_unary else None)
                 return await inner(request, context)
@@ -200,7 +206,7 @@ def _wrap(
                 raise
             finally:
                 if counter is not None:
-                    counter.active -= 1
+                    counter.ended()
                 record(start, context, cancelled)
 
         factory = (
@@ -219,7 +225,7 @@ def _wrap(
     async def streaming(request: Any, context: Context) -> AsyncIterator[Any]:
         start, cancelled = time.perf_counter(), False
         if counter is not None:
-            counter.active += 1
+            counter.started()
         try:
             await check(context)
             answers = inner_stream(request, context)
@@ -239,7 +245,7 @@ def _wrap(
             raise
         finally:
             if counter is not None:
-                counter.active -= 1
+                counter.ended()
             record(start, context, cancelled)
 
     factory = (
@@ -275,14 +281,19 @@ class CallerGate:
         checks: Mapping[str, CredentialCheck | None],
         open_methods: frozenset[str] = frozenset(),
         max_calls: int | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._checks = dict(checks)
         self._open = open_methods
         self.max_calls = max_calls
-        # Calls admitted whose handler is running. One admitted while another's request is
-        # still being read counts once its handler starts: the bound can be passed by the
-        # calls being read at one moment, and is never held by a call that never ran.
+        self._clock = clock
+        # Calls admitted whose handler is running.
         self.active = 0
+        # When each call admitted but not yet running was admitted: gRPC reads a unary
+        # request before the handler runs, and a burst arrives before any of it has, so
+        # these count against the bound too. A call whose request never comes (its client
+        # left) never runs, so its place is given back after ADMISSION_HOLD_S.
+        self._admitted: collections.deque[float] = collections.deque()
 
     def admits_by_metadata(self, service: str, name: str) -> bool:
         """Whether calls to this method go through the gate."""
@@ -296,13 +307,33 @@ class CallerGate:
                 check(dict(details.invocation_metadata or ()))
             except MeshError as exc:
                 return exc
-        if self.max_calls is not None and self.active >= self.max_calls:
+        if self.max_calls is not None and self.in_progress() >= self.max_calls:
             return ResourceExhausted(
-                f"max_concurrent_rpcs: {self.active} calls in progress, the most this "
+                f"max_concurrent_rpcs: {self.in_progress()} calls in progress, the most this "
                 "listener serves at once; retry later",
                 retry_after_s=1,
             )
         return None
+
+    def in_progress(self) -> int:
+        """Calls running, and admitted within ADMISSION_HOLD_S but not running yet."""
+        held_since = self._clock() - ADMISSION_HOLD_S
+        while self._admitted and self._admitted[0] < held_since:
+            self._admitted.popleft()
+        return self.active + len(self._admitted)
+
+    def admitted(self) -> None:
+        """A call passed the gate; it counts from now."""
+        self._admitted.append(self._clock())
+
+    def started(self) -> None:
+        """An admitted call's handler runs: it counts as running, no longer as admitted."""
+        if self._admitted:
+            self._admitted.popleft()
+        self.active += 1
+
+    def ended(self) -> None:
+        self.active -= 1
 
 
 def _unread(data: bytes) -> None:
