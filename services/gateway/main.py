@@ -135,6 +135,7 @@ async def start_gateway(
         server.set_serving,
         g.scheduler_lost_after_s,
     )
+    upstream.scheduler_lost = lambda: not watch.serving
     watch_task = asyncio.create_task(watch.run(), name="scheduler-watch")
     log.info("gateway serving on %s:%d", g.host, server.port)
     service = GatewayService(

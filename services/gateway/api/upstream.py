@@ -52,6 +52,8 @@ class Upstream:
     max_adapters_per_request: int = DEFAULT_MAX_ADAPTERS_PER_REQUEST
     # The one stream that carries final-only jobs; without it each is a call of its own.
     link: JobLink | None = None
+    # Whether the gateway's SchedulerWatch has had no answer for scheduler_lost_after_s.
+    scheduler_lost: Callable[[], bool] = lambda: False
 
     @classmethod
     def over(
@@ -84,6 +86,7 @@ class Upstream:
         self, request: common_pb2.GenerateRequest, caller: Caller, deadline_ms: int
     ) -> gateway_pb2.JobHandle:
         """Submit for an authenticated, admitted caller; scheduler errors raise MeshError."""
+        self._refuse_while_lost()
         async with mesh_errors():
             return await self.scheduler.Submit(
                 submit_request(request, caller, deadline_ms),
@@ -105,6 +108,7 @@ class Upstream:
         before the final event over the link cancels the job, even before its first event has
         named it; a job on a call of its own (`_suits_link`) runs on, for the caller to cancel
         by its id."""
+        self._refuse_while_lost()
         submit = submit_request(request, caller, deadline_ms)
         submit.final_only = final_only
         link = self.link
@@ -132,6 +136,14 @@ class Upstream:
                     yield self.outbound(event)
         finally:
             call.cancel()
+
+    def _refuse_while_lost(self) -> None:
+        """UNAVAILABLE at once for a new job while the scheduler is lost: a scheduler that
+        holds its connections but answers nothing (stopped, swapping) would keep the call
+        until its deadline and then leave the caller unable to tell whether a job was made.
+        Sent nothing, it made none, so a retry is safe."""
+        if self.scheduler_lost():
+            raise MeshError(UNREACHABLE_MESSAGE, code=StatusCode.UNAVAILABLE)
 
     def outbound(self, event: common_pb2.GenerateEvent) -> common_pb2.GenerateEvent:
         """`event` as a caller gets it: a result above `inline_limit` becomes a reference."""
