@@ -178,6 +178,7 @@ class ModelLimits:
     default_guidance_scale: float
     max_guidance_scale: float
     max_batch: int
+    max_prompt_chars: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -178,6 +178,7 @@ def model_info(
             default_guidance_scale=d.guidance_scale,
             max_guidance_scale=lim.max_guidance_scale,
             max_batch=spec.batching.max_batch,
+            max_prompt_chars=lim.max_prompt_chars,
         ),
     )
 

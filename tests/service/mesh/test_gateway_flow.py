@@ -121,6 +121,8 @@ async def test_list_models_reports_readiness_and_limits(image_mesh):
     assert models["flux-tiny"].ready and models["flux-tiny"].modality == "image"
     assert models["flux-tiny"].parallelism == "data"
     assert models["flux-tiny"].limits.max_steps == 50
+    # The prompt limit is listed, so a client need not learn it from a refusal.
+    assert models["flux-tiny"].limits.max_prompt_chars == 2000
     assert not models["wan-tiny"].ready
 
 

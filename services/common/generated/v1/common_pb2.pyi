@@ -202,7 +202,7 @@ class GenerateEvent(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., queued: _Optional[_Union[Queued, _Mapping]] = ..., progress: _Optional[_Union[Progress, _Mapping]] = ..., result: _Optional[_Union[Result, _Mapping]] = ..., error: _Optional[_Union[Error, _Mapping]] = ..., notice: _Optional[_Union[Notice, _Mapping]] = ..., state: _Optional[_Union[JobState, str]] = ...) -> None: ...
 
 class ModelLimits(_message.Message):
-    __slots__ = ("default_steps", "max_steps", "default_width", "default_height", "max_width", "max_height", "size_multiple", "default_num_frames", "max_num_frames", "default_duration_s", "max_duration_s", "default_guidance_scale", "max_guidance_scale", "max_batch")
+    __slots__ = ("default_steps", "max_steps", "default_width", "default_height", "max_width", "max_height", "size_multiple", "default_num_frames", "max_num_frames", "default_duration_s", "max_duration_s", "default_guidance_scale", "max_guidance_scale", "max_batch", "max_prompt_chars")
     DEFAULT_STEPS_FIELD_NUMBER: _ClassVar[int]
     MAX_STEPS_FIELD_NUMBER: _ClassVar[int]
     DEFAULT_WIDTH_FIELD_NUMBER: _ClassVar[int]
@@ -217,6 +217,7 @@ class ModelLimits(_message.Message):
     DEFAULT_GUIDANCE_SCALE_FIELD_NUMBER: _ClassVar[int]
     MAX_GUIDANCE_SCALE_FIELD_NUMBER: _ClassVar[int]
     MAX_BATCH_FIELD_NUMBER: _ClassVar[int]
+    MAX_PROMPT_CHARS_FIELD_NUMBER: _ClassVar[int]
     default_steps: int
     max_steps: int
     default_width: int
@@ -231,7 +232,8 @@ class ModelLimits(_message.Message):
     default_guidance_scale: float
     max_guidance_scale: float
     max_batch: int
-    def __init__(self, default_steps: _Optional[int] = ..., max_steps: _Optional[int] = ..., default_width: _Optional[int] = ..., default_height: _Optional[int] = ..., max_width: _Optional[int] = ..., max_height: _Optional[int] = ..., size_multiple: _Optional[int] = ..., default_num_frames: _Optional[int] = ..., max_num_frames: _Optional[int] = ..., default_duration_s: _Optional[float] = ..., max_duration_s: _Optional[float] = ..., default_guidance_scale: _Optional[float] = ..., max_guidance_scale: _Optional[float] = ..., max_batch: _Optional[int] = ...) -> None: ...
+    max_prompt_chars: int
+    def __init__(self, default_steps: _Optional[int] = ..., max_steps: _Optional[int] = ..., default_width: _Optional[int] = ..., default_height: _Optional[int] = ..., max_width: _Optional[int] = ..., max_height: _Optional[int] = ..., size_multiple: _Optional[int] = ..., default_num_frames: _Optional[int] = ..., max_num_frames: _Optional[int] = ..., default_duration_s: _Optional[float] = ..., max_duration_s: _Optional[float] = ..., default_guidance_scale: _Optional[float] = ..., max_guidance_scale: _Optional[float] = ..., max_batch: _Optional[int] = ..., max_prompt_chars: _Optional[int] = ...) -> None: ...
 
 class ModelInfo(_message.Message):
     __slots__ = ("name", "modality", "pipeline", "parallelism", "limits", "ready", "mime_type", "devices", "accepted_fields", "output_formats", "preemption", "previews", "inputs", "adapters", "default_strength", "warmup")
