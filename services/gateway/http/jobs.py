@@ -122,6 +122,9 @@ async def list_jobs(
 
 
 @router.get("/v1/jobs/{job_id}", response_model=JobView, responses=ERRORS, summary="A job")
+@router.head(
+    "/v1/jobs/{job_id}", response_model=JobView, responses=ERRORS, summary="A job's headers"
+)
 async def get_job(job_id: str, request: Request, authorization: Authorization = None) -> JsonObject:
     """The job's state; 404 for a job that is not the caller's."""
     plane = context_of(request).plane
@@ -155,6 +158,10 @@ async def delete_job(
     caller = plane.reader(authorization)
     with state_conflicts():
         return await plane.delete(job_id, caller)
+
+
+# no-transform: a proxy that compresses or rewrites answers would hold events back.
+EVENT_STREAM_HEADERS = {"Cache-Control": "no-cache, no-transform", "X-Accel-Buffering": "no"}
 
 
 @router.get(
@@ -193,8 +200,24 @@ async def job_events(
     return StreamingResponse(
         frames,
         media_type="text/event-stream",
-        # no-transform: a proxy that compresses or rewrites answers would hold events back.
-        headers={"Cache-Control": "no-cache, no-transform", "X-Accel-Buffering": "no"},
+        headers=dict(EVENT_STREAM_HEADERS),
+    )
+
+
+@router.head(
+    "/v1/jobs/{job_id}/events",
+    responses=ERRORS,
+    summary="Whether a job can be followed: the headers its event stream starts with",
+)
+async def job_events_head(
+    job_id: str, request: Request, authorization: Authorization = None
+) -> Response:
+    """200 with the event stream's headers for the caller's job, 404 otherwise; no stream is
+    opened (HTTP answers HEAD wherever it answers GET, RFC 9110 9.3.2)."""
+    plane = context_of(request).plane
+    await plane.job(job_id, plane.reader(authorization))
+    return Response(
+        status_code=200, media_type="text/event-stream", headers=dict(EVENT_STREAM_HEADERS)
     )
 
 
