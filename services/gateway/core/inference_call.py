@@ -377,9 +377,9 @@ def _kind(value: ParamValue) -> str:
 def parse_priority_parameter(value: ParamValue) -> str:
     """REALTIME/STANDARD/BATCH by name, or the schedule-policy level 1..3 (0 = default)."""
     if isinstance(value, str):
-        name = value.strip().upper()
-        if name in _PRIORITY_LEVELS:
-            return name
+        # Taken as sent, as every other face takes it: "batch" is refused, not read as BATCH.
+        if value in _PRIORITY_LEVELS:
+            return value
         raise InvalidArgument(
             f"priority: unknown value {value!r}; use REALTIME, STANDARD or BATCH, or 1..3"
         )

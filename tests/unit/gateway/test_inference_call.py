@@ -128,7 +128,10 @@ def test_a_timeout_past_what_a_job_can_hold_is_invalid_argument_naming_the_limit
 
 
 def test_priority_names_and_schedule_policy_levels():
-    assert parse_priority_parameter("batch") == "BATCH"
+    assert parse_priority_parameter("BATCH") == "BATCH"
+    for spelt in ("batch", " BATCH"):  # refused, as on the native and OpenAI faces
+        with pytest.raises(InvalidArgument, match=r"^priority: unknown value"):
+            parse_priority_parameter(spelt)
     assert parse_priority_parameter(1) == "REALTIME"
     assert parse_priority_parameter(3) == "BATCH"
     assert parse_priority_parameter(0) == "STANDARD"
