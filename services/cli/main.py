@@ -51,7 +51,8 @@ def build_parser() -> argparse.ArgumentParser:
         "restart one that exits, and stop them all on Ctrl-C or SIGTERM.",
         epilog="exit status: 0 stopped by Ctrl-C or SIGTERM once ready; 1 not ready within "
         "--ready-timeout, or a child exited during start-up (its reason printed); 2 a "
-        "configuration refused before anything started (named field); 130/143 Ctrl-C/SIGTERM "
+        "configuration refused before anything started (named field), or a --run-dir another "
+        "`mediamesh up` holds; 130/143 Ctrl-C/SIGTERM "
         "before the mesh was ready",
     )
     _config_arg(up)
@@ -120,6 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _cmd_up(args: argparse.Namespace) -> int:
+    from mediamesh.cli.run_dir import hold_run_dir
     from mediamesh.cli.services import keep_files_private, load
     from mediamesh.cli.up import refuse_unstartable, run_up
 
@@ -131,12 +133,16 @@ def _cmd_up(args: argparse.Namespace) -> int:
     config = without_idle_spot_wait(config)
     if args.insecure:
         config = insecure_everywhere(config)
+    # Before building anything: a second `up` on a running mesh's run dir changes nothing.
+    run_lock = hold_run_dir(args.run_dir)
     if not args.no_build:
         from mediamesh.cli.local_models import models_to_build
         from mediamesh.worker.models.build import BUILDERS, build_models
 
         build_models(config.models_dir, models_to_build(config, registry, set(BUILDERS)))
-    return run_up(config, args.run_dir, args.ready_timeout, restart=not args.no_restart)
+    return run_up(
+        config, args.run_dir, args.ready_timeout, restart=not args.no_restart, run_lock=run_lock
+    )
 
 
 def without_idle_spot_wait(config: MeshConfig) -> MeshConfig:

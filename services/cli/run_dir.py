@@ -3,6 +3,8 @@
 `mediamesh up` writes the config its children read (internal token included) to
 `<run dir>/mesh.yaml`; `mediamesh status`, `top` and `drain` read that file when no
 `--config` is given, so they carry the token of the mesh running from the same directory.
+While it runs, `up` holds `<run dir>/up.lock`: a second `up` there would rewrite that file
+with a token of its own, which the running mesh's restarted children would then read.
 """
 
 from __future__ import annotations
@@ -10,8 +12,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from mediamesh.common.errors import StartupError
+from mediamesh.common.exclusive_lock import ExclusiveLock, LockHeld
+
 DEFAULT_RUN_DIR = Path(".mediamesh/run")
 RUN_CONFIG_NAME = "mesh.yaml"
+RUN_LOCK_NAME = "up.lock"
 
 
 def run_config_path(run_dir: Path) -> Path:
@@ -41,3 +47,19 @@ def write_private(path: Path, text: str) -> None:
     with os.fdopen(descriptor, "w") as file:
         file.write(text)
     os.replace(staging, path)
+
+
+def hold_run_dir(run_dir: Path) -> ExclusiveLock:
+    """`run_dir`, created if missing, locked for this `mediamesh up` until released (or the
+    process ends); a StartupError naming `--run-dir` and the holder's pid while another
+    `up` runs from it. Nothing in the folder is written before the lock is had."""
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        return ExclusiveLock.take(run_dir / RUN_LOCK_NAME)
+    except LockHeld as held:
+        raise StartupError(
+            f"--run-dir: {run_dir} is in use by another `mediamesh up` ({held.holder}, "
+            f"holding {held.path}); stop that one first, or give another --run-dir"
+        ) from held
+    except OSError as exc:
+        raise StartupError(f"--run-dir: cannot use {run_dir}: {exc}") from exc

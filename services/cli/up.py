@@ -23,11 +23,12 @@ import yaml
 from pydantic import SecretStr, TypeAdapter
 
 from mediamesh.cli.core_sharing import with_shared_cores
-from mediamesh.cli.run_dir import run_config_path, write_private
+from mediamesh.cli.run_dir import hold_run_dir, run_config_path, write_private
 from mediamesh.cli.tls_readiness import https_ready, tls_handshake_completes
 from mediamesh.common.api.health import is_serving
 from mediamesh.common.config_loader import ENV_PREFIX, ConfigError
 from mediamesh.common.credentials import InternalCredentials
+from mediamesh.common.exclusive_lock import ExclusiveLock
 from mediamesh.common.registry import Registry
 from mediamesh.common.server import public_tls
 from mediamesh.common.settings import InternalAuthSettings, MeshConfig
@@ -228,7 +229,9 @@ class Mesh:
         self.restart = restart
         run_dir.mkdir(parents=True, exist_ok=True)
         self.config_path = run_config_path(run_dir)
-        # It holds the internal token: readable by this user only.
+        # It holds the internal token: readable by this user only. Written once every check
+        # passed, under run_up's lock on the run dir: it is what a running mesh's restarted
+        # children read.
         write_private(self.config_path, yaml.safe_dump(dump_config(config)))
         entry = [sys.executable, "-m", "mediamesh.cli.main"]
         base = ["--config", str(self.config_path)]
@@ -374,9 +377,24 @@ def _start_up_failure(child: Child) -> str:
     return f"{child.name} exited during start-up: {reason} (log: {child.log_path})"
 
 
-def run_up(config: MeshConfig, run_dir: Path, ready_timeout_s: float, restart: bool) -> int:
-    """Starts the mesh and supervises it until a signal; the exit code (EXIT_*)."""
-    mesh = Mesh(config, run_dir, restart=restart)
+def run_up(
+    config: MeshConfig,
+    run_dir: Path,
+    ready_timeout_s: float,
+    restart: bool,
+    run_lock: ExclusiveLock | None = None,
+) -> int:
+    """Starts the mesh and supervises it until a signal; the exit code (EXIT_*). Holds
+    `run_dir` throughout (`run_lock` when the caller took it already): a second `up` there
+    is refused (StartupError) before it writes."""
+    run_lock = run_lock or hold_run_dir(run_dir)
+    try:
+        return _run_mesh(Mesh(config, run_dir, restart=restart), run_dir, ready_timeout_s)
+    finally:
+        run_lock.release()
+
+
+def _run_mesh(mesh: Mesh, run_dir: Path, ready_timeout_s: float) -> int:
     received: list[int] = []
 
     def on_signal(signum: int, frame: object) -> None:

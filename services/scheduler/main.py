@@ -13,8 +13,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import grpc
+
 from mediamesh.common.credentials import NO_INTERNAL_CREDENTIAL, InternalCredentials
 from mediamesh.common.errors import StartupError
+from mediamesh.common.exclusive_lock import ExclusiveLock, LockHeld
 from mediamesh.common.exposure import refuse_open_off_loopback
 from mediamesh.common.folders import writable_folder
 from mediamesh.common.preemption import preemption_table
@@ -30,7 +33,7 @@ from mediamesh.scheduler.runtime import SchedulerRuntime
 from mediamesh.scheduler.settings_policy import core_policy
 from mediamesh.scheduler.store.artifact_backends import build_artifact_store
 from mediamesh.scheduler.store.health import StoreHealth
-from mediamesh.scheduler.store.job_store import JobStore
+from mediamesh.scheduler.store.job_store import JobStore, UnreadableJob
 
 log = logging.getLogger("mediamesh.scheduler")
 
@@ -47,6 +50,8 @@ class SchedulerService:
     health_task: asyncio.Task[None] | None = None
     # The gateways' JobLink streams, which take no new job once stopping begins.
     links: JobLinks | None = None
+    # Held until the store is closed (see `_lock_store`); None for a store handed in.
+    store_lock: ExclusiveLock | None = None
 
     @property
     def port(self) -> int:
@@ -61,6 +66,8 @@ class SchedulerService:
             self.links.close()
         await self.server.stop(grace_s)
         await self.runtime.stop()
+        if self.store_lock is not None:
+            self.store_lock.release()
 
 
 async def _follow_store(health: StoreHealth, server: RunningServer) -> None:
@@ -84,6 +91,33 @@ async def _follow_store(health: StoreHealth, server: RunningServer) -> None:
                 ", ".join(health.failing_kinds()),
             )
         await server.set_serving(serving)
+
+
+def store_lock_path(store_path: Path) -> Path:
+    """The file a scheduler locks while it holds the job store at `store_path`."""
+    return store_path.with_name(f"{store_path.name}.lock")
+
+
+def _lock_store(path: Path) -> ExclusiveLock:
+    """The store at `path`, locked for this scheduler until released (or the process ends).
+
+    Two schedulers on one store would each recover the other's running jobs as queued and
+    deliver its webhooks; the second is refused here, before it reads anything. The lock is
+    taken here rather than in JobStore, whose tests open one file twice in one process (a
+    flock conflicts across open files, even within a process)."""
+    lock_path = store_lock_path(path)
+    try:
+        lock_path.parent.mkdir(parents=True, exist_ok=True)
+        return ExclusiveLock.take(lock_path)
+    except LockHeld as held:
+        raise StartupError(
+            f"scheduler.store_path: {path} is in use by another scheduler ({held.holder}, "
+            f"holding {lock_path}); stop that one first, or give this one another store_path"
+        ) from held
+    except OSError as exc:
+        raise StartupError(
+            f"scheduler.store_path: cannot open {path}: its lock file {lock_path}: {exc}"
+        ) from exc
 
 
 def _open_store(path: Path) -> JobStore:
@@ -119,8 +153,31 @@ async def start_scheduler(
     server_credentials = credentials.server_credentials()
     if after_exposure_check is not None:
         after_exposure_check()
-    core = SchedulerCore(registry.models, core_policy(s), time.time, new_job_id)
     writable_folder("scheduler.artifact_dir", s.artifact_dir)
+    with contextlib.ExitStack() as on_failure:
+        # A store handed in is its caller's to guard.
+        store_lock = None if store is not None else _lock_store(s.store_path)
+        if store_lock is not None:
+            # Let go for whoever starts next in this process (a test); a process that exits
+            # here drops it anyway.
+            on_failure.callback(store_lock.release)
+        service = await _serve(config, registry, credentials, server_credentials, link, store)
+        on_failure.pop_all()
+    service.store_lock = store_lock
+    return service
+
+
+async def _serve(
+    config: MeshConfig,
+    registry: Registry,
+    credentials: InternalCredentials,
+    server_credentials: grpc.ServerCredentials | None,
+    link: WorkerLink | None,
+    store: JobStore | None,
+) -> SchedulerService:
+    """The scheduler's runtime and server, started on a store this process holds."""
+    s = config.scheduler
+    core = SchedulerCore(registry.models, core_policy(s), time.time, new_job_id)
     runtime = SchedulerRuntime(
         core,
         store or _open_store(s.store_path),
@@ -132,7 +189,11 @@ async def start_scheduler(
         # Results small enough to go inline reach their watchers from memory, not read back.
         recent_result_max_bytes=config.gateway.inline_result_limit_bytes,
     )
-    await runtime.start()
+    try:
+        await runtime.start()
+    except UnreadableJob as exc:
+        # Skipping the row would lose an accepted job without a word: refuse, naming it.
+        raise StartupError(f"scheduler.store_path: {exc}") from exc
     servicer = SchedulerServicer(
         runtime,
         registry,

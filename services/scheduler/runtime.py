@@ -116,6 +116,8 @@ class SchedulerRuntime:
         self.webhooks = WebhookDeliverer(
             webhooks or WebhookSettings(), self.writer, artifacts, self.stored_artifact
         )
+        # Set once `stop` begins: what stopping closes itself is no failure to record.
+        self.stopping = False
         self._kick = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
         self._loop_task: asyncio.Task[None] | None = None
@@ -224,6 +226,17 @@ class SchedulerRuntime:
         )
 
     async def stop(self) -> None:
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        if self._loop_task is not None:
+            # What happened before the stop lands first: cancelling the batches below gives
+            # their jobs up in the core (a lost worker each), and the writer, which holds the
+            # jobs themselves and not copies, would otherwise store them so.
+            await self.writer.flush(FLUSH_ON_STOP_S)
+        # From here on nothing is applied (see `apply`): the scheduler's own stopping is no
+        # loss of a worker and no end of a job. Their stored states stand, and the next
+        # start queues the unfinished jobs again, as after a crash, spending no attempt.
+        self.stopping = True
         own = (
             self._loop_task,
             self._housekeeping_task,
@@ -240,7 +253,7 @@ class SchedulerRuntime:
                     await task
         await self.link.close()
         await self.webhooks.close()
-        await self.writer.close(FLUSH_ON_STOP_S)
+        await self.writer.close(max(FLUSH_ON_STOP_S - (loop.time() - began), 0.1))
         await self.store.close()
         await self.artifacts.close()
 
@@ -307,6 +320,8 @@ class SchedulerRuntime:
     # ---- effects -------------------------------------------------------------------------
 
     def apply(self, effects: list[Effect]) -> None:
+        if self.stopping:
+            return
         for effect in effects:
             if isinstance(effect, Transition):
                 self._on_transition(effect)
@@ -565,7 +580,7 @@ class SchedulerRuntime:
 
     def worker_gone(self, info: WorkerInfo, reason: str) -> None:
         # A session that ends after its worker registered again must not take the new one.
-        if not self.registered_as(info):
+        if not self.registered_as(info) or self.stopping:
             return
         log.warning("worker %s lost: %s", info.worker_id, reason)
         self.core.worker_lost(info.worker_id, reason)

@@ -4,8 +4,10 @@ Each event a job's webhook asked for becomes a `WebhookDelivery`, saved through 
 writer (a job's final event in the same transaction as the job's final state) and then
 attempted until the receiver answers 2xx or `webhooks.max_attempts` is spent. Every attempt
 is recorded, so a restarted scheduler resumes what was still pending (`start`). A receiver
-may see an event twice (a crash between its answer and the record): the delivery id in
-`X-Mediamesh-Delivery` lets it drop repeats.
+may see an event twice (a crash between its answer and the record, or between a job's end
+and its record, after which the job runs again and ends anew): the delivery id in
+`X-Mediamesh-Delivery` lets it drop repeats, since it is made from the job and the event
+(`delivery_id`), never drawn at random, so the repeat carries the id of the first.
 
 A receiver is a tenant's, so it is not trusted to answer well. One attempt, from resolving
 the host to the answer's last byte read, has `webhooks.timeout_s` in all (not per read: a
@@ -63,6 +65,20 @@ USER_AGENT = "mediamesh-webhooks/1"
 RESPONSE_READ_BYTES = 64 * 1024
 # One tenant's deliveries in flight are at most this share of `max_concurrent` (at least 1).
 TENANT_SHARE = 4
+
+
+# The namespace of delivery ids (uuid5): any fixed UUID would do, but never change it, or a
+# repeat sent by a newer scheduler would not carry the id its receiver already has.
+DELIVERY_ID_NAMESPACE = uuid.UUID("5b0f5d2e-7c1a-4f43-9a57-2f0c8e3d6a41")
+
+
+def delivery_id(job_id: str, event: str, progress: tuple[int, int] | None = None) -> str:
+    """The delivery id of the job's `event` (for "progress", of its (attempt, step)): the
+    same whenever that notice is sent again, so its receiver can tell it is a repeat."""
+    name = (
+        f"{job_id}/{event}" if progress is None else f"{job_id}/{event}/{progress[0]}/{progress[1]}"
+    )
+    return uuid.uuid5(DELIVERY_ID_NAMESPACE, name).hex
 
 
 def tenant_slots(max_concurrent: int) -> int:
@@ -140,7 +156,7 @@ class WebhookDeliverer:
             }
         else:
             fields["error"] = {"code": job.error_code, "message": job.error_message}
-        self._enqueue(job, event, fields)
+        self._enqueue(job, event, fields, delivery_id(job.job_id, event))
 
     def progressed(self, job: Job, step: int, total_steps: int) -> None:
         """A step finished: a "progress" delivery, if the job's webhook asked for them."""
@@ -150,14 +166,15 @@ class WebhookDeliverer:
                 job,
                 "progress",
                 {"progress": {"step": step, "total_steps": total_steps, "attempt": job.attempts}},
+                delivery_id(job.job_id, "progress", (job.attempts, step)),
             )
 
-    def _enqueue(self, job: Job, event: str, fields: dict[str, Any]) -> None:
+    def _enqueue(self, job: Job, event: str, fields: dict[str, Any], identity: str) -> None:
+        """Record and send a delivery of `event` whose delivery id is `identity`."""
         assert job.delivery.webhook is not None
         now = self._clock()
-        delivery_id = uuid.uuid4().hex
         payload = {
-            "id": delivery_id,
+            "id": identity,
             "event": event,
             "created_unix_ms": int(now * 1000),
             "job": {
@@ -169,7 +186,7 @@ class WebhookDeliverer:
             **fields,
         }
         delivery = WebhookDelivery(
-            delivery_id=delivery_id,
+            delivery_id=identity,
             job_id=job.job_id,
             tenant=job.tenant,
             url=job.delivery.webhook.url,

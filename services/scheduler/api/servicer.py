@@ -62,6 +62,12 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         # Closed when the scheduler stops (SchedulerService.stop).
         self.links = JobLinks()
 
+    @property
+    def stopping(self) -> bool:
+        """Whether the scheduler has begun to stop (SchedulerService.stop closes `links`
+        first, before the server's stop closes the workers' streams)."""
+        return self.links.closing or self.runtime.stopping
+
     async def Submit(
         self,
         request: scheduler_pb2.SubmitRequest,
@@ -446,7 +452,11 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
                         settled=scheduler_pb2.BatchesSettled(batch_ids=settled)
                     )
         finally:
-            if info is not None:
+            # A stopping scheduler closes every worker's stream itself: that is no loss of
+            # the worker, and counting it would spend an attempt of each of its jobs per
+            # graceful restart (a rolling upgrade failed long jobs). Those jobs stay as they
+            # are stored and queue again at the next start, as after a crash.
+            if info is not None and not self.stopping:
                 with contextlib.suppress(Exception):
                     self.runtime.worker_gone(info, "attach stream closed")
 

@@ -15,7 +15,9 @@ in a value, beyond any message a worker may send).
 
 A presigned URL needs an object the backend can sign, so a result kept here that
 is wanted as a URL is copied to the backend once, and the copy is recorded in the store
-so that its deletion (at retention) deletes the copy too.
+so that its deletion (at retention) deletes the copy too. A copy the backend refuses (the
+bucket that made the result fall back here is often still down) leaves the answer without
+a URL, the result served as any kept here is; the next read tries the copy again.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import hashlib
 import logging
 from collections.abc import AsyncIterator
 
+from mediamesh.common.log_throttle import LogThrottle
 from mediamesh.scheduler import metrics
 from mediamesh.scheduler.store.artifacts import ArtifactStore, SignedUrl, StoredArtifact
 from mediamesh.scheduler.store.job_store import JobStore
@@ -57,6 +60,8 @@ class InStoreResults:
         self.store = store
         self.writer = writer
         self.max_bytes = max_bytes
+        # A down bucket refuses the copy on every read of every such job: one line a minute.
+        self._copy_failure_log = LogThrottle()
 
     @property
     def signs_urls(self) -> bool:
@@ -125,11 +130,26 @@ class InStoreResults:
         job_id, mime_type = kept
         copy = await self.store.result_copied_to(job_id)
         if copy is None:
-            # The seed is not part of the object; the job's record keeps it.
-            stored = await self.backend.write(job_id, await self.read(path), mime_type, 0)
-            copy = stored.path
-            await self.store.set_result_copied_to(job_id, copy)
+            try:
+                copy = await self._copy_to_backend(job_id, path, mime_type)
+            except Exception as exc:  # each backend fails its own way (OSError, obstore's)
+                if self._copy_failure_log.due():
+                    log.warning(
+                        "copying the result of job %s kept in the job store to the artifact "
+                        "store failed: %s; it is answered without a URL until a later read's "
+                        "copy succeeds",
+                        job_id,
+                        exc,
+                    )
+                return None
         return await self.backend.signed_url(copy)
+
+    async def _copy_to_backend(self, job_id: str, path: str, mime_type: str) -> str:
+        """Copy a kept result to the backend and record where; the copy's path."""
+        # The seed is not part of the object; the job's record keeps it.
+        stored = await self.backend.write(job_id, await self.read(path), mime_type, 0)
+        await self.store.set_result_copied_to(job_id, stored.path)
+        return stored.path
 
     async def delete(self, path: str | None) -> None:
         """Delete the result, and any copy of it made for a URL."""

@@ -134,6 +134,11 @@ class NewerStoreError(sqlite3.DatabaseError):
     """The store was written in a format newer than this scheduler reads."""
 
 
+class UnreadableJob(ValueError):
+    """A stored job's row cannot be read back into a job (a column cut short, say); the
+    message names the store, the job and what is wrong with the row."""
+
+
 class PurgedJob(NamedTuple):
     """A job deleted from the store (its retention ended, or DeleteJob), and its result file
     if it had one."""
@@ -260,6 +265,23 @@ def job_from_row(row: sqlite3.Row) -> tuple[Job, dict[str, Any] | None]:
     )
     result = json.loads(row["result"]) if row["result"] else None
     return job, result
+
+
+_JSON_COLUMNS = ("params", "quota", "result", "delivery", "trace_carrier")
+
+
+def _row_fault(row: sqlite3.Row, error: Exception) -> str:
+    """What is wrong with a row job_from_row refused: the first JSON column that does not
+    parse, named, else the error itself."""
+    for column in _JSON_COLUMNS:
+        text = row[column]
+        if not text and column == "result":
+            continue
+        try:
+            json.loads(text)
+        except (ValueError, TypeError) as exc:
+            return f"column {column} is not valid JSON ({exc}; {len(text or '')} characters)"
+    return f"{type(error).__name__}: {error}"
 
 
 class JobStore:
@@ -473,10 +495,22 @@ class JobStore:
 
     def _load(self, since_finished: float, ended_limit: int) -> LoadedJobs:
         assert self._db is not None
-        unfinished = [job_from_row(r) for r in job_reads.unfinished(self._db)]
+        unfinished = [self._loaded(r) for r in job_reads.unfinished(self._db)]
         ended, left_out = job_reads.newest_ended(self._db, since_finished, ended_limit)
         counts = job_reads.ended_counts(self._db, left_out) if left_out is not None else {}
-        return LoadedJobs(unfinished, [job_from_row(r) for r in ended], left_out, counts)
+        return LoadedJobs(unfinished, [self._loaded(r) for r in ended], left_out, counts)
+
+    def _loaded(self, row: sqlite3.Row) -> StoredJob:
+        """The job in `row`; UnreadableJob naming this store, the job and the fault when the
+        row does not make one (a traceback from json would name neither)."""
+        try:
+            return job_from_row(row)
+        except (ValueError, TypeError, KeyError) as exc:
+            raise UnreadableJob(
+                f"{self._path}: job {row['job_id']} (state {row['state']}) cannot be read "
+                f"back: {_row_fault(row, exc)}; restore the store from a backup, or end or "
+                "delete that row by hand"
+            ) from exc
 
     async def load(self, since_finished: float, ended_limit: int) -> LoadedJobs:
         """Unfinished jobs, and the `ended_limit` newest of those that ended at or after

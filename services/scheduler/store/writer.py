@@ -5,7 +5,10 @@ but it must not be lost either: each job's latest state waits here until a write
 commits. A failed write is logged, counted in `mediamesh_store_write_failures_total` and
 tried again after a backoff that doubles up to a bound. Only the newest state of a job is
 written, so a job's writes can never land out of order, and everything that changed while
-one write was in flight goes in the next, as one transaction.
+one write was in flight goes in the next, as one transaction. Should that transaction fail,
+each job's part of it is written alone, so that one row the store cannot take (a large
+result on a full disk) holds back only its own job: the others, whose ends watchers may
+already have been told, land and do not come back unfinished after a restart.
 
 Webhook deliveries (store/deliveries.py) travel the same way: a delivery saved together
 with the job state it announces lands in the same transaction, so a restart never finds a
@@ -28,6 +31,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from mediamesh.scheduler import metrics
@@ -158,54 +162,82 @@ class StoreWriter:
                         await self._due.wait()
             self._wake.clear()
             self._due.clear()
-            group, self._pending = self._pending, {}
-            hooks, self._deliveries = self._deliveries, {}
-            results, self._results = self._results, {}
-            deletes, self._deletes = self._deletes, {}
-            # Snapshots taken here, on the loop: the jobs keep changing while the write runs.
-            rows = [job_row(job, result) for job, result in group.values()]
-            ended = [job for job, _ in group.values() if job.state.terminal]
-            hook_rows = [delivery_row(d) for d in hooks.values()]
-            try:
-                deleted = await self._store.save_many(
-                    rows, hook_rows, list(results.items()), list(deletes)
-                )
-            except Exception as exc:
+            writes = _Writes.taken(self._pending, self._deliveries, self._results, self._deletes)
+            self._pending, self._deliveries, self._results, self._deletes = {}, {}, {}, {}
+            landed, held_back, error = await self._write(writes)
+            # Back before anything is awaited: a deletion meanwhile must find them queued.
+            for part in held_back:
+                self._put_back(part)
+            for part, deleted in landed:
+                await self._landed(part, deleted)
+            if held_back:
                 metrics.STORE_WRITE_FAILURES.labels("transition").inc()
                 self._health.failed(TRANSITIONS)
                 log.warning(
-                    "writing %d job states to the store failed (%s); retrying in %.2f s",
-                    len(group),
-                    exc,
+                    "writing %d of %d job states to the store failed (%s); retrying in %.2f s",
+                    sum(len(part.jobs) for part in held_back),
+                    len(writes.jobs),
+                    error,
                     backoff,
                 )
-                self._requeue(group)
-                for delivery_id, delivery in hooks.items():
-                    self._deliveries.setdefault(delivery_id, delivery)
-                for job_id, data in results.items():
-                    self._results.setdefault(job_id, data)
-                for job_id, answer in deletes.items():
-                    self._deletes.setdefault(job_id, answer)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, self._max_backoff_s)
                 continue
             backoff = self._first_backoff_s
             self._health.succeeded(TRANSITIONS)
             metrics.STORE_PENDING_WRITES.set(len(self._pending))
-            if ended and self._on_ends_stored is not None:
-                try:
-                    self._on_ends_stored(ended)
-                except Exception:
-                    log.exception("noting the stored ends of %d jobs failed", len(ended))
-            found = {job.job_id: job for job in deleted}
-            for job_id, answer in deletes.items():
-                if not answer.done():
-                    answer.set_result(found.get(job_id))
-            if ended:
-                try:
-                    await self._ended_inputs.ended(ended)
-                except Exception:
-                    log.exception("removing the inputs of %d ended jobs failed", len(ended))
+
+    async def _write(
+        self, writes: _Writes
+    ) -> tuple[list[tuple[_Writes, list[PurgedJob]]], list[_Writes], Exception | None]:
+        """Write `writes` in one transaction; should it fail, each job's part in one of its
+        own, so that a row the store cannot take (a large result on a full disk) holds back
+        only its own job, not others whose end was already announced. Returns the parts
+        that landed with the jobs they deleted, the parts held back, and the last error."""
+        try:
+            return [(writes, await self._store.save_many(*writes.snapshot()))], [], None
+        except Exception as exc:
+            parts = writes.by_job()
+            if len(parts) <= 1:
+                return [], [writes], exc
+            error = exc
+        landed: list[tuple[_Writes, list[PurgedJob]]] = []
+        held_back: list[_Writes] = []
+        for part in parts:
+            try:
+                landed.append((part, await self._store.save_many(*part.snapshot())))
+            except Exception as exc:
+                held_back.append(part)
+                error = exc
+        return landed, held_back, error
+
+    async def _landed(self, writes: _Writes, deleted: list[PurgedJob]) -> None:
+        """Tell whoever waits on these writes that they are in the store."""
+        ended = writes.ended
+        if ended and self._on_ends_stored is not None:
+            try:
+                self._on_ends_stored(ended)
+            except Exception:
+                log.exception("noting the stored ends of %d jobs failed", len(ended))
+        found = {job.job_id: job for job in deleted}
+        for job_id, answer in writes.deletes.items():
+            if not answer.done():
+                answer.set_result(found.get(job_id))
+        if ended:
+            try:
+                await self._ended_inputs.ended(ended)
+            except Exception:
+                log.exception("removing the inputs of %d ended jobs failed", len(ended))
+
+    def _put_back(self, writes: _Writes) -> None:
+        """Queue writes that did not land again; anything saved since keeps its newer entry."""
+        self._requeue(writes.jobs)
+        for delivery_id, delivery in writes.hooks.items():
+            self._deliveries.setdefault(delivery_id, delivery)
+        for job_id, data in writes.results.items():
+            self._results.setdefault(job_id, data)
+        for job_id, answer in writes.deletes.items():
+            self._deletes.setdefault(job_id, answer)
 
     def _requeue(self, group: dict[str, tuple[Job, dict[str, Any] | None]]) -> None:
         """Put a failed group back; a job saved again meanwhile keeps its newer entry, and
@@ -241,3 +273,63 @@ class StoreWriter:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
         await self._ended_inputs.close()
+
+
+@dataclass
+class _Writes:
+    """What one pass writes: jobs' states (with results), webhook deliveries, results'
+    bytes and deletions, with the rows snapshotted when they were taken (`taken`)."""
+
+    jobs: dict[str, tuple[Job, dict[str, Any] | None]] = field(default_factory=dict)
+    hooks: dict[str, WebhookDelivery] = field(default_factory=dict)
+    results: dict[str, bytes] = field(default_factory=dict)
+    deletes: dict[str, asyncio.Future[PurgedJob | None]] = field(default_factory=dict)
+    rows: dict[str, tuple[Any, ...]] = field(default_factory=dict)
+    hook_rows: dict[str, tuple[Any, ...]] = field(default_factory=dict)
+    # The jobs whose rows hold a terminal state: what landing them tells `on_ends_stored`.
+    ended: list[Job] = field(default_factory=list)
+
+    @classmethod
+    def taken(
+        cls,
+        jobs: dict[str, tuple[Job, dict[str, Any] | None]],
+        hooks: dict[str, WebhookDelivery],
+        results: dict[str, bytes],
+        deletes: dict[str, asyncio.Future[PurgedJob | None]],
+    ) -> _Writes:
+        """The writes, their rows snapshotted now, on the loop: the jobs keep changing
+        while a write of them runs."""
+        rows = {job_id: job_row(job, result) for job_id, (job, result) in jobs.items()}
+        hook_rows = {delivery_id: delivery_row(d) for delivery_id, d in hooks.items()}
+        ended = [job for job, _ in jobs.values() if job.state.terminal]
+        return cls(jobs, hooks, results, deletes, rows, hook_rows, ended)
+
+    def snapshot(
+        self,
+    ) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]], list[tuple[str, bytes]], list[str]]:
+        """The arguments of `JobStore.save_many` that write all of it in one transaction."""
+        return (
+            list(self.rows.values()),
+            list(self.hook_rows.values()),
+            list(self.results.items()),
+            list(self.deletes),
+        )
+
+    def by_job(self) -> list[_Writes]:
+        """The same writes, one part per job: a job's state, the deliveries announcing it
+        and its result's bytes stay together, so a part that lands keeps their promises."""
+        parts: dict[str, _Writes] = {}
+        for job_id, entry in self.jobs.items():
+            part = parts.setdefault(job_id, _Writes())
+            part.jobs[job_id], part.rows[job_id] = entry, self.rows[job_id]
+        for job in self.ended:
+            parts[job.job_id].ended.append(job)
+        for delivery_id, delivery in self.hooks.items():
+            part = parts.setdefault(delivery.job_id, _Writes())
+            part.hooks[delivery_id] = delivery
+            part.hook_rows[delivery_id] = self.hook_rows[delivery_id]
+        for job_id, data in self.results.items():
+            parts.setdefault(job_id, _Writes()).results[job_id] = data
+        for job_id, answer in self.deletes.items():
+            parts.setdefault(job_id, _Writes()).deletes[job_id] = answer
+        return list(parts.values())

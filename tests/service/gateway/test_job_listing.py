@@ -178,7 +178,7 @@ async def test_watch_writes_a_jobs_result_cancel_stops_one_and_delete_deletes_it
     )
     assert code == 0, capsys.readouterr().err
     assert (tmp_path / "watched.png").read_bytes().startswith(b"\x89PNG")
-    assert capsys.readouterr().out.startswith(f"{tmp_path / 'watched.png'} (image/png")
+    assert capsys.readouterr().out == f"{tmp_path / 'watched.png'}\n"  # --quiet: the path alone
 
     stub = http_mesh.gateway_stub()
     slow = common_pb2.GenerateRequest(model="flux-tiny", prompt="slow", steps=50)

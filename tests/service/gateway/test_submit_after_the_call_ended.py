@@ -6,9 +6,7 @@ carries an idempotency_key, whose retry gets that same job."""
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 
-import grpc
 import pytest
 
 from mediamesh.common.errors import MeshError, StatusCode
@@ -16,8 +14,6 @@ from mediamesh.common.generated.v1 import common_pb2, gateway_pb2
 from mediamesh.common.settings import TenantSettings
 from mediamesh.gateway.api.submit_call import submit_for_call
 from mediamesh.gateway.core.tenancy import Caller
-from tests.service.conftest import start_mesh, stop_mesh
-from tests.service.gateway.conftest import KEY_A, auth, keyed
 
 CALLER = Caller(tenant="a", quota=TenantSettings())
 
@@ -105,27 +101,3 @@ async def test_a_call_in_time_keeps_its_job():
     plane.answer.set()
     handle = await submit_for_call(plane, request(), CALLER, FakeContext())
     assert handle.job_id == "job-1" and plane.cancelled == []
-
-
-async def test_submits_that_time_out_at_the_client_leave_no_job_running(
-    tmp_path: Path, models_dir: Path
-):
-    # No worker: the jobs stay queued, so a cancellation cannot come after a job has run.
-    mesh = await start_mesh(tmp_path, models_dir, [], gateway=keyed())
-    try:
-        stub = mesh.gateway_stub()
-        answered = 0
-        for _ in range(20):
-            try:
-                await stub.Submit(request(), metadata=auth(KEY_A), timeout=0.001)
-                answered += 1
-            except grpc.aio.AioRpcError as exc:
-                assert exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED
-        await asyncio.sleep(0.5)
-        listing = await stub.ListJobs(
-            gateway_pb2.ListJobsRequest(page_size=100), metadata=auth(KEY_A), timeout=5
-        )
-        kept = [j for j in listing.jobs if j.state != common_pb2.CANCELLED]
-        assert len(kept) <= answered, [common_pb2.JobState.Name(j.state) for j in listing.jobs]
-    finally:
-        await stop_mesh(mesh)
