@@ -183,7 +183,7 @@ class Tenancy:
             together = f"; this request asks for {jobs} jobs at once" if jobs > 1 else ""
             raise ResourceExhausted(
                 f"rate: tenant {caller.tenant!r} is over {quota.requests_per_second} "
-                f"requests per second (burst {quota.burst}){together}",
+                f"requests per second (burst {quota.burst}) at this gateway{together}",
                 retry_after_s=wait,
             )
 
@@ -198,7 +198,7 @@ class Tenancy:
         if wait > 0:
             raise ResourceExhausted(
                 f"read rate: tenant {caller.tenant!r} is over {quota.reads_per_second} "
-                f"reads per second (burst {quota.read_burst})",
+                f"reads per second (burst {quota.read_burst}) at this gateway",
                 retry_after_s=wait,
             )
 

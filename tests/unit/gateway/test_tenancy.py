@@ -63,6 +63,8 @@ def test_rate_limit_answers_with_the_wait_and_refills():
     with pytest.raises(ResourceExhausted) as caught:
         tenancy.admit(caller, "echo", Priority.STANDARD)
     assert caught.value.retry_after_s == pytest.approx(0.5)
+    # Each gateway keeps its own bucket: the refusal says so (README, API keys and tenants).
+    assert caught.value.message.endswith("(burst 2) at this gateway")
     clock.now += 0.5
     tenancy.admit(caller, "echo", Priority.STANDARD)
 
@@ -87,7 +89,9 @@ def test_reads_have_their_own_budget_that_answers_with_the_wait():
     with pytest.raises(ResourceExhausted) as caught:
         tenancy.check_read(caller)
     assert caught.value.retry_after_s == pytest.approx(0.25)
-    assert "read rate" in caught.value.message and "burst 2" in caught.value.message
+    assert (
+        "read rate" in caught.value.message and "burst 2) at this gateway" in caught.value.message
+    )
     # Reads spent nothing of the submit budget, and submits spend nothing of the reads'.
     tenancy.admit(caller, "echo", Priority.STANDARD)
     clock.now += 0.25
@@ -102,7 +106,7 @@ def test_jobs_admitted_together_are_charged_once_all_or_none():
         # Each job's own admission takes from the charge, not from the rate again.
         tenancy.admit(paid, "echo", Priority.STANDARD)
         tenancy.admit(paid, "echo", Priority.STANDARD)
-    over = r"\(burst 3\); this request asks for 2 jobs"
+    over = r"\(burst 3\) at this gateway; this request asks for 2 jobs"
     with (
         pytest.raises(ResourceExhausted, match=over),
         tenancy.admitted(caller, "echo", Priority.STANDARD, 2),
