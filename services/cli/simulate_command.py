@@ -86,9 +86,30 @@ def add_simulate_command(sub: argparse._SubParsersAction[argparse.ArgumentParser
     simulate.set_defaults(handler=_cmd_simulate)
 
 
+def _flag_out_of_mode(args: argparse.Namespace) -> str | None:
+    """Why a flag given does not apply to the mode chosen (None when all do): ignored, it
+    would leave the caller believing the run used it."""
+    if args.right_size:
+        for flag, value in (("--jobs", args.jobs), ("--devices", args.devices)):
+            if value is not None:
+                return (
+                    f"{flag} does not apply with --right-size, which sizes the fleet itself "
+                    "over right_size.window_s (--window-s) of arrivals; leave it out"
+                )
+        return None
+    for flag, value in (("--sla-target", args.sla_target), ("--window-s", args.window_s)):
+        if value is not None:
+            return f"{flag} applies only with --right-size; add --right-size or leave it out"
+    return None
+
+
 def _cmd_simulate(args: argparse.Namespace) -> int:
     from mediamesh.sim.scenario import ScenarioError, load_scenario
 
+    refusal = _flag_out_of_mode(args)
+    if refusal is not None:
+        print(f"mediamesh simulate: {refusal}", file=sys.stderr)
+        return 2
     try:
         # Before the run, which may take minutes, rather than a traceback at its end.
         writable_folder("--out", args.out)
@@ -119,12 +140,14 @@ def _simulate(scenario: object, args: argparse.Namespace) -> int:
             print(f"mediamesh simulate: {exc}", file=sys.stderr)
             return 2
     result = simulate(scenario, jobs=args.jobs, devices=args.devices, seed=args.seed)  # type: ignore[arg-type]
-    stem = args.out / f"sim-{result.scenario}"
-    data = write_json(result, stem.with_suffix(".json"))
+    # Not with_suffix: a name's own dot (fleet-v1.5x) would be taken for an extension.
+    stem = f"sim-{result.scenario}"
+    json_path = args.out / f"{stem}.json"
+    data = write_json(result, json_path)
     if not args.no_plot:
-        write_plot(result, stem.with_suffix(".png"))
+        write_plot(result, args.out / f"{stem}.png")
     print(_summary(data))
-    print(f"results: {stem.with_suffix('.json')}" + ("" if args.no_plot else " and .png"))
+    print(f"results: {json_path}" + ("" if args.no_plot else " and .png"))
     unfinished = _unfinished(data)
     if unfinished:
         # The results are written either way (an overload scenario is worth its plot), but

@@ -6,6 +6,7 @@ spot preemptions are reported back, and KEDA resizes the pools on the core's own
 metric. Modules, in the order data flows:
 
 - scenario: the input file (fleet, device types, workload, spot, autoscaling, SLAs)
+- load_checks, trace, errors: what loading refuses, against the registry, fleet and trace
 - arrivals: poisson / bursty / diurnal / trace arrival arrays
 - engine: the event loop and the calls into the core
 - fleet, cluster, keda: devices, their lifecycle and the autoscaler

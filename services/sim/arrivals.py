@@ -5,16 +5,17 @@ Generated up front with numpy so a million arrivals cost milliseconds, not a Pyt
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import numpy as np
 
 from mediamesh.scheduler.core.jobs import Priority
-from mediamesh.sim.scenario import Arrivals, ScenarioError, Workload
+from mediamesh.sim.errors import ScenarioError
+from mediamesh.sim.scenario import Arrivals, Workload
+from mediamesh.sim.trace import read_trace
 
 
 @dataclass(frozen=True)
@@ -111,30 +112,17 @@ def generate(workload: Workload, seed: int, jobs: int | None = None) -> ArrivalP
 def _from_trace(workload: Workload, jobs: int | None) -> ArrivalPlan:
     path = workload.arrivals.path
     if path is None:
-        raise ScenarioError("workload.arrivals.path is required for a trace")
-    rows: list[dict[str, Any]] = []
-    with Path(path).open() as lines:
-        for number, line in enumerate(lines, 1):
-            if not line.strip():
-                continue
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as exc:
-                raise ScenarioError(f"{path}:{number}: not JSON: {exc}") from None
-            if jobs is not None and len(rows) >= jobs:
-                break
-    rows.sort(key=lambda r: float(r["t"]))
-    models = list(dict.fromkeys([*workload.models, *(r["model"] for r in rows)]))
-    tenants = list(dict.fromkeys([*workload.tenants, *(r.get("tenant", "default") for r in rows)]))
+        raise ScenarioError("workload.arrivals.path: required for process trace")
+    rows = sorted(read_trace(Path(path), jobs), key=lambda r: r.t)
+    models = list(dict.fromkeys([*workload.models, *(r.model for r in rows)]))
+    tenants = list(dict.fromkeys([*workload.tenants, *(r.tenant for r in rows)]))
     model_index = {m: i for i, m in enumerate(models)}
     tenant_index = {t: i for i, t in enumerate(tenants)}
     return ArrivalPlan(
-        times=np.array([float(r["t"]) for r in rows], dtype=float),
-        model=np.array([model_index[r["model"]] for r in rows], dtype=np.int16),
-        priority=np.array(
-            [int(Priority[r.get("priority", "STANDARD")]) for r in rows], dtype=np.int8
-        ),
-        tenant=np.array([tenant_index[r.get("tenant", "default")] for r in rows], dtype=np.int32),
+        times=np.array([r.t for r in rows], dtype=float),
+        model=np.array([model_index[r.model] for r in rows], dtype=np.int16),
+        priority=np.array([int(Priority[r.priority]) for r in rows], dtype=np.int8),
+        tenant=np.array([tenant_index[r.tenant] for r in rows], dtype=np.int32),
         models=tuple(models),
         tenants=tuple(tenants),
     )

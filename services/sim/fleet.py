@@ -102,6 +102,7 @@ def hosted_models(
 class Accounting:
     """Device-seconds provisioned and busy, and their price, by pool and device type."""
 
+    # Every pool of every device type (Scenario.prices): a pool missing here is a bug, not free.
     prices: dict[str, dict[str, float]]
     provisioned_s: dict[tuple[str, str], float] = field(default_factory=dict)
     busy_s: dict[tuple[str, str], float] = field(default_factory=dict)
@@ -114,14 +115,12 @@ class Accounting:
 
     def cost(self) -> float:
         return sum(
-            s / 3600 * self.prices[kind].get(pool, 0.0)
-            for (pool, kind), s in self.provisioned_s.items()
+            s / 3600 * self.prices[kind][pool] for (pool, kind), s in self.provisioned_s.items()
         )
 
     def on_demand_cost(self) -> float:
         return sum(
-            s / 3600 * self.prices[kind].get("on-demand", 0.0)
-            for (_, kind), s in self.provisioned_s.items()
+            s / 3600 * self.prices[kind]["on-demand"] for (_, kind), s in self.provisioned_s.items()
         )
 
     def summary(self) -> dict[str, Any]:
@@ -137,7 +136,7 @@ class Accounting:
                     "device_hours": provisioned / 3600,
                     "busy_hours": busy / 3600,
                     "utilization": busy / provisioned if provisioned > 0 else 0.0,
-                    "cost": provisioned / 3600 * self.prices[kind].get(pool, 0.0),
+                    "cost": provisioned / 3600 * self.prices[kind][pool],
                 }
             )
         provisioned = sum(self.provisioned_s.values())

@@ -52,17 +52,17 @@ def result_dict(result: SimulationResult) -> dict[str, Any]:
 
 def write_json(result: SimulationResult, path: Path) -> dict[str, Any]:
     """Writes the result as JSON; returns it with infinite percentiles (unfinished jobs) as
-    they are, which the file holds as null: `Infinity` is not JSON, and the row's
+    they are, which the file holds as null: `Infinity` and `NaN` are not JSON, and the row's
     `unfinished` count says why a percentile is missing."""
     data = result_dict(result)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(_finite(data), indent=2) + "\n")
+    path.write_text(json.dumps(_finite(data), indent=2, allow_nan=False) + "\n")
     return data
 
 
 def _finite(value: Any) -> Any:
-    """`value` with every infinite float replaced by None."""
-    if isinstance(value, float) and math.isinf(value):
+    """`value` with every infinite or NaN float replaced by None."""
+    if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, dict):
         return {key: _finite(item) for key, item in value.items()}

@@ -77,14 +77,16 @@ def _without_spot_wait(settings: SchedulerSettings) -> SchedulerSettings:
 
 def peak_workload(scenario: Scenario, window_s: float) -> Workload:
     """The workload as it is at its busiest, so the fleet is sized for the peak: a diurnal
-    window centred on the sinusoid's crest, a bursty one at the burst rate throughout."""
+    window centred on the sinusoid's crest, a bursty one at its busier rate throughout."""
     workload = scenario.workload
     a = workload.arrivals
     if a.process == "diurnal":
         crest = a.period_s / 4 - window_s / 2
         arrivals = a.model_copy(update={"phase_s": crest})
     elif a.process == "bursty":
-        arrivals = a.model_copy(update={"process": "poisson", "rate_per_s": a.burst_rate_per_s})
+        # The busier of the two: a burst rate of 0 (idle spells only) would make no arrivals.
+        peak = max(a.burst_rate_per_s, a.idle_rate_per_s)
+        arrivals = a.model_copy(update={"process": "poisson", "rate_per_s": peak})
     else:
         return workload
     return workload.model_copy(update={"arrivals": arrivals})
@@ -111,16 +113,25 @@ def window_plan(scenario: Scenario, window_s: float, max_jobs: int, seed: int) -
     )
 
 
+def _counts(plan: ArrivalPlan) -> dict[str, int]:
+    """Jobs per model in `plan`, models without jobs left out."""
+    counts = {m: int((plan.model == i).sum()) for i, m in enumerate(plan.models)}
+    return {m: n for m, n in counts.items() if n}
+
+
+def models_without_speed(scenario: Scenario, device: str, plan: ArrivalPlan) -> list[str]:
+    """Models of the window's jobs that `device` has no speed for, so cannot run."""
+    speeds = scenario.device_types[device].step_s_per_unit
+    return [model for model in _counts(plan) if model not in speeds]
+
+
 def offered_device_s(scenario: Scenario, device: str, plan: ArrivalPlan) -> float | None:
     """Device-seconds the window's jobs need on `device` run one by one; None if it cannot
     run every model in the workload."""
     specs = scenario.specs()
     kind = scenario.device_types[device]
     total = 0.0
-    counts = {m: int((plan.model == i).sum()) for i, m in enumerate(plan.models)}
-    for model, count in counts.items():
-        if count == 0:
-            continue
+    for model, count in _counts(plan).items():
         if model not in kind.step_s_per_unit:
             return None
         spec = specs[model]
@@ -186,7 +197,7 @@ class RightSizer:
             spot_share=spot_share,
             on_demand=counts.get("on-demand", 0),
             spot=counts.get("spot", 0),
-            cost_per_hour=sum(prices.get(pool, 0.0) * n for pool, n in counts.items()),
+            cost_per_hour=sum(prices[pool] * n for pool, n in counts.items()),
             attainment=attainment,
             meets=bool(attainment) and min(attainment.values()) >= self.target,
         )
@@ -248,6 +259,10 @@ class RightSizer:
         for device in devices:
             load = offered_device_s(self.scenario, device, self.plan)
             if load is None:
+                missing = models_without_speed(self.scenario, device, self.plan)
+                self.skipped[device] = (
+                    f"no speed for {', '.join(missing)} (device_types.{device}.step_s_per_unit)"
+                )
                 continue
             slow = self.out_of_reach(device)
             if slow:

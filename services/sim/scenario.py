@@ -7,15 +7,28 @@ same queues, SLAs, placement rules and aging the real scheduler is configured wi
 from __future__ import annotations
 
 import json
+import re
 from importlib.resources import as_file, files
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from mediamesh.common.registry import ModelSpec, Registry, load_registry, parse_registry
 from mediamesh.common.settings import Pool, PriorityName, SchedulerSettings
+from mediamesh.sim.errors import ScenarioError as ScenarioError
+from mediamesh.sim.load_checks import check_scenario
+
+# A scenario's name becomes part of its result files' names (sim-NAME.json), in --out.
+_FILE_NAME_PART = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,99}")
 
 
 class Section(BaseModel):
@@ -25,8 +38,10 @@ class Section(BaseModel):
 class DeviceType(Section):
     """One kind of accelerator: what it costs and how fast it runs each model."""
 
-    # Price per device-hour by pool; None: the scenario's scheduler.prices_per_device_hour.
-    price_per_hour: dict[Pool, float] | None = None
+    # Price per device-hour by pool; a pool left out (or all, None) keeps the scenario's
+    # scheduler.prices_per_device_hour, as the mesh's config keeps the default of a pool it
+    # does not price: left out, a pool would run for free.
+    price_per_hour: dict[Pool, Annotated[float, Field(ge=0, allow_inf_nan=False)]] | None = None
     # Seconds of one denoising step for a batch of one, per work unit (megapixel-frame or
     # audio second): the same unit as the registry's cost.step_s_per_megapixel.
     step_s_per_unit: dict[str, Annotated[float, Field(gt=0)]]
@@ -108,6 +123,18 @@ class Arrivals(Section):
     # are resolved against the scenario file.
     path: Path | None = None
 
+    @model_validator(mode="after")
+    def _can_make_jobs(self) -> Arrivals:
+        if self.process == "trace" and self.path is None:
+            raise ValueError("path: required for process trace (a JSON-lines file)")
+        if self.process == "bursty" and self.burst_rate_per_s == 0 and self.idle_rate_per_s == 0:
+            # Both spells would pass without an arrival, for ever.
+            raise ValueError(
+                "burst_rate_per_s and idle_rate_per_s are both 0: a bursty process makes no "
+                "job; give either a rate above 0"
+            )
+        return self
+
 
 class Tenant(Section):
     share: float = Field(1.0, gt=0)
@@ -175,6 +202,17 @@ class Scenario(Section):
     dispatch_interval_s: float = Field(0.0, ge=0)
     right_size: RightSize = Field(default_factory=RightSize)
 
+    @field_validator("name")
+    @classmethod
+    def _plain_file_name_part(cls, name: str) -> str:
+        if not _FILE_NAME_PART.fullmatch(name):
+            raise ValueError(
+                f"{name!r} is not a plain file-name part (it names the result files, "
+                "sim-NAME.json): letters, digits, '.', '_' and '-', at most 100, not starting "
+                "with '.' or '-'"
+            )
+        return name
+
     @model_validator(mode="after")
     def _references_resolve(self) -> Scenario:
         if not self.fleet:
@@ -188,12 +226,21 @@ class Scenario(Section):
         names = [d.name for d in self.fleet]
         if len(set(names)) != len(names):
             raise ValueError("deployment names must be unique")
+        unknown = [d for d in self.right_size.devices if d not in self.device_types]
+        if unknown:
+            raise ValueError(
+                f"right_size.devices: unknown device types {unknown}; "
+                f"device_types has {', '.join(self.device_types)}"
+            )
         return self
 
     def prices(self, device: str) -> dict[str, float]:
-        """Price per device-hour of `device` in each pool."""
-        own = self.device_types[device].price_per_hour
-        prices = own if own is not None else self.scheduler.prices_per_device_hour
+        """Price per device-hour of `device` in every pool: its own where it names one, the
+        scheduler's prices_per_device_hour for the rest."""
+        prices: dict[Pool, float] = {
+            **self.scheduler.prices_per_device_hour,
+            **(self.device_types[device].price_per_hour or {}),
+        }
         return {pool: price for pool, price in prices.items()}
 
     def registry(self) -> Registry:
@@ -207,10 +254,6 @@ class Scenario(Section):
         return {spec.name: spec for spec in self.registry().models}
 
 
-class ScenarioError(ValueError):
-    """A scenario file that cannot be used, with the field at fault."""
-
-
 def parse_scenario(raw: object, origin: str = "scenario", base: Path | None = None) -> Scenario:
     if not isinstance(raw, dict):
         raise ScenarioError(f"{origin}: expected a mapping at the top level")
@@ -221,7 +264,7 @@ def parse_scenario(raw: object, origin: str = "scenario", base: Path | None = No
         raise ScenarioError(f"{origin}: {details}") from None
     if base is not None:
         scenario = _resolve_paths(scenario, base)
-    _check_models(scenario, origin)
+    check_scenario(scenario, origin)
     return scenario
 
 
@@ -242,45 +285,6 @@ def _resolve_paths(scenario: Scenario, base: Path) -> Scenario:
         workload = scenario.workload.model_copy(update={"arrivals": arrivals})
         updates["workload"] = workload
     return scenario.model_copy(update=updates) if updates else scenario
-
-
-def _check_models(scenario: Scenario, origin: str) -> None:
-    specs = scenario.specs()
-    for model in scenario.workload.models:
-        if model not in specs:
-            raise ScenarioError(f"{origin}: workload model {model!r} is not in the registry")
-    for name, device in scenario.device_types.items():
-        unknown = set(device.step_s_per_unit) - set(specs)
-        if unknown:
-            raise ScenarioError(f"{origin}: device {name!r} has speeds for unknown {unknown}")
-    unservable = unservable_models(scenario, scenario.fleet, specs)
-    if unservable:
-        raise ScenarioError(f"{origin}: {unservable}")
-
-
-def unservable_models(
-    scenario: Scenario, fleet: list[Deployment], specs: dict[str, ModelSpec]
-) -> str | None:
-    """Why some workload model can never run on `fleet` (None when every one can): no
-    deployment with a replica, or an autoscaler, has a device type with a speed for it, in
-    its modality. Such jobs would only wait to the end of the run, and be reported as
-    unfinished rather than as the scenario's mistake."""
-    served: set[str] = set()
-    for deployment in fleet:
-        if not deployment.can_serve:
-            continue
-        for model in scenario.device_types[deployment.device].step_s_per_unit:
-            modality = specs[model].modality
-            if deployment.modality is None or deployment.modality == modality:
-                served.add(model)
-    missing = [m for m in scenario.workload.models if m not in served]
-    if not missing:
-        return None
-    return (
-        f"workload.models {missing} cannot run: no deployment in `fleet` with a replica or "
-        "an autoscale has a device type with a speed for them "
-        "(device_types.<device>.step_s_per_unit) in its modality"
-    )
 
 
 BUILTIN_SCENARIOS = ("small", "fleet-1000")

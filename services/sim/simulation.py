@@ -18,8 +18,9 @@ from mediamesh.sim.arrivals import ArrivalPlan, generate
 from mediamesh.sim.cluster import Cluster
 from mediamesh.sim.engine import Engine
 from mediamesh.sim.fleet import DeploymentState, Speed, hosted_models
+from mediamesh.sim.load_checks import unservable_models
 from mediamesh.sim.records import JobRecords, TimeSeries
-from mediamesh.sim.scenario import Autoscale, Deployment, Scenario, unservable_models
+from mediamesh.sim.scenario import Autoscale, Deployment, Scenario
 
 _PARAM_NAMES = {f.name for f in fields(GenerationParams)} - {"prompt", "negative_prompt", "seed"}
 
@@ -119,6 +120,8 @@ class Simulation:
     def run(self) -> SimulationResult:
         plan, engine, cluster = self.plan, self.engine, self.cluster
         last_arrival = float(plan.times[-1]) if len(plan) else 0.0
+        # Before the run: the autoscaler moves the targets from the first poll on.
+        initial_devices = sum(s.target for s in self.states)
         started = time.perf_counter()
         cluster.start()
         with cycle_collection_paused():
@@ -131,7 +134,7 @@ class Simulation:
             scenario=self.scenario.name,
             seed=self.seed,
             jobs=len(plan),
-            devices=sum(s.target for s in self.states),
+            devices=initial_devices,
             sim_seconds=engine.now,
             wall_seconds=wall,
             stats=engine.records.summary(self.scenario.scheduler.queues),
@@ -167,7 +170,7 @@ def build(
     fleet = scale_fleet(scenario.fleet, devices) if devices is not None else scenario.fleet
     if devices is not None:
         # Too few devices for every deployment leaves some with none: say so before the run.
-        unservable = unservable_models(scenario, fleet, specs)
+        unservable = unservable_models(scenario, fleet, specs, plan.models)
         if unservable:
             raise ValueError(f"--devices {devices}: {unservable}")
     quotas = {
