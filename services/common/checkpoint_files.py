@@ -16,9 +16,20 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 PARTIAL_SUFFIX = ".partial"
 
 
+# The step in a name `checkpoint_file` made.
+_STEP = re.compile(r"-step(\d+)\.pt$")
+
+
 def checkpoint_file(directory: Path, job_id: str, step: int) -> Path:
     """The file a job's checkpoint after `step` is written to."""
     return directory / f"{_UNSAFE.sub('_', job_id)}-step{step}.pt"
+
+
+def checkpoint_step(name: str) -> int | None:
+    """The step a checkpoint named as `checkpoint_file` names it was saved after; None for
+    a name of another form."""
+    found = _STEP.search(name)
+    return int(found.group(1)) if found else None
 
 
 def checkpoint_files(directory: Path, job_id: str, total_steps: int) -> list[Path]:

@@ -75,7 +75,10 @@ class JobWatchers:
             return self.final_event(job, artifact)
         if job.state is JobState.QUEUED:
             return self.queued_event(job)
-        if job.step == 0:
+        # A dispatched job has run no step of this attempt yet: its step is where the
+        # attempt starts (a checkpoint's), and a progress event for it would be told again
+        # once the attempt reaches it.
+        if job.state is JobState.DISPATCHED:
             return WatchEvent(
                 job.job_id,
                 job.state,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Mapping
 
+from mediamesh.common.checkpoint_files import checkpoint_step
 from mediamesh.common.errors import StatusCode
 from mediamesh.common.input_refs import without_inline_bytes
 from mediamesh.common.registry import ModelSpec
@@ -204,11 +205,20 @@ class Admission:
             self._table.add(job)
             return
         job.cost_s = job.cost_s or self._cost.estimate(job.model, job.params)
+        now = self._clock()
         if job.state.in_flight:
             # Its worker lost the batch with our connection; run it again, first in line.
             job.at_front = True
+            job.enqueued_at = now
+        else:
+            # The store keeps no time of a requeue, so a queued job counts as waiting since
+            # its acceptance: its wait and its aging carry across the restart. Never later
+            # than now, or a clock set back would give it a negative wait.
+            job.enqueued_at = min(job.created_at, now)
         job.state = JobState.QUEUED
-        job.enqueued_at = self._clock()
+        if job.checkpoint:
+            job.checkpoint_step = _checkpoint_step(job)
+        job.start_over()
         job.worker_id = job.batch_id = None
         self._admit(job)
 
@@ -234,6 +244,15 @@ class Admission:
         depth = max(self._backlog.queue_depth(queue), 1)
         per_job = self._backlog.work_s[queue] / depth
         return max(per_job / max(units, 1), 1.0)
+
+
+def _checkpoint_step(job: Job) -> int:
+    """The step a restored job's checkpoint was saved after, which its next attempt starts
+    from. The store keeps no such column, and the job's step as last written may be past
+    the checkpoint (steps run after it); the checkpoint's name says its own step, as the
+    worker wrote it. A name of another form leaves the step as written."""
+    named = checkpoint_step(job.checkpoint or "")
+    return job.step if named is None else named
 
 
 def _counted(queued: int, admitting: int) -> str:

@@ -96,9 +96,13 @@ class Job:
     # Kept after the job leaves its worker, for operators asking where it ran.
     last_worker_id: str = ""
     batch_id: str | None = None
+    # The last step the current attempt reached; while it has reached none, the step it
+    # starts after (its checkpoint's, or 0 when it starts over).
     step: int = 0
     total_steps: int = 0
     checkpoint: str | None = None
+    # The step `checkpoint` was saved after: an attempt resuming from it starts there.
+    checkpoint_step: int = 0
     finished_at: float | None = None
     error_code: str = ""
     error_message: str = ""
@@ -134,6 +138,12 @@ class Job:
             tuple((a.name, a.scale) for a in p.adapters),
             p.use_cache,
         )
+
+    def start_over(self) -> None:
+        """Leave the job at the step its next attempt starts from: its checkpoint's, or 0
+        without one. Steps the last attempt ran past its checkpoint are lost with it, and
+        a step it never reaches again must not be reported (GetJob, watchers, estimates)."""
+        self.step = self.checkpoint_step if self.checkpoint else 0
 
     @property
     def remaining_fraction(self) -> float:

@@ -131,7 +131,7 @@ class JobLifecycle:
             self._requeue_front(job, "requeued", "handed back before it ran: its worker drains")
             return False
         job.checkpoint = checkpoint or None
-        job.step = step
+        job.checkpoint_step = step
         self.preemptions[self._inflight.pool_of(job.worker_id) or ""] += 1
         self._requeue_front(job, "preempted", f"preempted at step {step}; checkpoint saved")
         return True
@@ -140,7 +140,7 @@ class JobLifecycle:
         """A running job saved a checkpoint it can resume from."""
         job = self._in_batch(job_id, batch_id)
         if job is not None:
-            job.checkpoint = checkpoint
+            job.checkpoint, job.checkpoint_step = checkpoint, step
 
     def batch_size(self, batch_id: str) -> int:
         """Jobs the batch was dispatched with (1 once it closed or when unknown)."""
@@ -216,6 +216,7 @@ class JobLifecycle:
     def _requeue_front(self, job: Job, kind: str, message: str) -> None:
         job.at_front = True
         job.enqueued_at = self._clock()
+        job.start_over()
         self._outbox.emit(Notice(job, kind, message, worker_id=job.worker_id))
         # Recorded while the job still names the worker and batch it leaves: its log line
         # says where it was lost, not where it goes next.

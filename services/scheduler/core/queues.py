@@ -145,7 +145,10 @@ class ModelQueue:
                 line.live += 1
             return
         bucket = self._buckets[job.priority]
-        if bucket.live == 0:
+        # The class's oldest job sets its aging. A new job is rarely older than those
+        # queued, but one restored after a restart keeps its wait (Admission.restore).
+        oldest = bucket.oldest_enqueued_at(self._is_live) if bucket.live else None
+        if oldest is None or job.enqueued_at < oldest:
             self._order_version += 1
         bucket.add(entry, self._is_live)
         per_class = self._by_key.get(key)
