@@ -42,10 +42,29 @@ def exceeds(limit_field: str, limit: float) -> str:
     return f"exceeds {limit_field} ({limit})"
 
 
+# The warm-up shape fields each modality's requests carry; the others it never uses.
+SHAPE_FIELDS = {
+    "image": ("width", "height"),
+    "video": ("width", "height", "num_frames"),
+    "audio": ("duration_s",),
+}
+_SIZE_FIELDS = ("width", "height", "num_frames", "duration_s")
+
+
 def check_warmup(spec: Any) -> None:
-    """ValueError naming `warmup[i].field` when a shape is outside the entry's limits."""
+    """ValueError naming `warmup[i].field` when a shape sets a field the entry's modality
+    does not use, or is outside the entry's limits."""
     limits = spec.limits
+    used = SHAPE_FIELDS.get(spec.modality, _SIZE_FIELDS)
     for index, shape in enumerate(spec.warmup):
+        # Before the limits: a field the modality ignores has no limit worth setting.
+        for field in _SIZE_FIELDS:
+            if field not in used and getattr(shape, field):
+                raise ValueError(
+                    f"warmup[{index}].{field}: {spec.modality} models take no {field} "
+                    f"({'an' if spec.modality[0] in 'aeiou' else 'a'} {spec.modality} shape sets "
+                    f"{', '.join(used)}); remove it"
+                )
         checks = [
             ("steps", shape.steps, "limits.max_steps", limits.max_steps),
             ("batch", shape.batch, "batching.max_batch", spec.batching.max_batch),

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from mediamesh.common.credentials import NO_INTERNAL_CREDENTIAL, InternalCredentials
+from mediamesh.common.errors import StartupError
 from mediamesh.common.exposure import refuse_open_off_loopback
 from mediamesh.common.folders import writable_folder
 from mediamesh.common.registry import ModelSpec, Registry
@@ -30,6 +31,7 @@ from mediamesh.worker.models.host import ModelHost
 from mediamesh.worker.models.hub_source import fetch_if_allowed
 from mediamesh.worker.models.memory import device_memory, one_line
 from mediamesh.worker.models.openmp import team_releaser, then_released
+from mediamesh.worker.models.preflight import refuse_unloadable
 from mediamesh.worker.residency import (
     Residency,
     ResidencyLimits,
@@ -88,6 +90,7 @@ def load_hosts(
             max_loaded_adapters=worker.max_loaded_adapters,
         )
 
+    check = functools.partial(refuse_unloadable, models_dir=config.models_dir, device=worker.device)
     limits = ResidencyLimits(worker.max_resident_models, worker.max_resident_bytes)
     residency = Residency(
         limits,
@@ -95,17 +98,23 @@ def load_hosts(
         functools.partial(estimate_weight_bytes, models_dir=config.models_dir),
         _observe_model_load,
         warm_host,
+        check=check,
     )
-    # Every entry's devices and files before any model loads: a refusal must not wait for
-    # the others, and a model hosted cold would otherwise find out only at its first batch.
+    # Every entry's devices, files and load options before any model loads: a refusal must
+    # not wait for the others, and a model hosted cold would otherwise find out only at its
+    # first batch, after evicting another to make room.
     refuse_unavailable_devices(worker, specs)
     writable_folder("worker.checkpoint_dir", worker.checkpoint_dir)
     for spec in specs:
         refuse_unusable_adapters(spec, config.models_dir)
         fetch_if_allowed(spec, config.models_dir, worker.allow_downloads)
+        check(spec)
+    # Hosted through the residency: loaded at start while they fit, else cold.
+    managed = [s for s in specs if limits.limited and s.parallelism.mode == "data"]
+    refuse_oversized(worker, residency, managed)
     hosts: dict[str, ModelHost] = {}
     for spec in specs:
-        if limits.limited and spec.parallelism.mode == "data":
+        if spec in managed:
             hosts[spec.name] = ResidentHost(spec, worker.device, residency)
             continue
         started = time.perf_counter()
@@ -114,6 +123,23 @@ def load_hosts(
         log.info("loaded %s (%s, %s)", spec.name, spec.pipeline, spec.parallelism.mode)
     preload(hosts, residency)
     return hosts, residency
+
+
+def refuse_oversized(worker: WorkerSettings, residency: Residency, specs: list[ModelSpec]) -> None:
+    """StartupError naming max_resident_bytes when one model's weights exceed it alone: it
+    could load only past the cap (after evicting every other model), which the cap is there
+    to forbid."""
+    limit = residency.limits.max_bytes
+    if not limit:
+        return
+    for spec in specs:
+        size = residency.size_of(spec)
+        if size > limit:
+            raise StartupError(
+                f"worker {worker.worker_id!r} field max_resident_bytes: {limit} is less than "
+                f"the estimated {size} weight bytes ({spec.dtype}) of model {spec.name!r} "
+                "alone; raise the limit or host the model on another worker"
+            )
 
 
 def preload(hosts: dict[str, ModelHost], residency: Residency) -> None:

@@ -30,7 +30,7 @@ from mediamesh.common.registry import ModelSpec
 from mediamesh.common.work import JobFailed, JobParams
 from mediamesh.worker.core.batch import ControlView, Emit
 from mediamesh.worker.models.host import ModelHost
-from mediamesh.worker.models.memory import DTYPE_BYTES, checkpoint_parameters
+from mediamesh.worker.models.memory import DTYPE_BYTES, ModelLoadError, checkpoint_parameters
 
 log = logging.getLogger("mediamesh.worker")
 
@@ -48,12 +48,19 @@ class ResidencyLimits:
         return self.max_models > 0 or self.max_bytes > 0
 
 
+class LoadRefused(Exception):
+    """A cold model that cannot load here whatever is evicted: its entry or the worker's
+    limits are at fault, so retrying the job would fail the same way."""
+
+
 class Residency:
     """Which hosted models are loaded, how long each load took, and the LRU eviction.
 
     `load` builds a model's host (blocking torch work), `size_of` estimates its weight
-    bytes, `observe` is told each measured load (model, seconds) for the metrics, and
-    `warm` runs a loaded host's warm-up shapes (blocking; None: no warm-up).
+    bytes, `observe` is told each measured load (model, seconds) for the metrics, `warm`
+    runs a loaded host's warm-up shapes (blocking; None: no warm-up), and `check` raises
+    ModelLoadError for what would make a load fail without reading weights (None: nothing
+    to check), run before anything is evicted for that load.
     """
 
     def __init__(
@@ -63,9 +70,11 @@ class Residency:
         size_of: Callable[[ModelSpec], int],
         observe: Callable[[str, float], None],
         warm: Callable[[ModelHost], None] | None = None,
+        check: Callable[[ModelSpec], None] | None = None,
     ) -> None:
         self.limits = limits
         self._load = load
+        self._check = check
         self._size_of = size_of
         self._observe = observe
         self._warm = warm
@@ -128,7 +137,10 @@ class Residency:
             host = self._loaded.get(name)
             if host is None:
                 size = self.size_of(spec)
-                self._make_room(name, size)
+                # Before any eviction: a load that cannot work must not cost another
+                # model its place.
+                self._refuse_unloadable(spec, size)
+                self._make_room(incoming_bytes=size)
                 started = time.perf_counter()
                 host = self._load(spec)
                 seconds = time.perf_counter() - started
@@ -171,23 +183,45 @@ class Residency:
         log.info("warmed %s in %.2f s", name, took)
 
     def release(self, name: str) -> None:
-        """A batch is done with `name`'s host: it may be evicted again."""
+        """A batch is done with `name`'s host: it may be evicted again. The last batch of a
+        model to end brings the worker back within its limits, which a model kept past them
+        for a paused batch had exceeded, rather than waiting for the next cold load."""
         with self._loading:
             self._in_use[name] -= 1
             if self._in_use[name] <= 0:
                 del self._in_use[name]
+                self._make_room()
 
-    def _make_room(self, incoming: str, size: int) -> None:
-        """Evicts least recently used idle models until `incoming` fits the limits. A model a
-        batch is using (one paused at a step boundary) stays: the worker then holds one
-        model more than the limit until that batch ends, rather than fail either batch."""
+    def _refuse_unloadable(self, spec: ModelSpec, size: int) -> None:
+        limit = self.limits.max_bytes
+        if limit and size > limit:
+            raise LoadRefused(
+                f"model {spec.name!r}: its estimated {size} weight bytes exceed the worker's "
+                f"max_resident_bytes ({limit}) on their own"
+            )
+        if self._check is None:
+            return
+        try:
+            self._check(spec)
+        except ModelLoadError as exc:
+            raise LoadRefused(str(exc)) from exc
+
+    def _make_room(self, *, incoming_bytes: int | None = None) -> None:
+        """Evicts least recently used idle models until the loaded ones, with an incoming
+        model of `incoming_bytes` (None: none), fit the limits. A model a batch is using (one
+        paused at a step boundary) stays: the worker then holds one model more than the
+        limit until that batch ends, rather than fail either batch."""
         limits = self.limits
+        incoming_models = 0 if incoming_bytes is None else 1
         for name in list(self._loaded):
-            over_count = limits.max_models and len(self._loaded) + 1 > limits.max_models
-            over_bytes = limits.max_bytes and sum(self._bytes.values()) + size > limits.max_bytes
+            over_count = (
+                limits.max_models and len(self._loaded) + incoming_models > limits.max_models
+            )
+            loaded_bytes = sum(self._bytes.values()) + (incoming_bytes or 0)
+            over_bytes = limits.max_bytes and loaded_bytes > limits.max_bytes
             if not (over_count or over_bytes):
                 return
-            if name != incoming and not self._in_use[name]:
+            if not self._in_use[name]:
                 self._evict(name)
 
     def _evict(self, name: str) -> None:
@@ -222,8 +256,10 @@ def _free_device_memory() -> None:
 class ResidentHost:
     """A hosted model that may be cold: loads through the Residency on a batch's behalf.
 
-    A failed load fails the batch's jobs (UNAVAILABLE, so the scheduler may retry them
-    elsewhere) rather than raise: only a lost device raises, as the host contract says."""
+    A failed load fails the batch's jobs rather than raise (only a lost device raises, as
+    the host contract says): FAILED_PRECONDITION when the entry or the worker's limits
+    refuse the load, which no retry changes; UNAVAILABLE when the load itself failed (out of
+    memory, unreadable files), which a later try may get past."""
 
     def __init__(self, spec: ModelSpec, device: str, residency: Residency) -> None:
         self.spec = spec
@@ -241,6 +277,11 @@ class ResidentHost:
         """Loads the model if it is cold, then runs the batch on it."""
         try:
             host = self._residency.acquire(self.spec)
+        except LoadRefused as exc:
+            log.error("cannot load %s for a batch: %s", self.spec.name, exc)
+            for job in jobs:
+                emit(JobFailed(job.job_id, StatusCode.FAILED_PRECONDITION, str(exc)))
+            return
         except Exception as exc:
             log.exception("loading %s for a batch failed", self.spec.name)
             for job in jobs:

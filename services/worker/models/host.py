@@ -87,26 +87,15 @@ def load_pipeline(
     import diffusers
 
     source = spec.resolved_source(models_dir)
-    # Hub entries load from their cached snapshot folder, never the network (`common.hub`).
-    local_dir = Path(source) if Path(source).is_dir() else cached_snapshot(spec)
-    if spec.source.startswith("{models_dir}") and local_dir is None:
-        raise ModelLoadError(
-            f"model {spec.name!r}: {source} does not exist; build it with `mediamesh models build`"
-        )
-    if local_dir is None:
-        if not is_hub_source(spec, models_dir):
-            raise ModelLoadError(f"model {spec.name!r}: {source} does not exist")
-        raise ModelLoadError(missing_message(spec))
+    local_dir = local_folder(spec, models_dir)
     if device is not None:
         refuse_on_device(spec, device)
     # Offloaded weights stay in host memory; the device holds one component at a time.
-    if device is not None and local_dir is not None and spec.gpu.offload == "none":
+    if device is not None and spec.gpu.offload == "none":
         parameters = checkpoint_parameters(spec.name, local_dir, source)
         check_fits(spec.name, parameters * DTYPE_BYTES[spec.dtype], device)
-    if spec.quantization == "int8-dynamic" and device is not None and device != "cpu":
-        raise ModelLoadError(
-            f"model {spec.name!r}: int8-dynamic quantization has CPU kernels only, not {device}"
-        )
+    if device is not None:
+        refuse_quantization_on_device(spec, device)
     pipeline_class = getattr(diffusers, spec.pipeline, diffusers.DiffusionPipeline)
     kwargs: dict[str, object] = {dtype_keyword(): TORCH_DTYPES[spec.dtype]}
     if spec.variant:
@@ -138,6 +127,31 @@ def load_pipeline(
     # Last: after placement and compilation, no hook is added any more.
     mark_without_group_offloading(pipeline)
     return pipeline
+
+
+def local_folder(spec: ModelSpec, models_dir: Path) -> Path:
+    """The folder `from_pretrained` loads the entry from; ModelLoadError when it is absent."""
+    source = spec.resolved_source(models_dir)
+    # Hub entries load from their cached snapshot folder, never the network (`common.hub`).
+    local_dir = Path(source) if Path(source).is_dir() else cached_snapshot(spec)
+    if spec.source.startswith("{models_dir}") and local_dir is None:
+        raise ModelLoadError(
+            f"model {spec.name!r}: {source} does not exist; build it with `mediamesh models build`"
+        )
+    if local_dir is None:
+        if not is_hub_source(spec, models_dir):
+            raise ModelLoadError(f"model {spec.name!r}: {source} does not exist")
+        raise ModelLoadError(missing_message(spec))
+    return local_dir
+
+
+def refuse_quantization_on_device(spec: ModelSpec, device: str) -> None:
+    """ModelLoadError naming the field when the entry's quantization has no kernels there."""
+    if spec.quantization == "int8-dynamic" and device != "cpu":
+        raise ModelLoadError(
+            f"model {spec.name!r} field quantization: int8-dynamic has CPU kernels only, "
+            f"not {device}"
+        )
 
 
 def dtype_keyword() -> str:

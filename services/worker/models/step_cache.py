@@ -8,8 +8,11 @@ stopped early (cancel, preemption) would otherwise leave residuals of another ba
 
 from __future__ import annotations
 
+import importlib
+import json
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -26,16 +29,69 @@ from mediamesh.common.step_cache import (
 from mediamesh.worker.models.memory import ModelLoadError
 
 
+def has_step_cache(denoiser_class: type) -> bool:
+    """Whether diffusers gives this denoiser class cache hooks (its CacheMixin)."""
+    return callable(getattr(denoiser_class, "enable_cache", None))
+
+
+def no_step_cache(spec: ModelSpec, denoiser_class: str) -> str:
+    """The refusal of an entry's `cache` on a denoiser without diffusers' cache hooks."""
+    import diffusers
+
+    # Which classes have the hooks is diffusers' choice per release, not "transformers": in
+    # 0.42 the SD3, PixArt and Stable Audio transformers lack them as every UNet does.
+    return (
+        f"model {spec.name!r} field cache: its denoiser {denoiser_class} has no diffusers step "
+        f"cache (diffusers {diffusers.__version__} has one only on transformers built on its "
+        "CacheMixin, such as FluxTransformer2DModel, WanTransformer3DModel and "
+        "CogVideoXTransformer3DModel; not on UNets nor on the SD3, PixArt or Stable Audio "
+        "transformers); remove `cache` from the entry"
+    )
+
+
+def refuse_uncached_denoiser(spec: ModelSpec, local_dir: Path) -> None:
+    """ModelLoadError naming `cache` when the folder's denoiser class has no diffusers cache
+    hooks, read from its model_index.json before any weight loads. A folder or class this
+    cannot read is left to the load, which says what is wrong with it."""
+    found = denoiser_class(local_dir)
+    if found is not None and not has_step_cache(found):
+        raise ModelLoadError(no_step_cache(spec, found.__name__))
+
+
+def denoiser_class(local_dir: Path) -> type | None:
+    """The class model_index.json names for the pipeline's transformer (else its unet), the
+    component the cache hooks go on; None when it cannot be read or imported."""
+    try:
+        index = json.loads((local_dir / "model_index.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(index, dict):
+        return None
+    for component in ("transformer", "unet"):
+        entry = index.get(component)
+        if isinstance(entry, list) and len(entry) == 2 and all(isinstance(e, str) for e in entry):
+            return _import_class(*entry)
+    return None
+
+
+def _import_class(library: str, name: str) -> type | None:
+    # diffusers' own classes are top-level; a pipeline's private ones ("audioldm2") live in
+    # its pipelines package.
+    module_name = "diffusers" if library == "diffusers" else f"diffusers.pipelines.{library}"
+    try:
+        found = getattr(importlib.import_module(module_name), name, None)
+    except ImportError:
+        return None
+    return found if isinstance(found, type) else None
+
+
 class StepCache:
     """The cache hooks of one pipeline's transformer, on by default."""
 
     def __init__(self, spec: ModelSpec, pipeline: Any, denoiser: Any) -> None:
         assert spec.cache is not None
-        if not callable(getattr(denoiser, "enable_cache", None)):
-            raise ModelLoadError(
-                f"model {spec.name!r} field cache: {type(denoiser).__name__} has no diffusers "
-                "step cache support (transformer models only)"
-            )
+        if not has_step_cache(type(denoiser)):
+            raise ModelLoadError(no_step_cache(spec, type(denoiser).__name__))
         self.settings: StepCacheSpec = spec.cache
         self.pipeline = pipeline
         self.denoiser: Any = denoiser
