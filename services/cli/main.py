@@ -133,13 +133,19 @@ def _cmd_up(args: argparse.Namespace) -> int:
     config = without_idle_spot_wait(config)
     if args.insecure:
         config = insecure_everywhere(config)
-    # Before building anything: a second `up` on a running mesh's run dir changes nothing.
-    run_lock = hold_run_dir(args.run_dir)
+    to_build: list[str] | None = None
     if not args.no_build:
         from mediamesh.cli.local_models import models_to_build
-        from mediamesh.worker.models.build import BUILDERS, build_models
+        from mediamesh.worker.models.build import BUILDERS
 
-        build_models(config.models_dir, models_to_build(config, registry, set(BUILDERS)))
+        # Checked first: an entry that cannot be built is refused before the run dir exists.
+        to_build = models_to_build(config, registry, set(BUILDERS))
+    # Before building anything: a second `up` on a running mesh's run dir changes nothing.
+    run_lock = hold_run_dir(args.run_dir)
+    if to_build is not None:
+        from mediamesh.worker.models.build import build_models
+
+        build_models(config.models_dir, to_build)
     return run_up(
         config, args.run_dir, args.ready_timeout, restart=not args.no_restart, run_lock=run_lock
     )
