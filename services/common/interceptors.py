@@ -307,9 +307,10 @@ class CallerGate:
                 check(dict(details.invocation_metadata or ()))
             except MeshError as exc:
                 return exc
-        if self.max_calls is not None and self.in_progress() >= self.max_calls:
+        in_progress = self.in_progress() if self.max_calls is not None else 0
+        if self.max_calls is not None and in_progress >= self.max_calls:
             return ResourceExhausted(
-                f"max_concurrent_rpcs: {self.in_progress()} calls in progress, the most this "
+                f"max_concurrent_rpcs: {in_progress} calls in progress, the most this "
                 "listener serves at once; retry later",
                 retry_after_s=1,
             )

@@ -4,6 +4,8 @@ evicts anything, as FAILED_PRECONDITION (no retry changes a config)."""
 
 from __future__ import annotations
 
+import pytest
+
 from mediamesh.common.errors import StatusCode
 from mediamesh.common.generation import GenerationParams
 from mediamesh.common.registry import ModelSpec, load_registry
@@ -87,12 +89,9 @@ def test_a_load_the_check_refuses_evicts_nothing() -> None:
     r, built = residency(ResidencyLimits(max_models=1))
     r.acquire(spec("flux-tiny"))
     r.release("flux-tiny")
-    try:
+    with pytest.raises(LoadRefused) as refused:
         r.acquire(spec("sd3-tiny"))
-    except LoadRefused as refused:
-        assert str(refused) == UNLOADABLE
-    else:
-        raise AssertionError("sd3-tiny loaded")
+    assert str(refused.value) == UNLOADABLE
     assert resident(r) == {"flux-tiny"} and not built["flux-tiny"][0].closed
     assert "sd3-tiny" not in built
 
@@ -101,12 +100,9 @@ def test_a_model_past_the_byte_limit_alone_is_refused_before_evicting() -> None:
     r, built = residency(ResidencyLimits(max_bytes=35))
     r.acquire(spec("sdxl-tiny"))
     r.release("sdxl-tiny")
-    try:
+    with pytest.raises(LoadRefused) as refused:
         r.acquire(spec("flux-tiny"))
-    except LoadRefused as refused:
-        assert "max_resident_bytes (35)" in str(refused) and "'flux-tiny'" in str(refused)
-    else:
-        raise AssertionError("flux-tiny loaded past the cap")
+    assert "max_resident_bytes (35)" in str(refused.value) and "'flux-tiny'" in str(refused.value)
     assert resident(r) == {"sdxl-tiny"} and "flux-tiny" not in built
 
 
