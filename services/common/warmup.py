@@ -32,6 +32,9 @@ WARMUP_NONE = "none"  # the entry lists no warm-up shapes
 WARMUP_WARMING = "warming"  # a worker hosting it is running them; it takes no work yet
 WARMUP_WARM = "warm"  # a worker that ran them serves it
 WARMUP_PENDING = "pending"  # shapes are listed but no worker hosts the model now
+# Every worker serving it hosts it cold (residency limits): its shapes run again at its next
+# load, inside the batch that loads it, since compiled graphs go with evicted weights.
+WARMUP_COLD = "cold"
 
 
 def exceeds(limit_field: str, limit: float) -> str:
@@ -90,11 +93,11 @@ def check_warmup(spec: Any) -> None:
             )
 
 
-def warmup_label(spec: Any, served: bool, warming: bool) -> str:
+def warmup_label(spec: Any, served: bool, warming: bool, loaded: bool = True) -> str:
     """ModelInfo.warmup: `served` when a worker routes the model now, `warming` when one
-    is still running its shapes."""
+    is still running its shapes, `loaded` when a worker serving it holds its weights."""
     if not spec.warmup:
         return WARMUP_NONE
     if served:
-        return WARMUP_WARM
+        return WARMUP_WARM if loaded else WARMUP_COLD
     return WARMUP_WARMING if warming else WARMUP_PENDING

@@ -205,7 +205,8 @@ class ModelInfo:
     inputs: tuple[str, ...] = ()
     # Strength of an image request that sets none (0 for models without one).
     default_strength: float = 0.0
-    # Warm-up of its listed shapes: "none", "warming" (not ready yet), "warm" or "pending".
+    # Warm-up of its listed shapes: "none", "warming" (not ready yet), "warm", "cold" (ready;
+    # its next load runs them) or "pending".
     warmup: str = ""
 
 

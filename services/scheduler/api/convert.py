@@ -138,11 +138,16 @@ def job_info(
 
 
 def model_info(
-    spec: ModelSpec, devices: list[str], warming: bool = False, preemption: str = ""
+    spec: ModelSpec,
+    devices: list[str],
+    warming: bool = False,
+    preemption: str = "",
+    cold: bool = False,
 ) -> common_pb2.ModelInfo:
     """The ModelInfo of `spec`, ready when any `devices` (worker/device labels) serve it;
     `warming` when a worker hosting it is still running its warm-up; `preemption` is
-    "resume", "restart" or "" (unknown), see `common.preemption`."""
+    "resume", "restart" or "" (unknown), see `common.preemption`; `cold` when every worker
+    serving it holds it unloaded."""
     d, lim = spec.defaults, spec.limits
     return common_pb2.ModelInfo(
         name=spec.name,
@@ -150,7 +155,7 @@ def model_info(
         pipeline=spec.pipeline,
         parallelism=spec.parallelism.mode,
         ready=bool(devices),
-        warmup=warmup_label(spec, bool(devices), warming),
+        warmup=warmup_label(spec, bool(devices), warming, loaded=not cold),
         mime_type=spec.output.mime_type,
         devices=devices,
         accepted_fields=[f for f in MODEL_FIELDS if f in spec.accepted_fields],
@@ -188,14 +193,21 @@ def list_models(
     devices: dict[str, list[str]],
     warming: frozenset[str] = frozenset(),
     preemption: dict[str, str] | None = None,
+    cold: frozenset[str] = frozenset(),
 ) -> gateway_pb2.ListModelsResponse:
     """The ListModelsResponse for `specs`; `devices` maps a model name to its serving devices,
     `warming` names models a worker is warming up, `preemption` maps a name to "resume" or
-    "restart"."""
+    "restart", `cold` names served models no serving worker holds loaded."""
     modes = preemption or {}
     return gateway_pb2.ListModelsResponse(
         models=[
-            model_info(s, devices.get(s.name, []), s.name in warming, modes.get(s.name, ""))
+            model_info(
+                s,
+                devices.get(s.name, []),
+                s.name in warming,
+                modes.get(s.name, ""),
+                cold=s.name in cold,
+            )
             for s in specs
         ]
     )

@@ -292,9 +292,11 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
     ) -> gateway_pb2.ListModelsResponse:
         """Every registry model, ready where a worker that is not draining serves it."""
         devices: dict[str, list[str]] = {}
+        loaded: set[str] = set()
         for unit in self.runtime.core.units.values():
             if unit.draining:
                 continue
+            loaded.update(m for m in unit.info.models if m not in unit.cold)
             for model, ids in unit.info.model_devices:
                 # Ranks sharing one device type ("cpu", "cpu") are still distinct devices.
                 labels = (
@@ -307,7 +309,10 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
             if not unit.draining
             for m in unit.info.warming
         )
-        return convert.list_models(self.registry.models, devices, warming, self.preemption)
+        cold = frozenset(devices) - loaded - warming
+        return convert.list_models(
+            self.registry.models, devices, warming, self.preemption, cold=cold
+        )
 
     async def Download(
         self,

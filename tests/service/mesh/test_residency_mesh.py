@@ -8,6 +8,7 @@ import asyncio
 
 from mediamesh.common.generated.v1 import common_pb2, gateway_pb2
 from tests.service.conftest import InProcessMesh, start_mesh, stop_mesh
+from tests.service.mesh.test_warmup import echo_info, registry_with_warmup
 
 
 async def run_job(mesh: InProcessMesh, model: str, seed: int) -> str:
@@ -41,14 +42,19 @@ async def test_jobs_go_where_their_model_is_resident(tmp_path, models_dir) -> No
         # A load is dearer than any queue here: a cold start only when no worker has it.
         scheduler={"model_load_prior_s": 60.0},
         worker={"max_resident_models": 1},
+        # echo lists warm-up shapes, which its cold load runs inside the batch that loads it.
+        registry=registry_with_warmup(),
     )
     try:
         # flux-tiny comes first in the registry, so both workers load it at start.
         for worker_id in ("w0", "w1"):
             await reported_cold(mesh, worker_id, {"echo"})
+        info = await echo_info(mesh)
+        assert (info.ready, info.warmup) == (True, "cold")
         echo_worker = await run_job(mesh, "echo", 1)
         flux_worker = "w1" if echo_worker == "w0" else "w0"
         await reported_cold(mesh, echo_worker, {"flux-tiny"})
+        assert (await echo_info(mesh)).warmup == "warm"
         # Without residency routing the worker with fewer batches would take each next job.
         for seed in (2, 3):
             assert await run_job(mesh, "echo", seed) == echo_worker
