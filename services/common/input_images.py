@@ -115,6 +115,24 @@ def check_upload_mime(mime_type: str) -> None:
         )
 
 
+def check_later_chunk(index: int, sha256: str, mime_type: str, first: tuple[str, str]) -> None:
+    """InvalidArgument naming `sha256` or `mime_type` when chunk `index` (0 is the first) of
+    an upload sets it to other than the first chunk's (`first`: its sha256 and mime_type).
+    They describe the whole upload and are read from the first chunk; a later chunk may
+    leave them empty or repeat them, but a different value would be ignored without a word.
+    """
+    for field, value, declared in (
+        ("sha256", sha256, first[0]),
+        ("mime_type", mime_type, first[1]),
+    ):
+        if value and value != declared:
+            raise InvalidArgument(
+                f"{field}: chunk {index + 1} sets {value[:64]!r}, the first chunk "
+                f"{declared[:64]!r}; it describes the whole upload, so set it on the first "
+                "chunk and leave it empty (or the same) on the others"
+            )
+
+
 def max_encoded_bytes(width: int, height: int) -> int:
     """The most bytes an input image of `width` x `height` pixels may take."""
     return MAX_BYTES_PER_PIXEL * width * height + height + METADATA_ALLOWANCE_BYTES
@@ -136,7 +154,7 @@ def probe_image(field: str, data: bytes, max_pixels: int) -> InputImage:
     try:
         with Image.open(io.BytesIO(data)) as image:
             width, height = image.size
-            if _orientation(image) in _SWAPS_SIDES:
+            if header_orientation(image) in _SWAPS_SIDES:
                 width, height = height, width  # the size it is shown at, and decoded to
             kind = image.format or "unknown"
             _check_pixels(field, width, height, max_pixels)
@@ -170,7 +188,7 @@ def decode_image(field: str, data: bytes, max_pixels: int) -> Image.Image:
     probe_image(field, data, max_pixels)
     try:
         opened = Image.open(io.BytesIO(data))
-        orientation = _orientation(opened)
+        orientation = header_orientation(opened)
         opened.load()
     except Exception as exc:
         raise InvalidArgument(f"{field}: cannot be decoded ({_undecodable(exc, data)})") from None
@@ -179,12 +197,18 @@ def decode_image(field: str, data: bytes, max_pixels: int) -> Image.Image:
         transparent = image.info.get("transparency")
         image = _eight_bit_gray(image)
         if isinstance(transparent, int):
-            # The tRNS gray value marks transparent pixels (an OpenAI edit's mask is read
-            # from them); scaled as the pixels were.
+            # Scaled as the pixels were, so the picture keeps its transparency; at 8 bits
+            # neighbouring values share it, so an OpenAI edit's mask, which must mark only
+            # the exact value, is read from the 16-bit samples instead (openai_mask).
             image.info["transparency"] = (min(transparent, 65535) + 128) // 257
-    if orientation in _TURNS:
-        image = image.transpose(_TURNS[orientation])
-    return image
+    return upright(image, orientation)
+
+
+def upright(picture: Image.Image, orientation: int) -> Image.Image:
+    """`picture` turned as an EXIF `orientation` says viewers show it (as decode_image
+    shows every input), so that a picture read from the same pixels lines up with it."""
+    turn = _TURNS.get(orientation)
+    return picture if turn is None else picture.transpose(turn)
 
 
 # EXIF orientation -> the transpose that shows the picture upright, as viewers apply it
@@ -205,7 +229,7 @@ _ORIENTATION_TAG = 0x0112
 _SIXTEEN_BIT_GRAY = {"I;16", "I;16B", "I;16L", "I;16N", "I"}
 
 
-def _orientation(image: Image.Image) -> int:
+def header_orientation(image: Image.Image) -> int:
     """The EXIF orientation that `Image.open` read with the header (1 when none). Only what
     came with the header: Pillow reads a PNG's later eXIf chunk by decoding the pixels, which
     the size check must come before, so the probe and the decoder both ignore that one."""

@@ -8,6 +8,7 @@ import grpc
 
 from mediamesh.common.api.lenient import add_servicer
 from mediamesh.common.generated.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
+from mediamesh.common.input_images import check_later_chunk
 from mediamesh.common.server import Registration
 from mediamesh.gateway.api.dataplane import DataPlane
 from mediamesh.gateway.api.submit_call import submit_for_call
@@ -114,7 +115,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
         input_id goes in a later request's image_id or mask_image_id."""
         caller = reader_of(self.up.tenancy, context)
         async with relay_errors(context):
-            return await self.up.upload(request_iterator, caller)
+            return await self.up.upload(consistent_chunks(request_iterator), caller)
 
     async def Download(
         self,
@@ -125,6 +126,23 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
         caller = reader_of(self.up.tenancy, context)
         async for chunk in self.plane.download(request.job_id, caller, request.offset):
             yield chunk
+
+
+async def consistent_chunks(
+    chunks: AsyncIterator[gateway_pb2.UploadChunk],
+) -> AsyncIterator[gateway_pb2.UploadChunk]:
+    """`chunks`, each after the first checked to leave `sha256` and `mime_type` empty or as
+    the first chunk set them (`check_later_chunk`): the scheduler reads them from the first
+    chunk alone, so another value on a later one would be ignored without a word."""
+    first: tuple[str, str] | None = None
+    index = 0
+    async for chunk in chunks:
+        if first is None:
+            first = (chunk.sha256, chunk.mime_type)
+        else:
+            check_later_chunk(index, chunk.sha256, chunk.mime_type, first)
+        index += 1
+        yield chunk
 
 
 def registration(upstream: Upstream) -> Registration:

@@ -112,6 +112,12 @@ async def read_form(
     for name, count in counts.items():
         if count > 1:
             raise InvalidArgument(f"{name}: sent {count} times; send it once")
+    for name, data in files:
+        if not data:
+            # Every file part is an input image. An empty one was sent all the same (curl -F
+            # of an empty file): passed on, it would read as unsent, so a model that takes no
+            # image would run without a word, and one that needs it would call it missing.
+            raise InvalidArgument(f"{name}: empty; send PNG, JPEG or WebP bytes")
     return (
         {spelled.get(name, name): text for name, text in fields},
         {spelled.get(name, name): data for name, data in files},

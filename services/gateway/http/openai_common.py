@@ -90,9 +90,11 @@ async def pick_model(
     inputs: Mapping[str, str] | None = None,
 ) -> JsonObject:
     """The named model (its ModelInfo fields), or the first ready model of `modality` that
-    takes `inputs` and that `caller`'s tenant may use (ready as of the last second:
-    `JsonPlane.recent_models`); `inputs` maps an input the request carries ("image",
-    "mask_image") to the OpenAI field that carries it, which an error about it names."""
+    takes `inputs`, needs no input besides them, and that `caller`'s tenant may use (ready
+    as of the last second: `JsonPlane.recent_models`); `inputs` maps an input the request
+    carries ("image", "mask_image") to the OpenAI field that carries it, which an error
+    about it names. Only when every model that takes `inputs` needs another is the first of
+    those chosen, so that the refusal names the input missing ("mask: required")."""
     needed = inputs or {}
     models = await plane.recent_models()
     served = [m for m in models if m["modality"] == modality]
@@ -116,7 +118,10 @@ async def pick_model(
                 f"model: required; tenant {caller.tenant!r} may use no {modality} "
                 f"model{taking} (it may use {', '.join(sorted(allowed))})"
             )
-    ready = [m for m in fitting if m.get("ready")] or fitting
+    # A model that needs an input the request lacks (an inpainting model's mask, for an
+    # edit without one) would only refuse it, though another could serve it.
+    complete = [m for m in fitting if set(m.get("inputs", [])) <= set(needed)] or fitting
+    ready = [m for m in complete if m.get("ready")] or complete
     return ready[0]
 
 

@@ -265,8 +265,8 @@ async def generate_images(request: Request, authorization: Authorization = None)
 )
 async def edit_images(request: Request, authorization: Authorization = None) -> JsonObject:
     """Runs `n` jobs of the prompt on the uploaded image (and mask) with an image model that
-    takes them (by default the first that does); 400 for a model that does not, or for more
-    than one image."""
+    takes them (by default the first that does and needs no other input); 400 for a model
+    that does not, or for more than one image."""
     context = context_of(request)
     plane = context.plane
     caller = plane.caller(authorization, request.headers.get("traceparent"))
@@ -275,6 +275,9 @@ async def edit_images(request: Request, authorization: Authorization = None) -> 
     prompt = form.pop("prompt", None)
     if image is None:
         raise InvalidArgument("image: required, as a file part")
+    if "mask" in form:
+        # Not a field of the mesh's job (that is mask_image): the job would name that.
+        raise InvalidArgument("mask: send it as a file part (a PNG with transparency), not text")
     if not prompt:
         raise InvalidArgument("prompt: required")
     inputs = {"image": "image", "mask_image": "mask"} if "mask" in files else {"image": "image"}

@@ -214,6 +214,11 @@ class _AskedVideo:
 def _asked_in_form(form: dict[str, str], files: dict[str, bytes]) -> _AskedVideo:
     prompt, model, size, seconds = (form.pop(name, None) for name in _OPENAI_TEXT_FIELDS)
     image = files.pop("input_reference", None)
+    if image is not None and "image" in files:
+        # Both are the model's `image`: keeping one would drop the other without a word.
+        raise InvalidArgument(
+            "input_reference: set input_reference or image, not both; they are the same input"
+        )
     return _AskedVideo(prompt, model, size, seconds, form, image, files, is_form=True)
 
 
