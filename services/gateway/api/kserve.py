@@ -35,6 +35,7 @@ from mediamesh.gateway.api.upstream import (
 from mediamesh.gateway.core.inference_call import (
     MODEL_VERSION,
     ParamValue,
+    call_deadline_sooner,
     check_version,
     encode_outputs,
     parse_call,
@@ -271,7 +272,12 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         try:
             results = await run_call(self.up, call, caller, context, on_progress)
         except MeshError as exc:
-            raise refusal(exc) from None
+            # Named after whichever bound the scheduler refused: the call's gRPC deadline or
+            # the jobs' own `timeout`.
+            deadline_first = call_deadline_sooner(
+                call.elements[0].timeout_ms, context.time_remaining()
+            )
+            raise refusal(exc, deadline_first) from None
         outputs = encode_outputs(results, call.outputs, call.element_dims)
         return messages.infer_response(request, outputs)
 

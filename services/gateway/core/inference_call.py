@@ -17,7 +17,7 @@ from mediamesh.common.adapters import (
     parse_adapter_list,
     resolve_adapters,
 )
-from mediamesh.common.errors import InvalidArgument, MeshError, NotFound, StatusCode
+from mediamesh.common.errors import InvalidArgument, MeshError, NotFound, StatusCode, field_of
 from mediamesh.common.input_images import ID_FIELDS, how_to_send
 from mediamesh.common.limits import INPUT_IMAGE, MAX_TIMEOUT_MS
 from mediamesh.common.limits import PROMPT as PROMPT_LIMIT
@@ -61,6 +61,9 @@ KNOWN_PARAMETERS = (
 )
 # A job's timeout is whole milliseconds in a uint32; Triton's `timeout` is microseconds.
 MAX_TIMEOUT_US = MAX_TIMEOUT_MS * 1000
+# The field the scheduler's refusals for lack of time start with, and the KServe field the
+# caller set instead.
+NATIVE_TIMEOUT, KSERVE_TIMEOUT = "timeout_ms", "timeout"
 # The schedule-policy extension numbers priority levels from 1, the highest.
 _PRIORITY_LEVELS = ("REALTIME", "STANDARD", "BATCH")
 
@@ -485,16 +488,42 @@ def _as_tensors(message: str) -> str:
     return message
 
 
-def refusal(exc: MeshError) -> MeshError:
-    """A submission the mesh refused, as Triton would report it: a timeout that no run could
-    meet is UNAVAILABLE with Triton's timeout message; anything else keeps its status."""
-    if exc.code != StatusCode.DEADLINE_EXCEEDED:
+def refusal(exc: MeshError, deadline_set_by_call: bool = False) -> MeshError:
+    """A submission the mesh refused, as Triton would report it: a deadline that no run could
+    meet, or that the work queued ahead makes unreachable, is UNAVAILABLE with Triton's
+    timeout message (keeping the scheduler's retry hint); anything else keeps its status.
+    `deadline_set_by_call`: the call's gRPC deadline, sooner than any `timeout` parameter,
+    set the jobs' deadline, so the message names that deadline instead of the parameter."""
+    names_timeout = field_of(exc.message) == NATIVE_TIMEOUT
+    # Both of the scheduler's refusals for lack of time, and only those, start with the
+    # job's timeout field (README, Scheduling): one shorter than the job's least run is
+    # DEADLINE_EXCEEDED, one the work queued ahead makes unreachable RESOURCE_EXHAUSTED.
+    unreachable = exc.code is StatusCode.RESOURCE_EXHAUSTED and names_timeout
+    if exc.code is not StatusCode.DEADLINE_EXCEEDED and not unreachable:
         return exc
-    # The scheduler names the native field; a KServe caller set the `timeout` parameter.
     message = exc.message
-    if message.startswith("timeout_ms:"):
-        message = "timeout:" + message.removeprefix("timeout_ms:")
-    return MeshError(f"{TIMEOUT_MESSAGE} ({message})", code=kserve_code(exc.code))
+    if names_timeout:
+        # The scheduler names the native field; a KServe caller set `timeout`, or its
+        # call's deadline did.
+        field = (
+            f"the call's gRPC deadline (the job's, being sooner than any {KSERVE_TIMEOUT})"
+            if deadline_set_by_call
+            else KSERVE_TIMEOUT
+        )
+        message = field + message.removeprefix(NATIVE_TIMEOUT)
+    return MeshError(
+        f"{TIMEOUT_MESSAGE} ({message})",
+        code=StatusCode.UNAVAILABLE,
+        retry_after_s=exc.retry_after_s,
+    )
+
+
+def call_deadline_sooner(timeout_ms: int | None, call_remaining_s: float | None) -> bool:
+    """Whether a call with `call_remaining_s` left (None: no gRPC deadline) bounds its jobs
+    sooner than their own `timeout_ms` does (None: no timeout), as `call_deadline_ms` picks."""
+    if call_remaining_s is None:
+        return False
+    return timeout_ms is None or call_remaining_s * 1000 < timeout_ms
 
 
 def job_failure(job_id: str, code: str, message: str) -> MeshError:

@@ -241,9 +241,13 @@ def _outputs(items: object) -> tuple[tuple[RequestedOutput, ...], dict[str, bool
 def _parameters(value: object, where: str) -> dict[str, ParamValue]:
     parameters = _object(value, where)
     for key, item in parameters.items():
-        if not isinstance(item, bool | int | float | str) or (
-            isinstance(item, float) and not math.isfinite(item)
-        ):
+        if isinstance(item, float) and not math.isfinite(item):
+            # Python's parser takes NaN and Infinity, which JSON has no words for.
+            raise InvalidArgument(
+                f"{where}.{key}: {json.dumps(item)} is not a finite number; expected a string, a "
+                "finite number or a boolean"
+            )
+        if not isinstance(item, bool | int | float | str):
             raise InvalidArgument(
                 f"{where}.{key}: expected a string, number or boolean, got {json_kind(item)}"
             )

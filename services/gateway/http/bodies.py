@@ -114,9 +114,10 @@ async def read_form(
             raise InvalidArgument(f"{name}: sent {count} times; send it once")
     for name, data in files:
         if not data:
-            # Every file part is an input image. An empty one was sent all the same (curl -F
-            # of an empty file): passed on, it would read as unsent, so a model that takes no
-            # image would run without a word, and one that needs it would call it missing.
+            # Every file part is an input image. An empty named one was sent all the same
+            # (curl -F of an empty file): passed on, it would read as unsent, so a model that
+            # takes no image would run without a word, and one that needs it would call it
+            # missing.
             raise InvalidArgument(f"{name}: empty; send PNG, JPEG or WebP bytes")
     return (
         {spelled.get(name, name): text for name, text in fields},
@@ -209,7 +210,12 @@ async def _form_items(
     files: list[tuple[str, bytes]] = []
     for name, value in form.multi_items():
         if isinstance(value, UploadFile):
-            files.append((name, await value.read()))
+            data = await value.read()
+            if not data and not value.filename:
+                # A browser's file input left empty: a part with no file name and no bytes,
+                # which says no file was chosen, not that an empty one was.
+                continue
+            files.append((name, data))
         else:
             fields.append((name, value))
     return fields, files

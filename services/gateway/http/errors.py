@@ -89,20 +89,28 @@ def error_response(
     if status is None and isinstance(error, StateConflict):
         status = CONFLICT
     status = status or http_status_of(error)
-    body: dict[str, object] = {"code": str(error.code), "message": error.message}
+    message = _encodable(error.message)
+    body: dict[str, object] = {"code": str(error.code), "message": message}
     if path == OIP_PREFIX or path.startswith(OIP_PREFIX + "/"):
-        body = {"error": error.message}
+        body = {"error": message}
     elif openai or path in OPENAI_PATHS or path.startswith(OPENAI_PREFIXES):
         body = {
             "error": {
-                "message": error.message,
+                "message": message,
                 # OpenAI's two kinds: the request's fault or the server's.
                 "type": "server_error" if status >= 500 else "invalid_request_error",
                 "code": str(error.code),
-                "param": field_of(error.message),
+                "param": field_of(message),
             }
         }
     return JSONResponse(body, status_code=status, headers=_headers(error, status))
+
+
+def _encodable(text: str) -> str:
+    """`text` as UTF-8 can carry it: a message may quote what a client sent (a path, a
+    field's name), and a lone surrogate there would fail the response's own encoding, a 500
+    with no JSON body in place of the refusal. Such a character is written as its escape."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def _headers(error: MeshError, status: int) -> dict[str, str]:

@@ -1,5 +1,7 @@
 """The Open Inference Protocol over HTTP/REST (KServe v2, Triton) under /v2: health, server
-and model metadata, model readiness and inference, with the binary tensor data extension.
+and model metadata, model readiness and inference, with the binary tensor data extension and
+request bodies compressed as Triton reads them (gzip, deflate). The routes of Triton's
+extensions the mesh does not offer answer 501 saying so.
 
 The same models, tensors, parameters, API keys and quotas as the gRPC protocol on the
 gateway's gRPC port (README, Open Inference Protocol); errors are `{"error": message}`
@@ -8,10 +10,12 @@ with the mesh's HTTP statuses. The health probes need no key, as on gRPC.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
-from mediamesh.common.errors import NotFound
+from mediamesh.common.errors import MeshError, NotFound, StatusCode
 from mediamesh.gateway.core.inference_call import model_metadata
 from mediamesh.gateway.core.model_config import model_config
 from mediamesh.gateway.core.oip_rest import (
@@ -21,9 +25,9 @@ from mediamesh.gateway.core.oip_rest import (
     parse_infer_request,
 )
 from mediamesh.gateway.http.bodies import read_body
+from mediamesh.gateway.http.compressed_bodies import content_encoding, inflated
 from mediamesh.gateway.http.context import Authorization, context_of
 from mediamesh.gateway.http.disconnects import unless_client_leaves
-from mediamesh.gateway.http.errors import UnsupportedMediaType
 
 router = APIRouter(tags=["Open Inference Protocol"])
 # The protocol answers a false probe with a 4xx status, as Triton does.
@@ -135,13 +139,11 @@ async def infer(request: Request, model: str, authorization: Authorization = Non
     plane = context.plane
     caller = plane.caller(authorization, request.headers.get("traceparent"))
     spec = plane.inference.model(model, _version(request))
-    encoding = request.headers.get("content-encoding", "identity").strip().lower()
-    if encoding != "identity":
-        # tritonclient.http can compress a request; the gateway reads bodies as sent.
-        raise UnsupportedMediaType(
-            f"Content-Encoding: {encoding!r} is not supported; send the body uncompressed"
-        )
-    body = await read_body(request, context.max_body_bytes)
+    # Before the body is read: one in an encoding the gateway cannot read is refused whole.
+    encoding = content_encoding(request.headers.get("content-encoding"))
+    compressed = await read_body(request, context.max_body_bytes)
+    # tritonclient.http compresses with request_compression_algorithm, as Triton reads.
+    body = inflated(compressed, encoding, context.max_body_bytes)
     parsed = parse_infer_request(body, request.headers.get(HEADER_LENGTH))
     # Cancelled with the client: the call's jobs are then cancelled too (kserve_jobs.py).
     outputs = await unless_client_leaves(request, plane.inference.infer(caller, spec, parsed))
@@ -153,6 +155,60 @@ async def infer(request: Request, model: str, authorization: Authorization = Non
         media_type="application/octet-stream",
         headers={HEADER_LENGTH: str(json_length)},
     )
+
+
+# Triton's extensions the mesh does not offer, and why. Their routes answer as Triton does
+# for an extension it was built without, UNSUPPORTED, which it sends as 501 Not Implemented
+# (and gRPC's UNIMPLEMENTED, what the same calls get on the gateway's gRPC port), rather
+# than a 404 that reads as a wrong URL or an unknown model.
+_NOT_OFFERED = {
+    "model_repository": (
+        "of the repository only the index is served; which models a worker holds is its "
+        "registry and residency settings"
+    ),
+    "system_shared_memory": "send each tensor's data in the request body",
+    "cuda_shared_memory": "send each tensor's data in the request body",
+}
+_SHARED_MEMORY_ROUTES = (
+    ("GET", "/status"),
+    ("GET", "/region/{region}/status"),
+    ("POST", "/region/{region}/register"),
+    ("POST", "/region/{region}/unregister"),
+    ("POST", "/unregister"),
+)
+NOT_OFFERED_ROUTES = (
+    ("POST", "/v2/repository/models/{model}/load", "model_repository"),
+    ("POST", "/v2/repository/models/{model}/unload", "model_repository"),
+    *(
+        (method, f"/v2/{kind}sharedmemory{path}", f"{kind}_shared_memory")
+        for kind in ("system", "cuda")
+        for method, path in _SHARED_MEMORY_ROUTES
+    ),
+)
+
+
+def _not_offered(extension: str) -> Callable[[], Awaitable[Response]]:
+    """The route of a call of `extension`: always UNIMPLEMENTED (501), saying why."""
+
+    async def route() -> Response:
+        raise MeshError(
+            f"the mesh does not offer Triton's {extension} extension: "
+            f"{_NOT_OFFERED[extension]} (GET /v2 lists the extensions it serves)",
+            code=StatusCode.UNIMPLEMENTED,
+        )
+
+    return route
+
+
+def _add_not_offered_routes() -> None:
+    # Out of the API's schema: the docs page lists what the gateway serves.
+    for method, path, extension in NOT_OFFERED_ROUTES:
+        router.add_api_route(
+            path, _not_offered(extension), methods=[method], include_in_schema=False
+        )
+
+
+_add_not_offered_routes()
 
 
 def _version(request: Request) -> str:

@@ -146,11 +146,18 @@ async def test_keys_probes_and_errors_in_the_protocols_shape(http_mesh: InProces
             content=b"\x1f\x8b...",
             headers={**bearer(KEY_A), "content-encoding": "gzip"},
         )
-        assert gzipped.status_code == 415
-        assert gzipped.json()["error"].startswith("Content-Encoding: 'gzip' is not supported")
-        # Loading is the workers' registry and residency, not a call: the route is not served.
+        assert gzipped.status_code == 400
+        assert gzipped.json()["error"].startswith("body: not valid gzip data")
+        brotli = await client.post(
+            "/v2/models/flux-tiny/infer",
+            content=b"...",
+            headers={**bearer(KEY_A), "content-encoding": "br"},
+        )
+        assert brotli.status_code == 415 and set(brotli.json()) == {"error"}
+        # Loading is the workers' registry and residency, not a call: Triton's answer to an
+        # extension it lacks.
         stray = await client.post("/v2/repository/models/flux-tiny/load", headers=bearer(KEY_A))
-        assert stray.status_code == 404 and set(stray.json()) == {"error"}
+        assert stray.status_code == 501 and set(stray.json()) == {"error"}
         wrong_method = await client.get("/v2/repository/index", headers=bearer(KEY_A))
         assert wrong_method.status_code == 405 and set(wrong_method.json()) == {"error"}
 
