@@ -79,10 +79,13 @@ def render(status: Any) -> str:
     )
 
 
+# "unsuccessful", not "failed": the count is the statistics extension's `fail`, which, as
+# Triton's does, takes in every job that ended without a result (cancelled and expired too),
+# and would read as more failures than the JOBS line's FAILED.
 _MODEL_HEADERS = [
     "model",
     "succeeded",
-    "failed",
+    "unsuccessful",
     "batches",
     "mean batch",
     "latency ms",

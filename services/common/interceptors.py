@@ -26,6 +26,7 @@ from mediamesh.common.errors import (
 )
 from mediamesh.common.log_throttle import LogThrottle
 from mediamesh.common.metrics import RPC_LATENCY, RPC_REQUESTS
+from mediamesh.common.telemetry import record_unanswered_call
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +89,14 @@ def _code_of(context: Context, cancelled: bool) -> StatusCode:
             else StatusCode.CANCELLED
         )
     return from_grpc(code)
+
+
+def _record_in_span(context: Context) -> None:
+    """A cancelled call's code in the tracing SERVER span around this interceptor, when the
+    handler set none (see `_code_of` and `telemetry.record_unanswered_call`)."""
+    if context.code() is None:
+        code = _code_of(context, cancelled=True)
+        record_unanswered_call(code, to_grpc(code).value[0])
 
 
 class ServiceInterceptor(grpc.aio.ServerInterceptor):
@@ -199,6 +208,7 @@ def _wrap(
                 return await inner(request, context)
             except asyncio.CancelledError:
                 cancelled = True
+                _record_in_span(context)
                 raise
             except Exception as exc:
                 if context.code() is None:
@@ -238,6 +248,7 @@ def _wrap(
                     yield item
         except asyncio.CancelledError:
             cancelled = True
+            _record_in_span(context)
             raise
         except Exception as exc:
             if context.code() is None:

@@ -344,3 +344,23 @@ SERVER_FAULT_CODES = frozenset(
 def is_server_fault(code: str) -> bool:
     """Whether a job or call ended with `code` (a gRPC code name) by the server's fault."""
     return code in SERVER_FAULT_CODES
+
+
+# The attribute opentelemetry-instrumentation-grpc sets on its SERVER spans (0 at the start).
+RPC_GRPC_STATUS_CODE = "rpc.grpc.status_code"
+
+
+def record_unanswered_call(code: str, number: int) -> None:
+    """The current SERVER span's status for a call that ended with no status set: one its
+    client cancelled or whose deadline passed (`code`, gRPC's `number` for it).
+
+    The gRPC instrumentation learns a code only from the handler setting one, so such a
+    call's span kept the 0 (OK) it started with while the call counted CANCELLED in
+    mediamesh_rpc_requests_total. Its status stays UNSET unless the code is the server's
+    fault (DEADLINE_EXCEEDED is; CANCELLED, the client's choice, is not)."""
+    span = trace.get_current_span()
+    if not span.is_recording():
+        return
+    span.set_attribute(RPC_GRPC_STATUS_CODE, number)
+    if is_server_fault(code):
+        span.set_status(trace.Status(trace.StatusCode.ERROR, code))

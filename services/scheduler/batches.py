@@ -26,7 +26,7 @@ from mediamesh.common.work import (
     WorkerEvent,
 )
 from mediamesh.scheduler import metrics, tracing
-from mediamesh.scheduler.core.effects import Dispatch, Effect
+from mediamesh.scheduler.core.effects import Dispatch, Effect, Transition
 from mediamesh.scheduler.core.interface import SchedulingCore
 from mediamesh.scheduler.core.jobs import Job, JobState
 from mediamesh.scheduler.core.model_statistics import BatchTimer, RanJob, StatisticsLedger
@@ -48,6 +48,21 @@ class BatchUndelivered(Exception):
 class WorkerGone(Exception):
     """The worker took the batch, then its stream broke with the connection (the process
     died, or the network between them did): nothing more will come of the batch there."""
+
+
+def lost_jobs_text(effects: list[Effect], worker_id: str) -> str:
+    """What became of a lost worker's jobs, from the effects of giving it up: those that go
+    back in line and those that used their last attempt, so the warning never promises a
+    requeue that a job at max_attempts does not get."""
+    ended = [e for e in effects if isinstance(e, Transition) and e.worker_id == worker_id]
+    requeued = sum(e.state is JobState.QUEUED for e in ended)
+    failed = sum(e.state is JobState.FAILED for e in ended)
+    if not requeued and not failed:
+        return "its jobs were already given up on with the worker, which must register again"
+    return (
+        f"of the jobs it was running, {requeued} requeued at the front of the line and "
+        f"{failed} failed (max_attempts used up); the worker must register again"
+    )
 
 
 class WorkerLink(Protocol):
@@ -164,15 +179,17 @@ class BatchRunner:
                 # Given up on at once, before the batch's end requeues its jobs: a worker
                 # still registered would be handed them straight back, a second batch its
                 # death would cost them (one more lost worker out of their max_attempts).
+                tracing.batch_failed(span, exc)
+                self.core.worker_lost(dispatch.worker_id, f"batch stream broke: {exc}")
+                effects = self.core.take_effects()
                 log.warning(
-                    "batch %s lost its worker %s (%s); its jobs go back to the front of the "
-                    "line and the worker must register again",
+                    "batch %s lost its worker %s (%s); %s",
                     batch_id,
                     dispatch.worker_id,
                     exc,
+                    lost_jobs_text(effects, dispatch.worker_id),
                 )
-                tracing.batch_failed(span, exc)
-                self.core.worker_lost(dispatch.worker_id, f"batch stream broke: {exc}")
+                self.apply(effects)
             except Exception as exc:
                 tracing.batch_failed(span, exc)
                 log.warning(

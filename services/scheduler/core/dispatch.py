@@ -37,6 +37,22 @@ from mediamesh.scheduler.core.units import (
 
 _NOTHING: frozenset[Priority] = frozenset()
 _PRIORITIES = tuple(Priority)
+_BASE36 = "0123456789abcdefghijklmnopqrstuvwxyz"
+
+
+def start_tag(now: float) -> str:
+    """The scheduler start's part of its batch ids: the start's millisecond, in base 36 (8
+    characters until 2059). The count after it restarts at 0 with the scheduler, and the ids
+    outlive it (logs, stored jobs' batch_id, spans): without this a restarted scheduler's
+    "w1-b0" named a batch its predecessor had already run. A worker id of the most
+    characters (128) still leaves a batch id within its 160."""
+    millis = max(int(now * 1000), 0)
+    digits = ""
+    while True:
+        millis, digit = divmod(millis, 36)
+        digits = _BASE36[digit] + digits
+        if not millis:
+            return digits
 
 
 class Dispatcher:
@@ -69,6 +85,7 @@ class Dispatcher:
         self._inflight = inflight
         self._outbox = outbox
         self._batch_ids = itertools.count()
+        self._batch_id_start = start_tag(clock())
         self._wakeups: list[float] = []
         # Per unit class, per model: its last failure to batch (stalls.py).
         self._stalls: dict[UnitClass, dict[str, Stall]] = {}
@@ -398,7 +415,7 @@ class Dispatcher:
     def _dispatch(
         self, unit: Unit, model: str, jobs: list[Job], now: float, pauses: str = ""
     ) -> Dispatch:
-        batch_id = f"{unit.worker_id}-b{next(self._batch_ids)}"
+        batch_id = f"{unit.worker_id}-{self._batch_id_start}-b{next(self._batch_ids)}"
         backlog, inflight, outbox, placements = (
             self._backlog,
             self._inflight,

@@ -174,7 +174,9 @@ class StatisticsLedger:
             sized.compute_output.add(times.output_s)
 
     def job_ended(self, tenant: str, model: str, succeeded: bool, seconds: float) -> None:
-        """A job of `model` ended, `seconds` after it was accepted."""
+        """A job of `model` ended, `seconds` after it was accepted. Any end but success
+        counts in `fail`, a cancelled or expired job's too: Triton counts every request
+        that did not succeed there, and KServe clients read it so."""
         for stats in (self._mesh_view(model), self._tenant_view(tenant, model)):
             if succeeded:
                 stats.inference_count += 1

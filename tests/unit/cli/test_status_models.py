@@ -40,7 +40,7 @@ def test_each_model_reads_as_means_per_job_and_per_batch() -> None:
     echo = scheduler_pb2.ModelStatistics(model="echo", fail=_phase(1, 5.0))
     header, flux_row, echo_row = _models_table(scheduler_pb2.MeshStatus(models=[flux, echo]))
     assert header.split() == [
-        "model", "succeeded", "failed", "batches", "mean", "batch", "latency", "ms",
+        "model", "succeeded", "unsuccessful", "batches", "mean", "batch", "latency", "ms",
         "queue", "ms", "input", "ms", "denoise", "ms", "output", "ms",
     ]  # fmt: skip
     assert flux_row.split() == [
@@ -51,3 +51,18 @@ def test_each_model_reads_as_means_per_job_and_per_batch() -> None:
 
 def test_no_model_run_yet_leaves_the_table_out() -> None:
     assert "MODELS" not in render(scheduler_pb2.MeshStatus())
+
+
+def test_cancelled_and_expired_jobs_are_not_called_failed() -> None:
+    """The column is the statistics' `fail`, every end but success (Triton's meaning): named
+    "failed", it read as more failures than the JOBS line's FAILED, which counted none."""
+    flux = scheduler_pb2.ModelStatistics(
+        model="flux-tiny", inference_count=45, fail=_phase(3, 10.0), execution_count=31
+    )
+    status = scheduler_pb2.MeshStatus(
+        models=[flux], jobs_by_state={"CANCELLED": 1, "EXPIRED": 2, "SUCCEEDED": 45}
+    )
+    header, row = _models_table(status)
+    assert "failed" not in header.split()
+    assert header.split()[:3] == ["model", "succeeded", "unsuccessful"]
+    assert row.split()[:3] == ["flux-tiny", "45", "3"]
