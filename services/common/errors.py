@@ -120,7 +120,11 @@ PUSHBACK_KEY = "grpc-retry-pushback-ms"
 
 # A field path as the mesh writes one at a message's start: names joined by dots, each with
 # the index of a list item it picks, if any (`steps`, `webhook.url`, `adapters[0].scale`).
-_FIELD_PATH = re.compile(r"\w+(?:\[\d+\])*(?:\.\w+(?:\[\d+\])*)*", re.ASCII)
+# Names are the protos' and the HTTP bodies' fields, lower snake case: gRPC's own messages
+# start with capitals ("SERVER: Received message larger than max", "CLIENT: Sent ..."),
+# which name no field.
+_FIELD_NAME = r"[a-z][a-z0-9_]*(?:\[\d+\])*"
+_FIELD_PATH = re.compile(rf"{_FIELD_NAME}(?:\.{_FIELD_NAME})*", re.ASCII)
 
 
 def field_of(message: str) -> str | None:
@@ -129,6 +133,6 @@ def field_of(message: str) -> str | None:
     The mesh starts a message about one field with its path (`steps: must be ...`,
     `adapters[0].scale: ...`, `webhook.events[1]: ...`), which the SDK's GatewayError.field
     and the HTTP face's OpenAI `param` both read. Anything else before a colon (`failed to
-    connect to all addresses; ...`) is not a field path."""
+    connect to all addresses; ...`, gRPC's `SERVER: ...` and `CLIENT: ...`) is not one."""
     head, sep, _ = message.partition(":")
     return head if sep and _FIELD_PATH.fullmatch(head) else None

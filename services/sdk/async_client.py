@@ -21,6 +21,7 @@ from mediamesh.sdk.flow import (
     checked_artifact,
     ended_early,
     is_final,
+    keyed_failure,
     needs_download,
     out_of_order,
     overload_wait,
@@ -124,12 +125,22 @@ class AsyncClient(ClientBase):
         the job runs on to its result. Stop it with `await client.cancel(job_id)`.
         """
         params = generate_params(model, prompt, options)
-        return self._follow(lambda stream: self._generate(params, stream), resendable=True)
+        return self._follow(
+            lambda stream: self._generate(params, stream),
+            resendable=True,
+            idempotency_key=params.idempotency_key,
+        )
 
     async def submit(
         self, model: str, prompt: str, **options: Unpack[GenerateOptions]
     ) -> JobHandle:
-        """Accept a job and return its handle at once; follow it with watch."""
+        """Accept a job and return its handle at once; follow it with watch.
+
+        A submit that fails before its answer (DEADLINE_EXCEEDED, UNAVAILABLE, ...) may have
+        made the job all the same: its GatewayError carries the `idempotency_key` sent (the
+        SDK makes one when none is given), and the same submit with
+        `idempotency_key=error.idempotency_key` returns that job, or makes it, never a second.
+        """
         params = generate_params(model, prompt, options)
         retries, waited_s = 0, 0.0
         while True:
@@ -138,7 +149,7 @@ class AsyncClient(ClientBase):
             except GatewayError as exc:
                 wait = overload_wait(exc, retries, waited_s, self.settings)
                 if wait is None:
-                    raise
+                    raise keyed_failure(exc, params.idempotency_key, "submit") from None
             retries, waited_s = retries + 1, waited_s + wait
             await asyncio.sleep(wait)
 
@@ -252,10 +263,13 @@ class AsyncClient(ClientBase):
         *,
         job_id: str = "",
         resendable: bool = False,
+        idempotency_key: str = "",
     ) -> AsyncIterator[Event]:
         """The events `open_events` opens, re-attached (or the request sent again) as the
         JobStream decides; it is also the limit every call of the follow is given up at."""
-        stream = JobStream(self.settings, job_id=job_id, resendable=resendable)
+        stream = JobStream(
+            self.settings, job_id=job_id, resendable=resendable, idempotency_key=idempotency_key
+        )
         events = open_events(stream)
         while True:
             try:

@@ -22,13 +22,16 @@ class ClientBase:
     timeout_s: deadline of each unary call, retries included (None: no deadline); it also
         bounds how long generate sends its request before the job is accepted (its first
         event), so an unreachable gateway fails it soon after, UNAVAILABLE, naming the address.
+        Finite and above 0; so is stream_timeout_s. A bad setting raises ValueError (TypeError
+        for a wrong type) naming it, here.
     stream_timeout_s: how long generate and watch wait for the job's end, re-attachments
         included, and the deadline of each download (None: no limit). Only the waiting ends:
         it is kept on this side, never sent with Generate (the gateway would make a call's
         deadline the job's), and running out raises GatewayError DEADLINE_EXCEEDED naming the
         job, which goes on. A job's own limit is the `timeout_ms` option.
-    keepalive_s: seconds between keepalive pings on an open call.
-    max_message_bytes: the largest message sent or received.
+    keepalive_s: seconds between keepalive pings on an open call, at least 20: the mesh's
+        servers end a connection pinged more often (GOAWAY too_many_pings).
+    max_message_bytes: the largest message sent or received (1 to 2**31 - 1).
     retry_on_overload: submit again when submit or generate is answered RESOURCE_EXHAUSTED
         with a retry hint (`grpc-retry-pushback-ms`, else `retry-after-ms`), waiting at least
         the hint, plus a random part that grows with each retry (at most 0.5 s) so that

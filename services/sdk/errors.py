@@ -20,10 +20,22 @@ class GatewayError(Exception):
     `job_id` is set when the error ends the stream of a job the gateway had accepted
     (generate or watch): the job may well go on, so follow it with `watch(job_id)` or stop it
     with `cancel(job_id)` rather than generating it again. Empty otherwise.
+
+    `idempotency_key` is the key a submit or generate sent (the caller's, or the one the SDK
+    made) when the call failed before it had a job id: the gateway may have made the job
+    all the same (a deadline that ran out, a connection lost), and the same call again with
+    `idempotency_key=error.idempotency_key` answers that job, or makes it if it was never
+    made, never a second one. Empty otherwise.
     """
 
     def __init__(
-        self, code: str, message: str, retry_after_s: float = 0.0, *, job_id: str = ""
+        self,
+        code: str,
+        message: str,
+        retry_after_s: float = 0.0,
+        *,
+        job_id: str = "",
+        idempotency_key: str = "",
     ) -> None:
         # The positional arguments, so that the error pickles (to a worker process and back).
         super().__init__(code, message, retry_after_s)
@@ -32,6 +44,7 @@ class GatewayError(Exception):
         self.retry_after_s = retry_after_s
         self.field = field_of(message)
         self.job_id = job_id
+        self.idempotency_key = idempotency_key
 
     def __str__(self) -> str:
         text = f"{self.code}: {self.message}"

@@ -37,6 +37,17 @@ OVERLOAD_SPREAD_MAX_S = 0.5
 # The least time left to send a not yet accepted request once more in: enough for a call to
 # a gateway that refuses connections to fail, and for one that is up to answer.
 LAST_SEND_S = 0.05
+# How a submit or generate that failed before its job id came may still have made the job:
+# the call ended before the answer (a deadline, a lost connection, a closed client), or the
+# gateway could not tell (its scheduler unreachable). A refusal naming a field made none.
+UNSURE_CODES = frozenset(
+    {
+        StatusCode.DEADLINE_EXCEEDED,
+        StatusCode.UNAVAILABLE,
+        StatusCode.CANCELLED,
+        StatusCode.UNKNOWN,
+    }
+)
 
 
 class StreamLimit(Protocol):
@@ -50,10 +61,16 @@ class StreamLimit(Protocol):
         again when they run out, since the limit may have moved meanwhile."""
         ...
 
-    def expired(self, connected: bool) -> GatewayError:
+    def expired(self, connected: bool, connection_error: str = "") -> GatewayError:
         """The error to raise for a call given up because its limit ran out; `connected`:
         whether the channel was connected to the gateway then (or still trying to reach
-        it)."""
+        it), and if not, `connection_error`: gRPC's account of its last try, when known."""
+        ...
+
+    def failed(self, error: GatewayError, connected: bool) -> None:
+        """Note that the open call failed with `error`; `connected`: whether the channel was
+        connected to the gateway just after, so that the status is one the gateway itself
+        sent (a transport failure leaves the channel reconnecting)."""
         ...
 
 
@@ -66,17 +83,47 @@ def unreachable_gateway(target: str, tried: str, cause: str = "") -> GatewayErro
 
 
 def unary_failure(
-    error: GatewayError, target: str, tried_s: float, connected: bool
+    error: GatewayError,
+    target: str,
+    tried_s: float,
+    connected: bool,
+    connection_error: str = "",
 ) -> GatewayError:
     """What a failed unary call raises: `error`, or, when it is UNAVAILABLE or
     DEADLINE_EXCEEDED and the channel is not connected (so no gateway answered it: one that
     did would have left the channel READY), the same words as a generate that never reached
-    the gateway. A short `timeout_s` runs out while gRPC still retries the connection, so
-    which of the two codes comes depends only on the timing."""
+    the gateway, with `connection_error` (gRPC's account of the last connection try) as the
+    cause when known. A short `timeout_s` runs out while gRPC still retries the connection,
+    so which of the two codes comes depends only on the timing, and a bare "Deadline
+    Exceeded" would hide why (a TLS handshake refused, say)."""
     unanswered = (StatusCode.UNAVAILABLE, StatusCode.DEADLINE_EXCEEDED)
     if error.code not in unanswered or connected:
         return error
-    return unreachable_gateway(target, f"{tried_s:.1f} s of tries", error.message)
+    return unreachable_gateway(
+        target, f"{tried_s:.1f} s of tries", connection_error or error.message
+    )
+
+
+def keyed_failure(error: GatewayError, idempotency_key: str, call: str) -> GatewayError:
+    """`error` of a submit or generate (`call`) that failed before a job id came, carrying
+    the `idempotency_key` it sent; when the job may have been made all the same, its message
+    says so and how to get it. Unchanged once a job id is known, or without a key."""
+    if error.job_id or not idempotency_key:
+        return error
+    if error.code not in UNSURE_CODES or error.field is not None:
+        error.idempotency_key = idempotency_key
+        return error
+    hint = (
+        f"; the job may have been made all the same: {call} again with "
+        f"idempotency_key={idempotency_key!r} to get it (that key answers the job it made, "
+        "never a second one)"
+    )
+    return GatewayError(
+        error.code,
+        error.message + hint,
+        error.retry_after_s,
+        idempotency_key=idempotency_key,
+    )
 
 
 def closed_client() -> GatewayError:
@@ -170,6 +217,11 @@ class JobStream:
     fails the call soon after it, as a Submit would, rather than after `reattach_s`. A Watch
     of a job given by id is bounded the same way until its first event: `reattach_s` is for
     a job whose gateway did answer and then dropped, not for a gateway never reached.
+
+    Until that first event, an error the gateway itself sent (UNAVAILABLE: its scheduler
+    unreachable) is what the call raises, at once or when timeout_s runs out while it is
+    still being sent, rather than "no answer"; and an error raised then carries the
+    `idempotency_key` the request was sent with, which gets the job if one was made.
     """
 
     def __init__(
@@ -179,8 +231,10 @@ class JobStream:
         *,
         job_id: str = "",
         resendable: bool = False,
+        idempotency_key: str = "",
     ) -> None:
         self._reattach_s = settings.reattach_s
+        self._idempotency_key = idempotency_key
         self._clock = clock
         self._target = settings.target
         self._stream_timeout_s = settings.stream_timeout_s
@@ -208,6 +262,10 @@ class JobStream:
         self._reattaches = 0
         # The error `expired` made, once a limit ran out.
         self._expired: GatewayError | None = None
+        # Until the first event: the last failed call's error, and whether the gateway itself
+        # sent it (the channel still connected after).
+        self._failure: GatewayError | None = None
+        self._failure_sent_by_gateway = False
 
     def is_news(self, event: Event) -> bool:
         """Whether to give `event` to the caller; notes it when so."""
@@ -282,13 +340,24 @@ class JobStream:
         self._broken_since, self._reattaches = None, 0
         return True
 
+    def failed(self, error: GatewayError, connected: bool) -> None:
+        """Note a failed call (see StreamLimit): before the first event, what the gateway
+        said, if it said anything, is the reason to give when the sending stops."""
+        if not self._answered:
+            self._failure, self._failure_sent_by_gateway = error, connected
+
     def error_to_raise(self, error: GatewayError) -> GatewayError:
         """What to raise once `reattach_wait` said no to `error`: `error` itself, or, for a
-        request no gateway answered before it was given up, one that names the gateway."""
-        if self._answered or error.code not in REATTACH_CODES:
+        request no gateway answered before it was given up, one that names the gateway;
+        before a job id, with the idempotency key sent (see keyed_failure)."""
+        if self._answered:
             return error
-        if error is self._expired:
-            return error  # already says all this
+        return keyed_failure(self._unanswered_error(error), self._idempotency_key, "generate")
+
+    def _unanswered_error(self, error: GatewayError) -> GatewayError:
+        sent_by_gateway = error is self._failure and self._failure_sent_by_gateway
+        if error.code not in REATTACH_CODES or error is self._expired or sent_by_gateway:
+            return error
         unreachable = unreachable_gateway(
             self._target,
             f"{self._clock() - self._started:.1f} s of tries{self._bound_text()}",
@@ -303,13 +372,13 @@ class JobStream:
         ends_at = self._waiting_ends_at()
         return None if ends_at is None else ends_at - self._clock()
 
-    def expired(self, connected: bool) -> GatewayError:
+    def expired(self, connected: bool, connection_error: str = "") -> GatewayError:
         """The error for a call given up as its limit ran out (see StreamLimit); final: it is
         neither re-attached nor sent again, whatever its code."""
-        self._expired = self._expiry_error(connected)
+        self._expired = self._expiry_error(connected, connection_error)
         return self._expired
 
-    def _expiry_error(self, connected: bool) -> GatewayError:
+    def _expiry_error(self, connected: bool, connection_error: str) -> GatewayError:
         if self.job_id and self._ends_at is not None and self._clock() >= self._ends_at:
             # Only the waiting ends: the job keeps its own limit, timeout_ms.
             return GatewayError(
@@ -322,8 +391,16 @@ class JobStream:
         # timeout_s ran out before any event: either the gateway could not be reached (the
         # channel still trying to connect), or it was and did not answer in time.
         took = f"{self._clock() - self._started:.1f} s{self._bound_text()}"
+        failure = None if self._answered else self._failure
+        if failure is not None and self._failure_sent_by_gateway:
+            # The gateway did answer, each time with an error: that is the reason, the
+            # last try's, not silence.
+            return GatewayError(
+                failure.code, failure.message, failure.retry_after_s, job_id=self.job_id
+            )
         if not connected:
-            unreachable = unreachable_gateway(self._target, took)
+            cause = connection_error or (failure.message if failure is not None else "")
+            unreachable = unreachable_gateway(self._target, took, cause)
             unreachable.job_id = self.job_id
             return unreachable
         if self.job_id:  # a Watch the gateway took but has not answered
@@ -334,9 +411,7 @@ class JobStream:
                 job_id=self.job_id,
             )
         return GatewayError(
-            StatusCode.DEADLINE_EXCEEDED,
-            f"no answer from the gateway at {self._target} ({took}); should it accept the "
-            "request later, the job runs: list_jobs() finds it",
+            StatusCode.DEADLINE_EXCEEDED, f"no answer from the gateway at {self._target} ({took})"
         )
 
     def _waiting_ends_at(self) -> float | None:

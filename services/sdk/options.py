@@ -7,12 +7,12 @@ import numbers
 import operator
 import types
 import uuid
-from collections.abc import Mapping, Sequence, Set
+from collections.abc import Callable, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypedDict, get_args, get_type_hints
 
-from mediamesh.common.limits import MAX_SEED
+from mediamesh.common.limits import INPUT_IMAGE, MAX_SEED
 from mediamesh.sdk.types import Priority
 
 DEFAULT_TARGET = "127.0.0.1:50051"
@@ -22,6 +22,12 @@ DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 RETRY_INITIAL_BACKOFF_S = 0.2
 RETRY_MAX_BACKOFF_S = 5.0
 RETRY_BACKOFF_MULTIPLIER = 2.0
+# The mesh's servers take a ping at most every 20 s on a quiet call and end the connection
+# with GOAWAY "too_many_pings" for more (common/server.py KEEPALIVE_OPTIONS; not imported, as
+# the SDK loads no server code): keepalive_s below it would break every long wait.
+GATEWAY_MIN_PING_INTERVAL_S = 20.0
+# gRPC takes channel arguments as C ints: the most milliseconds or bytes one may hold.
+CHANNEL_INT_MAX = 2**31 - 1
 
 
 @dataclass(frozen=True)
@@ -46,10 +52,31 @@ class ClientSettings:
     def __post_init__(self) -> None:
         if (self.cert_file is None) != (self.key_file is None):
             raise ValueError("cert_file and key_file go together (a client certificate for mTLS)")
-        if not self.reattach_s >= 0:
-            raise ValueError(
-                f"reattach_s: must be 0 (never) or more seconds, got {self.reattach_s}"
-            )
+        # Checked here, where each is named: a bad one would otherwise fail every call later
+        # in gRPC's words (or a TypeError deep inside a call).
+        for name in ("timeout_s", "stream_timeout_s"):
+            # A deadline: gRPC needs a finite one, and 0 would fail every call at once.
+            value = getattr(self, name)
+            if value is not None:
+                _check_seconds(
+                    name, value, lambda s: 0 < s < math.inf, "a number of seconds above 0, or None"
+                )
+        # Budgets: no limit (inf) is fine, NaN is not.
+        _check_seconds("reattach_s", self.reattach_s, _not_negative, "0 (never) or more seconds")
+        _check_seconds(
+            "max_overload_wait_s", self.max_overload_wait_s, _not_negative, "0 or more seconds"
+        )
+        lowest, highest = GATEWAY_MIN_PING_INTERVAL_S, CHANNEL_INT_MAX // 1000
+        _check_seconds(
+            "keepalive_s",
+            self.keepalive_s,
+            lambda s: lowest <= s <= highest,
+            f"from {lowest:g} to {highest} seconds (the gateway answers pings more often "
+            f"than every {lowest:g} s with GOAWAY too_many_pings)",
+        )
+        _check_whole("max_message_bytes", self.max_message_bytes, 1, CHANNEL_INT_MAX)
+        if self.overload_retries is not None:
+            _check_whole("overload_retries", self.overload_retries, 0, UINT32_MAX)
 
     @property
     def uses_tls(self) -> bool:
@@ -103,6 +130,9 @@ UINT32_MAX = 2**32 - 1
 WHOLE_NUMBER_RANGES = {"seed": (0, MAX_SEED), "timeout_ms": (1, UINT32_MAX)}
 # The largest finite float32, the most a number option's field can hold.
 FLOAT32_MAX = 3.4028234663852886e38
+# The options that carry an image in the request itself; each has an `_id` twin naming an
+# upload instead.
+INLINE_IMAGE_OPTIONS = ("image", "mask_image")
 # The fields of mediamesh.v1.Webhook, the `webhook` option's keys.
 WEBHOOK_FIELDS = ("url", "events")
 
@@ -128,6 +158,11 @@ class GenerateParams:
     prompt: str
     options: Mapping[str, object]
 
+    @property
+    def idempotency_key(self) -> str:
+        """The key the request is sent with, the caller's or the one made for it."""
+        return str(self.options["idempotency_key"])
+
 
 def generate_params(model: str, prompt: str, options: Mapping[str, object]) -> GenerateParams:
     """Check option names, values and the priority, drop unset fields, and add a key when none
@@ -147,6 +182,8 @@ def generate_params(model: str, prompt: str, options: Mapping[str, object]) -> G
     values = {name: value for name, value in options.items() if value is not None and value != ""}
     for name, value in values.items():
         check_option(name, value)
+    for name in INLINE_IMAGE_OPTIONS:
+        check_inline_image(name, values.get(name))
     if "priority" in values:
         values["priority"] = Priority.parse(str(values["priority"]))
     if "adapters" in values:
@@ -193,6 +230,43 @@ def check_option(name: str, value: object) -> None:
         raise TypeError(f"{name}: must be a string, got {_shown(value)}")
     elif kind is bytes and not isinstance(value, bytes):
         raise TypeError(f"{name}: must be bytes, got {_shown(value)}")
+
+
+def _not_negative(seconds: float) -> bool:
+    return seconds >= 0
+
+
+def _check_seconds(name: str, value: object, fits: Callable[[float], bool], allowed: str) -> None:
+    """TypeError naming client setting `name` when `value` is not a number, ValueError naming
+    it and `allowed` when it does not fit (NaN fits nothing)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name}: must be {allowed}, got {_shown(value)}")
+    if not fits(float(value)):
+        raise ValueError(f"{name}: must be {allowed}, got {value}")
+
+
+def _check_whole(name: str, value: object, low: int, high: int) -> None:
+    """TypeError naming client setting `name` when `value` is no whole number, ValueError
+    naming it and the range when it is outside low..high."""
+    number = _whole_number(value)
+    if number is None:
+        raise TypeError(f"{name}: must be a whole number, got {_shown(value)}")
+    if not low <= number <= high:
+        raise ValueError(f"{name}: must be a whole number from {low} to {high}, got {number}")
+
+
+def check_inline_image(name: str, value: object) -> None:
+    """ValueError naming option `name`, the limit and the way round it when `value` is bytes
+    above the gateway's inline image limit: sent, it would be refused there, or, above the
+    message limit of either side, fail in gRPC's words ("SERVER: Received message larger
+    than max"), which name no field."""
+    if isinstance(value, bytes) and len(value) > INPUT_IMAGE.max_bytes:
+        limit = INPUT_IMAGE.max_bytes
+        raise ValueError(
+            f"{name}: {len(value)} bytes; the limit for an image sent inline is {limit} bytes "
+            f"({limit // 2**20} MiB): upload it with client.upload(...) and pass "
+            f"{name}_id=handle.input_id instead"
+        )
 
 
 def _whole_number(value: object) -> int | None:

@@ -182,6 +182,15 @@ class ModelLimits:
 
 
 @dataclass(frozen=True, slots=True)
+class AdapterInfo:
+    """A LoRA adapter a request may name for a model (the `adapters` option)."""
+
+    name: str
+    # The scale a request that names the adapter without one gets.
+    default_scale: float
+
+
+@dataclass(frozen=True, slots=True)
 class ModelInfo:
     """A registry model and whether the mesh can serve it now."""
 
@@ -208,6 +217,8 @@ class ModelInfo:
     # Warm-up of its listed shapes: "none", "warming" (not ready yet), "warm", "cold" (ready;
     # its next load runs them) or "pending".
     warmup: str = ""
+    # LoRA adapters a request may name for the model, in the registry's order.
+    adapters: tuple[AdapterInfo, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,9 +9,15 @@ from typing import Any, TypeVar
 
 import grpc
 
+from mediamesh.common.errors import StatusCode
 from mediamesh.common.generated.v1 import gateway_pb2, gateway_pb2_grpc
 from mediamesh.sdk.api import convert
-from mediamesh.sdk.api.channel import aio_channel, call_metadata
+from mediamesh.sdk.api.channel import (
+    CONNECTION_PROBE_METHOD,
+    CONNECTION_PROBE_TIMEOUT_S,
+    aio_channel,
+    call_metadata,
+)
 from mediamesh.sdk.errors import GatewayError
 from mediamesh.sdk.events import Event
 from mediamesh.sdk.flow import StreamLimit, closed_client, unary_failure
@@ -66,6 +72,22 @@ class AsyncTransport:
                 raise closed_client() from None
             raise
 
+    def _connected(self) -> bool:
+        return self._channel.get_state() is grpc.ChannelConnectivity.READY
+
+    async def _connection_error(self) -> str:
+        """gRPC's account of the channel's last connection try, when the channel is between
+        tries; "" when it tells none (see CONNECTION_PROBE_METHOD)."""
+        probe: Any = self._channel.unary_unary(CONNECTION_PROBE_METHOD)
+        try:
+            await probe(b"", timeout=CONNECTION_PROBE_TIMEOUT_S)
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() is grpc.StatusCode.UNAVAILABLE:
+                return exc.details() or ""
+        except grpc.aio.UsageError:  # the client was closed meanwhile
+            pass
+        return ""
+
     async def _unary(self, method: Any, request: Any) -> Any:
         started = time.monotonic()
         call: Awaitable[Any] = self._opened(
@@ -77,9 +99,13 @@ class AsyncTransport:
             error = self._failure(exc)
             if self._closed:
                 raise error from None
-            connected = self._channel.get_state() is grpc.ChannelConnectivity.READY
+            connected = self._connected()
             tried_s = time.monotonic() - started
-            raise unary_failure(error, self._settings.target, tried_s, connected) from None
+            cause = ""
+            if not connected and error.code == StatusCode.DEADLINE_EXCEEDED:
+                cause = await self._connection_error()
+            target = self._settings.target
+            raise unary_failure(error, target, tried_s, connected, cause) from None
         except asyncio.CancelledError:
             if _cancelled_by_close(self._closed):
                 raise closed_client() from None
@@ -109,13 +135,17 @@ class AsyncTransport:
                         async with asyncio.timeout(max(left, 0.0)):
                             message = await call.read()
                     except TimeoutError:
-                        connected = self._channel.get_state() is grpc.ChannelConnectivity.READY
-                        raise limit.expired(connected) from None
+                        connected = self._connected()
+                        cause = "" if connected else await self._connection_error()
+                        raise limit.expired(connected, cause) from None
                 if message is grpc.aio.EOF:
                     return
                 yield message
         except grpc.aio.AioRpcError as exc:
-            raise self._failure(exc) from None
+            error = self._failure(exc)
+            if limit is not None and not self._closed:
+                limit.failed(error, self._connected())
+            raise error from None
         except asyncio.CancelledError:
             if _cancelled_by_close(self._closed):
                 raise closed_client() from None

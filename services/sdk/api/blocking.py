@@ -10,9 +10,15 @@ from typing import Any, TypeVar
 
 import grpc
 
+from mediamesh.common.errors import StatusCode
 from mediamesh.common.generated.v1 import gateway_pb2, gateway_pb2_grpc
 from mediamesh.sdk.api import convert
-from mediamesh.sdk.api.channel import blocking_channel, call_metadata
+from mediamesh.sdk.api.channel import (
+    CONNECTION_PROBE_METHOD,
+    CONNECTION_PROBE_TIMEOUT_S,
+    blocking_channel,
+    call_metadata,
+)
 from mediamesh.sdk.errors import GatewayError
 from mediamesh.sdk.events import Event
 from mediamesh.sdk.flow import StreamLimit, closed_client, unary_failure
@@ -116,6 +122,20 @@ class BlockingTransport:
         finally:
             self._channel.unsubscribe(deliver)
 
+    def _connection_error(self) -> str:
+        """gRPC's account of the channel's last connection try, when the channel is between
+        tries; "" when it tells none (see CONNECTION_PROBE_METHOD)."""
+        probe: Any = self._channel.unary_unary(CONNECTION_PROBE_METHOD)
+        try:
+            probe(b"", timeout=CONNECTION_PROBE_TIMEOUT_S)
+        except grpc.RpcError as exc:
+            call: Any = exc
+            if call.code() is grpc.StatusCode.UNAVAILABLE:
+                return str(call.details() or "")
+        except ValueError:  # the client was closed meanwhile
+            pass
+        return ""
+
     def _unary(self, method: Any, request: Any) -> Any:
         started = time.monotonic()
         try:
@@ -127,7 +147,12 @@ class BlockingTransport:
             if self._closed:
                 raise error from None
             tried_s = time.monotonic() - started
-            raise unary_failure(error, self._settings.target, tried_s, self._connected()) from None
+            connected = self._connected()
+            cause = ""
+            if not connected and error.code == StatusCode.DEADLINE_EXCEEDED:
+                cause = self._connection_error()
+            target = self._settings.target
+            raise unary_failure(error, target, tried_s, connected, cause) from None
 
     def _stream(self, method: Any, request: Any, limit: StreamLimit | None = None) -> Iterator[Any]:
         """The call's messages; with `limit` it has no gRPC deadline and is given up on this
@@ -139,8 +164,13 @@ class BlockingTransport:
             yield from call
         except grpc.RpcError as exc:
             if expiry is not None and expiry.fired and limit is not None:
-                raise limit.expired(self._connected()) from None
-            raise self._failure(exc) from None
+                connected = self._connected()
+                cause = "" if connected else self._connection_error()
+                raise limit.expired(connected, cause) from None
+            error = self._failure(exc)
+            if limit is not None and not self._closed:
+                limit.failed(error, self._connected())
+            raise error from None
         finally:
             if expiry is not None:
                 expiry.stop()

@@ -21,13 +21,25 @@ GATEWAY_SERVICE = "mediamesh.v1.Gateway"
 # job answers its state again. An over-limit answer is retried too, after the server's
 # grpc-retry-pushback-ms.
 IDEMPOTENT_METHODS = ("GetJob", "ListJobs", "ListModels", "Cancel")
-# Safe to repeat only on UNAVAILABLE: Submit and Generate always carry an idempotency key (see
-# options.generate_params), and a stream is retried only before its first message.
-KEYED_OR_STREAMED_METHODS = ("Submit", "Generate", "Watch", "Download")
+# Safe to repeat only on UNAVAILABLE: Submit always carries an idempotency key (see
+# options.generate_params), and a stream is retried only before its first message. Generate
+# and Watch are not here: before their first event the SDK sends them again itself
+# (flow.JobStream, with the same backoff), and so sees each answer, one the gateway sent
+# (UNAVAILABLE: its scheduler unreachable) included, which the channel's retries would hide
+# until the caller's timeout_s ran out as "no answer".
+KEYED_OR_STREAMED_METHODS = ("Submit", "Download")
 # Safe to repeat only on an over-limit answer, which the gateway gives before the scheduler
 # sees the call. After UNAVAILABLE the job may be deleted already, and a repeat would answer
 # NOT_FOUND for a job that the caller's own call deleted.
 REFUSED_FIRST_METHODS = ("DeleteJob",)
+# What a channel that is not connected is asked, to learn why: a call no retry policy covers
+# fails at once on a channel between connection tries with gRPC's account of the last one
+# ("Tls handshake failed ...", "Connection refused"), which a call that ran out of time while
+# gRPC retried (a bare "Deadline Exceeded") has lost. An empty HealthCheckRequest is valid.
+CONNECTION_PROBE_METHOD = "/grpc.health.v1.Health/Check"
+# Long enough for a channel between tries to answer, short enough to add little to a call
+# already given up; a channel still connecting then tells nothing.
+CONNECTION_PROBE_TIMEOUT_S = 0.25
 
 
 def _retry_policy(codes: list[str]) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from mediamesh.sdk.errors import GatewayError
 from mediamesh.sdk.events import Error, Event, Notice, Progress, Queued, Result
 from mediamesh.sdk.options import GenerateParams, webhook_fields
 from mediamesh.sdk.types import (
+    AdapterInfo,
     Chunk,
     DeletedJob,
     JobHandle,
@@ -193,6 +194,11 @@ def model_info(message: common_pb2.ModelInfo) -> ModelInfo:
         inputs=tuple(message.inputs),
         default_strength=round(message.default_strength, 6),
         warmup=message.warmup,
+        adapters=tuple(
+            # float32 on the wire: 0.8 arrives as 0.800000011920929.
+            AdapterInfo(adapter.name, round(adapter.default_scale, 6))
+            for adapter in message.adapters
+        ),
     )
 
 
