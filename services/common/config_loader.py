@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypeVar
@@ -45,6 +46,15 @@ ENV_NESTED_DELIMITER = "__"
 
 Model = TypeVar("Model", bound=BaseModel)
 Loc = tuple[int | str, ...]
+
+# The kubelet gives every pod that keeps enableServiceLinks a variable per Service of its
+# namespace (Kubernetes, "Discovering services: environment variables"): Service
+# mediamesh-gateway gives MEDIAMESH_GATEWAY_PORT=tcp://10.0.0.1:50051, shaped like a misspelt
+# gateway.port. Only the <SERVICE>_PORT[_<num>_<PROTO>] names can look like a setting (the
+# others end in _SERVICE_HOST, _SERVICE_PORT*, _PROTO, _ADDR), and only with this URL value,
+# which no port setting takes, are they let through: MEDIAMESH_GATEWAY_PORT=50051 is a typo.
+_SERVICE_LINK_NAME = re.compile(r".+_PORT(_\d+_(TCP|UDP|SCTP))?", re.IGNORECASE)
+_SERVICE_LINK_URL = re.compile(r"(tcp|udp|sctp)://(\[[0-9A-Fa-f:.]+\]|[0-9.]+):\d+")
 
 
 class ConfigError(ValueError):
@@ -91,10 +101,10 @@ def _stray_variables(model: type[BaseModel], environ: Mapping[str, str]) -> str 
     misspelt section (MEDIAMESH_SCHEDULR__PORT) or a single underscore where two belong
     (MEDIAMESH_WORKER_WORKER_ID) was dropped without a word, and a k8s pod ran with the
     default. Variables of other tools and commands (MEDIAMESH_API_KEY) match neither
-    pattern and stay allowed."""
+    pattern and stay allowed, and so do the kubelet's service links (_is_service_link)."""
     fields = model.model_fields
     for name in sorted(environ):
-        if not name.upper().startswith(ENV_PREFIX):
+        if not name.upper().startswith(ENV_PREFIX) or _is_service_link(name, environ[name]):
             continue
         rest = name[len(ENV_PREFIX) :].lower()
         head, nested, _ = rest.partition(ENV_NESTED_DELIMITER)
@@ -109,6 +119,11 @@ def _stray_variables(model: type[BaseModel], environ: Mapping[str, str]) -> str 
                 meant = f"{ENV_PREFIX}{section.upper()}{ENV_NESTED_DELIMITER}{field.upper()}"
                 return f"env {name}: not a setting; did you mean {meant}?"
     return None
+
+
+def _is_service_link(name: str, value: str) -> bool:
+    """Whether `name=value` is a variable the kubelet set for a Service of the namespace."""
+    return bool(_SERVICE_LINK_NAME.fullmatch(name) and _SERVICE_LINK_URL.fullmatch(value))
 
 
 def _model_of(annotation: Any) -> type[BaseModel] | None:

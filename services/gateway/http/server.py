@@ -16,6 +16,11 @@ the gateway waits for it, and answers 503 to, and closes, each connection beyond
 uvicorn leaves it asyncio's default of 60 s; `_EmbeddedServer` gives it
 `gateway.http.tls_handshake_timeout_s`. A public deployment still belongs behind a reverse
 proxy or load balancer.
+
+On stop, server-sent event streams end at once, cleanly (`EventStreamsEndOnStop`): a stream
+of a queued job would otherwise outlast the grace, and uvicorn would cancel it with an ERROR
+and a traceback. Their clients reconnect with `Last-Event-ID` and resume elsewhere; other
+responses (downloads) keep the grace.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ import contextlib
 import logging
 import resource
 import socket
-from collections.abc import Iterator
+from collections.abc import Iterator, MutableMapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -217,6 +222,70 @@ def connection_cap(max_connections: int) -> int:
     return cap
 
 
+AsgiMessage = MutableMapping[str, Any]
+AsgiReceive = Any
+AsgiSend = Any
+
+
+class EventStreamsEndOnStop:
+    """ASGI middleware that ends the open `text/event-stream` responses when `end_all` is
+    called (the server is stopping), and any that start afterwards: it cancels the request's
+    task, then sends the response's last (empty) chunk itself, so the client sees a complete
+    stream rather than a dropped connection, and uvicorn logs no error."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.stopping = False
+        # Request tasks streaming events -> whether this middleware has cancelled them.
+        self._streams: dict[asyncio.Task[Any], bool] = {}
+
+    def end_all(self) -> None:
+        self.stopping = True
+        for task in list(self._streams):
+            self._cut(task)
+
+    def _cut(self, task: asyncio.Task[Any]) -> None:
+        if not self._streams.get(task, True):
+            self._streams[task] = True
+            task.cancel()
+
+    async def __call__(self, scope: AsgiMessage, receive: AsgiReceive, send: AsgiSend) -> None:
+        task = asyncio.current_task()
+        if scope["type"] != "http" or task is None:
+            await self.app(scope, receive, send)
+            return
+        complete = False
+
+        async def watched(message: AsgiMessage) -> None:
+            nonlocal complete
+            if message["type"] == "http.response.start" and _is_event_stream(message):
+                self._streams[task] = False
+            elif message["type"] == "http.response.body" and not message.get("more_body"):
+                complete = True
+                self._streams.pop(task, None)
+            await send(message)
+            if self.stopping and task in self._streams:
+                self._cut(task)
+
+        try:
+            await self.app(scope, receive, watched)
+        except asyncio.CancelledError:
+            # Ours alone: a cancel from uvicorn (its own grace ran out) still propagates.
+            if not self._streams.get(task) or task.uncancel() > 0:
+                raise
+            if not complete:
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+        finally:
+            self._streams.pop(task, None)
+
+
+def _is_event_stream(start: AsgiMessage) -> bool:
+    for name, value in start.get("headers", ()):
+        if name.lower() == b"content-type":
+            return bytes(value).split(b";")[0].strip().lower() == b"text/event-stream"
+    return False
+
+
 class _EmbeddedServer(uvicorn.Server):
     def __init__(self, config: uvicorn.Config, tls_handshake_timeout_s: float) -> None:
         super().__init__(config)
@@ -258,6 +327,7 @@ class HttpServer:
     host: str
     port: int
     scheme: str
+    event_streams: EventStreamsEndOnStop
 
     @property
     def url(self) -> str:
@@ -266,9 +336,11 @@ class HttpServer:
         return f"{self.scheme}://{host}:{self.port}"
 
     async def stop(self, grace_s: float = 2.0) -> None:
-        """Stops accepting, gives open requests (event streams too) `grace_s`, then closes."""
+        """Stops accepting, ends event streams cleanly at once (their clients resume with
+        Last-Event-ID), gives the other open requests `grace_s`, then closes."""
         self.server.config.timeout_graceful_shutdown = max(int(grace_s), 1)
         self.server.should_exit = True
+        self.event_streams.end_all()
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.wait_for(self.task, grace_s + 5)
 
@@ -284,8 +356,6 @@ async def start_http(
     within the connection `limits` (gateway.http; default: its defaults); ListenError (a
     StartupError) naming gateway.http_port when the port cannot be bound."""
     limits = limits or GatewayHttpSettings()
-    sock = listening_socket("http_port", host, port, section="gateway")
-    sock.setblocking(False)
     protocol = GuardedH11Protocol.for_settings(
         connection_cap(limits.max_connections), limits.header_timeout_s, limits.body_timeout_s
     )
@@ -300,6 +370,13 @@ async def start_http(
         ssl_certfile=str(tls.cert_file) if tls.enabled else None,
         ssl_keyfile=str(tls.key_file) if tls.enabled else None,
     )
+    # Wrapped around what uvicorn loads (its own middleware included), not in place of
+    # `config.app`, which stays the FastAPI app with its state.
+    config.load()
+    event_streams = EventStreamsEndOnStop(config.loaded_app)
+    config.loaded_app = event_streams
+    sock = listening_socket("http_port", host, port, section="gateway")
+    sock.setblocking(False)
     server = _EmbeddedServer(config, limits.tls_handshake_timeout_s)
     task = asyncio.create_task(server.serve(sockets=[sock]), name="gateway-http")
     while not server.started:
@@ -310,4 +387,4 @@ async def start_http(
     bound = sock.getsockname()[1]
     scheme = "https" if tls.enabled else "http"
     log.info("gateway HTTP serving on %s://%s:%d", scheme, host, bound)
-    return HttpServer(server, task, host, bound, scheme)
+    return HttpServer(server, task, host, bound, scheme, event_streams)

@@ -44,6 +44,7 @@ STAND_IN_SECRET = {
     "internal-token": "stand-in-token\n",
     "gateway-api-keys.json": '[{"sha256": "' + "0" * 64 + '", "tenant": "t"}]\n',
     "gateway-tenants.json": '{"t": {}}\n',
+    "gateway-result-link-secret": "stand-in-result-link-secret-of-32-or-more",
 }
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path, PurePosixPath
 
 import pytest
@@ -10,6 +11,7 @@ from deploy_support import (
     COMPOSE_FILE,
     CONFIG_DIR,
     INTERNAL_TLS_SECRET,
+    ROOT,
     STAND_IN_SECRET,
     all_containers,
     by_kind,
@@ -24,15 +26,17 @@ from deploy_support import (
     main_container,
     mesh_workloads,
     mount_for,
+    object_data,
     overlays,
     pod_env,
     pod_spec,
     read_mounted,
     render_overlay,
+    service_links,
     workers,
 )
 
-from mediamesh.common.registry import load_registry, parse_registry
+from mediamesh.common.registry import Registry, load_registry, parse_registry
 from mediamesh.common.settings import load_mesh_config
 
 OVERLAYS = overlays()
@@ -62,6 +66,69 @@ def test_deploy_registry_is_valid_and_covers_every_hosted_model():
         assert spec.modality == modality, (
             f"{model} is {spec.modality}, hosted by a {modality} worker"
         )
+
+
+def _known_to_the_builder() -> set[str]:
+    """BUILDERS and BUILTIN of services/worker/models/build.py, read from the source:
+    importing it would import torch and diffusers for a check of names."""
+    tree = ast.parse((ROOT / "services/worker/models/build.py").read_text())
+    names: set[str] = set()
+    for node in tree.body:
+        target = node.target if isinstance(node, ast.AnnAssign) else None
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target = node.targets[0]
+        if isinstance(target, ast.Name) and target.id in ("BUILDERS", "BUILTIN"):
+            assert isinstance(node.value, ast.Dict | ast.Set), target.id
+            keys = node.value.keys if isinstance(node.value, ast.Dict) else node.value.elts
+            names.update(ast.literal_eval(key) for key in keys if key is not None)
+    assert names, "no BUILDERS found in services/worker/models/build.py"
+    return names
+
+
+def _builds(argv: list[str]) -> set[str]:
+    """The models a `mediamesh models build --only a,b` command line writes (or skips as
+    builtin: they need no files)."""
+    only = set(filter(None, flag(argv, "--only").split(",")))
+    unknown = only - _known_to_the_builder()
+    assert not unknown, f"`models build` has no builder for {sorted(unknown)}"
+    return only
+
+
+def _served(registry: Registry, built_where_hosted: dict[str, set[str]], where: str) -> None:
+    """Every registry model is hosted by a worker whose models step built it: a model no
+    worker runs is accepted, queues forever and counts as demand for a pool that never
+    serves it."""
+    for spec in registry.models:
+        assert spec.name in built_where_hosted, f"{where}: no worker hosts {spec.name}"
+        if "{models_dir}" in spec.source:
+            assert spec.name in built_where_hosted[spec.name], (
+                f"{where}: {spec.name} is hosted but its files are never built"
+            )
+
+
+def test_compose_serves_every_model_of_its_registry():
+    compose = load_compose()
+    registry = load_registry(COMPOSE_FILE.parent / compose["configs"]["registry"]["file"])
+    config = load_mesh_config(COMPOSE_FILE.parent / compose["configs"]["mesh"]["file"], environ={})
+    built = _builds(compose["services"]["models"]["command"])
+    served = {model: built for worker in config.workers for model in worker.models}
+    _served(registry, served, "compose")
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_k8s_serves_every_model_of_its_registry(overlay):
+    docs = render_overlay(overlay)
+    (config_map,) = [d for d in by_kind(docs, "ConfigMap") if "models.yaml" in d.get("data", {})]
+    registry = parse_registry(yaml.safe_load(object_data(config_map, "models.yaml")), overlay)
+    served: dict[str, set[str]] = {}
+    for worker in workers(docs):
+        (builder,) = [
+            c for c in pod_spec(worker).get("initContainers", []) if c["name"] == "models"
+        ]
+        argv = [expand(arg, pod_env(docs, overlay, worker, builder)) for arg in builder["command"]]
+        for model in effective_worker(overlay, worker["metadata"]["name"]).models:
+            served.setdefault(model, set()).update(_builds(argv))
+    _served(registry, served, overlay)
 
 
 # Compose -------------------------------------------------------------------------------------
@@ -195,6 +262,47 @@ def test_k8s_gateway_gets_the_secret_api_keys(overlay):
     assert loaded.config.gateway.tenants, "the gateway config has no tenants"
     assert not loaded.file_only.gateway.api_keys, "API key hashes belong in the Secret"
     assert host_of(loaded.config.gateway.scheduler_address) == "mediamesh-scheduler"
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_k8s_config_loads_in_a_pod_with_service_links(overlay, tmp_path):
+    """`mediamesh status` from an ordinary pod of the namespace: the kubelet gives it every
+    Service's link variables (MEDIAMESH_GATEWAY_PORT=tcp://...), which are not settings."""
+    docs = render_overlay(overlay)
+    gateway = find(docs, "Deployment", "mediamesh-gateway")
+    config_path = effective(overlay, "mediamesh-gateway").env["MEDIAMESH_CONFIG"]
+    text = read_mounted(docs, overlay, gateway, main_container(gateway), config_path)
+    assert text is not None
+    (tmp_path / "mesh.yaml").write_text(text)
+    links = service_links(docs)
+    assert links["MEDIAMESH_GATEWAY_PORT"].startswith("tcp://")
+    config = load_mesh_config(tmp_path / "mesh.yaml", environ=links)
+    assert host_of(config.gateway.scheduler_address) == "mediamesh-scheduler"
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_k8s_gateway_replicas_share_one_result_link_secret(overlay):
+    """Without it each replica signs OpenAI `url` results with a secret of its own process,
+    so a link opens only on the replica that made it, and on none after a restart."""
+    loaded = effective(overlay, "mediamesh-gateway")
+    secret = loaded.config.gateway.http.result_link_secret
+    assert secret is not None, "the gateway replicas get no gateway.http.result_link_secret"
+    assert loaded.file_only.gateway.http.result_link_secret is None, "it belongs in the Secret"
+    gateway = find(render_overlay(overlay), "Deployment", "mediamesh-gateway")
+    (entry,) = [
+        e
+        for e in main_container(gateway)["env"]
+        if e["name"] == "MEDIAMESH_GATEWAY__HTTP__RESULT_LINK_SECRET"
+    ]
+    assert entry["valueFrom"]["secretKeyRef"]["name"].startswith("mediamesh-secrets")
+    assert not entry["valueFrom"]["secretKeyRef"].get("optional"), "a gateway would start alone"
+
+
+def test_compose_gateway_keeps_its_result_link_secret_across_restarts():
+    compose = load_compose()
+    assert compose["services"]["gateway"].get("restart", "no") != "no"
+    config = load_mesh_config(COMPOSE_FILE.parent / compose["configs"]["mesh"]["file"], environ={})
+    assert config.gateway.http.result_link_secret is not None
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
