@@ -13,7 +13,7 @@ import asyncio
 from collections.abc import Iterable
 from pathlib import Path
 
-from mediamesh.common.checkpoint_files import checkpoint_files
+from mediamesh.common.checkpoint_files import PARTIAL_SUFFIX, checkpoint_files
 from mediamesh.scheduler.core.jobs import Job
 
 
@@ -52,10 +52,11 @@ class CheckpointFiles:
     def sweep(self, live: set[str], older_than: float) -> None:
         """Delete checkpoint files in the default folder that no live job refers to and
         that are older than `older_than` (a Unix time): left by jobs that ended while
-        their worker was still writing, or before a restart."""
-        if not self.folder.exists():
+        their worker was still writing, or before a restart, and half-written ones of a
+        worker lost mid-write (a write under way keeps its file's time recent)."""
+        if not self.folder.is_dir():
             return
-        for path in self.folder.glob("*.pt"):
+        for path in (*self.folder.glob("*.pt"), *self.folder.glob(f"*{PARTIAL_SUFFIX}")):
             try:
                 if str(path) not in live and path.stat().st_mtime < older_than:
                     path.unlink(missing_ok=True)

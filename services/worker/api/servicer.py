@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import AsyncIterator, Callable
 
 import grpc
 
 from mediamesh.common.api import worker_wire
 from mediamesh.common.api.lenient import add_servicer
+from mediamesh.common.errors import InvalidArgument
 from mediamesh.common.generated.v1 import worker_pb2, worker_pb2_grpc
 from mediamesh.common.telemetry import request_trace_carrier
 from mediamesh.worker.api.batch_checks import check_run
@@ -81,6 +83,13 @@ class WorkerServicer(worker_pb2_grpc.WorkerServicer):
         With a grace period and no exit, the answer waits until the batches have ended or the
         grace period is over.
         """
+        # Checked before anything stops: a bad request must leave the worker serving.
+        grace_s = request.grace_s
+        if not math.isfinite(grace_s) or grace_s < 0:
+            raise InvalidArgument(
+                f"grace_s: {grace_s} is out of range: a finite number of seconds >= 0 "
+                "(0: the worker's drain_grace_s)"
+            )
         preempting = self.runtime.start_drain()
         self._on_drain(request.grace_s, request.exit)
         if request.grace_s > 0 and not request.exit:

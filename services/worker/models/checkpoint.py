@@ -9,6 +9,7 @@ state at the scheduler's first use, so any pipeline that calls `set_timesteps` a
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import functools
@@ -23,7 +24,7 @@ import numpy as np
 import torch
 
 from mediamesh.common.checkpoint_files import PARTIAL_SUFFIX, checkpoint_file
-from mediamesh.common.generation import GenerationParams
+from mediamesh.common.generation import GenerationParams, InputImage
 from mediamesh.common.preemption import TIMESTEP_DRIVEN_SCHEDULERS
 from mediamesh.common.work import JobParams
 
@@ -35,8 +36,22 @@ _ROW = "__row__"
 _NUMPY = "__numpy__"
 
 
+# What a checkpoint's latents do not depend on: how the result is encoded, and previews.
+_RESULT_NEUTRAL_FIELDS = frozenset(
+    {"output_format", "output_quality", "fps", "preview_every_steps"}
+)
+
+
 class CheckpointError(RuntimeError):
-    """A checkpoint that cannot be used for this job and model."""
+    """A checkpoint that cannot be used for this job and model.
+
+    `str()` is the detail for the worker's log (the file's path, the loader's words);
+    `reason` says why without them, for the job's caller: a server path, or torch's advice
+    to load the file unsafely, is no business of a client's."""
+
+    def __init__(self, detail: str, reason: str | None = None) -> None:
+        super().__init__(detail)
+        self.reason = reason or detail
 
 
 @dataclass
@@ -74,11 +89,18 @@ def write_checkpoint(path: Path, checkpoint: Checkpoint) -> None:
     # the name pointing at a file cut short. The newest checkpoint is the one a job resumes
     # from after its worker's link or its host is lost, so it must be whole.
     partial = path.with_suffix(PARTIAL_SUFFIX)
-    with partial.open("wb") as file:
-        torch.save(payload, file)
-        file.flush()
-        os.fsync(file.fileno())
-    partial.replace(path)
+    try:
+        with partial.open("wb") as file:
+            torch.save(payload, file)
+            file.flush()
+            os.fsync(file.fileno())
+        partial.replace(path)
+    except BaseException:
+        # Half a file (a full disk, a quota) no job can resume from, and which the scheduler
+        # would not look for: the job's one attempt reported no checkpoint by this name.
+        with contextlib.suppress(OSError):
+            partial.unlink(missing_ok=True)
+        raise
 
 
 def read_checkpoint(path: str, model: str, job: JobParams) -> Checkpoint:
@@ -88,31 +110,52 @@ def read_checkpoint(path: str, model: str, job: JobParams) -> Checkpoint:
     except CheckpointError:
         raise
     except Exception as exc:
-        raise CheckpointError(f"checkpoint {path} is malformed: {exc!r}") from None
+        raise CheckpointError(
+            f"checkpoint {path} is malformed: {exc!r}", "it is malformed"
+        ) from None
 
 
 def _read_checkpoint(path: str, model: str, job: JobParams) -> Checkpoint:
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
     except FileNotFoundError:
-        raise CheckpointError(f"checkpoint {path} does not exist") from None
+        raise CheckpointError(f"checkpoint {path} does not exist", "it no longer exists") from None
     except Exception as exc:
-        raise CheckpointError(f"checkpoint {path} is unreadable: {exc}") from None
+        raise CheckpointError(
+            f"checkpoint {path} is unreadable: {exc}", "not a checkpoint this worker wrote"
+        ) from None
     if not isinstance(payload, dict) or payload.get("version") != FORMAT_VERSION:
-        raise CheckpointError(f"checkpoint {path} has an unknown format")
+        raise CheckpointError(f"checkpoint {path} has an unknown format", "its format is unknown")
     if payload["model"] != model:
-        raise CheckpointError(f"checkpoint {path} belongs to model {payload['model']!r}")
+        raise CheckpointError(
+            f"checkpoint {path} belongs to model {payload['model']!r}",
+            "it belongs to another model",
+        )
     stored = _job_from_payload(payload["job"])
-    for field in ("steps", "width", "height", "num_frames", "duration_s", "seed"):
-        if getattr(stored.generation, field) != getattr(job.generation, field):
-            raise CheckpointError(f"checkpoint {path} was made with a different {field}")
+    # Another job's file under this job's name (copied, or a reused name) would resume this
+    # job with that job's latents: a wrong result that looks right.
+    if stored.job_id != job.job_id:
+        raise CheckpointError(
+            f"checkpoint {path} belongs to job {stored.job_id!r}", "it belongs to another job"
+        )
+    changed = _changed_field(stored.generation, job.generation)
+    if changed:
+        raise CheckpointError(
+            f"checkpoint {path} was made with a different {changed}",
+            f"it was made with a different {changed}",
+        )
     step, total = int(payload["step"]), int(payload["total_steps"])
     if not 0 < step < total or total != job.generation.steps:
-        raise CheckpointError(f"checkpoint {path} has step {step} of {total}")
+        raise CheckpointError(
+            f"checkpoint {path} has step {step} of {total}", f"it has step {step} of {total}"
+        )
     # A scheduler without a step counter cannot be resumed mid-schedule; better to
     # restart now than to fail the job inside the pipeline.
     if _saved_step_index(payload["scheduler_state"]) != step:
-        raise CheckpointError(f"checkpoint {path} has no scheduler state for step {step}")
+        raise CheckpointError(
+            f"checkpoint {path} has no scheduler state for step {step}",
+            f"it has no scheduler state for step {step}",
+        )
     return Checkpoint(
         model=model,
         job=stored,
@@ -123,6 +166,22 @@ def _read_checkpoint(path: str, model: str, job: JobParams) -> Checkpoint:
         generator_state=payload["generator_state"],
         remaining_timesteps=payload["remaining_timesteps"],
     )
+
+
+def _changed_field(stored: GenerationParams, wanted: GenerationParams) -> str | None:
+    """The first field the result depends on that differs between the two, if any."""
+    for field in dataclasses.fields(GenerationParams):
+        if field.name in _RESULT_NEUTRAL_FIELDS:
+            continue
+        if _as_compared(getattr(stored, field.name)) != _as_compared(getattr(wanted, field.name)):
+            return field.name
+    return None
+
+
+def _as_compared(value: Any) -> Any:
+    # An input image is the same by its digest; its reference in the scheduler's store may
+    # differ between attempts.
+    return value.sha256 if isinstance(value, InputImage) else value
 
 
 def _job_from_payload(fields: dict[str, Any]) -> JobParams:

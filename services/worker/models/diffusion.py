@@ -166,7 +166,11 @@ class DiffusionHost:
                 try:
                     checkpoint = read_checkpoint(job.resume_checkpoint, self.spec.name, job)
                 except CheckpointError as exc:
-                    terminals.emit(JobNotice(job.job_id, "restarted", str(exc)))
+                    log.warning("job %s restarts from step 0: %s", job.job_id, exc)
+                    message = (
+                        f"its checkpoint could not be used ({exc.reason}); restarted from step 0"
+                    )
+                    terminals.emit(JobNotice(job.job_id, "restarted", message))
                 else:
                     terminals.emit(
                         JobNotice(job.job_id, "resumed", f"resuming at step {checkpoint.step + 1}")

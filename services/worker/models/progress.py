@@ -2,7 +2,7 @@
 
 `StepTracker.on_step` is called by the pipeline's step callback with the latents after the
 step. It emits events, and raises `BatchCancelled` to stop the denoising loop once no job
-needs further steps (all cancelled, or preempted with a checkpoint written).
+needs further steps (all cancelled, or preempted: handed back to resume elsewhere).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from mediamesh.common.checkpoint_files import checkpoint_step
 from mediamesh.common.errors import StatusCode
 from mediamesh.common.work import (
     JobCheckpointed,
@@ -227,11 +228,32 @@ class StepTracker:
         for index, job in enumerate(self.jobs):
             if not self.live[index]:
                 continue
-            path = self._write(index, step, latents)
             self.live[index] = False
-            self.discard_periodic(job.job_id)
-            self.terminals.send(job.job_id, JobPreempted(job.job_id, str(path), step))
+            self.terminals.send(job.job_id, self._hand_back(index, step, latents))
         raise BatchCancelled(f"preempted at step {step}")
+
+    def _hand_back(self, index: int, step: int, latents: torch.Tensor) -> JobPreempted:
+        """The job's preemption with its checkpoint after `step`; when that cannot be written,
+        with the last one it has (or none: it starts over), for a failed write must not fail
+        a job that a checkpoint was only meant to save time for."""
+        job = self.jobs[index]
+        path = self._write(index, step, latents, "preemption")
+        if path is not None:
+            self.discard_periodic(job.job_id)
+            return JobPreempted(job.job_id, str(path), step)
+        last = self.periodic.pop(job.job_id, None)
+        older = self.superseded.pop(job.job_id, None)
+        if older is not None and older != last and self.persist:
+            older.unlink(missing_ok=True)
+        if last is not None:
+            last_step = checkpoint_step(last.name) or 0
+            return JobPreempted(job.job_id, str(last), last_step, wrote_checkpoint=False)
+        if self.start_step and job.resume_checkpoint:
+            # Resumed here and not saved since: the file it came with is still its newest.
+            reference, reference_step = job.resume_checkpoint, self.start_step
+        else:
+            reference, reference_step = "", 0
+        return JobPreempted(job.job_id, reference, reference_step, wrote_checkpoint=False)
 
     def _periodic(self, step: int, latents: torch.Tensor) -> None:
         for index, job in enumerate(self.jobs):
@@ -241,8 +263,11 @@ class StepTracker:
             self._keep_checkpoint(index, step, latents)
 
     def _keep_checkpoint(self, index: int, step: int, latents: torch.Tensor) -> None:
-        """Write a checkpoint the job can resume from, replacing its previous one."""
-        self._keep(index, step, self._write(index, step, latents))
+        """Write a checkpoint the job can resume from, replacing its previous one; when it
+        cannot be written, the previous one stays the job's and the batch goes on."""
+        path = self._write(index, step, latents, "periodic")
+        if path is not None:
+            self._keep(index, step, path)
 
     def _keep(self, index: int, step: int, path: Path) -> None:
         job = self.jobs[index]
@@ -260,15 +285,8 @@ class StepTracker:
         job resumable from memory here, only not elsewhere, so it is logged, not raised."""
         for index, checkpoint in snapshots:
             path = checkpoint_path(self.checkpoint_dir, checkpoint.job.job_id, checkpoint.step)
-            try:
-                if self.persist:
-                    write_checkpoint(path, checkpoint)
-            except Exception:
-                log.warning(
-                    "pause checkpoint of job %s not written", checkpoint.job.job_id, exc_info=True
-                )
-                continue
-            self._keep(index, checkpoint.step, path)
+            if self._saved(path, checkpoint, "pause"):
+                self._keep(index, checkpoint.step, path)
 
     def discard_periodic(self, job_id: str) -> None:
         """A finished job, or one cancelled for good, will never resume: its periodic and
@@ -278,12 +296,25 @@ class StepTracker:
             if path is not None and self.persist:
                 path.unlink(missing_ok=True)
 
-    def _write(self, index: int, step: int, latents: torch.Tensor) -> Path:
-        job = self.jobs[index]
-        path = checkpoint_path(self.checkpoint_dir, job.job_id, step)
-        if self.persist:
-            write_checkpoint(path, self._snapshot(index, step, latents))
-        return path
+    def _write(self, index: int, step: int, latents: torch.Tensor, why: str) -> Path | None:
+        """The job's checkpoint after `step`, written; None when it could not be."""
+        path = checkpoint_path(self.checkpoint_dir, self.jobs[index].job_id, step)
+        if not self.persist:
+            return path
+        return path if self._saved(path, self._snapshot(index, step, latents), why) else None
+
+    def _saved(self, path: Path, checkpoint: Checkpoint, why: str) -> bool:
+        """Whether the checkpoint is on disk (or left to rank 0). A checkpoint is insurance:
+        one that cannot be written (a full disk, a quota, the folder gone) is logged and
+        costs the job only the steps it would have saved."""
+        if not self.persist:
+            return True
+        try:
+            write_checkpoint(path, checkpoint)
+        except Exception as exc:
+            log.warning("%s checkpoint not written to %s: %s", why, path, exc, exc_info=True)
+            return False
+        return True
 
     def _snapshot(self, index: int, step: int, latents: torch.Tensor) -> Checkpoint:
         timesteps = getattr(self.scheduler, "timesteps", torch.empty(0))
