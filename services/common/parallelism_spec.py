@@ -40,7 +40,7 @@ _MEMORY_SIZE = re.compile(r"^\s*\d+(\.\d*)?\s*([KMG]i?B)$", re.IGNORECASE)
 _DEVICE = re.compile(r"^(cpu|mps|cuda|cuda:\d+)$")
 _MEMORY_DEVICE = re.compile(r"^(cpu|disk|mps|cuda|cuda:\d+)$")
 # The pipelines `worker/parallel/tensor_host.py` can split over a tensor-parallel group; the
-# worker refuses tensor mode for any other at load.
+# worker refuses tensor mode for any other at start (`worker/models/preflight.py`).
 TENSOR_PARALLEL_PIPELINES = frozenset({"FluxPipeline"})
 
 

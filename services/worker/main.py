@@ -32,6 +32,7 @@ from mediamesh.worker.models.hub_source import fetch_if_allowed
 from mediamesh.worker.models.memory import device_memory, one_line
 from mediamesh.worker.models.openmp import team_releaser, then_released
 from mediamesh.worker.models.preflight import refuse_unloadable
+from mediamesh.worker.parallel.tensor_host import TensorParallelHost
 from mediamesh.worker.residency import (
     Residency,
     ResidencyLimits,
@@ -46,6 +47,8 @@ log = logging.getLogger("mediamesh.worker")
 # Longest a leaving worker waits for the scheduler to confirm its batches' last events:
 # longer than the scheduler waits to apply them, so its answer, not this, ends the wait.
 SETTLE_WAIT_S = 15.0
+# How soon a helper rank that died between batches turns the worker NOT_SERVING.
+GROUP_POLL_S = 0.5
 
 
 def go_offline() -> None:
@@ -217,10 +220,28 @@ async def _follow_runtime(
 ) -> None:
     """Health follows the runtime: NOT_SERVING once it drains, so readiness stops routing
     here; and a worker whose devices are gone asks to leave (with a failing exit status)."""
-    await runtime.drain_started.wait()
-    await server.set_serving(False)
-    await runtime.faulted.wait()
-    exit_requested.set()
+    watcher = asyncio.create_task(_watch_parallel_groups(runtime))
+    try:
+        await runtime.drain_started.wait()
+        await server.set_serving(False)
+        await runtime.faulted.wait()
+        exit_requested.set()
+    finally:
+        watcher.cancel()
+
+
+async def _watch_parallel_groups(runtime: WorkerRuntime) -> None:
+    """A helper rank that dies between batches loses the group's devices as one dying in a
+    batch does; found only at the next batch, the worker would stay ready meanwhile and
+    spend that batch's attempt."""
+    groups = [h for h in runtime.hosts.values() if isinstance(h, TensorParallelHost)]
+    while groups:
+        for group in groups:
+            lost = group.lost_group()
+            if lost is not None:
+                runtime.lose_devices(lost)
+                return
+        await asyncio.sleep(GROUP_POLL_S)
 
 
 async def _report_memory(devices: list[str], runtime: WorkerRuntime) -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 from mediamesh.common.registry import ModelSpec
 from mediamesh.worker.models.host import load_pipeline
 from mediamesh.worker.models.memory import ModelLoadError
+from mediamesh.worker.models.preflight import refuse_unstartable
 from mediamesh.worker.parallel.context_parallel import check_context_support
 from mediamesh.worker.parallel.tensor_host import (
     TensorParallelHost,
@@ -25,6 +26,7 @@ def load_context_parallel_host(
     spec: ModelSpec, *, models_dir: Path, device: str, checkpoint_dir: Path
 ) -> TensorParallelHost:
     """Raises ModelLoadError, naming the entry and field, for a model context mode cannot split."""
+    refuse_unstartable(spec, Path(spec.resolved_source(models_dir)))
     options = spec.parallelism
     devices = options.devices or [device] * options.ranks
     if len(devices) != options.ranks:

@@ -22,6 +22,8 @@ from torch.distributed.tensor.parallel import (
     parallelize_module,
 )
 
+from mediamesh.worker.models.preflight import split_problem
+
 _DOUBLE_STREAM_PLAN = {
     "attn.to_q": "col",
     "attn.to_k": "col",
@@ -53,12 +55,10 @@ def _styles(plan: dict[str, str]) -> dict[str, ParallelStyle]:
 
 
 def check_divisible(transformer: FluxTransformer2DModel, size: int) -> None:
-    heads = transformer.config.num_attention_heads
-    if heads % size != 0:
-        raise ValueError(f"{heads} attention heads cannot be split over {size} ranks")
-    for block in transformer.single_transformer_blocks:
-        if block.mlp_hidden_dim % size != 0:
-            raise ValueError(f"MLP width {block.mlp_hidden_dim} cannot be split over {size} ranks")
+    config = transformer.config
+    problem = split_problem(config.num_attention_heads, config.attention_head_dim, size)
+    if problem is not None:
+        raise ValueError(problem)
 
 
 def interleave_packed_columns(weight: torch.Tensor, blocks: list[int], size: int) -> torch.Tensor:

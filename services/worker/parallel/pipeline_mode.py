@@ -9,7 +9,10 @@ run in order, each on its device, and the output equals the single-device result
 
 from __future__ import annotations
 
+import atexit
 import logging
+import shutil
+import tempfile
 from pathlib import Path
 
 import diffusers
@@ -17,8 +20,14 @@ import torch
 
 from mediamesh.common.registry import ModelSpec
 from mediamesh.worker.models.diffusion import DiffusionHost
-from mediamesh.worker.models.host import TORCH_DTYPES, dtype_keyword, host_class, load_pipeline
+from mediamesh.worker.models.host import (
+    TORCH_DTYPES,
+    dtype_keyword,
+    host_class,
+    load_pipeline,
+)
 from mediamesh.worker.models.memory import ModelLoadError, device_memory, one_line
+from mediamesh.worker.models.preflight import refuse_unstartable
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +85,7 @@ def placement_memory(spec: ModelSpec) -> dict[int | str, str | int] | None:
 def load_pipeline_parallel_host(
     spec: ModelSpec, *, models_dir: Path, checkpoint_dir: Path
 ) -> DiffusionHost:
+    refuse_unstartable(spec, Path(spec.resolved_source(models_dir)))
     options = spec.parallelism
     devices = options.devices or ["cpu"]
     max_memory = placement_memory(spec)
@@ -85,8 +95,6 @@ def load_pipeline_parallel_host(
             spec, models_dir=models_dir, device=None, device_map="balanced", max_memory=max_memory
         )
     else:
-        if spec.quantization != "none":
-            raise ModelLoadError(f"model {spec.name!r}: quantization needs parallelism mode data")
         role, denoiser = _load_split_denoiser(spec, models_dir, max_memory, options.offload_folder)
         pipeline = load_pipeline(spec, models_dir=models_dir, device=None, **{role: denoiser})
         # Everything but the split denoiser lives on the first device, where the
@@ -97,6 +105,20 @@ def load_pipeline_parallel_host(
     return family(
         spec, pipeline, device=devices[0], checkpoint_dir=checkpoint_dir, device_ids=devices
     )
+
+
+def own_offload_folder(model: str, offload_folder: str | None) -> str | None:
+    """A new folder under `offload_folder`/`model` for this load alone, removed when the
+    process exits. accelerate names its files after the layers (`index.json`,
+    `<layer>.dat`), so two models, or two workers on one disk, offloading into the same
+    folder would overwrite each other's weights and compute with garbage."""
+    if not offload_folder:
+        return None
+    parent = Path(offload_folder) / model
+    parent.mkdir(parents=True, exist_ok=True)
+    folder = tempfile.mkdtemp(prefix="load-", dir=parent)
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return folder
 
 
 def _load_split_denoiser(
@@ -126,8 +148,13 @@ def _load_split_denoiser(
     if library != "diffusers":
         raise ModelLoadError(f"model {spec.name!r}: denoiser class {library}.{class_name}")
     model_class = getattr(diffusers, class_name)
-    if offload_folder:
-        Path(offload_folder).mkdir(parents=True, exist_ok=True)
+    try:
+        folder = own_offload_folder(spec.name, offload_folder)
+    except OSError as exc:
+        raise ModelLoadError(
+            f"model {spec.name!r} field parallelism.offload_folder: cannot make a folder "
+            f"under {offload_folder}: {one_line(exc)}"
+        ) from exc
     try:
         denoiser: torch.nn.Module = model_class.from_pretrained(
             source,
@@ -135,7 +162,7 @@ def _load_split_denoiser(
             **{dtype_keyword(): TORCH_DTYPES[spec.dtype]},
             device_map=spec.parallelism.device_map,
             max_memory=max_memory,
-            offload_folder=offload_folder,
+            offload_folder=folder,
             local_files_only=local,
         )
     except Exception as exc:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import threading
 import time
 from datetime import timedelta
@@ -92,6 +93,10 @@ def helper_main(
 ) -> None:
     """Entry point of ranks 1..size-1 (a spawned process); `logging_setup`: rank 0's
     (`inherited_logging`), so that a helper's lines are in the worker log's format."""
+    # Ctrl-C reaches the whole process group: rank 0 (the worker) stops its helpers itself
+    # (`TensorParallelHost.close`), and a helper whose rank 0 is gone exits on its own, so
+    # the interrupt would only print a KeyboardInterrupt traceback into the worker log.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     if logging_setup is not None:
         configure_logging(*logging_setup)
         route_library_logs()

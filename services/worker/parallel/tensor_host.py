@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import multiprocessing as mp
+import multiprocessing.connection
 import queue
 import socket
 import threading
@@ -36,6 +37,7 @@ from mediamesh.worker.core.batch import ControlView, DeviceGroupLost, Emit, emit
 from mediamesh.worker.models.diffusion import DiffusionHost
 from mediamesh.worker.models.host import host_class, load_pipeline
 from mediamesh.worker.models.memory import ModelLoadError
+from mediamesh.worker.models.preflight import refuse_unstartable
 from mediamesh.worker.parallel.rank import helper_main, join_group, shard_denoiser
 from mediamesh.worker.parallel.sync import SyncedControl
 
@@ -76,6 +78,7 @@ class TensorParallelHost:
         self._device = device
         self._lock = threading.Lock()
         self._broken: str | None = None
+        self._closing = False
 
     def run_batch(self, jobs: list[JobParams], control: ControlView, emit: Emit) -> None:
         """Runs the batch on every rank; raises DeviceGroupLost when the group is down,
@@ -96,11 +99,26 @@ class TensorParallelHost:
                 emit(failure)
 
     def _check_group(self) -> None:
-        if self._broken is None and not self._helpers_alive():
+        lost = self.lost_group()
+        if lost is not None:
+            raise DeviceGroupLost(lost)
+
+    def lost_group(self) -> str | None:
+        """Why the group can run no more batches, or None while it can. Does not block, so
+        the worker polls it between batches: a rank dying while idle must turn the worker
+        NOT_SERVING then, not at the next batch it would fail."""
+        if self._broken is None and not self._closing and self._helper_exited():
             self._broken = "a helper rank exited"
-        if self._broken is not None:
-            group = f"{self.spec.parallelism.mode}-parallel group of {self.spec.name}"
-            raise DeviceGroupLost(f"{group} is down: {self._broken}")
+        if self._broken is None:
+            return None
+        group = f"{self.spec.parallelism.mode}-parallel group of {self.spec.name}"
+        return f"{group} is down: {self._broken}"
+
+    def _helper_exited(self) -> bool:
+        # The sentinels turn ready once a process ends, without reaping it: safe to read
+        # from the worker's watcher while a batch thread checks the same processes.
+        sentinels = [process.sentinel for process in self._helpers]
+        return bool(sentinels) and bool(multiprocessing.connection.wait(sentinels, timeout=0))
 
     def _await_acks(self) -> None:
         deadline = time.monotonic() + BATCH_ACK_TIMEOUT_S
@@ -125,6 +143,7 @@ class TensorParallelHost:
         return all(process.is_alive() for process in self._helpers)
 
     def close(self) -> None:
+        self._closing = True
         for commands in self._commands:
             with contextlib.suppress(OSError, ValueError):
                 commands.put(("stop", None))
@@ -150,13 +169,7 @@ def load_tensor_parallel_host(
         from mediamesh.worker.parallel.deepspeed_backend import check_deepspeed
 
         check_deepspeed(spec, device)
-    if spec.pipeline != "FluxPipeline":
-        raise ModelLoadError(
-            f"model {spec.name!r}: tensor parallelism is implemented for FluxPipeline only; "
-            "use parallelism mode data or pipeline"
-        )
-    if spec.quantization != "none":
-        raise ModelLoadError(f"model {spec.name!r}: quantization needs parallelism mode data")
+    refuse_unstartable(spec, Path(spec.resolved_source(models_dir)))
     size = options.size
     devices = options.devices or [device] * size
     if len(devices) != size:

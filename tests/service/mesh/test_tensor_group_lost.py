@@ -84,7 +84,9 @@ async def test_a_worker_whose_helper_rank_died_hands_its_job_back_and_leaves(
         assert "tp0" not in mesh.core.units
 
         assert job.state is JobState.QUEUED, (job.state, job.error_message)
-        assert job.attempts >= 1  # it was sent to the broken worker, and came back
+        # Sent to the broken worker and handed back, or never sent when the worker's watch on
+        # its helpers saw the loss first: either way no attempt failed.
+        assert job.attempts <= 1
 
         # The restarted worker (here: a fresh one in this process) runs it.
         await start_tensor_worker(mesh, registry, "tp1", tmp_path)
