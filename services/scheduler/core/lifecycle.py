@@ -127,13 +127,24 @@ class JobLifecycle:
         if job is None:
             return False
         self._inflight.release(job)
-        if (checkpoint or None) == job.checkpoint:
+        started_at = job.checkpoint_step if job.checkpoint else 0
+        ran_to = job.step
+        if (checkpoint or None) != job.checkpoint:
+            job.checkpoint = checkpoint or None
+            job.checkpoint_step = step
+            message = f"preempted at step {step}; checkpoint saved"
+            if not checkpoint:
+                message = f"preempted at step {ran_to}; no checkpoint was saved: it starts over"
+        elif ran_to > started_at:
+            # It ran, but the worker could not write a newer checkpoint (a full disk): the
+            # steps past the last one are lost, which is a preemption all the same.
+            resumes = f"resumes from step {started_at}" if job.checkpoint else "starts over"
+            message = f"preempted at step {ran_to}; no newer checkpoint was saved: it {resumes}"
+        else:
             self._requeue_front(job, "requeued", "handed back before it ran: its worker drains")
             return False
-        job.checkpoint = checkpoint or None
-        job.checkpoint_step = step
         self.preemptions[self._inflight.pool_of(job.worker_id) or ""] += 1
-        self._requeue_front(job, "preempted", f"preempted at step {step}; checkpoint saved")
+        self._requeue_front(job, "preempted", message)
         return True
 
     def job_checkpointed(self, job_id: str, batch_id: str, checkpoint: str, step: int) -> None:

@@ -544,3 +544,37 @@ def test_a_job_handed_back_unstarted_is_no_preemption_and_keeps_its_step():
     batches = {j.job_id: d for d in core.schedule() for j in d.jobs}
     assert not core.job_preempted(fresh.job_id, batches[fresh.job_id].batch_id, "", 0)
     assert fresh.checkpoint is None and sum(core.preemptions.values()) == 1
+
+
+def test_a_job_that_ran_but_could_not_save_a_newer_checkpoint_is_preempted():
+    clock = FakeClock()
+    core = make_core(clock)
+    core.register_worker(worker("spot0", pool="spot"))
+    job = submit(core, priority=Priority.BATCH, steps=8)
+    clock.advance(1)
+    [first] = core.schedule()
+    core.job_checkpointed(job.job_id, first.batch_id, "/ckpt/job-step2.pt", 2)
+    core.job_progress(job.job_id, first.batch_id, 3, 8)
+    core.take_effects()
+    # Its worker drains and cannot write the step-3 checkpoint (a full disk): the job comes
+    # back with the one it had, after running past it.
+    assert core.job_preempted(job.job_id, first.batch_id, "/ckpt/job-step2.pt", 2)
+    assert sum(core.preemptions.values()) == 1
+    assert (job.state, job.checkpoint, job.step) == (JobState.QUEUED, "/ckpt/job-step2.pt", 2)
+    notices = [e for e in core.take_effects() if isinstance(e, Notice)]
+    assert [(n.kind, n.message) for n in notices] == [
+        ("preempted", "preempted at step 3; no newer checkpoint was saved: it resumes from step 2")
+    ]
+    core.batch_ended(first.batch_id)
+    # Without any checkpoint it starts over.
+    fresh = submit(core, priority=Priority.BATCH, steps=8)
+    clock.advance(1)
+    batches = {j.job_id: d for d in core.schedule() for j in d.jobs}
+    core.job_progress(fresh.job_id, batches[fresh.job_id].batch_id, 4, 8)
+    core.take_effects()
+    assert core.job_preempted(fresh.job_id, batches[fresh.job_id].batch_id, "", 4)
+    assert (fresh.checkpoint, fresh.step) == (None, 0)
+    notices = [e for e in core.take_effects() if isinstance(e, Notice)]
+    assert [n.message for n in notices] == [
+        "preempted at step 4; no newer checkpoint was saved: it starts over"
+    ]
