@@ -106,7 +106,7 @@ async def list_jobs(
     state: list[str] = Query([], description="Only jobs in these states (repeat the parameter)"),
     model: list[str] = Query([], description="Only jobs of these models (repeat the parameter)"),
     limit: int = Query(20, ge=1, le=MAX_JOB_PAGE_SIZE, description="Jobs in one page"),
-    after: str | None = Query(None, description="The previous page's last_id"),
+    after: str | None = Query(None, min_length=1, description="The previous page's last_id"),
     order: Literal["desc", "asc"] = Query("desc", description="By acceptance time"),
 ) -> JsonObject:
     """The caller's jobs (every tenant's for an admin key), newest first, a page at a time;

@@ -262,7 +262,7 @@ async def list_videos(
     request: Request,
     authorization: Authorization = None,
     limit: int = Query(20, ge=1, le=MAX_JOB_PAGE_SIZE, description="Videos in one page"),
-    after: str | None = Query(None, description="The previous page's last_id"),
+    after: str | None = Query(None, min_length=1, description="The previous page's last_id"),
     order: Literal["desc", "asc"] = Query("desc", description="By creation time"),
 ) -> JsonObject:
     """The caller's videos (jobs of the mesh's video models), newest first unless `order`

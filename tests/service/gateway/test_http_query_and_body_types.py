@@ -37,6 +37,9 @@ async def client(http_mesh: InProcessMesh) -> AsyncIterator[httpx.AsyncClient]: 
         ("/v1/videos", "state=FAILED", "state: not a query parameter of /v1/videos"),
         ("/v1/jobs", "after=nope", "after: no job 'nope'"),
         ("/v1/videos", "after=nope", "after: no job 'nope'"),
+        # Empty is no cursor: read as none, the walk would start over from the first page.
+        ("/v1/jobs", "after=", "after"),
+        ("/v1/videos", "after=", "after"),
         ("/v1/jobs", "model=Bad%20Name!", "model: 'Bad Name!' does not match"),
     ],
 )
