@@ -50,3 +50,9 @@ def refusal_reason(error: MeshError, queue: str) -> str:
     if error.code is StatusCode.NOT_FOUND and queue != UNKNOWN_QUEUE:
         return "invalid_request"
     return _REASONS.get(error.code, "other")
+
+
+def count_refused(error: MeshError, queue: str, jobs: int = 1) -> None:
+    """Counts `jobs` new jobs for `queue` the gateway refused with `error` itself (a request
+    for several refused as one counts each job it asked for)."""
+    JOBS_REFUSED.labels(queue, refusal_reason(error, queue)).inc(jobs)

@@ -116,7 +116,7 @@ class DataPlane:
         except MeshError as exc:
             # The scheduler never hears of these, so its own refusal counter cannot count them.
             queue = spec.modality if spec is not None else metrics.UNKNOWN_QUEUE
-            metrics.JOBS_REFUSED.labels(queue, metrics.refusal_reason(exc, queue)).inc()
+            metrics.count_refused(exc, queue)
             raise
         return job_deadline(fields.timeout_ms, call_deadline_s)
 

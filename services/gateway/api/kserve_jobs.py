@@ -18,6 +18,7 @@ import grpc
 from mediamesh.common.errors import MeshError, PayloadTooLarge, Unavailable
 from mediamesh.common.generated.v1 import common_pb2, scheduler_pb2
 from mediamesh.common.params import RequestFields, parse_priority
+from mediamesh.gateway import metrics
 from mediamesh.gateway.api.upstream import Upstream, call_deadline_ms, mesh_errors, replayed
 from mediamesh.gateway.core.inference_call import ElementResult, InferCall, job_failure
 from mediamesh.gateway.core.tenancy import Caller
@@ -98,14 +99,22 @@ async def run_call(
     when the outputs together would not fit in one response.
     """
     first = call.elements[0]
-    # One job per prompt: a refusal of more than the burst names the tensor that set the count.
-    up.tenancy.admit(
-        caller,
-        call.model,
-        parse_priority(first.priority),
-        jobs=len(call.elements),
-        counted_by="inputs.prompt",
-    )
+    try:
+        # One job per prompt: a refusal of more than the burst names the tensor that set the
+        # count.
+        up.tenancy.admit(
+            caller,
+            call.model,
+            parse_priority(first.priority),
+            jobs=len(call.elements),
+            counted_by="inputs.prompt",
+        )
+    except MeshError as exc:
+        # Refused before the scheduler hears of them, as the native face's refusals are.
+        spec = up.registry.get(call.model)
+        queue = spec.modality if spec is not None else metrics.UNKNOWN_QUEUE
+        metrics.count_refused(exc, queue, len(call.elements))
+        raise
     deadline_ms = call_deadline_ms(first.timeout_ms, context)
     job_ids: list[str] = []
     calls: list[Events] = []

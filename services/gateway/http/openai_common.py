@@ -18,6 +18,7 @@ from mediamesh.common.errors import InvalidArgument, MeshError, PermissionDenied
 from mediamesh.common.input_images import how_to_send
 from mediamesh.common.limits import MAX_SEED
 from mediamesh.common.params import parse_priority
+from mediamesh.gateway import metrics
 from mediamesh.gateway.api.json_plane import (
     Followed,
     JsonObject,
@@ -189,13 +190,23 @@ def openai_input_advice(parts: Mapping[str, str]) -> Iterator[None]:
         raise
 
 
+@contextlib.contextmanager
 def admitted(
     tenancy: Tenancy, caller: Caller, model: JsonObject, priority: str | None, jobs: int
-) -> AbstractContextManager[Caller]:
+) -> Iterator[Caller]:
     """`jobs` submissions of `model` at `priority` admitted as one (`Tenancy.admitted`): the
     caller to submit them as, so that a request over the tenant's rate starts none of them,
-    and one of more jobs than the tenant's burst is refused naming `n`, which set them."""
-    return tenancy.admitted(caller, model["name"], parse_priority(priority or ""), jobs, "n")
+    and one of more jobs than the tenant's burst is refused naming `n`, which set them. A
+    refusal counts each job asked for, as the native face counts its refusals."""
+    with contextlib.ExitStack() as admission:
+        try:
+            paid = admission.enter_context(
+                tenancy.admitted(caller, model["name"], parse_priority(priority or ""), jobs, "n")
+            )
+        except MeshError as exc:
+            metrics.count_refused(exc, str(model.get("modality") or metrics.UNKNOWN_QUEUE), jobs)
+            raise
+        yield paid
 
 
 async def follow_all(

@@ -55,3 +55,23 @@ async def test_each_refusal_the_gateway_makes_is_counted_by_reason(
         )
         == scheduler_before
     )
+
+
+async def test_the_openai_and_kserve_faces_count_their_refusals_per_job(
+    http_mesh: InProcessMesh,  # noqa: F811
+) -> None:
+    # Tenant b may use echo alone: each face refuses its flux-tiny jobs before any is made.
+    kserve_body = {
+        "inputs": [{"name": "prompt", "shape": [2], "datatype": "BYTES", "data": ["x", "y"]}],
+        "outputs": [{"name": "seed"}],
+    }
+    requests = [
+        ("/v1/images/generations", {"model": "flux-tiny", "prompt": "x", "n": 3}, 3),
+        ("/v2/models/flux-tiny/infer", kserve_body, 2),
+    ]
+    async with httpx.AsyncClient(base_url=base_url(http_mesh), timeout=60) as http:
+        for path, body, jobs in requests:
+            before = refused("image", "tenant_policy")
+            answer = await http.post(path, headers=bearer(KEY_B), json=body)
+            assert answer.status_code == 403, answer.text
+            assert refused("image", "tenant_policy") == before + jobs, path
