@@ -75,7 +75,7 @@ def job_params(s: worker_pb2.JobSpec) -> JobParams:
         height=s.height,
         num_frames=s.num_frames,
         guidance_scale=s.guidance_scale,
-        duration_s=s.duration_s,
+        duration_s=_as_sent(s.duration_s),
         output_format=s.output_format,
         output_quality=s.output_quality,
         fps=s.fps,

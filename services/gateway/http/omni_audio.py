@@ -128,7 +128,9 @@ async def generate_audio(request: Request, authorization: Authorization = None) 
         data = inline if inline is not None else await result_bytes(plane, jobs[0].job_id, caller)
         return Response(data, media_type=str(event.get("mime_type", "")))
 
-    return await answered_or_cancelled(request, plane, caller, jobs, audio())
+    # A job's own refusal (its worker's: a prompt past the tokenizer) names a field too.
+    with openai_names(AUDIO_NAMES):
+        return await answered_or_cancelled(request, plane, caller, jobs, audio())
 
 
 def _check_unoffered(body: AudioGeneration) -> None:

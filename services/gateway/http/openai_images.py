@@ -231,7 +231,9 @@ async def generate_images(request: Request, authorization: Authorization = None)
         jobs = await follow_all(plane, caller, (plane.follow(r, paid) for r in requests))
     log_end_user("/v1/images/generations", caller, user, [job.job_id for job in jobs])
     images = _images(plane, jobs, caller, response_format, request)
-    answer = await answered_or_cancelled(request, plane, caller, jobs, images)
+    # A job's own refusal (its worker's) names a field as the client sent it too.
+    with openai_names({**GENERATION_NAMES, **step_names}):
+        answer = await answered_or_cancelled(request, plane, caller, jobs, images)
     return {**answer, "size": body.size}
 
 
@@ -323,7 +325,8 @@ async def edit_images(request: Request, authorization: Authorization = None) -> 
             jobs = await follow_all(plane, caller, (plane.follow(r, paid) for r in requests))
     log_end_user("/v1/images/edits", caller, user, [job.job_id for job in jobs])
     images = _images(plane, jobs, caller, response_format, request)
-    answer = await answered_or_cancelled(request, plane, caller, jobs, images)
+    with openai_names({**EDIT_NAMES, **step_names}), openai_input_advice(EDIT_PARTS):
+        answer = await answered_or_cancelled(request, plane, caller, jobs, images)
     # As generations answer: the size asked for (none for auto or unset).
     return {**answer, "size": size_text}
 

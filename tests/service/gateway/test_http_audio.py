@@ -117,3 +117,23 @@ async def test_no_key_no_audio(audio_mesh):
     async with httpx.AsyncClient(base_url=base_url(audio_mesh), timeout=30) as anonymous:
         answer = await anonymous.post("/v1/audio/generate", json={"input": "rain"})
     assert answer.status_code == 401
+
+
+async def test_a_clip_is_as_long_as_asked_to_the_sample(client):
+    # 1.3 is no float32: read as the wire's 1.2999999523, 1.3 s at 4 kHz was 5199 samples.
+    answer = await client.post(
+        "/v1/audio/generate", json={"input": "rain", **QUICK, "audio_length": 1.3}
+    )
+    assert answer.status_code == 200, answer.text
+    samples, rate, _ = decode_audio(answer.content)
+    assert samples.shape[0] == round(1.3 * rate)
+
+
+async def test_a_jobs_own_refusal_names_the_field_as_sent(client):
+    # Past the tiny tokenizer's window: the worker refuses it, naming its prompt, which this
+    # face calls input.
+    words = " ".join(f"word{i}" for i in range(60))
+    answer = await client.post("/v1/audio/generate", json={"input": words, **QUICK})
+    assert answer.status_code == 400, answer.text
+    error = answer.json()["error"]
+    assert error["message"].startswith("input: ") and error["param"] == "input", error
