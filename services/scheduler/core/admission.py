@@ -118,7 +118,7 @@ class Admission:
             if queued + admitting >= quota.max_queued:
                 return Rejection(
                     StatusCode.RESOURCE_EXHAUSTED,
-                    f"tenant {new.tenant!r} has {_counted(queued, admitting)}, "
+                    f"max_queued_jobs: tenant {new.tenant!r} has {_counted(queued, admitting)}, "
                     f"the limit is {quota.max_queued}",
                     self._retry_after(queue),
                     reason="tenant_quota",

@@ -13,6 +13,7 @@ from collections import defaultdict, deque
 from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 
+from mediamesh.scheduler.core.fair_fill import Candidates, fill_fairly, share_cost
 from mediamesh.scheduler.core.jobs import CompatKey, Job, JobState, Priority
 
 Eligible = Callable[[Job], bool]
@@ -94,7 +95,7 @@ class _Bucket:
 
     def charge(self, job: Job) -> None:
         self.virtual_clock = max(self.virtual_clock, self.vtime[job.tenant])
-        self.vtime[job.tenant] += max(job.cost_s, 1e-6) / job.quota.weight
+        self.vtime[job.tenant] += share_cost(job)
         self._share_order = None
 
 
@@ -119,7 +120,9 @@ class ModelQueue:
         self._current: dict[str, int] = {}
         self._front = _Line()
         self._buckets = {p: _Bucket(p) for p in Priority}
-        self._by_key: dict[CompatKey, dict[Priority, _Line]] = {}
+        # Per compat key and class, each tenant's jobs in arrival order: batch companions
+        # are drawn from these by fair share. A tenant's line goes once it holds no job.
+        self._by_key: dict[CompatKey, dict[Priority, dict[str, _Line]]] = {}
         self._front_by_key: dict[CompatKey, _Line] = defaultdict(_Line)
         self.depth = 0
         # Bumped by every change to what the queue holds or how it orders it.
@@ -153,9 +156,10 @@ class ModelQueue:
         bucket.add(entry, self._is_live)
         per_class = self._by_key.get(key)
         if per_class is None:
-            per_class = self._by_key[key] = {p: _Line() for p in _PRIORITIES}
-        per_class[job.priority].append(entry)
-        per_class[job.priority].live += 1
+            per_class = self._by_key[key] = {p: {} for p in _PRIORITIES}
+        line = per_class[job.priority].setdefault(job.tenant, _Line())
+        line.append(entry)
+        line.live += 1
 
     def remove(self, job: Job) -> None:
         """Forget a job that left the queue; its stale entries are skipped later."""
@@ -174,7 +178,11 @@ class ModelQueue:
             self._front_by_key[job.compat_key].live -= 1
         else:
             self._buckets[job.priority].remove(job.tenant)
-            self._by_key[job.compat_key][job.priority].live -= 1
+            by_tenant = self._by_key[job.compat_key][job.priority]
+            line = by_tenant[job.tenant]
+            line.live -= 1
+            if not line.live:
+                del by_tenant[job.tenant]
 
     def oldest_enqueued_at(self) -> float | None:
         """When the longest-waiting job entered the queue; amortised O(1) via the heaps."""
@@ -264,35 +272,59 @@ class ModelQueue:
         self, lead: Job, limit: int, eligible: Eligible, classes: Sequence[Priority] = _PRIORITIES
     ) -> list[Job]:
         """Up to `limit` other queued jobs that may share a batch with `lead`, front first,
-        then by class in `classes` order (highest first). `eligible` rejects every job
-        outside `classes`, so those classes' lines are not walked."""
-        # Written out rather than through `_live_entries`: this runs on every batch attempt.
+        then by class in `classes` order (highest first), and within a class by tenants'
+        weighted fair share, as `best` picks the lead. `eligible` rejects every job outside
+        `classes`, so those classes' lines are not walked."""
         key = lead.compat_key
-        lines = []
+        found: list[Job] = []
         front = self._front_by_key.get(key)
         if front is not None:
-            lines.append(front)
+            self._fill_in_order(front, lead, limit, eligible, found)
         per_class = self._by_key.get(key)
-        if per_class is not None:
-            for priority in classes:
-                lines.append(per_class[priority])
-        current = self._current
-        found: list[Job] = []
-        for line in lines:
-            if not self._shed_stale(line):
-                continue
-            for entry in line:
-                if len(found) >= limit:
-                    return found
-                job = entry.job
-                if (
-                    job is not lead
-                    and job.state is _QUEUED
-                    and current.get(job.job_id) == entry.seq
-                    and eligible(job)
-                ):
-                    found.append(job)
+        if per_class is None:
+            return found
+        for priority in classes:
+            if len(found) >= limit:
+                break
+            by_tenant = per_class[priority]
+            if len(by_tenant) == 1:
+                # One tenant shares nothing: its jobs go in arrival order, as ever.
+                for line in by_tenant.values():
+                    self._fill_in_order(line, lead, limit, eligible, found)
+            elif by_tenant:
+                vtime = self._buckets[priority].vtime
+                start = {tenant: vtime[tenant] for tenant in by_tenant}
+                if lead.priority is priority and not lead.at_front and lead.tenant in start:
+                    # The lead is charged with the batch, after this; its tenant's share
+                    # already counts it.
+                    start[lead.tenant] += share_cost(lead)
+                candidates = {t: self._candidates(line, lead) for t, line in by_tenant.items()}
+                found += fill_fairly(candidates, start, limit - len(found), eligible)
         return found
+
+    def _fill_in_order(
+        self, line: _Line, lead: Job, limit: int, eligible: Eligible, found: list[Job]
+    ) -> None:
+        # Written out rather than through `_live_entries`: this runs on every batch attempt.
+        if not self._shed_stale(line):
+            return
+        current = self._current
+        for entry in line:
+            if len(found) >= limit:
+                return
+            job = entry.job
+            if (
+                job is not lead
+                and job.state is _QUEUED
+                and current.get(job.job_id) == entry.seq
+                and eligible(job)
+            ):
+                found.append(job)
+
+    def _candidates(self, line: _Line, lead: Job) -> Candidates:
+        for entry in self._live_entries(line):
+            if entry.job is not lead:
+                yield entry.seq, entry.job
 
     def _live_entries(self, line: _Line) -> Iterator[_Entry]:
         if not self._shed_stale(line):

@@ -75,7 +75,7 @@ async def test_concurrent_submits_never_queue_more_than_the_tenants_limit() -> N
     refused = [o for o in outcomes if isinstance(o, MeshError)]
     assert len(accepted) == 3 and len(refused) == 5
     assert refused[0].message == (
-        "tenant 't1' has 0 jobs queued and 3 being admitted, the limit is 3"
+        "max_queued_jobs: tenant 't1' has 0 jobs queued and 3 being admitted, the limit is 3"
     )
     # Another tenant is not held to t1's count.
     other = await subs.submit(new_job(seed=99, tenant="t2", quota=quota))
