@@ -7,7 +7,8 @@ from the events themselves, never from a counter of one connection, so a reconne
 
 A Watch starts with one snapshot event (the job's current state) and then relays live
 events. On resume the snapshot is dropped when it is not past the client's last id (the
-client has seen it, or something later), and every live event is sent. Ids only grow: an
+client has seen it, or something later), unless it says the job is queued again after the
+client last saw it run a step, and every live event is sent. Ids only grow: an
 event whose natural position is not past the last id sent (a queue position after a retry,
 a second notice at one step) takes the next rank after it.
 
@@ -72,7 +73,7 @@ class EventIds:
         if self._replaying:
             # Only the first event of a Watch replays state the client may have seen.
             self._replaying = False
-            if self.last is not None and key <= self.last:
+            if self.last is not None and key <= self.last and not self._back_in_queue(event):
                 return None
         if self.last is not None and key <= self.last:
             if self.last.final:
@@ -80,6 +81,15 @@ class EventIds:
             key = EventKey(self.last.attempt, self.last.step, self.last.rank + 1)
         self.last = key
         return key.text()
+
+    def _back_in_queue(self, event: dict[str, Any]) -> bool:
+        """Whether a replayed `queued` state is news to a client whose last event was a step:
+        a running job only queues again once requeued (its worker lost, preempted), which a
+        notice after that step said and the client missed. A queued event carries no
+        attempt, so its natural id falls within the attempt the client saw. After a notice
+        the client may have heard of the requeue itself, and the snapshot is dropped."""
+        last = self.last
+        return event.get("kind") == "queued" and last is not None and last.rank == RANK_PROGRESS
 
     def _natural(self, event: dict[str, Any]) -> EventKey:
         kind = event.get("kind")

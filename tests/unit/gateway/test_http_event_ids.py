@@ -65,6 +65,15 @@ def test_a_resume_in_a_requeued_job_skips_the_stale_queue_snapshot():
     assert ids_of([queued(), dispatched(2)], resume="1.2.3") == [None, "2.0.3"]
 
 
+def test_a_resume_after_a_step_of_a_job_queued_again_tells_it_is_queued():
+    # The client saw step 8 of attempt 1; its worker was lost and the job queued again. The
+    # snapshot's natural id (1.8.0) is below the client's, yet it is news: a stale RUNNING
+    # step is all the client would show until the next dispatch.
+    assert ids_of([queued(), dispatched(2)], resume="1.8.2") == ["1.8.3", "2.0.3"]
+    # A snapshot of the step the client saw is still dropped.
+    assert ids_of([progress(8), progress(9)], resume="1.8.2") == [None, "1.9.2"]
+
+
 @pytest.mark.parametrize("text", ["", "1.2", "a.b.c", "1.2.3.4", "-1.0.0", "1" * 30 + ".0.0"])
 def test_ids_this_module_did_not_make_are_refused(text):
     with pytest.raises(ValueError):
