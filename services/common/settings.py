@@ -34,7 +34,9 @@ PriorityName = Literal["REALTIME", "STANDARD", "BATCH"]
 
 
 class Section(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # No setting takes an infinite or NaN number: `mediamesh up` writes the run config as
+    # JSON-safe YAML, where .inf becomes null, which every child would then refuse.
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 # A TCP port; 0 takes a free one.

@@ -242,9 +242,17 @@ class ModelQueue:
     def best(self, now: float, eligible: Eligible) -> tuple[tuple[float, ...], Job] | None:
         """The job this model would run next, with a sort key comparable across models."""
         if self._front.live:
+            # Jobs sent back to the front (their worker lost, a scheduler restarted) go by
+            # class, then in the order they came back: a paused BATCH job and the REALTIME
+            # job it was paused for come back together, and the urgent one must lead.
+            first: _Entry | None = None
             for entry in self._live_entries(self._front):
-                if eligible(entry.job):
-                    return (0, -_INF, entry.seq), entry.job
+                if (first is None or entry.job.priority < first.job.priority) and eligible(
+                    entry.job
+                ):
+                    first = entry
+            if first is not None:
+                return (0, int(first.job.priority), first.seq), first.job
         is_live, buckets = self._is_live, self._buckets
         for priority in self.class_order(now):
             bucket = buckets[_PRIORITIES[priority]]

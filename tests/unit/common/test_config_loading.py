@@ -44,6 +44,24 @@ def test_a_bad_value_names_file_line_and_field(tmp_path: Path):
     assert "valid integer" in message
 
 
+@pytest.mark.parametrize(
+    ("text", "field"),
+    [
+        ("scheduler:\n  queues:\n    image:\n      sla_s: .inf\n", "scheduler.queues.image.sla_s"),
+        (
+            "scheduler:\n  queues:\n    image:\n      sla_s: 30\n"
+            "      class_sla_s: {REALTIME: .nan}\n",
+            "scheduler.queues.image.class_sla_s.REALTIME",
+        ),
+    ],
+)
+def test_an_infinite_or_nan_number_is_refused_by_name(tmp_path: Path, text: str, field: str):
+    # `up` writes the run config as JSON-safe YAML, where .inf is null: taken here, it would
+    # pass `up` and then stop every child at its start.
+    message = _error(_file(tmp_path, text))
+    assert f"{field}: " in message and "finite number" in message
+
+
 def test_a_missing_field_points_at_its_section(tmp_path: Path):
     path = _file(tmp_path, "scheduler:\n  queues:\n    image: {max_depth: 3}\n")
     assert _error(path).startswith(f"config {path} line 3: scheduler.queues.image.sla_s: ")

@@ -166,3 +166,21 @@ def test_a_job_older_than_its_class_reorders_the_classes() -> None:
     # Restored with the wait it had before a restart: its class has aged past STANDARD.
     queued("batch-old", Priority.BATCH, now - 840.0)
     assert queue.class_order(now) == (Priority.BATCH, Priority.STANDARD)
+
+
+def test_jobs_back_at_the_front_go_by_class_first() -> None:
+    # A paused BATCH job and the REALTIME job it was paused for, both on the worker when the
+    # scheduler restarted: the store gives the BATCH one back first.
+    clock = FakeClock()
+    core = make_core(clock)
+    paused = stored_job(clock, JobState.RUNNING, attempts=1, priority=Priority.BATCH)
+    urgent = stored_job(
+        clock, JobState.RUNNING, job_id="stored-2", attempts=1, priority=Priority.REALTIME
+    )
+    core.restore(paused)
+    core.restore(urgent)
+    # Past BATCH's wait for spot room: both may run on this on-demand worker.
+    clock.advance(60)
+    core.register_worker(worker("w0"))
+    [first] = core.schedule()
+    assert [job.job_id for job in first.jobs] == ["stored-2"]
