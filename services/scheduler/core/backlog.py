@@ -6,6 +6,8 @@ scanning the queued jobs.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 from collections import defaultdict
 from collections.abc import Collection, Iterable, Mapping
 
@@ -40,6 +42,11 @@ class Backlog:
         self._model_work: dict[tuple[str, Priority], float] = defaultdict(float)
         self._model_front: dict[str, int] = defaultdict(int)
         self._queued_by_tenant: dict[str, int] = defaultdict(int)
+        # Each queued job's arrival number, and per model and class those numbers in order
+        # (appended as they grow, so always sorted): a job's place in its class's line.
+        self._arrivals = itertools.count()
+        self._arrival_of: dict[str, int] = {}
+        self._class_line: dict[tuple[str, Priority], list[int]] = defaultdict(list)
 
     def add(self, job: Job) -> None:
         """Queue a job (new, restored or sent back) in its model's queue."""
@@ -54,6 +61,9 @@ class Backlog:
         self.work_s[job.queue] += work
         self.pool_work_s[(job.queue, self._placements[job.priority].prefer)] += work
         self._queued_by_tenant[job.tenant] += 1
+        if not job.at_front:  # counted among the front's instead
+            arrival = self._arrival_of[job.job_id] = next(self._arrivals)
+            self._class_line[(job.model, job.priority)].append(arrival)
 
     def remove(self, job: Job) -> None:
         """Take a queued job out of line (cancelled, expired or dispatched)."""
@@ -69,6 +79,12 @@ class Backlog:
         pool_key = (job.queue, self._placements[job.priority].prefer)
         self.pool_work_s[pool_key] = max(self.pool_work_s[pool_key] - work, 0.0)
         self._queued_by_tenant[job.tenant] -= 1
+        arrival = self._arrival_of.pop(job.job_id, None)
+        if arrival is not None:
+            line = self._class_line[(job.model, job.priority)]
+            at = bisect.bisect_left(line, arrival)
+            if at < len(line) and line[at] == arrival:
+                del line[at]
 
     def take(self, job: Job) -> None:
         """Take a job out of line to run it, charging its tenant's fair share."""
@@ -96,20 +112,20 @@ class Backlog:
         return sum(self._model_work[(model, p)] for p in _PRIORITIES if p <= priority)
 
     def position(self, job: Job) -> int:
-        """Jobs of the same model ahead of `job` (0 = next), by class and arrival.
-
-        Counted from the per-class depths, so it is O(1): exact for a job that just arrived,
-        an estimate later on, when aging and fair share reorder the line.
-        """
+        """Jobs of the same model ahead of `job` (0 = next), by class and arrival: those sent
+        back to the front, those of higher classes, and those of its class that came before
+        it (not after: a later job is no more ahead of it than it was when it came). Exact
+        until aging and fair share reorder the line, when it is an estimate."""
         if job.state is not JobState.QUEUED:
             return 0
         front = self._model_front[job.model]
         if job.at_front:
             return max(front - 1, 0)
-        same_or_better = sum(
-            self._model_depth[(job.model, p)] for p in _PRIORITIES if p <= job.priority
-        )
-        return max(front + same_or_better - 1, 0)
+        better = sum(self._model_depth[(job.model, p)] for p in _PRIORITIES if p < job.priority)
+        arrival = self._arrival_of.get(job.job_id)
+        line = self._class_line[(job.model, job.priority)]
+        earlier = len(line) - 1 if arrival is None else bisect.bisect_left(line, arrival)
+        return front + better + earlier
 
     def oldest_wait_s(self, queue: str, now: float) -> float:
         """Seconds the longest-waiting job of a queue has waited (0 when it is empty)."""
