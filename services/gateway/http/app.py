@@ -5,14 +5,13 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from fastapi import Depends, FastAPI, Request
-from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import HTMLResponse, JSONResponse
 
 from mediamesh.gateway.api.json_plane import JsonPlane
 from mediamesh.gateway.http import errors, jobs, oip, omni_audio, openai_images, openai_videos
 from mediamesh.gateway.http.context import HttpContext, context_of
 from mediamesh.gateway.http.docs_page import DOCS_HTML
-from mediamesh.gateway.http.origins import CrossSiteGuard
+from mediamesh.gateway.http.origins import CrossSiteGuard, ListedOriginsCors
 from mediamesh.gateway.http.request_metrics import RequestMetrics
 from mediamesh.gateway.http.result_links import ResultLinks
 from mediamesh.gateway.http.schemas import Health
@@ -74,8 +73,8 @@ def create_app(
     errors.install(app)
     if cors_origins:
         app.add_middleware(
-            CORSMiddleware,
-            allow_origins=list(cors_origins),
+            ListedOriginsCors,
+            allowed_origins=list(cors_origins),
             allow_methods=ALLOWED_METHODS,
             allow_headers=ALLOWED_HEADERS,
             expose_headers=EXPOSED_HEADERS,

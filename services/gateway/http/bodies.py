@@ -107,8 +107,11 @@ async def read_form(
     UnsupportedMediaType for a body that is not a form."""
     media_type(request, FORMS)
     spelled = aliases or {}
-    fields, files = await _form_items(request, max_bytes)
-    counts = Counter(spelled.get(name, name) for name, _ in [*fields, *files])
+    fields, files, unchosen = await _form_items(request, max_bytes)
+    # A file input left empty is no input, but its name was sent: two of one name are as
+    # much a repeat as two files are.
+    sent = [name for name, _ in [*fields, *files]] + unchosen
+    counts = Counter(spelled.get(name, name) for name in sent)
     for name, count in counts.items():
         if count > 1:
             raise InvalidArgument(f"{name}: sent {count} times; send it once")
@@ -185,11 +188,12 @@ class _StrictTextParser(MultiPartParser):
 
 async def _form_items(
     request: Request, max_bytes: int
-) -> tuple[list[tuple[str, str]], list[tuple[str, bytes]]]:
-    """The form's text fields and file parts in the order sent, each as often as sent."""
+) -> tuple[list[tuple[str, str]], list[tuple[str, bytes]], list[str]]:
+    """The form's text fields and file parts in the order sent, each as often as sent, and
+    the names of its file inputs left empty (left out of the file parts)."""
     if media_type(request, FORMS) == URLENCODED:
         body = await read_body(request, min(max_bytes, MAX_URLENCODED_BYTES))
-        return _urlencoded_fields(body), []
+        return _urlencoded_fields(body), [], []
     body = await read_body(request, max_bytes)
 
     async def once() -> AsyncGenerator[bytes, None]:
@@ -208,14 +212,16 @@ async def _form_items(
         raise InvalidArgument(f"body: {exc.message}") from None
     fields: list[tuple[str, str]] = []
     files: list[tuple[str, bytes]] = []
+    unchosen: list[str] = []
     for name, value in form.multi_items():
         if isinstance(value, UploadFile):
             data = await value.read()
             if not data and not value.filename:
                 # A browser's file input left empty: a part with no file name and no bytes,
                 # which says no file was chosen, not that an empty one was.
+                unchosen.append(name)
                 continue
             files.append((name, data))
         else:
             fields.append((name, value))
-    return fields, files
+    return fields, files, unchosen

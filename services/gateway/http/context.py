@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Any
+from urllib.parse import urlsplit
 
 from fastapi import Header, Request
 
@@ -60,9 +61,10 @@ def result_url(
 
 
 def with_links(job: dict[str, Any], base_url: str) -> dict[str, Any]:
-    """`job` with its resource paths and, when it has a result, the result's URL."""
+    """`job` with its resource paths (under `base_url`'s path, a proxy's prefix, as result
+    URLs are) and, when it has a result, the result's URL."""
     job_id = job["job_id"]
-    path = f"/v1/jobs/{job_id}"
+    path = f"{urlsplit(base_url).path.rstrip('/')}/v1/jobs/{job_id}"
     links = {"self": path, "events": f"{path}/events", "result": f"{path}/result"}
     result = job.get("result")
     if result is not None:

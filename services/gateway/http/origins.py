@@ -16,6 +16,11 @@ the page read the answers. Only a name the page's site does not control tells th
 localhost, a loopback address, or the host of a configured CORS origin. With keys the check
 is not needed (the rebound page has no key), and a gateway reached on another address runs
 without keys only with `--insecure`, which opens it to whoever can reach it.
+
+Private Network Access: Chromium asks a preflight `Access-Control-Request-Private-Network:
+true` before a page on a public secure origin reaches a gateway on loopback or a LAN.
+`ListedOriginsCors` grants that to the origins listed by name only; `"*"` never opens the
+private network to every site.
 """
 
 from __future__ import annotations
@@ -25,6 +30,10 @@ from collections.abc import Sequence
 from urllib.parse import urlsplit
 
 from fastapi import Request
+from fastapi.middleware.cors import CORSMiddleware
+from starlette.datastructures import Headers
+from starlette.responses import PlainTextResponse, Response
+from starlette.types import ASGIApp
 
 from mediamesh.common.errors import PermissionDenied
 
@@ -112,3 +121,38 @@ def _over_loopback(request: Request) -> bool:
     accepted on; unknown counts as loopback, the side that checks)."""
     server = request.scope.get("server")
     return not server or is_loopback_address(str(server[0]))
+
+
+class ListedOriginsCors(CORSMiddleware):
+    """Starlette's CORS, granting a private-network preflight (Chromium's Private Network
+    Access) only to an origin in `allowed_origins` by name, never through `"*"`."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        allowed_origins: Sequence[str] = (),
+        allow_methods: Sequence[str] = (),
+        allow_headers: Sequence[str] = (),
+        expose_headers: Sequence[str] = (),
+    ) -> None:
+        super().__init__(
+            app,
+            allow_origins=list(allowed_origins),
+            allow_methods=allow_methods,
+            allow_headers=allow_headers,
+            expose_headers=expose_headers,
+            allow_private_network=True,
+        )
+        self._named = frozenset(o for o in allowed_origins if o != "*")
+
+    def preflight_response(self, request_headers: Headers) -> Response:
+        origin = request_headers["origin"]
+        if "access-control-request-private-network" in request_headers and (
+            origin not in self._named
+        ):
+            return PlainTextResponse(
+                f"Disallowed CORS private-network: origin {origin[:64]} is not listed by name "
+                "in gateway.http.cors_origins",
+                status_code=400,
+            )
+        return super().preflight_response(request_headers)

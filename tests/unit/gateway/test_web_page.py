@@ -29,8 +29,9 @@ def test_the_page_and_its_assets_are_served_with_a_strict_policy(client: TestCli
     assert index.headers["content-type"].startswith("text/html")
     policy = index.headers["content-security-policy"]
     assert "script-src 'self'" in policy and "connect-src 'self'" in policy
-    referenced = re.findall(r'(?:src|href)="(/web/[^"]+)"', index.text)
-    assert sorted(referenced) == ["/web/app.js", "/web/style.css"]
+    # Relative to the page, so that a proxy's path prefix stays in front of them.
+    referenced = re.findall(r'(?:src|href)="(web/[^"]+)"', index.text)
+    assert sorted(referenced) == ["web/app.js", "web/style.css"]
     kinds = {"/web/app.js": "text/javascript", "/web/style.css": "text/css"}
     for path, kind in kinds.items():
         asset = client.get(path)

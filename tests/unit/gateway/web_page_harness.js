@@ -143,8 +143,20 @@ const document = {
   addEventListener() {},
 };
 
+// Where the page is served: the page's relative paths resolve against it, as in a browser.
+const pageHref = scenario.page_url || "http://page.example/";
+
 async function fetch(url, options = {}) {
-  requests.push({ url: String(url), method: options.method || "GET", headers: options.headers || {} });
+  // Recorded as the path the browser would ask for (the page's paths are relative).
+  const asked = new URL(String(url), pageHref);
+  const path = asked.origin === new URL(pageHref).origin ? asked.pathname + asked.search : asked.href;
+  // As browsers do: a header value must be ISO-8859-1, else fetch() throws a TypeError.
+  for (const value of Object.values(options.headers || {})) {
+    if (/[^\x00-\xff]/.test(value)) {
+      throw new TypeError("Failed to execute 'fetch': String contains non ISO-8859-1 code point.");
+    }
+  }
+  requests.push({ url: path, method: options.method || "GET", headers: options.headers || {} });
   const answer = (scenario.answers || []).shift();
   if (!answer) throw new TypeError("no more scripted answers");
   // {"network_error": "..."}: the connection failed, as fetch() reports it.
@@ -179,7 +191,7 @@ const context = vm.createContext({
   Option: function Option(text, value) {
     return { text, value };
   },
-  location: { href: "http://page.example/", origin: "http://page.example" },
+  location: { href: pageHref, origin: new URL(pageHref).origin },
   sessionStorage: {
     getItem: (key) => (store.has(key) ? store.get(key) : null),
     setItem: (key, value) => store.set(key, value),

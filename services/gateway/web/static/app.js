@@ -1,7 +1,8 @@
 // The mediamesh web page: submit a job to this gateway's /v1 API and follow it.
 // Plain browser JavaScript, no build step. Events are read with fetch() and a stream reader
 // rather than EventSource, because EventSource cannot send the Authorization header that a
-// mesh with API keys needs.
+// mesh with API keys needs. Every API path is relative to the page (v1/..., not /v1/...), so
+// the page works at / and under a proxy's path prefix alike.
 "use strict";
 
 const KEY_STORE = "mediamesh.apiKey";
@@ -76,9 +77,11 @@ async function errorOf(response) {
 }
 
 async function api(path, options = {}) {
+  // Built before the request: an error here is the page's, never the network's.
+  const headers = authHeaders(options.headers || {});
   let response;
   try {
-    response = await fetch(path, { ...options, headers: authHeaders(options.headers || {}) });
+    response = await fetch(path, { ...options, headers });
   } catch (error) {
     if (error.name === "AbortError") throw error;
     throw new ApiError(0, "UNAVAILABLE", `the gateway cannot be reached (${error.message})`);
@@ -89,12 +92,39 @@ async function api(path, options = {}) {
 
 // ---------- the API key ----------
 
+// API keys are visible ASCII in practice. A header value must be ISO-8859-1: fetch() throws a
+// TypeError on anything else, which the page would report as the gateway being unreachable,
+// so a key is checked where it is entered, and one that fails is never sent.
+const KEY_CHARACTER = /^[\x21-\x7e]$/;
+
+function keyProblem(key) {
+  const odd = [...key].find((character) => !KEY_CHARACTER.test(character));
+  if (odd === undefined) return "";
+  const shown = odd.trim() ? `"${odd}"` : `U+${odd.codePointAt(0).toString(16).toUpperCase().padStart(4, "0")}`;
+  return `Not used: an API key has only visible ASCII characters (letters, digits, punctuation; no spaces), and ${shown} is not one.`;
+}
+
 function setupKey() {
   const input = $("api-key");
-  input.value = sessionStorage.getItem(KEY_STORE) || "";
+  const stored = sessionStorage.getItem(KEY_STORE) || "";
+  // Kept by an older page, say: a key that cannot be sent is dropped, and said so.
+  if (keyProblem(stored)) {
+    sessionStorage.removeItem(KEY_STORE);
+    $("key-status").textContent = keyProblem(stored);
+  } else {
+    input.value = stored;
+  }
   $("key-form").addEventListener("submit", (event) => {
     event.preventDefault();
     const key = input.value.trim();
+    const problem = keyProblem(key);
+    input.setAttribute("aria-invalid", problem ? "true" : "false");
+    if (problem) {
+      // The key in use, if any, stays in use: nothing of the page changes.
+      $("key-status").textContent = problem;
+      input.focus();
+      return;
+    }
     // Another key may be another tenant's: nothing of the last one's stays on screen.
     if (key !== (sessionStorage.getItem(KEY_STORE) || "")) clearTenantView();
     if (key) sessionStorage.setItem(KEY_STORE, key);
@@ -105,6 +135,7 @@ function setupKey() {
   });
   $("forget-key").addEventListener("click", () => {
     input.value = "";
+    input.setAttribute("aria-invalid", "false");
     sessionStorage.removeItem(KEY_STORE);
     clearTenantView();
     $("key-status").textContent = "Key forgotten.";
@@ -307,7 +338,7 @@ async function loadModels() {
   const generation = keyGeneration;
   const select = $("model");
   try {
-    const listed = await api("/v1/models");
+    const listed = await api("v1/models");
     if (generation !== keyGeneration) return;
     models = listed.data || [];
     clearFormError();
@@ -410,7 +441,7 @@ async function submit(event) {
   const generation = keyGeneration;
   try {
     const { body, headers } = requestBody(model);
-    const job = await api("/v1/jobs", { method: "POST", body, headers });
+    const job = await api("v1/jobs", { method: "POST", body, headers });
     // Made under a key since forgotten or changed: not this page's job any more.
     if (generation !== keyGeneration) return;
     const prompt = ($("f-prompt") || {}).value || "";
@@ -488,7 +519,7 @@ async function loadJobs() {
   const generation = keyGeneration;
   let page;
   try {
-    page = await api(`/v1/jobs?limit=${LISTED_JOBS}`);
+    page = await api(`v1/jobs?limit=${LISTED_JOBS}`);
   } catch (error) {
     if (generation !== keyGeneration) return;
     // A key refused lists nobody's jobs; with the gateway out of reach the list stays as
@@ -584,7 +615,7 @@ async function showJob(jobId, known = null) {
   const mine = current;
   let job = known;
   try {
-    if (!job) job = await api(`/v1/jobs/${encodeURIComponent(jobId)}`);
+    if (!job) job = await api(`v1/jobs/${encodeURIComponent(jobId)}`);
   } catch (error) {
     if (mine === current) showJobError(error.code, error.message);
     return;
@@ -691,7 +722,7 @@ function showConnection(text) {
 }
 
 async function follow(job) {
-  const url = `/v1/jobs/${encodeURIComponent(job.id)}/events`;
+  const url = `v1/jobs/${encodeURIComponent(job.id)}/events`;
   let lastId = null;
   let retryMs = 1000;
   let failures = 0;
@@ -769,7 +800,7 @@ async function follow(job) {
 function isOwnResult(result, ownPath) {
   if (result.url_expires_unix_ms) return false;
   const url = new URL(result.url, location.href);
-  return url.search === "" && url.pathname.endsWith(ownPath);
+  return url.search === "" && url.pathname.endsWith(`/${ownPath}`);
 }
 
 // The file name the gateway gives a result (Content-Disposition), else the same one it
@@ -812,7 +843,7 @@ async function fetchResult(path, job) {
 }
 
 async function showResult(result, job) {
-  const ownPath = `/v1/jobs/${encodeURIComponent(job.id)}/result`;
+  const ownPath = `v1/jobs/${encodeURIComponent(job.id)}/result`;
   let source = new URL(result.url, location.href).href;
   let fileName = resultFileName(null, job.id, result.mime_type);
   if (isOwnResult(result, ownPath)) {
@@ -869,7 +900,7 @@ async function cancel() {
   const job = current;
   $("cancel").disabled = true;
   try {
-    const info = await api(`/v1/jobs/${encodeURIComponent(job.id)}`, { method: "DELETE" });
+    const info = await api(`v1/jobs/${encodeURIComponent(job.id)}`, { method: "DELETE" });
     if (job === current) setState(info.state);
   } catch (error) {
     if (job === current) {
@@ -888,7 +919,7 @@ async function deleteJob() {
   if (typeof confirm === "function" && !confirm(question)) return;
   $("delete").disabled = true;
   try {
-    await api(`/v1/jobs/${encodeURIComponent(job.id)}/record`, { method: "DELETE" });
+    await api(`v1/jobs/${encodeURIComponent(job.id)}/record`, { method: "DELETE" });
   } catch (error) {
     if (job === current) {
       showJobError(error.code, error.message);
