@@ -174,9 +174,13 @@ def _adapter_argument(text: str) -> tuple[str, float | None]:
 def _cmd_generate(args: argparse.Namespace) -> int:
     import uuid
 
-    from mediamesh.cli.following import JobOnTerminal, still_running
+    from mediamesh.cli.following import JobOnTerminal, out_refusal, still_running
     from mediamesh.sdk import Client, GatewayError
 
+    refusal = out_refusal(args.out)
+    if refusal is not None:
+        print(f"mediamesh: {refusal}", file=sys.stderr)
+        return 2
     if args.preview_dir is not None and not args.preview_every_steps:
         # Without previews asked for, none arrive and the folder would stay silently empty.
         print(
@@ -236,7 +240,7 @@ def _cmd_generate(args: argparse.Namespace) -> int:
             )
         return 130
     terminal.close()
-    return terminal.report(args.out, bool(args.preview_every_steps))
+    return terminal.report(args.out, bool(args.preview_every_steps), args.gateway)
 
 
 def _status_text(args: argparse.Namespace) -> str:

@@ -68,7 +68,7 @@ class JobOnTerminal:
         if self._bar is not None:
             self._bar.close()
 
-    def report(self, out: Path, previews_asked: bool) -> int:
+    def report(self, out: Path, previews_asked: bool, gateway: str = DEFAULT_GATEWAY) -> int:
         """Writes the Result to `out` (its extension set to the result's format) and prints
         where; prints the Error. Quiet, the line is only where the result is (its path, or
         its URL), for a script to use as it is. The command's exit code."""
@@ -89,8 +89,13 @@ class JobOnTerminal:
             )
             return 0
         path = result_path(out, final.mime_type)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(final.data)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(final.data)
+        except OSError as exc:
+            # The job ran: say how to fetch its result again rather than lose it.
+            print(f"mediamesh: {unwritable(path, exc, final.job_id, gateway)}", file=sys.stderr)
+            return 1
         if self._quiet:
             print(path)
             return 0
@@ -109,6 +114,28 @@ def still_running(job_id: str, out: Path, gateway: str = DEFAULT_GATEWAY) -> str
     return (
         f"interrupted; job {job_id} goes on: `mediamesh watch {job_id}{reach} --out "
         f"{shlex.quote(str(out))}` follows it again, `mediamesh cancel {job_id}{reach}` stops it"
+    )
+
+
+def out_refusal(out: Path) -> str | None:
+    """Why `out` can never be written (a folder, or under a file), checked before a job is
+    submitted so that none runs for nothing; None when it may be."""
+    if out.is_dir():
+        return f"--out: {out} is a directory; name a file in it"
+    for parent in out.parents:
+        if parent.exists() and not parent.is_dir():
+            return f"--out: {out} cannot be written: {parent} is a file, not a directory"
+    return None
+
+
+def unwritable(path: Path, exc: OSError, job_id: str, gateway: str = DEFAULT_GATEWAY) -> str:
+    """The one line for a result that could not be written to `path`: the OS error, and the
+    command (ready to paste) that fetches the ended job's result again."""
+    reach = "" if gateway == DEFAULT_GATEWAY else f" --gateway {shlex.quote(gateway)}"
+    why = exc.strerror or str(exc)
+    return (
+        f"--out: cannot write {path}: {why}; job {job_id} ended, fetch its result with "
+        f"`mediamesh watch {job_id}{reach} --out OTHER_FILE`"
     )
 
 

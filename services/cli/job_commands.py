@@ -166,9 +166,13 @@ def _opened(events: Iterator[Event]) -> Iterator[Event]:
 
 
 def _cmd_watch(args: argparse.Namespace) -> int:
-    from mediamesh.cli.following import JobOnTerminal, still_running
+    from mediamesh.cli.following import JobOnTerminal, out_refusal, still_running
     from mediamesh.sdk import Client, GatewayError
 
+    refusal = out_refusal(args.out)
+    if refusal is not None:
+        print(f"mediamesh: {refusal}", file=sys.stderr)
+        return 2
     terminal = JobOnTerminal(args.quiet, None, args.preview_dir)
     try:
         with Client(args.gateway, **gateway_options(args)) as client:
@@ -183,7 +187,7 @@ def _cmd_watch(args: argparse.Namespace) -> int:
         print(f"mediamesh: {going_on}", file=sys.stderr)
         return 130
     terminal.close()
-    return terminal.report(args.out, args.preview_dir is not None)
+    return terminal.report(args.out, args.preview_dir is not None, gateway=args.gateway)
 
 
 def _cmd_cancel(args: argparse.Namespace) -> int:

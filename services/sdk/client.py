@@ -198,7 +198,9 @@ class Client(ClientBase):
                     received += chunk.data
                     mime_type, sha256 = chunk.mime_type, chunk.sha256
             except GatewayError as exc:
-                if exc.code not in RESUMABLE_CODES or attempt == DOWNLOAD_ATTEMPTS:
+                # Nothing received: the call was never answered (the channel already retried
+                # it), and timeout_s, its bound, is spent.
+                if not received or exc.code not in RESUMABLE_CODES or attempt == DOWNLOAD_ATTEMPTS:
                     raise
                 continue
             break

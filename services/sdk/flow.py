@@ -37,6 +37,10 @@ OVERLOAD_SPREAD_MAX_S = 0.5
 # The least time left to send a not yet accepted request once more in: enough for a call to
 # a gateway that refuses connections to fail, and for one that is up to answer.
 LAST_SEND_S = 0.05
+# How many times a unary call is sent when each is answered UNAVAILABLE: gRPC's own ceiling,
+# which the channel's retry policy had for these calls; more would hold a caller that sends
+# many (a batch) for all of timeout_s on each call to a gateway that is down.
+UNARY_ATTEMPTS = 5
 # How a submit or generate that failed before its job id came may still have made the job:
 # the call ended before the answer (a deadline, a lost connection, a closed client), or the
 # gateway could not tell (its scheduler unreachable). A refusal naming a field made none.
@@ -102,6 +106,75 @@ def unary_failure(
     return unreachable_gateway(
         target, f"{tried_s:.1f} s of tries", connection_error or error.message
     )
+
+
+def resend_wait(tries: int, deadline: float | None, now: float) -> float | None:
+    """Seconds to wait before sending a unary call once more after its `tries`-th UNAVAILABLE
+    (from 0), or None to raise it: the channel's backoff with jitter, for at most
+    UNARY_ATTEMPTS sends within `deadline` (the last just before it, as reattach_wait does)."""
+    if tries + 1 >= UNARY_ATTEMPTS:
+        return None
+    ceiling = min(RETRY_INITIAL_BACKOFF_S * RETRY_BACKOFF_MULTIPLIER**tries, RETRY_MAX_BACKOFF_S)
+    wait = random.uniform(0, ceiling)
+    if deadline is not None and now + wait >= deadline - LAST_SEND_S:
+        if deadline - now <= LAST_SEND_S:
+            return None
+        wait = deadline - now - LAST_SEND_S
+    return wait
+
+
+class FirstMessageLimit:
+    """The StreamLimit of a Download: timeout_s until its first message, as for a unary call
+    (its failure then worded as one's, naming the gateway), and stream_timeout_s, from its
+    start, for the whole of it."""
+
+    def __init__(
+        self, settings: ClientSettings, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._clock, self._target = clock, settings.target
+        self._timeout_s, self._stream_timeout_s = settings.timeout_s, settings.stream_timeout_s
+        self._started = clock()
+        self._answered = False
+        self._unanswered: GatewayError | None = None
+
+    def received(self) -> None:
+        """Note that a message came: timeout_s no longer bounds the call."""
+        self._answered = True
+
+    def _ends_at(self) -> float | None:
+        ends = [] if self._stream_timeout_s is None else [self._started + self._stream_timeout_s]
+        if not self._answered and self._timeout_s is not None:
+            ends.append(self._started + self._timeout_s)
+        return min(ends, default=None)
+
+    def seconds_left(self) -> float | None:
+        """See StreamLimit."""
+        ends_at = self._ends_at()
+        return None if ends_at is None else ends_at - self._clock()
+
+    def expired(self, connected: bool, connection_error: str = "") -> GatewayError:
+        """See StreamLimit."""
+        tried_s = self._clock() - self._started
+        if self._answered:
+            return GatewayError(
+                StatusCode.DEADLINE_EXCEEDED,
+                f"download: stream_timeout_s ({self._stream_timeout_s:g} s) ran out",
+            )
+        unanswered = GatewayError(
+            StatusCode.DEADLINE_EXCEEDED,
+            f"no answer from the gateway at {self._target} within timeout_s ({tried_s:.1f} s)",
+        )
+        return unary_failure(unanswered, self._target, tried_s, connected, connection_error)
+
+    def failed(self, error: GatewayError, connected: bool) -> None:
+        """See StreamLimit."""
+        if not self._answered:
+            tried_s = self._clock() - self._started
+            self._unanswered = unary_failure(error, self._target, tried_s, connected)
+
+    def error_to_raise(self, error: GatewayError) -> GatewayError:
+        """`error` of the call, worded as a unary call's when no message had come."""
+        return self._unanswered if self._unanswered is not None else error
 
 
 def keyed_failure(error: GatewayError, idempotency_key: str, call: str) -> GatewayError:

@@ -77,6 +77,12 @@ class ClientSettings:
         _check_whole("max_message_bytes", self.max_message_bytes, 1, CHANNEL_INT_MAX)
         if self.overload_retries is not None:
             _check_whole("overload_retries", self.overload_retries, 0, UINT32_MAX)
+        for name in ("tls", "retry_on_overload"):
+            # Not truthiness: "no" would turn the setting on.
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"{name}: must be True or False, got {_shown(getattr(self, name))}")
+        if self.api_key is not None:
+            _check_api_key(self.api_key)
 
     @property
     def uses_tls(self) -> bool:
@@ -243,6 +249,20 @@ def _check_seconds(name: str, value: object, fits: Callable[[float], bool], allo
         raise TypeError(f"{name}: must be {allowed}, got {_shown(value)}")
     if not fits(float(value)):
         raise ValueError(f"{name}: must be {allowed}, got {value}")
+
+
+def _check_api_key(api_key: object) -> None:
+    """TypeError or ValueError naming api_key unless it is printable ASCII, all that gRPC
+    metadata (an HTTP/2 header) carries: gRPC would fail every call with INTERNAL "Invalid
+    metadata". The key itself is never shown."""
+    if not isinstance(api_key, str):
+        raise TypeError(f"api_key: must be a str or None, got {type(api_key).__name__}")
+    for position, character in enumerate(api_key):
+        if not " " <= character <= "~":
+            raise ValueError(
+                f"api_key: must be printable ASCII (space to ~, as gRPC metadata carries), "
+                f"got character U+{ord(character):04X} at position {position}"
+            )
 
 
 def _check_whole(name: str, value: object, low: int, high: int) -> None:

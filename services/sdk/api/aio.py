@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
@@ -20,7 +21,13 @@ from mediamesh.sdk.api.channel import (
 )
 from mediamesh.sdk.errors import GatewayError
 from mediamesh.sdk.events import Event
-from mediamesh.sdk.flow import StreamLimit, closed_client, unary_failure
+from mediamesh.sdk.flow import (
+    FirstMessageLimit,
+    StreamLimit,
+    closed_client,
+    resend_wait,
+    unary_failure,
+)
 from mediamesh.sdk.options import ClientSettings, GenerateParams
 from mediamesh.sdk.types import (
     Chunk,
@@ -88,28 +95,45 @@ class AsyncTransport:
             pass
         return ""
 
-    async def _unary(self, method: Any, request: Any) -> Any:
+    async def _unary(self, method: Any, request: Any, resend: bool = True) -> Any:
+        """The call's answer; with `resend`, sent again while answered UNAVAILABLE (see
+        channel.RESENT_BY_THE_SDK_METHODS), up to 5 sends within timeout_s, then the last
+        answer raised."""
         started = time.monotonic()
-        call: Awaitable[Any] = self._opened(
-            lambda: method(request, metadata=self._metadata, timeout=self._settings.timeout_s)
-        )
-        try:
-            return await call
-        except grpc.aio.AioRpcError as exc:
-            error = self._failure(exc)
+        timeout_s = self._settings.timeout_s
+        deadline = None if timeout_s is None else started + timeout_s
+        tries, answered = 0, None
+        while True:
+            left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+            call: Awaitable[Any] = self._opened(
+                functools.partial(method, request, metadata=self._metadata, timeout=left)
+            )
+            try:
+                return await call
+            except grpc.aio.AioRpcError as exc:
+                error = self._failure(exc)
+            except asyncio.CancelledError:
+                if _cancelled_by_close(self._closed):
+                    raise closed_client() from None
+                raise
             if self._closed:
                 raise error from None
-            connected = self._connected()
-            tried_s = time.monotonic() - started
-            cause = ""
-            if not connected and error.code == StatusCode.DEADLINE_EXCEEDED:
-                cause = await self._connection_error()
-            target = self._settings.target
-            raise unary_failure(error, target, tried_s, connected, cause) from None
-        except asyncio.CancelledError:
-            if _cancelled_by_close(self._closed):
-                raise closed_client() from None
-            raise
+            wait = None
+            if resend and error.code == StatusCode.UNAVAILABLE:
+                answered = error
+                wait = resend_wait(tries, deadline, time.monotonic())
+            if wait is None:
+                break
+            await asyncio.sleep(wait)
+            tries += 1
+        if error.code == StatusCode.DEADLINE_EXCEEDED and answered is not None:
+            error = answered  # the last send ran out of time: the answer before it says why
+        connected = self._connected()
+        tried_s = time.monotonic() - started
+        cause = ""
+        if not connected and error.code == StatusCode.DEADLINE_EXCEEDED:
+            cause = await self._connection_error()
+        raise unary_failure(error, self._settings.target, tried_s, connected, cause)
 
     def _failure(self, exc: grpc.aio.AioRpcError) -> GatewayError:
         return closed_client() if self._closed else convert.gateway_error(exc)
@@ -186,7 +210,9 @@ class AsyncTransport:
     async def delete_job(self, job_id: str) -> DeletedJob:
         """DeleteJob."""
         request = gateway_pb2.DeleteJobRequest(job_id=job_id)
-        return convert.deleted_job(await self._unary(self._stub.DeleteJob, request))
+        # Not resent: after UNAVAILABLE the job may be deleted already (REFUSED_FIRST_METHODS).
+        reply = await self._unary(self._stub.DeleteJob, request, resend=False)
+        return convert.deleted_job(reply)
 
     async def get(self, job_id: str) -> JobInfo:
         """GetJob."""
@@ -205,11 +231,17 @@ class AsyncTransport:
 
     async def upload(self, source: UploadSource) -> UploadHandle:
         """Upload: the input in chunks, answered with its handle."""
-        reply = await self._unary(self._stub.Upload, convert.upload_chunks(source))
+        # Not resent: the chunks are read as they are sent.
+        reply = await self._unary(self._stub.Upload, convert.upload_chunks(source), resend=False)
         return convert.upload_handle(reply)
 
     async def download(self, job_id: str, offset: int) -> AsyncIterator[Chunk]:
         """Download from a byte offset."""
         request = gateway_pb2.DownloadRequest(job_id=job_id, offset=offset)
-        async for message in self._stream(self._stub.Download, request):
-            yield convert.chunk(message)
+        limit = FirstMessageLimit(self._settings)
+        try:
+            async for message in self._stream(self._stub.Download, request, limit):
+                limit.received()
+                yield convert.chunk(message)
+        except GatewayError as error:
+            raise limit.error_to_raise(error) from None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import queue
 import threading
 import time
@@ -21,7 +22,13 @@ from mediamesh.sdk.api.channel import (
 )
 from mediamesh.sdk.errors import GatewayError
 from mediamesh.sdk.events import Event
-from mediamesh.sdk.flow import StreamLimit, closed_client, unary_failure
+from mediamesh.sdk.flow import (
+    FirstMessageLimit,
+    StreamLimit,
+    closed_client,
+    resend_wait,
+    unary_failure,
+)
 from mediamesh.sdk.options import ClientSettings, GenerateParams
 from mediamesh.sdk.types import (
     Chunk,
@@ -136,23 +143,40 @@ class BlockingTransport:
             pass
         return ""
 
-    def _unary(self, method: Any, request: Any) -> Any:
+    def _unary(self, method: Any, request: Any, resend: bool = True) -> Any:
+        """The call's answer; with `resend`, sent again while answered UNAVAILABLE (see
+        channel.RESENT_BY_THE_SDK_METHODS), up to 5 sends within timeout_s, then the last
+        answer raised."""
         started = time.monotonic()
-        try:
-            return self._opened(
-                lambda: method(request, metadata=self._metadata, timeout=self._settings.timeout_s)
-            )
-        except grpc.RpcError as exc:
-            error = self._failure(exc)
+        timeout_s = self._settings.timeout_s
+        deadline = None if timeout_s is None else started + timeout_s
+        tries, answered = 0, None
+        while True:
+            left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+            try:
+                return self._opened(
+                    functools.partial(method, request, metadata=self._metadata, timeout=left)
+                )
+            except grpc.RpcError as exc:
+                error = self._failure(exc)
             if self._closed:
                 raise error from None
-            tried_s = time.monotonic() - started
-            connected = self._connected()
-            cause = ""
-            if not connected and error.code == StatusCode.DEADLINE_EXCEEDED:
-                cause = self._connection_error()
-            target = self._settings.target
-            raise unary_failure(error, target, tried_s, connected, cause) from None
+            wait = None
+            if resend and error.code == StatusCode.UNAVAILABLE:
+                answered = error
+                wait = resend_wait(tries, deadline, time.monotonic())
+            if wait is None:
+                break
+            time.sleep(wait)
+            tries += 1
+        if error.code == StatusCode.DEADLINE_EXCEEDED and answered is not None:
+            error = answered  # the last send ran out of time: the answer before it says why
+        tried_s = time.monotonic() - started
+        connected = self._connected()
+        cause = ""
+        if not connected and error.code == StatusCode.DEADLINE_EXCEEDED:
+            cause = self._connection_error()
+        raise unary_failure(error, self._settings.target, tried_s, connected, cause)
 
     def _stream(self, method: Any, request: Any, limit: StreamLimit | None = None) -> Iterator[Any]:
         """The call's messages; with `limit` it has no gRPC deadline and is given up on this
@@ -204,7 +228,8 @@ class BlockingTransport:
     def delete_job(self, job_id: str) -> DeletedJob:
         """DeleteJob."""
         request = gateway_pb2.DeleteJobRequest(job_id=job_id)
-        return convert.deleted_job(self._unary(self._stub.DeleteJob, request))
+        # Not resent: after UNAVAILABLE the job may be deleted already (REFUSED_FIRST_METHODS).
+        return convert.deleted_job(self._unary(self._stub.DeleteJob, request, resend=False))
 
     def get(self, job_id: str) -> JobInfo:
         """GetJob."""
@@ -224,10 +249,16 @@ class BlockingTransport:
     def upload(self, source: UploadSource) -> UploadHandle:
         """Upload: the input in chunks, answered with its handle."""
         chunks = convert.upload_chunks(source)
-        return convert.upload_handle(self._unary(self._stub.Upload, chunks))
+        # Not resent: the chunks are read as they are sent.
+        return convert.upload_handle(self._unary(self._stub.Upload, chunks, resend=False))
 
     def download(self, job_id: str, offset: int) -> Iterator[Chunk]:
         """Download from a byte offset."""
         request = gateway_pb2.DownloadRequest(job_id=job_id, offset=offset)
-        for message in self._stream(self._stub.Download, request):
-            yield convert.chunk(message)
+        limit = FirstMessageLimit(self._settings)
+        try:
+            for message in self._stream(self._stub.Download, request, limit):
+                limit.received()
+                yield convert.chunk(message)
+        except GatewayError as error:
+            raise limit.error_to_raise(error) from None

@@ -21,13 +21,15 @@ GATEWAY_SERVICE = "mediamesh.v1.Gateway"
 # job answers its state again. An over-limit answer is retried too, after the server's
 # grpc-retry-pushback-ms.
 IDEMPOTENT_METHODS = ("GetJob", "ListJobs", "ListModels", "Cancel")
-# Safe to repeat only on UNAVAILABLE: Submit always carries an idempotency key (see
-# options.generate_params), and a stream is retried only before its first message. Generate
-# and Watch are not here: before their first event the SDK sends them again itself
-# (flow.JobStream, with the same backoff), and so sees each answer, one the gateway sent
+# Safe to repeat on UNAVAILABLE: the methods above, and Submit, which always carries an
+# idempotency key (see options.generate_params). The SDK sends them again itself (the api
+# modules' _unary, flow.resend_wait; Generate and Watch before their first event in
+# flow.JobStream), with the same backoff, and so sees each answer, one the gateway sent
 # (UNAVAILABLE: its scheduler unreachable) included, which the channel's retries would hide
-# until the caller's timeout_s ran out as "no answer".
-KEYED_OR_STREAMED_METHODS = ("Submit", "Download")
+# until the caller's timeout_s ran out as a bare "Deadline Exceeded".
+RESENT_BY_THE_SDK_METHODS = (*IDEMPOTENT_METHODS, "Submit")
+# A stream the channel retries only before its first message.
+STREAMED_METHODS = ("Download",)
 # Safe to repeat only on an over-limit answer, which the gateway gives before the scheduler
 # sees the call. After UNAVAILABLE the job may be deleted already, and a repeat would answer
 # NOT_FOUND for a job that the caller's own call deleted.
@@ -58,14 +60,10 @@ def service_config() -> str:
         "methodConfig": [
             {
                 "name": [{"service": GATEWAY_SERVICE, "method": m} for m in IDEMPOTENT_METHODS],
-                "retryPolicy": _retry_policy(
-                    [StatusCode.UNAVAILABLE, StatusCode.RESOURCE_EXHAUSTED]
-                ),
+                "retryPolicy": _retry_policy([StatusCode.RESOURCE_EXHAUSTED]),
             },
             {
-                "name": [
-                    {"service": GATEWAY_SERVICE, "method": m} for m in KEYED_OR_STREAMED_METHODS
-                ],
+                "name": [{"service": GATEWAY_SERVICE, "method": m} for m in STREAMED_METHODS],
                 "retryPolicy": _retry_policy([StatusCode.UNAVAILABLE]),
             },
             {

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
 
 import grpc
 import pytest
@@ -40,6 +41,15 @@ class SchedulerDown(gateway_pb2_grpc.GatewayServicer):
     async def Watch(self, request, context) -> AsyncIterator[common_pb2.GenerateEvent]:
         await context.abort(grpc.StatusCode.UNAVAILABLE, SCHEDULER_DOWN)
         yield common_pb2.GenerateEvent()
+
+    async def Submit(self, request, context) -> gateway_pb2.JobHandle:
+        await context.abort(grpc.StatusCode.UNAVAILABLE, SCHEDULER_DOWN)
+
+    async def GetJob(self, request, context) -> gateway_pb2.JobInfo:
+        await context.abort(grpc.StatusCode.UNAVAILABLE, SCHEDULER_DOWN)
+
+    async def ListModels(self, request, context) -> gateway_pb2.ListModelsResponse:
+        await context.abort(grpc.StatusCode.UNAVAILABLE, SCHEDULER_DOWN)
 
 
 async def test_a_timed_out_submit_carries_the_key_that_gets_its_job() -> None:
@@ -100,6 +110,47 @@ async def test_a_gateway_error_is_raised_as_sent_not_as_no_answer(client_kind: s
         assert error.code == "UNAVAILABLE", error
         assert error.message.startswith(SCHEDULER_DOWN), error.message
     assert generate.idempotency_key.startswith("sdk-") and watch.job_id == "j-1"
+
+
+@pytest.mark.parametrize("client_kind", ["async", "blocking"])
+async def test_a_unary_call_answered_unavailable_raises_that_answer_at_timeout_s(
+    client_kind: str,
+) -> None:
+    # 3 s: the channel's own backoff (0.2, 0.4, 0.8, 1.6 s) was still waiting then, and
+    # gRPC raised a bare "Deadline Exceeded" in place of the gateway's words.
+    server = await start_fake_gateway(SchedulerDown())
+
+    async def calls_async() -> list[BaseException | object]:
+        async with AsyncClient(server.address, timeout_s=3) as client:
+            return await asyncio.gather(
+                client.list_models(),
+                client.get("abc"),
+                client.submit("echo", "p"),
+                return_exceptions=True,
+            )
+
+    def calls_blocking() -> list[BaseException | object]:
+        with Client(server.address, timeout_s=3) as client:
+            calls = (
+                client.list_models,
+                lambda: client.get("abc"),
+                lambda: client.submit("echo", "p"),
+            )
+            with ThreadPoolExecutor(len(calls)) as pool:
+                futures = [pool.submit(call) for call in calls]
+            return [future.exception() for future in futures]
+
+    try:
+        if client_kind == "async":
+            errors = await calls_async()
+        else:
+            errors = await asyncio.to_thread(calls_blocking)
+    finally:
+        await server.server.stop(0)
+    for error in errors:
+        assert isinstance(error, GatewayError), error
+        assert error.code == "UNAVAILABLE", error
+        assert error.message.startswith(SCHEDULER_DOWN), error.message
 
 
 async def test_a_tls_failure_keeps_its_cause(certificates: Certificates) -> None:
