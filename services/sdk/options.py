@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import numbers
 import operator
+import re
 import types
 import uuid
 from collections.abc import Callable, Mapping, Sequence, Set
@@ -28,6 +29,10 @@ RETRY_BACKOFF_MULTIPLIER = 2.0
 GATEWAY_MIN_PING_INTERVAL_S = 20.0
 # gRPC takes channel arguments as C ints: the most milliseconds or bytes one may hold.
 CHANNEL_INT_MAX = 2**31 - 1
+
+
+# A host:port address's port (an IPv6 host is bracketed, so its colons come before it).
+_PORT_AT_END = re.compile(r":(\d+)$")
 
 
 @dataclass(frozen=True)
@@ -83,6 +88,12 @@ class ClientSettings:
                 raise TypeError(f"{name}: must be True or False, got {_shown(getattr(self, name))}")
         if self.api_key is not None:
             _check_api_key(self.api_key)
+        _check_target(self.target)
+        for name in ("ca_file", "cert_file", "key_file"):
+            # Read when the channel is made: missing, it failed as a bare "[Errno 2]".
+            path = getattr(self, name)
+            if path is not None and not path.is_file():
+                raise ValueError(f"{name}: {str(path)!r} is not a file")
 
     @property
     def uses_tls(self) -> bool:
@@ -368,3 +379,15 @@ def parse_adapter(text: str) -> tuple[str, float | None]:
         return name.strip(), float(scale) if sep else None
     except ValueError:
         raise ValueError(f"adapter {text!r}: the scale {scale!r} is not a number") from None
+
+
+def _check_target(target: object) -> None:
+    """ValueError naming the gateway address when gRPC could not dial what was meant: none at
+    all, or a port past 65535, which gRPC takes modulo 65536 (99999 dials 34463)."""
+    if not isinstance(target, str):
+        raise TypeError(f"target: the gateway's address as a string, got {_shown(target)}")
+    if not target.strip():
+        raise ValueError("target: empty; give the gateway's address, host:port")
+    port = _PORT_AT_END.search(target)
+    if port is not None and not 1 <= int(port.group(1)) <= 65535:
+        raise ValueError(f"target: {target!r} names port {port.group(1)}; a port is 1 to 65535")

@@ -58,3 +58,20 @@ def test_the_documented_values_pass() -> None:
 def test_the_keepalive_floor_is_the_gateways_ping_allowance() -> None:
     allowed_ms = dict(KEEPALIVE_OPTIONS)["grpc.http2.min_ping_interval_without_data_ms"]
     assert allowed_ms == GATEWAY_MIN_PING_INTERVAL_S * 1000
+
+
+@pytest.mark.parametrize("target", ["127.0.0.1:99999", "127.0.0.1:0", "", "  "])
+def test_an_address_grpc_would_misread_is_refused_naming_target(target: str) -> None:
+    # gRPC dials port 99999 as 34463, someone else's perhaps; an empty one fails every call.
+    with pytest.raises(ValueError, match=r"^target: "):
+        Client(target)
+
+
+@pytest.mark.parametrize("target", ["localhost:50051", "[::1]:50051", "unix:/tmp/mesh.sock"])
+def test_addresses_grpc_reads_as_meant_pass(target: str) -> None:
+    Client(target).close()
+
+
+def test_a_tls_file_that_is_not_there_is_named(tmp_path) -> None:
+    with pytest.raises(ValueError, match=r"^ca_file: .*nothing.pem' is not a file"):
+        Client("localhost:50051", ca_file=tmp_path / "nothing.pem")
