@@ -515,13 +515,19 @@ def test_no_batching_sends_jobs_one_by_one_at_once():
     assert [len(d.jobs) for d in dispatches] == [1, 1]
 
 
-def test_a_job_handed_back_unstarted_is_no_preemption_and_keeps_its_step():
+def _batch_job_running_on_spot():
+    """A core, its clock, a BATCH job of 8 steps and the batch running it on a spot worker."""
     clock = FakeClock()
     core = make_core(clock)
     core.register_worker(worker("spot0", pool="spot"))
     job = submit(core, priority=Priority.BATCH, steps=8)
     clock.advance(1)
     [first] = core.schedule()
+    return clock, core, job, first
+
+
+def test_a_job_handed_back_unstarted_is_no_preemption_and_keeps_its_step():
+    clock, core, job, first = _batch_job_running_on_spot()
     assert core.job_preempted(job.job_id, first.batch_id, "/ckpt/job-step5.pt", 5)
     core.batch_ended(first.batch_id)
     core.take_effects()
@@ -547,12 +553,7 @@ def test_a_job_handed_back_unstarted_is_no_preemption_and_keeps_its_step():
 
 
 def test_a_job_that_ran_but_could_not_save_a_newer_checkpoint_is_preempted():
-    clock = FakeClock()
-    core = make_core(clock)
-    core.register_worker(worker("spot0", pool="spot"))
-    job = submit(core, priority=Priority.BATCH, steps=8)
-    clock.advance(1)
-    [first] = core.schedule()
+    clock, core, job, first = _batch_job_running_on_spot()
     core.job_checkpointed(job.job_id, first.batch_id, "/ckpt/job-step2.pt", 2)
     core.job_progress(job.job_id, first.batch_id, 3, 8)
     core.take_effects()
