@@ -31,19 +31,27 @@ def is_loopback(host: str) -> bool:
 
 
 def refuse_open_off_loopback(
-    *, service: str, host: str, authenticated: bool, insecure: bool, missing: str
+    *,
+    service: str,
+    host: str,
+    authenticated: bool,
+    insecure: bool,
+    missing: str,
+    setting: str | None = None,
 ) -> None:
     """Raises InsecureBindError when `service` would serve every caller on a non-loopback
     `host` and `insecure` was not given; warns whenever it serves every caller.
 
-    `missing` names what would authenticate callers, for the message.
+    `missing` names what would authenticate callers, for the message; `setting` the setting
+    that gave `host` (`<service>.host` unless said).
     """
     if authenticated:
         return
     if not is_loopback(host):
         if not insecure:
             raise InsecureBindError(
-                f"{service}.host {host} is not loopback and {missing}; configure one, or "
+                f"{setting or service + '.host'} {host} is not loopback and {missing}; "
+                "configure one, or "
                 "pass --insecure to serve without authentication"
             )
         log.warning(

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import hashlib
 import io
+import itertools
+import math
 import re
 from collections.abc import Collection
 from dataclasses import replace
@@ -327,7 +329,7 @@ def resolve_inputs(
         return params
     value = spec.default_strength if strength is None else strength
     if "strength" in spec.accepted_fields:
-        check_strength(value, params.steps, spec.pipeline)
+        check_strength(value, params.steps, spec.pipeline, sent=strength is not None)
     found = {
         name: probe_image(input_field(name, ids.get(name, "")), data, spec.limits.max_input_pixels)
         for name, data in images.items()
@@ -356,19 +358,32 @@ def resolve_inputs(
     return params
 
 
-def check_strength(strength: float, steps: int, pipeline: str) -> None:
+def check_strength(strength: float, steps: int, pipeline: str, *, sent: bool = True) -> None:
     """InvalidArgument unless 0 < strength <= 1 leaves at least one denoising step, counted
     as `pipeline` counts them: Flux-style pipelines (FRACTIONAL_START) run at least one for
-    any strength above 0, Stable Diffusion's round steps * strength down."""
+    any strength above 0, Stable Diffusion's round steps * strength down.
+
+    A strength the caller did not send (`sent` False: the model's default, which the OpenAI
+    edits route does not even take) is not theirs to change, so too few steps for it names
+    `steps`, with the fewest that work. Steps below 1 are left to the steps range check."""
     if not 0 < strength <= 1:
         raise InvalidArgument(
             f"strength: {shown(strength)} is out of range; allowed 0 < strength <= 1"
         )
-    if denoising_steps(pipeline, steps, strength) < 1:
+    if steps < 1 or denoising_steps(pipeline, steps, strength) >= 1:
+        return
+    if sent:
         raise InvalidArgument(
             f"strength: {shown(strength)} with {steps} steps leaves no denoising step; "
             f"{pipeline} needs steps * strength of at least 1"
         )
+    # 1 / strength, give or take the float's rounding: one or two counts settle it.
+    start = max(steps + 1, math.ceil(1 / strength) - 1)
+    fewest = next(n for n in itertools.count(start) if denoising_steps(pipeline, n, strength))
+    raise InvalidArgument(
+        f"steps: {steps} leaves no denoising step at the model's strength {shown(strength)} "
+        f"({pipeline} runs steps * strength of them); use at least {fewest} steps"
+    )
 
 
 def _size_from_image(

@@ -102,6 +102,10 @@ def _token_problem(token: str) -> str | None:
     return None
 
 
+# Shortest gateway.http.result_link_secret: 32 characters, 256 bits of base64 or hex text.
+MIN_LINK_SECRET_CHARS = 32
+
+
 class InternalAuthSettings(Section):
     """The mesh's shared credential for scheduler and worker calls: `token`, or `token_file`
     holding it (surrounding whitespace stripped), never both."""
@@ -229,9 +233,20 @@ class GatewayHttpSettings(Section):
     # its clients open without a key. Unset: a random secret per gateway process, so a link
     # opens only on the gateway that made it; several gateways behind one address need
     # one shared secret here (at least 32 characters).
-    result_link_secret: SecretStr | None = Field(None, min_length=32)
+    result_link_secret: SecretStr | None = None
     # How long such a link opens its result (OpenAI's own image URLs last an hour).
     result_link_ttl_s: float = Field(3600.0, gt=0, le=7 * 24 * 3600)
+
+    @field_validator("result_link_secret", mode="after")
+    @classmethod
+    def _long_enough_secret(cls, value: SecretStr | None) -> SecretStr | None:
+        # pydantic's own length check counts a secret's "items"; a secret has characters.
+        if value is not None and len(value.get_secret_value()) < MIN_LINK_SECRET_CHARS:
+            raise ValueError(
+                f"{len(value.get_secret_value())} characters; the least is {MIN_LINK_SECRET_CHARS}"
+            )
+        return value
+
     # Connection limits of the face's own server (uvicorn). They keep one client from holding
     # the gateway's sockets and file descriptors, which the gRPC listener shares; a public
     # deployment still belongs behind a reverse proxy or load balancer that buffers requests.

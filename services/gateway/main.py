@@ -10,6 +10,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import grpc
+
 from mediamesh.common.api.health import LIVENESS_SERVICE, answers_serving
 from mediamesh.common.channels import internal_channel
 from mediamesh.common.credentials import InternalCredentials
@@ -124,17 +126,24 @@ async def start_gateway(
     # open only to callers that send none, so a scheduler that wants a token refuses it, and
     # the gateway turns NOT_SERVING instead of passing its probe while every call fails.
     probe_metadata = () if internal.token else ((INTERNAL_TOKEN_KEY, ""),)
+
     # The scheduler's liveness, not its readiness: a scheduler whose job store takes no
     # writes is NOT_SERVING, and there is no other one to send callers to; a gateway that
     # left rotation then would take reads and the scheduler's own UNAVAILABLE answer
     # ("the job store …") away from every caller.
-    watch = SchedulerWatch(
-        lambda timeout: answers_serving(
-            channel, timeout, service=LIVENESS_SERVICE, metadata=probe_metadata
-        ),
-        server.set_serving,
-        g.scheduler_lost_after_s,
-    )
+    async def probe(timeout: float) -> bool:
+        errors: list[grpc.aio.AioRpcError] = []
+        answered = await answers_serving(
+            channel,
+            timeout,
+            service=LIVENESS_SERVICE,
+            metadata=probe_metadata,
+            on_error=errors.append,
+        )
+        upstream.heard_from_probe(errors[0] if errors else None)
+        return answered
+
+    watch = SchedulerWatch(probe, server.set_serving, g.scheduler_lost_after_s)
     upstream.scheduler_lost = lambda: not watch.serving
     watch_task = asyncio.create_task(watch.run(), name="scheduler-watch")
     log.info("gateway serving on %s:%d", g.host, server.port)

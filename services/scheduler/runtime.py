@@ -21,7 +21,7 @@ from mediamesh.common.log_throttle import LogThrottle
 from mediamesh.common.settings import SchedulerSettings
 from mediamesh.common.telemetry import log_job
 from mediamesh.common.webhook_settings import WebhookSettings
-from mediamesh.scheduler import metrics
+from mediamesh.scheduler import metrics, tracing
 from mediamesh.scheduler.batches import BatchRunner, WorkerLink
 from mediamesh.scheduler.checkpoints import CheckpointFiles
 from mediamesh.scheduler.core.effects import (
@@ -399,6 +399,8 @@ class SchedulerRuntime:
                 )
             )
         elif state.terminal:
+            if not effect.worker_id:
+                tracing.ended_in_queue(job, state, effect.reason)
             metrics.JOBS.labels(job.queue, state.value).inc()
             latency = max((job.finished_at or time.time()) - job.created_at, 0.0)
             metrics.JOB_LATENCY.labels(job.queue, job.priority.name).observe(latency)

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Iterator
 
 from opentelemetry import trace
 
 from mediamesh.common.telemetry import context_from, tracer
 from mediamesh.scheduler.core.effects import Dispatch
+from mediamesh.scheduler.core.jobs import Job, JobState
 
 _tracer = tracer("mediamesh.scheduler")
 
@@ -68,3 +70,25 @@ def batch_failed(span: trace.Span, exc: BaseException) -> None:
     """The batch's call failed (never delivered, the worker gone, a broken stream)."""
     span.record_exception(exc)
     span.set_status(trace.Status(trace.StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+
+
+def ended_in_queue(job: Job, state: JobState, reason: str) -> None:
+    """The `queue wait` span of a job that ended while it waited (expired, cancelled, failed
+    with its queue), which no dispatch ends: without it, the trace of a job that never ran
+    showed no time in the scheduler at all. It is ERROR unless the job was cancelled."""
+    context = context_from(job.trace_carrier)
+    if context is None:
+        return
+    span = _tracer.start_span(
+        "queue wait",
+        context=context,
+        start_time=_ns(job.enqueued_at or job.created_at),
+        attributes={
+            "mediamesh.job_id": job.job_id,
+            "mediamesh.queue": job.queue,
+            "mediamesh.state": state.value,
+        },
+    )
+    if state is not JobState.CANCELLED:
+        span.set_status(trace.Status(trace.StatusCode.ERROR, f"{state.value}: {reason}"))
+    span.end(end_time=_ns(job.finished_at or time.time()))

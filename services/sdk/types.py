@@ -85,6 +85,9 @@ class JobInfo:
     # Its batch is paused at a step boundary on its worker while more urgent work runs; it
     # resumes there. The state stays RUNNING meanwhile, which alone would read as stuck.
     paused: bool = False
+    # When the mesh forgets the ended job and deletes its result (Unix ms): its end plus the
+    # scheduler's retention_s; 0 while it is unfinished.
+    expires_unix_ms: int = 0
     # Result metadata once SUCCEEDED (the bytes come from watch or download).
     mime_type: str = ""
     size_bytes: int = 0

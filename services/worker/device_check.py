@@ -1,4 +1,5 @@
-"""Whether the CUDA devices a worker is configured with exist, checked before any model loads.
+"""Whether the CUDA or MPS devices a worker is configured with exist, checked before any model
+loads.
 
 Without it, a `cuda:N` this process cannot see failed deep inside torch: on a CPU build
 `torch.cuda.mem_get_info` raises a bare AssertionError ("Torch not compiled with CUDA
@@ -17,8 +18,8 @@ from mediamesh.common.settings import WorkerSettings
 
 
 def refuse_unavailable_devices(worker: WorkerSettings, specs: Iterable[ModelSpec]) -> None:
-    """StartupError naming the first setting whose CUDA device is absent (blocking: torch
-    asks the driver, so call it off the event loop)."""
+    """StartupError naming the first setting whose CUDA or MPS device is absent (blocking:
+    torch asks the driver, so call it off the event loop)."""
     settings = [(f"worker {worker.worker_id!r} field device", worker.device)]
     for spec in specs:
         options = spec.parallelism
@@ -33,7 +34,15 @@ def refuse_unavailable_devices(worker: WorkerSettings, specs: Iterable[ModelSpec
 
 
 def _absent(device: str) -> str | None:
-    """Why `device` cannot be used here, or None (and None for what is not CUDA)."""
+    """Why `device` cannot be used here, or None (and None for what is neither CUDA nor
+    MPS)."""
+    if device == "mps" or device.startswith("mps:"):
+        if torch.backends.mps.is_available():
+            return None
+        return (
+            "mps is not available on this host (no Apple GPU, or a torch build without MPS); "
+            "set the device to cpu or cuda"
+        )
     if device != "cuda" and not device.startswith("cuda:"):
         return None
     try:

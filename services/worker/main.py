@@ -270,6 +270,15 @@ async def _report_memory(devices: list[str], runtime: WorkerRuntime) -> None:
         await asyncio.sleep(5)
 
 
+def _host_setting(config: MeshConfig, worker: WorkerSettings) -> str:
+    """The setting that gave `worker` its host, for a refusal to name: its `workers` entry,
+    unless a flag changed the host, else the `worker` section."""
+    for index, entry in enumerate(config.workers):
+        if entry.worker_id == worker.worker_id and entry.host == worker.host:
+            return f"workers[{index}].host"
+    return "worker.host"
+
+
 async def start_worker(
     config: MeshConfig,
     registry: Registry,
@@ -290,6 +299,7 @@ async def start_worker(
         authenticated=credentials.authenticates,
         insecure=worker.insecure,
         missing=NO_INTERNAL_CREDENTIAL,
+        setting=_host_setting(config, worker),
     )
     server_credentials = credentials.server_credentials()
     if after_exposure_check is not None:

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import grpc
@@ -150,9 +150,11 @@ async def answers_serving(
     timeout: float,
     service: str = "",
     metadata: tuple[tuple[str, str], ...] = (),
+    on_error: Callable[[grpc.aio.AioRpcError], None] | None = None,
 ) -> bool:
     """Whether the server behind `channel` reports SERVING for `service` within `timeout`
-    seconds; False when it reports otherwise or does not answer."""
+    seconds; False when it reports otherwise or does not answer (`on_error` hears why,
+    when the call itself failed)."""
     try:
         # typeshed's HealthStub declares no rpc methods; the generated class has them.
         reply = await health_pb2_grpc.HealthStub(channel).Check(  # type: ignore[attr-defined]
@@ -161,7 +163,9 @@ async def answers_serving(
             wait_for_ready=True,
             metadata=metadata or None,
         )
-    except grpc.aio.AioRpcError:
+    except grpc.aio.AioRpcError as exc:
+        if on_error is not None:
+            on_error(exc)
         return False
     return bool(reply.status == health_pb2.HealthCheckResponse.SERVING)
 

@@ -36,6 +36,9 @@ _LENGTH_DELIMITED = 2
 # (Quoted: grpc's classes are generic only in their type stubs.)
 _Context: TypeAlias = "grpc.aio.ServicerContext[Any, Any]"
 _Behaviour: TypeAlias = "Callable[[Any, _Context], Any]"
+# Told of each request the guard refuses, with the refusal: the method's name, the request
+# (an `Unparsable` for one that did not parse) and the error the caller gets.
+OnRefused: TypeAlias = Callable[[str, Any, InvalidArgument], None]
 
 
 @dataclass(frozen=True)
@@ -50,6 +53,7 @@ def add_servicer(
     servicer: object,
     service: ServiceDescriptor,
     bounds_checked_by_servicer: frozenset[str] = frozenset(),
+    on_refused: OnRefused | None = None,
 ) -> None:
     """Registers `service`'s rpcs on `server`, each served by `servicer`'s method of that name.
 
@@ -58,6 +62,8 @@ def add_servicer(
     The streams named in `bounds_checked_by_servicer` are still refused for a message that
     does not parse, but their servicer checks the limits itself: a message of theirs holds
     several independent requests, and one request past a limit must fail alone.
+    `on_refused` hears of each unary request refused here (the gateway counts the jobs it
+    refuses, these among them).
     """
     handlers = {}
     for method in service.methods:
@@ -71,7 +77,7 @@ def add_servicer(
                 raise ValueError(f"{method.name}: only a bidirectional stream checks its own")
             guard = _parsed_stream_stream
         handlers[method.name] = _FACTORIES[shape](
-            guard(behaviour),
+            guard(behaviour, _told(method.name, on_refused)),
             request_deserializer=_parser(request_class),
             response_serializer=response_class.SerializeToString,
         )
@@ -119,6 +125,14 @@ def _bad_utf8(descriptor: Descriptor | UpbDescriptor, data: bytes, prefix: str) 
     return None
 
 
+def _told(method: str, on_refused: OnRefused | None) -> Callable[[Any, InvalidArgument], None]:
+    def tell(request: Any, error: InvalidArgument) -> None:
+        if on_refused is not None:
+            on_refused(method, request, error)
+
+    return tell
+
+
 def _check(request: object) -> None:
     if isinstance(request, Unparsable):
         raise InvalidArgument(request.reason)
@@ -139,31 +153,42 @@ async def _parsed(requests: AsyncIterator[Any]) -> AsyncIterator[Any]:
         yield request
 
 
-def _unary_unary(behaviour: _Behaviour) -> _Behaviour:
-    async def guarded(request: Any, context: _Context) -> Any:
+_Tell: TypeAlias = Callable[[Any, InvalidArgument], None]
+
+
+def _checked_one(request: Any, tell: _Tell) -> None:
+    try:
         _check(request)
+    except InvalidArgument as exc:
+        tell(request, exc)
+        raise
+
+
+def _unary_unary(behaviour: _Behaviour, tell: _Tell) -> _Behaviour:
+    async def guarded(request: Any, context: _Context) -> Any:
+        _checked_one(request, tell)
         return await behaviour(request, context)
 
     return guarded
 
 
-def _unary_stream(behaviour: _Behaviour) -> _Behaviour:
+def _unary_stream(behaviour: _Behaviour, tell: _Tell) -> _Behaviour:
     async def guarded(request: Any, context: _Context) -> AsyncIterator[Any]:
-        _check(request)
+        _checked_one(request, tell)
         async for response in behaviour(request, context):
             yield response
 
     return guarded
 
 
-def _stream_unary(behaviour: _Behaviour) -> _Behaviour:
+def _stream_unary(behaviour: _Behaviour, tell: _Tell) -> _Behaviour:
     async def guarded(requests: AsyncIterator[Any], context: _Context) -> Any:
         return await behaviour(_checked(requests), context)
 
     return guarded
 
 
-def _stream_stream(behaviour: _Behaviour) -> _Behaviour:
+def _stream_stream(behaviour: _Behaviour, tell: _Tell) -> _Behaviour:
     async def guarded(requests: AsyncIterator[Any], context: _Context) -> AsyncIterator[Any]:
         async for response in behaviour(_checked(requests), context):
             yield response
@@ -171,7 +196,7 @@ def _stream_stream(behaviour: _Behaviour) -> _Behaviour:
     return guarded
 
 
-def _parsed_stream_stream(behaviour: _Behaviour) -> _Behaviour:
+def _parsed_stream_stream(behaviour: _Behaviour, tell: _Tell) -> _Behaviour:
     async def guarded(requests: AsyncIterator[Any], context: _Context) -> AsyncIterator[Any]:
         async for response in behaviour(_parsed(requests), context):
             yield response
@@ -186,7 +211,9 @@ _FACTORIES: dict[_Shape, Callable[..., grpc.RpcMethodHandler[Any, Any]]] = {
     (True, False): grpc.stream_unary_rpc_method_handler,
     (True, True): grpc.stream_stream_rpc_method_handler,
 }
-_GUARDS: dict[_Shape, Callable[[_Behaviour], _Behaviour]] = {
+# A stream's messages are not reported to `on_refused`: the gateway takes no new job on a
+# client stream.
+_GUARDS: dict[_Shape, Callable[[_Behaviour, _Tell], _Behaviour]] = {
     (False, False): _unary_unary,
     (False, True): _unary_stream,
     (True, False): _stream_unary,

@@ -22,6 +22,7 @@ from mediamesh.common.errors import InvalidArgument, Unavailable
 from mediamesh.common.generated.v1 import common_pb2, gateway_pb2
 from mediamesh.common.params import find_model
 from mediamesh.common.registry import ModelSpec
+from mediamesh.gateway import metrics
 from mediamesh.gateway.api.dataplane import DataPlane
 from mediamesh.gateway.api.job_link import FINAL_EVENTS
 from mediamesh.gateway.api.json_checks import check_json_message
@@ -213,6 +214,12 @@ class JsonPlane:
         ModelInfo does not carry (a video model's frame multiple); NotFound for none."""
         return find_model(self.plane.up.registry, model)
 
+    def queue_of(self, model: object) -> str:
+        """The queue label a refusal of a job for `model` (as a body sent it, perhaps not
+        text) is counted under: its modality, or `unknown` for no model in the registry."""
+        spec = self.plane.up.registry.get(model) if isinstance(model, str) else None
+        return spec.modality if spec is not None else metrics.UNKNOWN_QUEUE
+
     @property
     def tenancy(self) -> Tenancy:
         """The gateway's API keys and quotas, for a route that admits several jobs at once
@@ -389,6 +396,7 @@ def job_view(info: common_pb2.JobInfo) -> JsonObject:
         "tenant": info.tenant,
         "created_unix_ms": info.created_unix_ms,
         "finished_unix_ms": info.finished_unix_ms or None,
+        "expires_unix_ms": info.expires_unix_ms or None,
         "attempts": info.attempts,
         "step": info.step,
         "total_steps": info.total_steps,

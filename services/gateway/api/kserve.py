@@ -22,9 +22,11 @@ from mediamesh.common.generated.inference import grpc_service_pb2_grpc as pb_grp
 from mediamesh.common.generated.v1 import gateway_pb2
 from mediamesh.common.registry import ModelSpec
 from mediamesh.common.server import Registration
+from mediamesh.gateway import metrics
 from mediamesh.gateway.api import kserve_messages as messages
 from mediamesh.gateway.api.kserve_jobs import ElementProgress, run_call
 from mediamesh.gateway.api.kserve_statistics import model_statistics
+from mediamesh.gateway.api.refused_requests import counting_refused_jobs
 from mediamesh.gateway.api.upstream import (
     Upstream,
     caller_of,
@@ -255,20 +257,25 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         context: grpc.aio.ServicerContext[pb.ModelInferRequest, Any],
         on_progress: Callable[[ElementProgress], None] | None = None,
     ) -> pb.ModelInferResponse:
-        spec = self._model(request.model_name, request.model_version)
-        call = parse_call(
-            spec,
-            messages.input_tensors(request),
-            messages.parameter_values(request.parameters),
-            messages.requested_outputs(request),
-            max_adapters=self.up.max_adapters_per_request,
-        )
-        if on_progress is None and any(e.preview_every_steps for e in call.elements):
-            # Refused rather than ignored: a unary answer has nowhere to put per-step previews.
-            raise InvalidArgument(
-                "parameters.preview_every_steps: previews come on ModelStreamInfer's per-step "
-                "responses; ModelInfer answers once, so it takes none"
+        known = self.up.registry.get(request.model_name)
+        queue = known.modality if known is not None else metrics.UNKNOWN_QUEUE
+        with metrics.counting_refusals(queue) as asked:
+            spec = self._model(request.model_name, request.model_version)
+            call = parse_call(
+                spec,
+                messages.input_tensors(request),
+                messages.parameter_values(request.parameters),
+                messages.requested_outputs(request),
+                max_adapters=self.up.max_adapters_per_request,
             )
+            asked.jobs = len(call.elements)
+            if on_progress is None and any(e.preview_every_steps for e in call.elements):
+                # Refused rather than ignored: a unary answer has nowhere to put per-step
+                # previews.
+                raise InvalidArgument(
+                    "parameters.preview_every_steps: previews come on ModelStreamInfer's "
+                    "per-step responses; ModelInfer answers once, so it takes none"
+                )
         try:
             results = await run_call(self.up, call, caller, context, on_progress)
         except MeshError as exc:
@@ -348,7 +355,12 @@ def registration(upstream: Upstream) -> Registration:
     service = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"]
     return Registration(
         (service.full_name,),
-        lambda server: add_servicer(server, InferenceServicer(upstream), service),
+        lambda server: add_servicer(
+            server,
+            InferenceServicer(upstream),
+            service,
+            on_refused=counting_refused_jobs(upstream.registry, {"ModelInfer": "model_name"}),
+        ),
         authenticate=key_check(upstream.tenancy),
         open_methods=frozenset(f"{service.full_name}/{name}" for name in OPEN_METHODS),
     )

@@ -7,6 +7,7 @@ from typing import Any
 
 from mediamesh.common.errors import InvalidArgument, MeshError
 from mediamesh.common.registry import ModelSpec
+from mediamesh.gateway import metrics
 from mediamesh.gateway.api.kserve import (
     EXTENSIONS,
     SERVER_NAME,
@@ -72,19 +73,21 @@ class InferencePlane:
     ) -> list[OutputTensor]:
         """Runs each element of the `prompt` input as one job; the outputs asked for, in
         element order. Refused before any job runs when an output could not be sent."""
-        call = parse_call(
-            spec,
-            request.inputs,
-            request.parameters,
-            request.outputs,
-            max_adapters=self.up.max_adapters_per_request,
-        )
-        if any(e.preview_every_steps for e in call.elements):
-            raise InvalidArgument(
-                "parameters.preview_every_steps: previews come on the gRPC protocol's "
-                "ModelStreamInfer; an HTTP inference answers once, so it takes none"
+        with metrics.counting_refusals(spec.modality) as asked:
+            call = parse_call(
+                spec,
+                request.inputs,
+                request.parameters,
+                request.outputs,
+                max_adapters=self.up.max_adapters_per_request,
             )
-        check_outputs_sendable(request, call.outputs)
+            asked.jobs = len(call.elements)
+            if any(e.preview_every_steps for e in call.elements):
+                raise InvalidArgument(
+                    "parameters.preview_every_steps: previews come on the gRPC protocol's "
+                    "ModelStreamInfer; an HTTP inference answers once, so it takes none"
+                )
+            check_outputs_sendable(request, call.outputs)
         try:
             results = await run_call(self.up, call, caller, None)
         except MeshError as exc:

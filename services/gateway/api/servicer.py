@@ -11,6 +11,7 @@ from mediamesh.common.generated.v1 import common_pb2, gateway_pb2, gateway_pb2_g
 from mediamesh.common.input_images import check_later_chunk
 from mediamesh.common.server import Registration
 from mediamesh.gateway.api.dataplane import DataPlane
+from mediamesh.gateway.api.refused_requests import counting_refused_jobs
 from mediamesh.gateway.api.submit_call import submit_for_call
 from mediamesh.gateway.api.upstream import (
     Upstream,
@@ -151,6 +152,13 @@ def registration(upstream: Upstream) -> Registration:
     service = gateway_pb2.DESCRIPTOR.services_by_name["Gateway"]
     return Registration(
         (service.full_name,),
-        lambda server: add_servicer(server, GatewayServicer(upstream), service),
+        lambda server: add_servicer(
+            server,
+            GatewayServicer(upstream),
+            service,
+            on_refused=counting_refused_jobs(
+                upstream.registry, {"Generate": "model", "Submit": "model"}
+            ),
+        ),
         authenticate=key_check(upstream.tenancy),
     )

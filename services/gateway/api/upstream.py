@@ -54,6 +54,8 @@ class Upstream:
     link: JobLink | None = None
     # Whether the gateway's SchedulerWatch has had no answer for scheduler_lost_after_s.
     scheduler_lost: Callable[[], bool] = lambda: False
+    # Whether the watch's last probe was refused for the gateway's own credential.
+    scheduler_refuses: bool = False
 
     @classmethod
     def over(
@@ -141,9 +143,21 @@ class Upstream:
         """UNAVAILABLE at once for a new job while the scheduler is lost: a scheduler that
         holds its connections but answers nothing (stopped, swapping) would keep the call
         until its deadline and then leave the caller unable to tell whether a job was made.
-        Sent nothing, it made none, so a retry is safe."""
+        Sent nothing, it made none, so a retry is safe; but a scheduler that refuses the
+        gateway's credential is named as such, as every other call names it: no retry
+        helps until an operator fixes the config."""
         if self.scheduler_lost():
-            raise MeshError(UNREACHABLE_MESSAGE, code=StatusCode.UNAVAILABLE)
+            message = REFUSED_MESSAGE if self.scheduler_refuses else UNREACHABLE_MESSAGE
+            raise MeshError(message, code=StatusCode.UNAVAILABLE)
+
+    def heard_from_probe(self, error: grpc.aio.AioRpcError | None) -> None:
+        """What the gateway's scheduler probe last got: None for an answer, else the call's
+        error. A refusal of the gateway's credential is logged as an ERROR at once
+        (`outward`, at most once a minute), even while callers only send new jobs, which
+        the gateway refuses without a call once it counts the scheduler lost."""
+        self.scheduler_refuses = error is not None and error.code() in _REFUSALS
+        if error is not None and self.scheduler_refuses:
+            outward(error)
 
     def outbound(self, event: common_pb2.GenerateEvent) -> common_pb2.GenerateEvent:
         """`event` as a caller gets it: a result above `inline_limit` becomes a reference."""

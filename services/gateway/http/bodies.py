@@ -18,6 +18,7 @@ from starlette.formparsers import MultiPartException, MultiPartParser
 from starlette.requests import ClientDisconnect
 
 from mediamesh.common.errors import InvalidArgument, MeshError, PayloadTooLarge, StatusCode
+from mediamesh.gateway.api.form_nesting import bracketed_field, folded_fields
 from mediamesh.gateway.core.strict_json import parse_json
 from mediamesh.gateway.http.errors import UnsupportedMediaType
 
@@ -102,15 +103,20 @@ async def read_form(
 ) -> tuple[dict[str, str], dict[str, bytes]]:
     """A form body as its text fields and its file parts (name -> bytes; multipart only);
     `aliases` maps another spelling of a field (`image[]`, as the openai client sends a list)
-    to the field. InvalidArgument naming a field sent more than once: each field of a job
+    to the field; other bracketed names are folded into the JSON text of their field
+    (`form_nesting`). InvalidArgument naming a field sent more than once: each field of a job
     takes one value, and keeping one of several would drop the others without a word;
     UnsupportedMediaType for a body that is not a form."""
     media_type(request, FORMS)
     spelled = aliases or {}
-    fields, files, unchosen = await _form_items(request, max_bytes)
+    items, files, unchosen = await _form_items(request, max_bytes)
+    # A nested value as the openai client flattens it (`adapters[][name]`) is one field.
+    nested = [(n, text) for n, text in items if n not in spelled and bracketed_field(n)]
+    fields = [(n, text) for n, text in items if n in spelled or not bracketed_field(n)]
+    folded = folded_fields(nested)
     # A file input left empty is no input, but its name was sent: two of one name are as
     # much a repeat as two files are.
-    sent = [name for name, _ in [*fields, *files]] + unchosen
+    sent = [name for name, _ in [*fields, *files]] + unchosen + list(folded)
     counts = Counter(spelled.get(name, name) for name in sent)
     for name, count in counts.items():
         if count > 1:
@@ -123,7 +129,7 @@ async def read_form(
             # missing.
             raise InvalidArgument(f"{name}: empty; send PNG, JPEG or WebP bytes")
     return (
-        {spelled.get(name, name): text for name, text in fields},
+        {**{spelled.get(name, name): text for name, text in fields}, **folded},
         {spelled.get(name, name): data for name, data in files},
     )
 

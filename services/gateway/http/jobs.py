@@ -13,6 +13,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from mediamesh.common.errors import InvalidArgument, MeshError, NotFound
 from mediamesh.common.limits import MAX_JOB_PAGE_SIZE
+from mediamesh.gateway import metrics
 from mediamesh.gateway.api.json_plane import (
     JobListing,
     JsonObject,
@@ -90,11 +91,17 @@ async def submit_job(request: Request, authorization: Authorization = None) -> J
     answers 202 with the job at once; follow it with `/events`."""
     context = context_of(request)
     caller = context.plane.caller(authorization, request.headers.get("traceparent"))
-    if media_type(request, (JSON, *FORMS)) == JSON:
-        generate = request_from_json(await read_json(request, context.max_body_bytes))
-    else:
-        fields, files = await read_form(request, context.max_body_bytes)
-        generate = request_from_form(fields, files)
+    with metrics.counting_refusals() as asked:
+        if media_type(request, (JSON, *FORMS)) == JSON:
+            body = await read_json(request, context.max_body_bytes)
+            asked.queue = context.plane.queue_of(
+                body.get("model") if isinstance(body, dict) else None
+            )
+            generate = request_from_json(body)
+        else:
+            fields, files = await read_form(request, context.max_body_bytes)
+            asked.queue = context.plane.queue_of(fields.get("model"))
+            generate = request_from_form(fields, files)
     job = await context.plane.submit(generate, caller)
     return JSONResponse(with_links(job, base_url_of(request)), status_code=202)
 

@@ -16,6 +16,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
 from mediamesh.common.errors import MeshError, NotFound, StatusCode
+from mediamesh.gateway import metrics
 from mediamesh.gateway.core.inference_call import model_metadata
 from mediamesh.gateway.core.model_config import model_config
 from mediamesh.gateway.core.oip_rest import (
@@ -138,13 +139,15 @@ async def infer(request: Request, model: str, authorization: Authorization = Non
     context = context_of(request)
     plane = context.plane
     caller = plane.caller(authorization, request.headers.get("traceparent"))
-    spec = plane.inference.model(model, _version(request))
-    # Before the body is read: one in an encoding the gateway cannot read is refused whole.
-    encoding = content_encoding(request.headers.get("content-encoding"))
-    compressed = await read_body(request, context.max_body_bytes)
-    # tritonclient.http compresses with request_compression_algorithm, as Triton reads.
-    body = inflated(compressed, encoding, context.max_body_bytes)
-    parsed = parse_infer_request(body, request.headers.get(HEADER_LENGTH))
+    with metrics.counting_refusals(plane.queue_of(model)):
+        spec = plane.inference.model(model, _version(request))
+        # Before the body is read: one in an encoding the gateway cannot read is refused
+        # whole.
+        encoding = content_encoding(request.headers.get("content-encoding"))
+        compressed = await read_body(request, context.max_body_bytes)
+        # tritonclient.http compresses with request_compression_algorithm, as Triton reads.
+        body = inflated(compressed, encoding, context.max_body_bytes)
+        parsed = parse_infer_request(body, request.headers.get(HEADER_LENGTH))
     # Cancelled with the client: the call's jobs are then cancelled too (kserve_jobs.py).
     outputs = await unless_client_leaves(request, plane.inference.infer(caller, spec, parsed))
     content, json_length = encode_infer_response(spec.name, parsed, outputs)

@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from mediamesh.common.errors import InvalidArgument
 from mediamesh.common.output_formats import FORMATS_BY_MODALITY, MIME_TYPES
+from mediamesh.gateway import metrics
 from mediamesh.gateway.api.json_plane import request_from_json
 from mediamesh.gateway.http.bodies import read_model
 from mediamesh.gateway.http.context import Authorization, context_of
@@ -103,25 +104,32 @@ async def generate_audio(request: Request, authorization: Authorization = None) 
     context = context_of(request)
     plane = context.plane
     caller = plane.caller(authorization, request.headers.get("traceparent"))
-    body = await read_model(request, AudioGeneration, context.max_body_bytes)
-    check_known_fields(body.model_extra or {}, "audio generation", AUDIO_FIELDS, AUDIO_MESH_FIELDS)
-    _check_unoffered(body)
-    model = await pick_model(plane, caller, body.model, "audio")
-    fields = {
-        "model": model["name"],
-        "prompt": body.input,
-        "output_format": body.response_format,
-        "duration_s": body.audio_length,
-        "steps": body.num_inference_steps,
-        "negative_prompt": body.negative_prompt,
-        "guidance_scale": body.guidance_scale,
-        "seed": body.seed,
-        "priority": body.priority,
-    }
-    with openai_names(AUDIO_NAMES):
-        generate = request_from_json(mesh_fields(fields))
-        with admitted(plane.tenancy, caller, model, body.priority, 1) as paid:
-            jobs = await follow_all(plane, caller, [plane.follow(generate, paid)])
+    with metrics.counting_refusals() as asked:
+        body = await read_model(request, AudioGeneration, context.max_body_bytes)
+        check_known_fields(
+            body.model_extra or {}, "audio generation", AUDIO_FIELDS, AUDIO_MESH_FIELDS
+        )
+        _check_unoffered(body)
+        model = await pick_model(plane, caller, body.model, "audio")
+        asked.queue = "audio"
+        fields = {
+            "model": model["name"],
+            "prompt": body.input,
+            "output_format": body.response_format,
+            "duration_s": body.audio_length,
+            "steps": body.num_inference_steps,
+            "negative_prompt": body.negative_prompt,
+            "guidance_scale": body.guidance_scale,
+            "seed": body.seed,
+            "priority": body.priority,
+        }
+        with openai_names(AUDIO_NAMES):
+            generate = request_from_json(mesh_fields(fields))
+    with (
+        openai_names(AUDIO_NAMES),
+        admitted(plane.tenancy, caller, model, body.priority, 1) as paid,
+    ):
+        jobs = await follow_all(plane, caller, [plane.follow(generate, paid)])
 
     async def audio() -> Response:
         event, inline = await final_event(plane, jobs[0], caller)

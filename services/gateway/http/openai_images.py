@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import base64
 import time
+from collections.abc import Mapping
 from typing import Any, Literal
 
 from fastapi import APIRouter, Request
@@ -30,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from mediamesh.common.api.bounds import check_bounds
 from mediamesh.common.errors import InvalidArgument
 from mediamesh.common.limits import MAX_SEED
+from mediamesh.gateway import metrics
 from mediamesh.gateway.api.json_plane import (
     Followed,
     JsonObject,
@@ -111,7 +113,7 @@ GENERATION_FIELDS = (
 # ignored (preview_every_steps, result_as_url: the answer is the images, whole) or wrong for
 # n jobs (one idempotency_key would answer the first job n times).
 # `num_inference_steps`, vLLM-Omni's name for steps, is taken too (adopt_steps_alias).
-IMAGE_MESH_FIELDS = ("steps", "seed", "negative_prompt", "guidance_scale", "priority")
+IMAGE_MESH_FIELDS = ("steps", "seed", "negative_prompt", "guidance_scale", "priority", "adapters")
 # How an edit sends each input image the mesh's errors advise sending as bytes or an id.
 EDIT_PARTS = {"image": "image", "mask_image": "mask"}
 EDIT_FIELDS = (
@@ -191,39 +193,43 @@ async def generate_images(request: Request, authorization: Authorization = None)
     context = context_of(request)
     plane = context.plane
     caller = plane.caller(authorization, request.headers.get("traceparent"))
-    body = await read_model(request, ImageGeneration, context.max_body_bytes)
-    extra = {"steps": body.steps, **(body.model_extra or {})}
-    step_names = adopt_steps_alias(extra)
-    steps = extra.pop("steps")
-    check_known_fields(extra, "image generations", GENERATION_FIELDS, IMAGE_MESH_FIELDS)
-    declared = ImageGeneration.model_fields
-    check_no_ops({name: getattr(body, name) for name in NO_OP_VALUES if name in declared})
-    count = 1 if body.n is None else body.n
-    user = checked_end_user(body.user)
-    model = await pick_model(plane, caller, body.model, "image")
-    await _check_needs_no_input(plane, model)
-    response_format: ResponseFormat = body.response_format or "b64_json"
-    fields = {
-        "model": model["name"],
-        "prompt": body.prompt,
-        **parse_size(body.size, model),
-        "output_format": body.output_format,
-        "output_quality": body.output_compression,
-        **mesh_fields(
-            {
-                "steps": steps,
-                "negative_prompt": body.negative_prompt,
-                "guidance_scale": body.guidance_scale,
-                "priority": body.priority,
-            }
-        ),
-    }
-    requests = [
-        request_from_json(mesh_fields({**fields, "seed": seed}))
-        for seed in image_seeds(body.seed, count)
-    ]
-    for generate in requests:
-        generate.result_as_url = _as_url(response_format)
+    with metrics.counting_refusals() as asked:
+        body = await read_model(request, ImageGeneration, context.max_body_bytes)
+        extra = {"steps": body.steps, **(body.model_extra or {})}
+        step_names = adopt_steps_alias(extra)
+        steps = extra.pop("steps")
+        check_known_fields(extra, "image generations", GENERATION_FIELDS, IMAGE_MESH_FIELDS)
+        declared = ImageGeneration.model_fields
+        check_no_ops({name: getattr(body, name) for name in NO_OP_VALUES if name in declared})
+        count = 1 if body.n is None else body.n
+        user = checked_end_user(body.user)
+        model = await pick_model(plane, caller, body.model, "image")
+        asked.queue, asked.jobs = "image", count
+        await _check_needs_no_input(plane, model)
+        response_format: ResponseFormat = body.response_format or "b64_json"
+        fields = {
+            "model": model["name"],
+            "prompt": body.prompt,
+            **parse_size(body.size, model),
+            "output_format": body.output_format,
+            "output_quality": body.output_compression,
+            **mesh_fields(
+                {
+                    "steps": steps,
+                    "negative_prompt": body.negative_prompt,
+                    "guidance_scale": body.guidance_scale,
+                    "priority": body.priority,
+                    # LoRA adapters by name, as /v1/jobs takes them.
+                    "adapters": extra.get("adapters"),
+                }
+            ),
+        }
+        requests = [
+            request_from_json(mesh_fields({**fields, "seed": seed}))
+            for seed in image_seeds(body.seed, count)
+        ]
+        for generate in requests:
+            generate.result_as_url = _as_url(response_format)
     with (
         openai_names({**GENERATION_NAMES, **step_names}),
         admitted(context.plane.tenancy, caller, model, body.priority, count) as paid,
@@ -234,7 +240,7 @@ async def generate_images(request: Request, authorization: Authorization = None)
     # A job's own refusal (its worker's) names a field as the client sent it too.
     with openai_names({**GENERATION_NAMES, **step_names}):
         answer = await answered_or_cancelled(request, plane, caller, jobs, images)
-    return {**answer, "size": body.size}
+    return {**answer, "size": _made_size(fields, model)}
 
 
 @router.post(
@@ -272,63 +278,86 @@ async def edit_images(request: Request, authorization: Authorization = None) -> 
     context = context_of(request)
     plane = context.plane
     caller = plane.caller(authorization, request.headers.get("traceparent"))
-    form, files = await read_form(request, context.max_body_bytes, {"image[]": "image"})
-    image = files.get("image")
-    prompt = form.pop("prompt", None)
-    if image is None:
-        raise InvalidArgument("image: required, as a file part")
-    if "mask" in form:
-        # Not a field of the mesh's job (that is mask_image): the job would name that.
-        raise InvalidArgument("mask: send it as a file part (a PNG with transparency), not text")
-    if not prompt:
-        raise InvalidArgument("prompt: required")
-    inputs = {"image": "image", "mask_image": "mask"} if "mask" in files else {"image": "image"}
-    model = await pick_model(plane, caller, form.pop("model", None), "image", inputs)
-    requested_format = form.pop("response_format", "b64_json")
-    if requested_format not in ("b64_json", "url"):
-        raise InvalidArgument(f"response_format: {requested_format[:32]!r}; use b64_json or url")
-    response_format: ResponseFormat = "url" if requested_format == "url" else "b64_json"
-    check_no_ops({name: form.pop(name, None) for name in NO_OP_VALUES})
-    n = _count(form.pop("n", "1"))
-    # The mesh's width and height are no fields of edits (check_known_fields names them).
-    size_text = form.pop("size", None)
-    size = parse_size(size_text, model)
-    user = checked_end_user(form.pop("user", None))
-    seeds = image_seeds(_seed(form.pop("seed", None)), n)
-    step_names = adopt_steps_alias(form)
-    unknown = sorted(set(files) - {"image", "mask"})
-    if unknown:
-        raise InvalidArgument(f"{unknown[0]}: not a file field of image edits; only image, mask")
-    # Before output_compression becomes the mesh's output_quality: one sent by that name is
-    # refused, as on generations, rather than overridden by the other.
-    check_known_fields(form, "image edits", EDIT_FIELDS, IMAGE_MESH_FIELDS)
-    if "output_compression" in form:
-        form["output_quality"] = form.pop("output_compression")
-    fields = {"model": model["name"], "prompt": prompt, **{k: str(v) for k, v in size.items()}}
-    mask = files.get("mask")
-    max_pixels = plane.spec(model["name"]).limits.max_input_pixels
-    if mask is not None:
-        # Its header against the model's limit now; its pixels only once admitted.
-        await probe_mask(mask, max_pixels)
-    with openai_names({**EDIT_NAMES, **step_names}), openai_input_advice(EDIT_PARTS):
-        requests = []
-        for seed in seeds:
-            seeded = {} if seed is None else {"seed": str(seed)}
-            requests.append(request_from_form({**form, **fields, **seeded}, {"image": image}))
-            requests[-1].result_as_url = _as_url(response_format)
-        with admitted(context.plane.tenancy, caller, model, form.get("priority"), n) as paid:
-            if mask is not None:
+    with metrics.counting_refusals() as asked:
+        form, files = await read_form(request, context.max_body_bytes, {"image[]": "image"})
+        image = files.get("image")
+        prompt = form.pop("prompt", None)
+        if image is None:
+            raise InvalidArgument("image: required, as a file part")
+        if "mask" in form:
+            # Not a field of the mesh's job (that is mask_image): the job would name that.
+            raise InvalidArgument(
+                "mask: send it as a file part (a PNG with transparency), not text"
+            )
+        if not prompt:
+            raise InvalidArgument("prompt: required")
+        inputs = {"image": "image", "mask_image": "mask"} if "mask" in files else {"image": "image"}
+        model = await pick_model(plane, caller, form.pop("model", None), "image", inputs)
+        asked.queue = "image"
+        requested_format = form.pop("response_format", "b64_json")
+        if requested_format not in ("b64_json", "url"):
+            raise InvalidArgument(
+                f"response_format: {requested_format[:32]!r}; use b64_json or url"
+            )
+        response_format: ResponseFormat = "url" if requested_format == "url" else "b64_json"
+        check_no_ops({name: form.pop(name, None) for name in NO_OP_VALUES})
+        n = asked.jobs = _count(form.pop("n", "1"))
+        # The mesh's width and height are no fields of edits (check_known_fields names them).
+        size_text = form.pop("size", None)
+        size = parse_size(size_text, model)
+        user = checked_end_user(form.pop("user", None))
+        seeds = image_seeds(_seed(form.pop("seed", None)), n)
+        step_names = adopt_steps_alias(form)
+        unknown = sorted(set(files) - {"image", "mask"})
+        if unknown:
+            raise InvalidArgument(
+                f"{unknown[0]}: not a file field of image edits; only image, mask"
+            )
+        # Before output_compression becomes the mesh's output_quality: one sent by that name
+        # is refused, as on generations, rather than overridden by the other.
+        check_known_fields(form, "image edits", EDIT_FIELDS, IMAGE_MESH_FIELDS)
+        if "output_compression" in form:
+            form["output_quality"] = form.pop("output_compression")
+        fields = {"model": model["name"], "prompt": prompt, **{k: str(v) for k, v in size.items()}}
+        mask = files.get("mask")
+        max_pixels = plane.spec(model["name"]).limits.max_input_pixels
+        if mask is not None:
+            # Its header against the model's limit now; its pixels only once admitted.
+            await probe_mask(mask, max_pixels)
+        with openai_names({**EDIT_NAMES, **step_names}), openai_input_advice(EDIT_PARTS):
+            requests = []
+            for seed in seeds:
+                seeded = {} if seed is None else {"seed": str(seed)}
+                requests.append(request_from_form({**form, **fields, **seeded}, {"image": image}))
+                requests[-1].result_as_url = _as_url(response_format)
+    with (
+        openai_names({**EDIT_NAMES, **step_names}),
+        openai_input_advice(EDIT_PARTS),
+        admitted(context.plane.tenancy, caller, model, form.get("priority"), n) as paid,
+    ):
+        if mask is not None:
+            with metrics.counting_refusals("image", n):
                 converted = await converted_mask(mask, max_pixels)
                 for generate in requests:
                     generate.mask_image = converted
                     check_bounds(generate)
-            jobs = await follow_all(plane, caller, (plane.follow(r, paid) for r in requests))
+        jobs = await follow_all(plane, caller, (plane.follow(r, paid) for r in requests))
     log_end_user("/v1/images/edits", caller, user, [job.job_id for job in jobs])
     images = _images(plane, jobs, caller, response_format, request)
     with openai_names({**EDIT_NAMES, **step_names}), openai_input_advice(EDIT_PARTS):
         answer = await answered_or_cancelled(request, plane, caller, jobs, images)
-    # As generations answer: the size asked for (none for auto or unset).
-    return {**answer, "size": size_text}
+    # The size made when a size was asked for; otherwise the input image's, which the
+    # gateway has not decoded, so none is said.
+    return {**answer, "size": _made_size(size, model) if size else None}
+
+
+def _made_size(fields: Mapping[str, object], model: JsonObject) -> str:
+    """The images' size as OpenAI's `size` gives it, WIDTHxHEIGHT: the one asked for, written
+    plainly (`064x064` is 64x64), or the model's default for auto or none."""
+    limits = model["limits"]
+    width = fields.get("width", limits["default_width"])
+    height = fields.get("height", limits["default_height"])
+    return f"{width}x{height}"
 
 
 async def _check_needs_no_input(plane: JsonPlane, model: JsonObject) -> None:

@@ -36,6 +36,7 @@ from mediamesh.common.job_states import ENDED_STATE_NAMES
 from mediamesh.common.limits import MAX_JOB_PAGE_SIZE
 from mediamesh.common.output_formats import FPS_RANGE
 from mediamesh.common.registry import ModelSpec
+from mediamesh.gateway import metrics
 from mediamesh.gateway.api.json_plane import (
     JobListing,
     JsonObject,
@@ -162,31 +163,34 @@ async def create_video(request: Request, authorization: Authorization = None) ->
     context = context_of(request)
     plane = context.plane
     caller = plane.caller(authorization, request.headers.get("traceparent"))
-    if media_type(request, (JSON, *FORMS)) == JSON:
-        asked = _asked_in_json(await read_json(request, context.max_body_bytes))
-    else:
-        asked = _asked_in_form(*await read_form(request, context.max_body_bytes))
-    if not asked.prompt:
-        raise InvalidArgument("prompt: required")
-    inputs = {"image": "input_reference"} if asked.image is not None else {}
-    model = await pick_model(plane, caller, asked.model, "video", inputs)
-    fields: JsonObject = {"model": model["name"], "prompt": asked.prompt}
-    check_size_alone(asked.size, asked.mesh)
-    fields.update(parse_size(asked.size, model))
-    if asked.seconds is not None:
-        if "num_frames" in asked.mesh:
-            raise InvalidArgument("seconds: set seconds or num_frames, not both")
-        spec = plane.spec(model["name"])
-        fps = _fps(asked.mesh.get("fps"), spec)
-        fields.update(num_frames=frames_for(asked.seconds, fps, spec), fps=fps)
-    step_names = adopt_steps_alias(asked.mesh)
-    merged = {**asked.mesh, **fields}
-    with openai_names({**VIDEO_NAMES, **step_names}):
-        # Each body parsed as /v1/jobs parses it: JSON values keep their JSON types.
-        if asked.is_form:
-            generate = request_from_form(_form_texts(merged), asked.parts)
+    with metrics.counting_refusals() as counted:
+        if media_type(request, (JSON, *FORMS)) == JSON:
+            asked = _asked_in_json(await read_json(request, context.max_body_bytes))
         else:
-            generate = request_from_json(merged)
+            asked = _asked_in_form(*await read_form(request, context.max_body_bytes))
+        if not asked.prompt:
+            raise InvalidArgument("prompt: required")
+        inputs = {"image": "input_reference"} if asked.image is not None else {}
+        model = await pick_model(plane, caller, asked.model, "video", inputs)
+        counted.queue = "video"
+        fields: JsonObject = {"model": model["name"], "prompt": asked.prompt}
+        check_size_alone(asked.size, asked.mesh)
+        fields.update(parse_size(asked.size, model))
+        if asked.seconds is not None:
+            if "num_frames" in asked.mesh:
+                raise InvalidArgument("seconds: set seconds or num_frames, not both")
+            spec = plane.spec(model["name"])
+            fps = _fps(asked.mesh.get("fps"), spec)
+            fields.update(num_frames=frames_for(asked.seconds, fps, spec), fps=fps)
+        step_names = adopt_steps_alias(asked.mesh)
+        merged = {**asked.mesh, **fields}
+        with openai_names({**VIDEO_NAMES, **step_names}):
+            # Each body parsed as /v1/jobs parses it: JSON values keep their JSON types.
+            if asked.is_form:
+                generate = request_from_form(_form_texts(merged), asked.parts)
+            else:
+                generate = request_from_json(merged)
+    with openai_names({**VIDEO_NAMES, **step_names}):
         return _video(await plane.submit(generate, caller))
 
 
@@ -419,7 +423,7 @@ def _video(job: JsonObject) -> JsonObject:
         "progress": progress,
         "created_at": job["created_unix_ms"] // 1000,
         "completed_at": finished // 1000 if finished else None,
-        "expires_at": None,
+        "expires_at": expires // 1000 if (expires := job.get("expires_unix_ms")) else None,
         "error": {"code": error["code"], "message": error["message"]} if error else None,
         "prompt": job["prompt"],
         "seconds": seconds,

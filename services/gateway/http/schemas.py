@@ -56,6 +56,11 @@ class JobView(BaseModel):
     tenant: str
     created_unix_ms: int
     finished_unix_ms: int | None
+    expires_unix_ms: int | None = Field(
+        None,
+        description="When the scheduler forgets the ended job and deletes its result: its end "
+        "plus the scheduler's retention_s. Null while it is unfinished.",
+    )
     attempts: int
     step: int
     total_steps: int

@@ -103,10 +103,12 @@ def job_info(
     artifact: StoredArtifact | None,
     url: SignedUrl | None = None,
     paused: bool = False,
+    retention_s: float = 0.0,
 ) -> common_pb2.JobInfo:
     """The JobInfo of `job`; a succeeded job's result is always a reference, never inline
     bytes, with its presigned `url` when there is one. `paused` is the core's word
-    (`SchedulingCore.is_paused`): the job itself does not record it."""
+    (`SchedulingCore.is_paused`): the job itself does not record it. An ended job expires
+    `retention_s` after its end (none given: no expiry is told)."""
     p = job.params
     info = common_pb2.JobInfo(
         job_id=job.job_id,
@@ -130,6 +132,8 @@ def job_info(
         fps=p.fps,
         paused=paused,
     )
+    if job.finished_at and retention_s:
+        info.expires_unix_ms = int((job.finished_at + retention_s) * 1000)
     if artifact is not None and job.state is JobState.SUCCEEDED:
         info.result.CopyFrom(result_message(artifact, 0, None, url))
     if job.error_code:

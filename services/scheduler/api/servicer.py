@@ -13,6 +13,7 @@ from mediamesh.common.api.lenient import add_servicer
 from mediamesh.common.api.requests import request_fields
 from mediamesh.common.errors import InvalidArgument, MeshError, Unavailable
 from mediamesh.common.generated.v1 import common_pb2, gateway_pb2, scheduler_pb2, scheduler_pb2_grpc
+from mediamesh.common.input_images import check_later_chunk
 from mediamesh.common.params import find_model, parse_priority, resolve
 from mediamesh.common.registry import Registry
 from mediamesh.common.telemetry import request_trace_carrier
@@ -241,7 +242,13 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         """The job as every rpc describing one shows it, with its result's presigned URL."""
         job = record.job
         url = await self.runtime.result_url(record, self.inline_limit)
-        return convert.job_info(job, record.artifact, url, paused=self.runtime.core.is_paused(job))
+        return convert.job_info(
+            job,
+            record.artifact,
+            url,
+            paused=self.runtime.core.is_paused(job),
+            retention_s=self.runtime.settings.retention_s,
+        )
 
     async def DeleteJob(
         self,
@@ -353,17 +360,24 @@ class SchedulerServicer(scheduler_pb2_grpc.SchedulerServicer):
         match the declared SHA-256, RESOURCE_EXHAUSTED past the tenant's upload quota."""
         uploads = self.runtime.inputs.uploads
         writer: UploadWriter | None = None
+        first: tuple[str, str, str] = ("", "", "")
+        index = 0
         try:
             async for message in request_iterator:
+                chunk = message.chunk
                 if writer is None:
-                    chunk = message.chunk
+                    first = (message.tenant, chunk.sha256, chunk.mime_type)
                     writer = uploads.begin(
                         checked_tenant(message.tenant),
                         chunk.sha256,
                         chunk.mime_type,
                         message.quota_bytes,
                     )
-                await asyncio.to_thread(writer.write, message.chunk.data)
+                else:
+                    # The gateway checks these too; a client of this internal API may not.
+                    check_later_upload_chunk(index, message.tenant, chunk, first)
+                index += 1
+                await asyncio.to_thread(writer.write, chunk.data)
             if writer is None:
                 raise InvalidArgument("data: an upload needs at least one chunk")
             stored = await asyncio.to_thread(writer.finish)
@@ -548,3 +562,16 @@ def registration(servicer: SchedulerServicer) -> tuple[tuple[str, ...], object]:
     service = scheduler_pb2.DESCRIPTOR.services_by_name["Scheduler"]
     own_checks = frozenset({"JobLink"})
     return (service.full_name,), lambda server: add_servicer(server, servicer, service, own_checks)
+
+
+def check_later_upload_chunk(
+    index: int, tenant: str, chunk: gateway_pb2.UploadChunk, first: tuple[str, str, str]
+) -> None:
+    """InvalidArgument when chunk `index` of an upload names another tenant than the first
+    (`first`: its tenant, sha256 and mime_type), or sets sha256 or mime_type otherwise."""
+    if tenant and tenant != first[0]:
+        raise InvalidArgument(
+            f"tenant: chunk {index + 1} names {tenant[:64]!r}, the first chunk "
+            f"{first[0][:64]!r}; an upload belongs to one tenant"
+        )
+    check_later_chunk(index, chunk.sha256, chunk.mime_type, first[1:])

@@ -162,6 +162,7 @@ def job_info(message: common_pb2.JobInfo) -> JobInfo:
         num_frames=message.num_frames,
         fps=message.fps,
         paused=message.paused,
+        expires_unix_ms=message.expires_unix_ms,
         mime_type=message.result.mime_type,
         size_bytes=message.result.artifact.size_bytes,
         sha256=message.result.artifact.sha256,

@@ -143,6 +143,8 @@ async def test_videos_create_retrieve_download_and_delete(http_mesh: InProcessMe
     video = await video_when_ended(client, video.id)
     assert video.status == "completed", video.error
     assert video.progress == 100 and video.completed_at
+    # Forgotten with its content one retention_s (a day by default) after it ended.
+    assert video.expires_at == video.completed_at + 24 * 3600
     content = await client.videos.download_content(video.id)
     data = content.read()
     assert len(data) > 100

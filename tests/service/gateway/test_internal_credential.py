@@ -13,7 +13,7 @@ import httpx
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from mediamesh.common.generated.v1 import gateway_pb2, gateway_pb2_grpc
+from mediamesh.common.generated.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
 from mediamesh.common.interceptors import INTERNAL_TOKEN_KEY
 from mediamesh.common.registry import load_registry
 from mediamesh.common.settings import GatewaySettings, InternalAuthSettings, MeshConfig
@@ -114,6 +114,47 @@ async def test_a_refused_gateway_token_is_logged_unready_and_unavailable_to_call
     finally:
         await wrong.stop(0)
         await stop_mesh(mesh)
+
+
+async def test_new_jobs_on_a_refused_gateway_are_told_misconfigured_not_retry(
+    tmp_path: Path, models_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Once the watch counts the scheduler lost, new jobs are refused without a call: they
+    # were told "unreachable; retry", and with only new jobs arriving the ERROR naming the
+    # settings to fix was never logged.
+    mesh = await start_mesh(tmp_path, models_dir, [], token="right-token")
+    scheduler = f"127.0.0.1:{mesh.scheduler.port}"
+    wrong = await start_gateway(
+        gateway_config(mesh.config, "wrong-token", scheduler), load_registry()
+    )
+    caplog.set_level(logging.INFO)
+    try:
+        await until_not_ready(wrong)
+        assert not wrong.watch.serving
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{wrong.port}") as channel:
+            stub = gateway_pb2_grpc.GatewayStub(channel)
+            job = common_pb2.GenerateRequest(model="echo", prompt="x")
+            for call in (stub.Submit(job, timeout=10), collected(stub.Generate(job, timeout=10))):
+                error = await refused(call)
+                assert error.code() == grpc.StatusCode.UNAVAILABLE
+                assert error.details() == upstream.REFUSED_MESSAGE
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{wrong.http_port}") as client:
+            response = await client.post("/v1/jobs", json={"model": "echo", "prompt": "x"})
+            assert response.status_code == 503, response.text
+            assert response.json()["message"] == upstream.REFUSED_MESSAGE
+        errors = [
+            r.getMessage()
+            for r in caplog.records
+            if r.name == "mediamesh.gateway" and r.levelno == logging.ERROR
+        ]
+        assert len(errors) == 1 and "internal_auth" in errors[0], errors
+    finally:
+        await wrong.stop(0)
+        await stop_mesh(mesh)
+
+
+async def collected(call: grpc.aio.UnaryStreamCall) -> list[object]:
+    return [event async for event in call]
 
 
 async def test_a_gateway_without_a_token_is_unready_before_a_scheduler_that_wants_one(

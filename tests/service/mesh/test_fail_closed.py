@@ -70,6 +70,20 @@ def test_without_a_credential_off_loopback_the_command_refuses_in_one_line(
     assert "no internal credential" in lines[0] and "--insecure" in lines[0]
 
 
+def test_a_workers_entry_off_loopback_is_named_as_its_entry(tmp_path: Path) -> None:
+    config = _open_config(tmp_path)
+    settings = yaml.safe_load(config.read_text())
+    entry = {**settings.pop("worker"), "worker_id": "w1"}
+    settings["workers"] = [{**entry, "worker_id": "w0", "host": "127.0.0.1"}, entry]
+    config.write_text(yaml.safe_dump(settings))
+    result = subprocess.run(
+        _mediamesh("worker", "--config", str(config), "--worker-id", "w1"),
+        capture_output=True, text=True, timeout=90, cwd=ROOT,
+    )  # fmt: skip
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert result.stderr.startswith("mediamesh: workers[1].host 0.0.0.0 is not loopback")
+
+
 def test_the_scheduler_command_with_insecure_serves_off_loopback_and_says_so(tmp_path: Path):
     config = _open_config(tmp_path, scheduler_port=free_port())
     process = subprocess.Popen(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -115,6 +116,50 @@ async def test_a_job_that_succeeds_leaves_the_batch_span_unset(
         await stop_mesh(mesh)
     (batch,) = [s for s in spans.get_finished_spans() if s.name == "batch"]
     assert batch.status.status_code is SpanStatus.UNSET
+
+
+async def test_a_job_that_ends_in_its_queue_has_a_queue_wait_span(
+    tmp_path: Path, models_dir: Path, spans: InMemorySpanExporter
+) -> None:
+    # No worker hosts flux-tiny: its jobs wait until they expire or are cancelled. Their
+    # traces held no scheduler span at all, since only a dispatch made the queue wait span.
+    mesh = await start_mesh(tmp_path, models_dir, [["echo"]])
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{mesh.scheduler.port}") as channel:
+            stub = scheduler_pb2_grpc.SchedulerStub(channel)
+            ids = []
+            for timeout_s in (0.8, 0):
+                request = common_pb2.GenerateRequest(model="flux-tiny", prompt="x")
+                deadline_ms = int((time.time() + timeout_s) * 1000) if timeout_s else 0
+                handle = await stub.Submit(
+                    scheduler_pb2.SubmitRequest(
+                        tenant="acme", request=request, deadline_unix_ms=deadline_ms
+                    ),
+                    metadata=(("traceparent", f"00-{TRACE_ID}-00f067aa0ba902b7-01"),),
+                    timeout=10,
+                )
+                ids.append(handle.job_id)
+            expiring, cancelled = ids
+            await stub.Cancel(
+                scheduler_pb2.ScopedJobRequest(job_id=cancelled, tenant="acme"), timeout=10
+            )
+            await until(lambda: mesh.core.jobs[expiring].state is JobState.EXPIRED)
+    finally:
+        await stop_mesh(mesh)
+    waits = {
+        s.attributes["mediamesh.job_id"]: s
+        for s in spans.get_finished_spans()
+        if s.name == "queue wait" and s.attributes
+    }
+    assert set(waits) == {expiring, cancelled}
+    assert waits[expiring].status.status_code is SpanStatus.ERROR
+    assert (waits[expiring].status.description or "").startswith("EXPIRED: ")
+    assert waits[cancelled].status.status_code is SpanStatus.UNSET
+    assert waits[cancelled].attributes["mediamesh.state"] == "CANCELLED"
+    for span in waits.values():
+        assert format(span.context.trace_id, "032x") == TRACE_ID
+        assert span.end_time is not None and span.start_time is not None
+        assert span.end_time > span.start_time
 
 
 async def test_refusals_at_admission_are_counted_by_reason_and_logged_sparingly(

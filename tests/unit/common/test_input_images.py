@@ -124,6 +124,25 @@ def test_a_low_strength_runs_where_its_pipeline_would_run_a_step() -> None:
     )
 
 
+def test_too_few_steps_for_the_default_strength_names_steps() -> None:
+    # The caller sent no strength (the OpenAI edits route takes none): the model's default
+    # is not theirs to change, so the refusal names steps and the fewest that work.
+    spec = find_model(REGISTRY, "sdxl-inpaint-tiny")
+    request = fields("sdxl-inpaint-tiny", image=image_bytes(), mask_image=mask_bytes(), steps=1)
+    with pytest.raises(InvalidArgument) as caught:
+        resolve(spec, request)
+    assert caught.value.message == (
+        f"steps: 1 leaves no denoising step at the model's strength "
+        f"{spec.default_strength:g} (StableDiffusionXLInpaintPipeline runs steps * strength "
+        "of them); use at least 2 steps"
+    )
+    # No steps at all is the steps range check's to refuse, with its limits.
+    with pytest.raises(InvalidArgument, match=r"^steps: 0 is out of range"):
+        resolve(
+            spec, fields("sdxl-inpaint-tiny", image=image_bytes(), mask_image=mask_bytes(), steps=0)
+        )
+
+
 @pytest.mark.parametrize(
     ("model", "values", "words"),
     [

@@ -209,3 +209,13 @@ def test_a_token_file_readable_by_others_is_a_warning(
     with caplog.at_level(logging.WARNING, logger="mediamesh.security"):
         InternalCredentials.from_config(config)
     assert not caplog.records
+
+
+def test_a_short_result_link_secret_is_counted_in_characters_and_not_shown(
+    tmp_path: Path,
+) -> None:
+    secret = "s" * 16
+    message = _refused(tmp_path, f"gateway:\n  http:\n    result_link_secret: {secret}\n")
+    assert "gateway.http.result_link_secret" in message
+    assert "16 characters; the least is 32" in message and "items" not in message
+    assert secret not in message

@@ -79,7 +79,7 @@ def test_required_panels(dash):
         "mediamesh_queue_work_seconds",
         "mediamesh_queue_wait_seconds_bucket",
         "mediamesh_job_latency_seconds_bucket",
-        "mediamesh_queue_sla_seconds",
+        "mediamesh_queue_class_sla_seconds",
         "mediamesh_batch_size_bucket",
         "mediamesh_device_load",
         "mediamesh_jobs_total",
@@ -176,3 +176,15 @@ def test_http_latency_leaves_out_event_streams(dash):
     assert "mediamesh_http_request_seconds_bucket" in expr
     missing = streams - _excluded(expr, "route")
     assert not missing, f"HTTP latency p95 includes event streams {sorted(missing)}"
+
+
+def test_sla_panels_hold_each_class_to_its_own_sla():
+    # The panels used the queue's sla_s alone, so a REALTIME class with a tighter
+    # class_sla_s read as within SLA while MediameshSlaMissed fired for it.
+    sla_queries = [q.expr for q in dashboard_queries() if "sla_seconds" in q.expr]
+    assert len(sla_queries) >= 3
+    for expr in sla_queries:
+        assert "mediamesh_queue_class_sla_seconds" in expr, expr
+        assert "mediamesh_queue_sla_seconds" not in expr, expr
+    share = next(e for e in sla_queries if "histogram_quantile" in e)
+    assert "on (queue, priority)" in share and "by (queue, priority, le)" in share

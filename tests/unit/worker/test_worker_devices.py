@@ -1,4 +1,4 @@
-"""CUDA devices a worker cannot see refuse its start in one line naming the setting (on this
+"""CUDA and MPS devices a worker cannot see refuse its start in one line naming the setting (on this
 CPU build of torch there are none), before any model loads: they used to surface as a bare
 AssertionError from torch.cuda deep inside the first model's load."""
 
@@ -53,3 +53,16 @@ def test_an_index_past_the_visible_gpus_is_refused(monkeypatch) -> None:
     assert str(refused.value).startswith(
         "model 'flux-tiny' field parallelism.max_memory: cuda:2: only 2 GPU(s) visible"
     )
+
+
+def test_an_mps_device_on_a_host_without_one_refuses_the_start(tmp_path: Path, monkeypatch) -> None:
+    # Data mode placed its pipeline on the worker's device unchecked: without MPS, torch
+    # failed at the first load, after the worker had said it was starting.
+    monkeypatch.setattr(device_check.torch.backends.mps, "is_available", lambda: False)
+    with pytest.raises(StartupError) as refused:
+        start(tmp_path, "mps", [entry("flux-tiny")])
+    assert str(refused.value).startswith(
+        "worker 'w0' field device: mps: mps is not available on this host"
+    )
+    monkeypatch.setattr(device_check.torch.backends.mps, "is_available", lambda: True)
+    device_check.refuse_unavailable_devices(WorkerSettings(worker_id="w0", device="mps"), [])

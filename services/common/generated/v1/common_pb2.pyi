@@ -290,7 +290,7 @@ class DeletedJob(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., result_bytes: _Optional[int] = ...) -> None: ...
 
 class JobInfo(_message.Message):
-    __slots__ = ("job_id", "model", "state", "priority", "tenant", "created_unix_ms", "finished_unix_ms", "attempts", "step", "total_steps", "result", "error", "seed", "worker_id", "batch_id", "prompt", "steps", "width", "height", "num_frames", "fps", "paused")
+    __slots__ = ("job_id", "model", "state", "priority", "tenant", "created_unix_ms", "finished_unix_ms", "attempts", "step", "total_steps", "result", "error", "seed", "worker_id", "batch_id", "prompt", "steps", "width", "height", "num_frames", "fps", "paused", "expires_unix_ms")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
@@ -313,6 +313,7 @@ class JobInfo(_message.Message):
     NUM_FRAMES_FIELD_NUMBER: _ClassVar[int]
     FPS_FIELD_NUMBER: _ClassVar[int]
     PAUSED_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     model: str
     state: JobState
@@ -335,4 +336,5 @@ class JobInfo(_message.Message):
     num_frames: int
     fps: int
     paused: bool
-    def __init__(self, job_id: _Optional[str] = ..., model: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., priority: _Optional[_Union[Priority, str]] = ..., tenant: _Optional[str] = ..., created_unix_ms: _Optional[int] = ..., finished_unix_ms: _Optional[int] = ..., attempts: _Optional[int] = ..., step: _Optional[int] = ..., total_steps: _Optional[int] = ..., result: _Optional[_Union[Result, _Mapping]] = ..., error: _Optional[_Union[Error, _Mapping]] = ..., seed: _Optional[int] = ..., worker_id: _Optional[str] = ..., batch_id: _Optional[str] = ..., prompt: _Optional[str] = ..., steps: _Optional[int] = ..., width: _Optional[int] = ..., height: _Optional[int] = ..., num_frames: _Optional[int] = ..., fps: _Optional[int] = ..., paused: _Optional[bool] = ...) -> None: ...
+    expires_unix_ms: int
+    def __init__(self, job_id: _Optional[str] = ..., model: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., priority: _Optional[_Union[Priority, str]] = ..., tenant: _Optional[str] = ..., created_unix_ms: _Optional[int] = ..., finished_unix_ms: _Optional[int] = ..., attempts: _Optional[int] = ..., step: _Optional[int] = ..., total_steps: _Optional[int] = ..., result: _Optional[_Union[Result, _Mapping]] = ..., error: _Optional[_Union[Error, _Mapping]] = ..., seed: _Optional[int] = ..., worker_id: _Optional[str] = ..., batch_id: _Optional[str] = ..., prompt: _Optional[str] = ..., steps: _Optional[int] = ..., width: _Optional[int] = ..., height: _Optional[int] = ..., num_frames: _Optional[int] = ..., fps: _Optional[int] = ..., paused: _Optional[bool] = ..., expires_unix_ms: _Optional[int] = ...) -> None: ...
