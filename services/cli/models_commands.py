@@ -127,13 +127,23 @@ def _cmd_list(args: argparse.Namespace) -> int:
     rows = model_rows(registry, config.models_dir)
     print(_table(list(MODEL_COLUMNS), rows))
     unread = [row[0] for row in rows if row[MODEL_COLUMNS.index("preemption")] == UNKNOWN]
-    if unread:
+    sources = {name: getattr(registry.get(name), "source", "") for name in unread}
+    under = [name for name in unread if sources[name].startswith("{models_dir}")]
+    elsewhere = [name for name in unread if name not in under]
+    if under:
         # Said, since a relative models_dir (the default) depends on where this runs.
         print(
-            f"mediamesh: preemption {UNKNOWN}: no files to read for {', '.join(unread)} under "
+            f"mediamesh: preemption {UNKNOWN}: no files to read for {', '.join(under)} under "
             f"models_dir {config.models_dir.resolve()} (build them with `mediamesh models "
-            "build`, pull hub models with `mediamesh models pull`, or point --config or "
-            "MEDIAMESH_MODELS_DIR at the folder)",
+            "build`, or point --config or MEDIAMESH_MODELS_DIR at the folder)",
+            file=sys.stderr,
+        )
+    if elsewhere:
+        # An absolute folder or a hub model: models_dir has nothing to do with them.
+        print(
+            f"mediamesh: preemption {UNKNOWN}: no files to read at the source of "
+            f"{', '.join(elsewhere)} (a folder that is not there, or a hub model not yet "
+            "pulled: `mediamesh models pull`)",
             file=sys.stderr,
         )
     return 0

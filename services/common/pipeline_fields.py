@@ -64,6 +64,35 @@ def unknown_call_kwargs(pipeline: str, names: Iterable[str]) -> list[str]:
     return sorted(set(names) - signature.names)
 
 
+# What the mesh reads from a pipeline call's output, by modality: the first it has.
+OUTPUT_ATTRIBUTE: dict[str, tuple[str, ...]] = {
+    "image": ("images", "image"),
+    "video": ("frames",),
+    "audio": ("audios",),
+}
+
+
+def output_fields(pipeline: str) -> frozenset[str] | None:
+    """The fields the pipeline's call returns its output in, read from the `...Output(...)`
+    it returns; None when unknown (no such return, or one that passes them by position)."""
+    found = _pipeline_class(pipeline)
+    call = _method(found, "__call__") if found is not None else None
+    if call is None:
+        return None
+    fields: set[str] = set()
+    for node in ast.walk(call):
+        if not isinstance(node, ast.Return) or not isinstance(node.value, ast.Call):
+            continue
+        made = node.value.func
+        name = made.id if isinstance(made, ast.Name) else getattr(made, "attr", "")
+        if not name.endswith("Output"):
+            continue
+        if node.value.args or any(k.arg is None for k in node.value.keywords):
+            return None
+        fields.update(k.arg for k in node.value.keywords if k.arg)
+    return frozenset(fields) or None
+
+
 def modality_mismatch(pipeline: str, modality: str) -> str | None:
     """Why an entry of `modality` cannot run `pipeline`, read from the call's parameters
     (the length of a clip, the duration of audio), or None when it can or the signature is
@@ -81,6 +110,13 @@ def modality_mismatch(pipeline: str, modality: str) -> str | None:
     if modality == "image" and (frames or duration):
         made = "video" if frames else "audio"
         return f"{pipeline} makes {made} (its call takes {'num_frames' if frames else durations})"
+    returned = output_fields(pipeline)
+    wanted = OUTPUT_ATTRIBUTE.get(modality, ())
+    if returned is not None and wanted and not returned & set(wanted):
+        return (
+            f"{pipeline}'s call returns {', '.join(sorted(returned))}, not the "
+            f"{' or '.join(wanted)} the mesh serves for {modality} models"
+        )
     return None
 
 
@@ -172,7 +208,37 @@ def _call_signature(pipeline: str) -> _Signature | None:
     arguments = call.args
     names = [a.arg for a in arguments.posonlyargs + arguments.args]
     names += [a.arg for a in arguments.kwonlyargs]
-    return _Signature(frozenset(names) - {"self"}, arguments.kwarg is not None)
+    if arguments.kwarg is None:
+        return _Signature(frozenset(names) - {"self"}, False)
+    read = _keywords_only_read(call, arguments.kwarg.arg)
+    if read is None:
+        return _Signature(frozenset(names) - {"self"}, True)
+    return _Signature(frozenset(names + read) - {"self"}, False)
+
+
+def _keywords_only_read(
+    call: ast.FunctionDef | ast.AsyncFunctionDef, kwarg: str
+) -> list[str] | None:
+    """The keys a call reads from its `**kwarg` when it only ever reads named ones
+    (`kwargs.pop("callback", None)`, `kwargs.get(...)`), as Stable Diffusion's calls do for
+    their deprecated callbacks: any other keyword is then dropped unread, and a typo in a
+    registry entry's `call_kwargs` would change nothing without a word. None when the call
+    uses the mapping otherwise (passes it on, indexes it): any keyword may then matter."""
+    reads: list[str] = []
+    methods: set[int] = set()
+    for node in ast.walk(call):
+        if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
+            continue
+        owner = node.func.value
+        if not (isinstance(owner, ast.Name) and owner.id == kwarg):
+            continue
+        key = node.args[0] if node.args else None
+        named = isinstance(key, ast.Constant) and isinstance(key.value, str)
+        if node.func.attr in ("pop", "get") and isinstance(key, ast.Constant) and named:
+            reads.append(str(key.value))
+            methods.add(id(owner))
+    uses = [n for n in ast.walk(call) if isinstance(n, ast.Name) and n.id == kwarg]
+    return reads if all(id(n) in methods for n in uses) else None
 
 
 @functools.cache

@@ -16,6 +16,7 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    field_validator,
     model_validator,
 )
 
@@ -301,6 +302,20 @@ class ModelSpec(Strict):
     # Input images the model takes, all required (see `common.input_spec`). Unset: what the
     # pipeline's call takes.
     inputs: tuple[InputName, ...] = ()
+
+    @field_validator("pipeline")
+    @classmethod
+    def _a_class_not_a_picker(cls, value: str) -> str:
+        # An AutoPipeline picks its class from a folder at load: the registry, which reads
+        # the call's fields from the class named here, could say nothing true of it, and
+        # the worker refused it only after `up` had started the mesh.
+        if value.startswith("AutoPipeline"):
+            raise ValueError(
+                f"{value} picks a class from the folder when it loads; name that class "
+                "(the folder's model_index.json `_class_name`, such as "
+                "StableDiffusionPipeline or StableDiffusionImg2ImgPipeline)"
+            )
+        return value
 
     @model_validator(mode="before")
     @classmethod

@@ -13,7 +13,7 @@ from collections.abc import AsyncGenerator
 
 from mediamesh.scheduler.core.interface import SchedulingCore
 from mediamesh.scheduler.core.jobs import Job, JobState
-from mediamesh.scheduler.events import EventHub, WatchEvent
+from mediamesh.scheduler.events import EventHub, WatchEvent, notice_event
 from mediamesh.scheduler.store.artifacts import StoredArtifact
 
 log = logging.getLogger("mediamesh.scheduler")
@@ -60,6 +60,13 @@ class JobWatchers:
                 yield snapshot
             if snapshot.final:
                 return
+            if not final_only and self.core.is_paused(job):
+                # Its `paused` notice went out before this watcher came: without one, a
+                # RUNNING job that does not move reads as stuck until an unexplained
+                # `resumed`.
+                yield notice_event(
+                    job, "paused", f"paused after step {job.step} for more urgent work"
+                )
             while True:
                 event = await queue.get()
                 yield event

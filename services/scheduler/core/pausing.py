@@ -9,7 +9,8 @@ The worker keeps the paused batch's state in memory and resumes it as soon as th
 batch ends; it also checkpoints it, so that it resumes elsewhere should the worker be lost.
 
 Guards against thrash (`PausePolicy`): a job is paused at most `max_per_job` times, never
-within its first `min_steps` steps, and a worker holds at most one paused batch. The
+within its first `min_steps` steps, nor when the pause would make it miss its own deadline
+(per the cost model), and a worker holds at most one paused batch. The
 urgent batch goes without waiting for its batch window (static batching excepted).
 """
 
@@ -83,7 +84,7 @@ class Pauser:
             if not self._would_miss(urgent, self._slack_s(urgent, now), now):
                 continue
             usable = [u for u in self._inflight.serving(model) if self._may_use(urgent, u)]
-            victim = self._victim(usable, urgent)
+            victim = self._victim(usable, urgent, now)
             if victim is None:
                 continue
             unit, batch = victim
@@ -187,7 +188,7 @@ class Pauser:
         jobs = self._table.jobs
         return [jobs[j] for j in batch.job_ids if j in jobs]
 
-    def _victim(self, units: list[Unit], urgent: Job) -> tuple[Unit, OpenBatch] | None:
+    def _victim(self, units: list[Unit], urgent: Job, now: float) -> tuple[Unit, OpenBatch] | None:
         """The batch to pause: lower class than `urgent` in every job, within the guards,
         on a worker that pauses nothing else yet; the one with the most work left."""
         involved = set(self._paused_for) | set(self._paused_for.values())
@@ -195,7 +196,7 @@ class Pauser:
         for unit in units:
             if unit.batches & involved:
                 continue
-            batch = self._set_back_on(unit, urgent)
+            batch = self._set_back_on(unit, urgent, now)
             if batch is None:
                 continue
             remaining = self._remaining_s(batch)
@@ -203,7 +204,7 @@ class Pauser:
                 found = (remaining, unit, batch)
         return None if found is None else (found[1], found[2])
 
-    def _set_back_on(self, unit: Unit, urgent: Job) -> OpenBatch | None:
+    def _set_back_on(self, unit: Unit, urgent: Job, now: float) -> OpenBatch | None:
         """The batch of `unit` the urgent one may go before: the one computing there, paused
         at a step boundary; or, behind a batch that is finishing, the batch given ahead that
         has not started. The urgent batch then takes its place in line at no cost to its
@@ -220,10 +221,10 @@ class Pauser:
         if len(computing) == 1:
             (batch,) = computing
             if len(batches) > 1 and not self._started(batch):
-                return batch if self._passable(batch, urgent) else None
-            return batch if self._pausable(batch, urgent) else None
+                return batch if self._passable(batch, urgent, now) else None
+            return batch if self._pausable(batch, urgent, now) else None
         waiting = [b for b in computing if not self._started(b)]
-        if len(computing) == 2 and len(waiting) == 1 and self._passable(waiting[0], urgent):
+        if len(computing) == 2 and len(waiting) == 1 and self._passable(waiting[0], urgent, now):
             return waiting[0]
         return None
 
@@ -234,14 +235,21 @@ class Pauser:
     def _started(self, batch: OpenBatch) -> bool:
         return any(j.state is not JobState.DISPATCHED for j in self._jobs_of(batch))
 
-    def _passable(self, batch: OpenBatch, urgent: Job) -> bool:
+    def _passable(self, batch: OpenBatch, urgent: Job, now: float) -> bool:
         """Whether `urgent` may go before `batch`: the model's and the classes' conditions of
-        a pause, but none about steps (enough for a batch that has not started)."""
+        a pause, but none about steps (enough for a batch that has not started); and no job
+        of `batch` would then miss its own deadline, per the cost model. An accepted job
+        with a deadline was taken on the promise of meeting it: a pause must not be what
+        makes it expire."""
         if not self._may_set_back(batch, urgent):
             return False
         jobs = self._jobs_of(batch)
+        ends = now + self._remaining_s(batch) + urgent.cost_s
         return bool(jobs) and all(
-            job.priority > urgent.priority and job.pauses < self._policy.max_per_job for job in jobs
+            job.priority > urgent.priority
+            and job.pauses < self._policy.max_per_job
+            and (job.deadline is None or ends <= job.deadline)
+            for job in jobs
         )
 
     def _may_set_back(self, batch: OpenBatch, urgent: Job) -> bool:
@@ -251,10 +259,10 @@ class Pauser:
         # The step cache's hook state is per loop (worker.runtime._pausable).
         return not (batch.model == urgent.model and spec.cache is not None)
 
-    def _pausable(self, batch: OpenBatch, urgent: Job) -> bool:
+    def _pausable(self, batch: OpenBatch, urgent: Job, now: float) -> bool:
         """Whether the running `batch` may pause for `urgent`: passable, and every job past
         `min_steps` and short of its last step (which ends sooner than a pause would help)."""
-        return self._passable(batch, urgent) and all(
+        return self._passable(batch, urgent, now) and all(
             self._policy.min_steps <= job.step < (job.total_steps or job.params.steps) - 1
             for job in self._jobs_of(batch)
         )

@@ -134,6 +134,13 @@ def local_folder(spec: ModelSpec, models_dir: Path) -> Path:
     source = spec.resolved_source(models_dir)
     # Hub entries load from their cached snapshot folder, never the network (`common.hub`).
     local_dir = Path(source) if Path(source).is_dir() else cached_snapshot(spec)
+    if local_dir is None and Path(source).is_file():
+        raise ModelLoadError(
+            f"model {spec.name!r} field source: {source} is a file, not a diffusers folder "
+            "(the save_pretrained layout, with model_index.json); a single-file checkpoint "
+            "is not loaded as it stands: load it once with the pipeline class's "
+            "from_single_file and save_pretrained it, then point source at that folder"
+        )
     if spec.source.startswith("{models_dir}") and local_dir is None:
         raise ModelLoadError(
             f"model {spec.name!r}: {source} does not exist; build it with `mediamesh models build`"

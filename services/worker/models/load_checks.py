@@ -34,6 +34,14 @@ def check_loaded_pipeline(
     are not checked."""
     prefix = f"model {spec.name!r} (source {source}): cannot be loaded as {spec.pipeline}"
     hint = loading_hint(spec, local_dir)
+    absent = absent_component_folders(local_dir, passed)
+    if absent:
+        # transformers loads a tokenizer from a folder that is not there as an empty one,
+        # without a word: the model then loads, reads ready, and fails every job.
+        raise ModelLoadError(
+            f"{prefix}: its model_index.json lists {', '.join(absent)}, but the folder has no "
+            f"such subfolder (a partial copy?); {hint}"
+        )
     missing = missing_components(pipeline, listed_components(local_dir), passed)
     if missing:
         raise ModelLoadError(
@@ -81,6 +89,26 @@ def listed_components(local_dir: Path) -> set[str] | None:
     except (OSError, ValueError):
         return None
     return {key for key in index if not key.startswith("_")} if isinstance(index, dict) else None
+
+
+def absent_component_folders(local_dir: Path, passed: Collection[str]) -> list[str]:
+    """Components the folder's model_index.json lists with a class (not null) whose
+    subfolder is missing, leaving out those in `passed`."""
+    try:
+        index = json.loads((local_dir / "model_index.json").read_text())
+    except (OSError, ValueError):
+        return []
+    if not isinstance(index, dict):
+        return []
+    return [
+        name
+        for name, value in index.items()
+        if not name.startswith("_")
+        and name not in passed
+        and isinstance(value, list)
+        and any(part is not None for part in value)
+        and not (local_dir / name).is_dir()
+    ]
 
 
 def missing_components(

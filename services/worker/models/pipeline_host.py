@@ -21,6 +21,7 @@ from typing import Any
 import torch
 from diffusers import DiffusionPipeline
 
+from mediamesh.common.pipeline_fields import OUTPUT_ATTRIBUTE
 from mediamesh.common.registry import ModelSpec
 from mediamesh.common.shown_numbers import shown
 from mediamesh.common.work import JobParams
@@ -36,8 +37,15 @@ from mediamesh.worker.models.step_boundaries import StepBoundaries
 from mediamesh.worker.models.step_cache import StepCache, cache_for_call
 
 # The output attribute of each modality's pipeline result.
-_OUTPUT_ATTRIBUTE = {"image": "images", "video": "frames", "audio": "audios"}
 _DURATION_PARAMETERS = ("audio_end_in_s", "audio_length_in_s")
+
+
+def made_output(result: Any, modality: str) -> Any:
+    """What a pipeline call made, from its output object: its images (Kandinsky 5's image
+    pipelines name them `image`), frames or audios."""
+    names = OUTPUT_ATTRIBUTE[modality]
+    found = [name for name in names if getattr(result, name, None) is not None]
+    return getattr(result, found[0] if found else names[0])
 
 
 class PipelineHost(DiffusionHost):
@@ -157,7 +165,7 @@ class PipelineHost(DiffusionHost):
             cache_for_call(self.step_cache, first.use_cache, first.steps),
         ):
             result = self.pipeline(**arguments)
-        return getattr(result, _OUTPUT_ATTRIBUTE[self.spec.modality])
+        return made_output(result, self.spec.modality)
 
     def encode(self, output: Any, index: int, job: JobParams) -> tuple[bytes, str]:
         item = output[index]

@@ -129,17 +129,27 @@ async def test_a_paused_job_reads_paused_in_get_job_and_apart_from_running_in_st
         urgent.priority = common_pb2.REALTIME
         urgent_run = asyncio.create_task(collect(stub.Generate(urgent)))
         seen: tuple[common_pb2.JobInfo, scheduler_pb2.MeshStatus] | None = None
+        first_watched: list[common_pb2.GenerateEvent] = []
         while seen is None and not urgent_run.done():
             # A job pauses at most once here (pause_max_per_job 1): paused before and after
             # the calls means paused while they were answered.
             before = core.is_paused(watched)
             info = await stub.GetJob(gateway_pb2.GetJobRequest(job_id=watched.job_id))
             status = await scheduler.GetStatus(scheduler_pb2.GetStatusRequest())
+            watch = stub.Watch(gateway_pb2.WatchRequest(job_id=watched.job_id))
+            events = [await watch.read(), await watch.read()]
+            watch.cancel()
             if before and core.is_paused(watched):
                 seen = (info, status)
+                first_watched = events
             await asyncio.sleep(0.005)
         assert seen is not None, "the BATCH batch was never seen paused"
         info, status = seen
+        # A watcher that comes during the pause is told so after the job's state, rather
+        # than seeing a RUNNING job that does not move and then an unexplained `resumed`.
+        progress, notice = first_watched
+        assert progress.HasField("progress"), progress
+        assert notice.notice.kind == "paused" and notice.notice.attempt == 1, notice
         assert info.state == common_pb2.RUNNING and info.paused
         [image] = [q for q in status.queues if q.name == "image"]
         # Three jobs hold the worker, one of them computing.

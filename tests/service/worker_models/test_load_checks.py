@@ -90,6 +90,22 @@ def test_components_the_folder_lacks_are_named(
     assert "the folder was saved as StableDiffusionPipeline" in message
 
 
+def test_a_listed_component_whose_folder_is_gone_is_named(
+    registry_spec: Callable[[str], ModelSpec], sd15_folder: Path, tmp_path: Path
+) -> None:
+    # transformers loaded the absent tokenizer folder as an empty tokenizer: the model read
+    # ready and every job failed INTERNAL ("int too big to convert").
+    partial = tmp_path / "partial-sd15"
+    shutil.copytree(sd15_folder, partial)
+    shutil.rmtree(partial / "tokenizer")
+    spec = entry(registry_spec, partial, "StableDiffusionPipeline")
+    message = load_error(spec, tmp_path, tmp_path)
+    assert message.startswith(
+        f"model 'sdxl-tiny' (source {partial}): cannot be loaded as StableDiffusionPipeline: "
+        "its model_index.json lists tokenizer, but the folder has no such subfolder"
+    )
+
+
 def test_a_component_of_another_class_is_named_with_both_classes(
     registry_spec: Callable[[str], ModelSpec], sd15_folder: Path, tmp_path: Path
 ) -> None:

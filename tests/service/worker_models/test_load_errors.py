@@ -112,3 +112,15 @@ def test_a_cold_model_with_cut_weights_is_named_by_its_size_estimate(
     message = str(caught.value)
     assert message.startswith(f"model 'flux-tiny' (source {own_flux}): cannot read the weight")
     assert "\n" not in message
+
+
+def test_a_single_file_source_is_named_as_a_file_not_as_missing(
+    registry_spec: Callable[[str], ModelSpec], models_dir: Path, own_flux: Path, tmp_path: Path
+) -> None:
+    # It read "... does not exist" for a file the user could see.
+    weights = next((own_flux / "transformer").glob("*.safetensors"))
+    message = load_error(flux_from(registry_spec, weights), models_dir, tmp_path)
+    assert message.startswith(
+        f"model 'flux-tiny' field source: {weights} is a file, not a diffusers folder"
+    )
+    assert "from_single_file" in message

@@ -75,3 +75,27 @@ def test_list_says_when_it_cannot_read_a_models_files(
     assert captured.err.startswith("mediamesh: preemption ?: no files to read for ")
     assert "flux-tiny" in captured.err and "echo" not in captured.err
     assert str(tmp_path / "nowhere") in captured.err
+
+
+def test_list_names_an_absolute_source_apart_from_models_dir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Such a folder is not under models_dir, nor a tiny model `models build` could make.
+    registry = tmp_path / "models.yaml"
+    registry.write_text(
+        "models:\n"
+        "  - {name: mine, modality: image, pipeline: StableDiffusionPipeline,\n"
+        f"     source: {tmp_path / 'gone'}, defaults: {{width: 64, height: 64}},\n"
+        "     limits: {max_width: 64, max_height: 64}}\n",
+        encoding="utf-8",
+    )
+    config = tmp_path / "mesh.yaml"
+    config.write_text(
+        f"models_dir: {tmp_path / 'nowhere'}\nregistry_path: {registry}\n", encoding="utf-8"
+    )
+    monkeypatch.setenv("MEDIAMESH_CONFIG", str(config))
+    args = build_parser().parse_args(["models", "list"])
+    assert args.handler(args) == 0
+    err = capsys.readouterr().err
+    assert err.startswith("mediamesh: preemption ?: no files to read at the source of mine")
+    assert "models_dir" not in err

@@ -6,7 +6,7 @@ import pytest
 
 from mediamesh.common.errors import InvalidArgument
 from mediamesh.common.params import RequestFields, resolve
-from mediamesh.common.registry import ModelSpec, load_registry, parse_registry
+from mediamesh.common.registry import ModelSpec, RegistryError, load_registry, parse_registry
 
 
 def flux_entry(**call_kwargs: object) -> ModelSpec:
@@ -32,9 +32,12 @@ def test_without_true_cfg_the_negative_prompt_is_refused(call_kwargs: dict[str, 
         resolve(spec, RequestFields("flux-tiny", "a fox", negative_prompt="blurry"))
 
 
-def test_other_families_are_not_touched_by_the_switch() -> None:
+def test_other_families_refuse_the_switch_their_call_would_drop() -> None:
+    # SDXL's call takes **kwargs only for its deprecated callbacks: true_cfg_scale would be
+    # dropped unread, so the entry is refused rather than left to mislead.
     spec = load_registry().get("sdxl-tiny")
     assert spec is not None
     entry = spec.model_dump(mode="json", exclude={"accepted_fields"})
     entry["call_kwargs"] = {"true_cfg_scale": 4.0}
-    assert parse_registry({"models": [entry]}).models[0].accepted_fields == spec.accepted_fields
+    with pytest.raises(RegistryError, match="has no parameter true_cfg_scale"):
+        parse_registry({"models": [entry]})

@@ -73,6 +73,22 @@ def test_no_pause_when_the_running_batch_ends_in_time():
     assert core.schedule() == []
 
 
+def test_no_pause_that_would_make_a_paused_job_miss_its_own_deadline():
+    # An accepted job was taken on the promise of meeting its deadline: pausing it for an
+    # urgent job let it expire, where alone it finished in time.
+    clock = FakeClock()
+    core = make_core(clock)
+    paused, bulk = running_bulk(core, clock)
+    left = sum(job.cost_s * job.remaining_fraction for job in bulk)
+    bulk[0].deadline = clock() + left + 1e-3  # in time only if nothing goes before it
+    submit(core, priority=Priority.REALTIME)
+    assert core.schedule() == []
+    assert [job.pauses for job in bulk] == [0, 0]
+    bulk[0].deadline = clock() + left + 60.0  # room for the urgent job
+    [dispatch] = core.schedule()
+    assert dispatch.pauses == paused.batch_id
+
+
 def test_no_pause_within_a_jobs_first_steps():
     clock = FakeClock()
     core = make_core(clock)
