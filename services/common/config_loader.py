@@ -20,6 +20,7 @@ one `ConfigError` line naming where the value came from: the file and line, or t
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import re
@@ -107,8 +108,12 @@ def _stray_variables(model: type[BaseModel], environ: Mapping[str, str]) -> str 
         if not name.upper().startswith(ENV_PREFIX) or _is_service_link(name, environ[name]):
             continue
         rest = name[len(ENV_PREFIX) :].lower()
-        head, nested, _ = rest.partition(ENV_NESTED_DELIMITER)
+        head, nested, tail = rest.partition(ENV_NESTED_DELIMITER)
         if nested and head not in fields:
+            close = difflib.get_close_matches(head, list(fields), n=1)
+            if close:
+                meant = f"{ENV_PREFIX}{close[0].upper()}{ENV_NESTED_DELIMITER}{tail.upper()}"
+                return f"env {name}: {head!r} is not a section; did you mean {meant}?"
             return f"env {name}: {head!r} is not a section; sections are {', '.join(fields)}"
         if nested or rest in fields:
             continue

@@ -25,6 +25,7 @@ from dataclasses import replace
 
 from PIL import Image, UnidentifiedImageError
 
+from mediamesh.common.denoising_steps import denoising_steps
 from mediamesh.common.errors import InvalidArgument
 from mediamesh.common.generation import GenerationParams, InputImage
 from mediamesh.common.registry import ModelSpec
@@ -47,48 +48,6 @@ MAX_BYTES_PER_PIXEL = 8
 METADATA_ALLOWANCE_BYTES = 2**20
 # Pillow puts the repr of its file object in some messages; a caller has no use for it.
 _OBJECT_REPR = re.compile(r"\s*<[^<>]*\bat 0x[0-9a-fA-F]+>")
-
-
-# Pipelines that start an image-input job `int(steps - steps * strength)` steps into the
-# schedule (their `get_timesteps` keeps `steps * strength` fractional), so they run
-# `steps - int(steps - steps * strength)` steps: 4 at 0.6 are 3. Every other pipeline (SDXL,
-# SD 1.x and their kin) runs `int(steps * strength)`: 4 at 0.6 are 2.
-FRACTIONAL_START = frozenset(
-    {
-        "FluxImg2ImgPipeline",
-        "FluxInpaintPipeline",
-        "FluxFillPipeline",
-        "FluxControlImg2ImgPipeline",
-        "FluxControlInpaintPipeline",
-        "FluxControlNetImg2ImgPipeline",
-        "FluxControlNetInpaintPipeline",
-        "FluxKontextInpaintPipeline",
-        "Flux2KleinInpaintPipeline",
-        "StableDiffusion3Img2ImgPipeline",
-        "StableDiffusion3InpaintPipeline",
-        "StableDiffusion3PAGImg2ImgPipeline",
-        "ChromaImg2ImgPipeline",
-        "ChromaInpaintPipeline",
-        "QwenImageImg2ImgPipeline",
-        "QwenImageInpaintPipeline",
-        "QwenImageEditInpaintPipeline",
-        "ZImageImg2ImgPipeline",
-        "ZImageInpaintPipeline",
-        "SanaSprintImg2ImgPipeline",
-        "VisualClozeGenerationPipeline",
-    }
-)
-
-
-def denoising_steps(pipeline: str, steps: int, strength: float) -> int:
-    """The denoising steps a job runs, as its pipeline counts them: `steps`, or for a job
-    with an input image and a strength below 1 only the tail of its schedule (the count
-    `check_strength` holds to at least 1; 0 when `strength` is 0 means no strength)."""
-    if not 0 < strength < 1:
-        return steps
-    if pipeline in FRACTIONAL_START:
-        return steps - int(max(steps - steps * strength, 0))
-    return min(int(steps * strength), steps)
 
 
 def input_field(name: str, input_id: str) -> str:

@@ -15,9 +15,10 @@ from mediamesh.common.adapters import (
     check_adapters,
     resolve_adapters,
 )
+from mediamesh.common.denoising_steps import denoising_steps
 from mediamesh.common.errors import InvalidArgument, NotFound
 from mediamesh.common.generation import GenerationParams, Priority
-from mediamesh.common.input_images import check_input_params, denoising_steps, resolve_inputs
+from mediamesh.common.input_images import check_input_params, resolve_inputs
 from mediamesh.common.limits import MAX_SEED, MAX_TIMEOUT_MS
 from mediamesh.common.output_formats import LOSSY_IMAGE_FORMATS, QUALITY_RANGE, fps_range
 from mediamesh.common.registry import MODEL_FIELDS, ModelSpec, Registry

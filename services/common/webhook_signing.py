@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import re
+import time
 
 SIGNATURE_HEADER = "X-Mediamesh-Signature"
 EVENT_HEADER = "X-Mediamesh-Event"
@@ -35,9 +36,16 @@ def signature_header(secret: str, timestamp: int, body: bytes) -> str:
 
 
 def verify(
-    secret: str, header: str, body: bytes, now: float, tolerance_s: float = DEFAULT_TOLERANCE_S
+    secret: str,
+    header: str,
+    body: bytes,
+    now: float | None = None,
+    tolerance_s: float = DEFAULT_TOLERANCE_S,
 ) -> bool:
-    """Whether `header` signs `body` with `secret` at a time within `tolerance_s` of `now`."""
+    """Whether `header` signs `body` with `secret` at a time within `tolerance_s` of `now`
+    (the current time when not given), as a receiver checks a delivery."""
+    if now is None:
+        now = time.time()
     parts = dict(item.split("=", 1) for item in header.split(",") if "=" in item)
     stamp, given = parts.get("t", ""), parts.get("v1", "")
     # `int` alone would take "1_700_000_000", " 17" and other digits than ASCII ones.

@@ -325,6 +325,9 @@ def check_known_fields(
     mesh = "the mesh's own job fields (those of /v1/jobs, e.g. steps, seed)"
     if mesh_names is not None:
         mesh = f"the mesh's own {', '.join(sorted(mesh_allowed))}"
+        if "steps" in mesh_allowed:
+            # Taken before this check (adopt_steps_alias), so no allowed name lists it.
+            mesh += " (steps also as num_inference_steps)"
     for name in sorted(names):
         if name not in mesh_allowed and name not in openai_allowed:
             raise InvalidArgument(

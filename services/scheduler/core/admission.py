@@ -6,7 +6,9 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 
 from mediamesh.common.checkpoint_files import checkpoint_step
+from mediamesh.common.denoising_steps import denoising_steps
 from mediamesh.common.errors import StatusCode
+from mediamesh.common.generation import GenerationParams
 from mediamesh.common.input_refs import without_inline_bytes
 from mediamesh.common.registry import ModelSpec
 from mediamesh.scheduler.core.backlog import Backlog
@@ -165,7 +167,10 @@ class Admission:
             quota=quota,
             cost_s=cost,
             enqueued_at=now,
-            total_steps=new.params.steps,
+            # The steps it will run, as its progress counts them: with an input image and
+            # a strength below 1, the tail of its schedule; a client shows 0/3, not 0/4
+            # and then 1/3.
+            total_steps=_steps_run(spec, new.params),
             trace_carrier=dict(new.trace_carrier),
             delivery=new.delivery,
         )
@@ -260,3 +265,9 @@ def _counted(queued: int, admitting: int) -> str:
     if not admitting:
         return f"{queued} jobs queued"
     return f"{queued} jobs queued and {admitting} being admitted"
+
+
+def _steps_run(spec: ModelSpec, params: GenerationParams) -> int:
+    if params.image is None:
+        return params.steps
+    return denoising_steps(spec.pipeline, params.steps, params.strength)

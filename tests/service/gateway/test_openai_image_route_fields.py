@@ -49,7 +49,10 @@ async def test_edits_refuse_the_job_fields_generations_refuse(
                 assert answer.status_code == 400, (path, field, answer.text)
                 error = answer.json()["error"]
                 assert error["param"] == field, (path, error)
-                mesh_fields = "adapters, guidance_scale, negative_prompt, priority, seed, steps"
+                mesh_fields = (
+                    "adapters, guidance_scale, negative_prompt, priority, seed, steps "
+                    "(steps also as num_inference_steps)"
+                )
                 assert f"the mesh's own {mesh_fields}" in error["message"]
         # width beside size is no field either (not "set size or width", as if alone it were).
         sized = {**EDIT, "size": "64x64", "width": "64"}

@@ -182,7 +182,11 @@ def test_a_misspelt_variable_is_named():
 @pytest.mark.parametrize(
     ("name", "expected"),
     [
-        ("MEDIAMESH_SCHEDULR__PORT", "'schedulr' is not a section; sections are models_dir,"),
+        (
+            "MEDIAMESH_SCHEDULR__PORT",
+            "'schedulr' is not a section; did you mean MEDIAMESH_SCHEDULER__PORT?",
+        ),
+        ("MEDIAMESH_QQQ__PORT", "'qqq' is not a section; sections are models_dir,"),
         ("MEDIAMESH_WORKER_WORKER_ID", "did you mean MEDIAMESH_WORKER__WORKER_ID?"),
         ("mediamesh_scheduler_port", "did you mean MEDIAMESH_SCHEDULER__PORT?"),
     ],

@@ -7,8 +7,8 @@ from dataclasses import replace
 
 import pytest
 
+from mediamesh.common.denoising_steps import FRACTIONAL_START, denoising_steps
 from mediamesh.common.errors import InvalidArgument
-from mediamesh.common.input_images import FRACTIONAL_START, denoising_steps
 from mediamesh.common.params import RequestFields, check_generation, resolve
 from mediamesh.common.pipeline_fields import _diffusers_root
 from mediamesh.common.registry import ModelSpec, load_registry

@@ -3,6 +3,8 @@ up: a non-ASCII signature made `hmac.compare_digest` raise TypeError on str."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from mediamesh.common.webhook_signing import signature, signature_header, verify
@@ -41,3 +43,10 @@ def test_the_right_header_still_verifies() -> None:
     assert verify("s3cret", signature_header("s3cret", T, BODY), BODY, now=T)
     assert verify("s3cret", f"v1={GOOD},t={T}", BODY, now=T + 10)  # in any order
     assert not verify("s3cret", f"t={T},v1={GOOD}", BODY + b" ", now=T)
+
+
+def test_a_receiver_may_leave_the_time_to_the_check() -> None:
+    # The README's receiver calls verify(secret, header, body): now is the current time.
+    fresh = signature_header("s3cret", int(time.time()), BODY)
+    assert verify("s3cret", fresh, BODY)
+    assert not verify("s3cret", signature_header("s3cret", T, BODY), BODY)  # long past
