@@ -11,6 +11,8 @@ import argparse
 import math
 from collections.abc import Callable
 
+from mediamesh.common.addresses import port_problem
+
 # A TCP port; 0 takes a free one (as the config's Port).
 MAX_PORT = 65535
 
@@ -49,3 +51,11 @@ def bounded(
 def port(text: str) -> int:
     """A TCP port, 0 (a free one) to 65535."""
     return int(bounded(int, 0, most=MAX_PORT)(text))
+
+
+def address(text: str) -> str:
+    """A host:port to dial, whose port gRPC would not take modulo 65536."""
+    problem = port_problem(text)
+    if problem:
+        raise argparse.ArgumentTypeError(problem)
+    return text

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import grpc
 
-from mediamesh.cli.arg_types import bounded
+from mediamesh.cli.arg_types import address, bounded
 from mediamesh.cli.gateway_args import add_gateway_arguments, gateway_options
 from mediamesh.cli.image_inputs import add_image_arguments, image_options
 from mediamesh.cli.run_dir import DEFAULT_RUN_DIR, local_config
@@ -88,7 +88,7 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     for name, help_text in (("status", "print queues and workers"), ("top", "live status")):
         cmd = sub.add_parser(name, help=help_text)
         _local_config_args(cmd)
-        cmd.add_argument("--scheduler", default=None, help="scheduler host:port")
+        cmd.add_argument("--scheduler", type=address, default=None, help="scheduler host:port")
         if name == "top":
             cmd.add_argument(
                 "--interval",
@@ -108,6 +108,7 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     health = sub.add_parser("healthcheck", help="exit 0 when a service reports SERVING")
     health.add_argument(
         "--address",
+        type=address,
         default="127.0.0.1:50051",
         help="host:port of the service to ask (default: %(default)s, the gateway's)",
     )
@@ -127,6 +128,7 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     drain = sub.add_parser("drain", help="ask a worker to checkpoint its jobs and stop")
     drain.add_argument(
         "--address",
+        type=address,
         default="127.0.0.1:50060",
         help="host:port of the worker to drain (default: %(default)s, a worker's port)",
     )

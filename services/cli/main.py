@@ -9,7 +9,9 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from mediamesh.cli.arg_types import bounded, port
+from pydantic import ValidationError
+
+from mediamesh.cli.arg_types import address, bounded, port
 from mediamesh.cli.run_dir import DEFAULT_RUN_DIR
 from mediamesh.common.errors import StartupError
 from mediamesh.common.registry import RegistryError
@@ -88,11 +90,11 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("--pool", choices=["on-demand", "spot"])
     worker.add_argument("--host")
     worker.add_argument("--port", type=port, help="0 to 65535; 0 takes a free one")
-    worker.add_argument("--advertise-address")
+    worker.add_argument("--advertise-address", type=address)
     worker.add_argument("--device")
     worker.add_argument("--models", help="comma-separated model names")
     worker.add_argument("--metrics-port", type=port, help="0 to 65535; 0 takes a free one")
-    worker.add_argument("--scheduler", help="scheduler host:port")
+    worker.add_argument("--scheduler", type=address, help="scheduler host:port")
     _insecure_arg(worker, "an internal credential")
     worker.set_defaults(handler=_cmd_worker)
 
@@ -216,9 +218,17 @@ def worker_settings(config: MeshConfig, args: argparse.Namespace) -> WorkerSetti
         "models": [m for m in args.models.split(",") if m] if args.models else None,
         "insecure": True if args.insecure else None,
     }
-    return WorkerSettings.model_validate(
-        {**base.model_dump(), **{k: v for k, v in flags.items() if v is not None}}
-    )
+    try:
+        return WorkerSettings.model_validate(
+            {**base.model_dump(), **{k: v for k, v in flags.items() if v is not None}}
+        )
+    except ValidationError as exc:
+        # A flag's value (--device gpu9) fails as the same setting in a file would.
+        first = exc.errors()[0]
+        field = ".".join(str(part) for part in first["loc"])
+        flag = f"--{field.replace('_', '-')}" if flags.get(field) is not None else f"worker.{field}"
+        message = str(first["msg"]).removeprefix("Value error, ")
+        raise ConfigError(f"{flag}: {message}") from None
 
 
 def _cmd_models_build(args: argparse.Namespace) -> int:

@@ -51,6 +51,8 @@ def refuse_unstartable(config: MeshConfig, registry: Registry) -> None:
     ports = [
         ("scheduler.port", config.scheduler.port),
         ("gateway.port", config.gateway.port),
+        # `up` prints the HTTP face's URL, which a free port would leave unknown.
+        ("gateway.http_port", config.gateway.http_port),
         *((f"workers[{i}].port", w.port) for i, w in enumerate(config.workers)),
     ]
     for field_name, port in ports:
@@ -75,6 +77,12 @@ def refuse_unstartable(config: MeshConfig, registry: Registry) -> None:
 
 # Hosts that bind every interface, so that they clash with any host on the same port.
 _EVERY_INTERFACE = frozenset({"0.0.0.0", "::", "[::]", ""})
+# Names of the IPv4 loopback address a listener binds alike.
+_LOOPBACK_V4 = frozenset({"127.0.0.1", "localhost"})
+
+
+def _same_host(host: str, other: str) -> bool:
+    return host == other or (host.lower() in _LOOPBACK_V4 and other.lower() in _LOOPBACK_V4)
 
 
 def _listeners(config: MeshConfig) -> list[tuple[str, str, int]]:
@@ -104,7 +112,7 @@ def _refuse_shared_ports(config: MeshConfig) -> None:
     for name, host, port in _listeners(config):
         for other, other_host, other_port in seen:
             every = host in _EVERY_INTERFACE or other_host in _EVERY_INTERFACE
-            if port == other_port and (host == other_host or every):
+            if port == other_port and (_same_host(host, other_host) or every):
                 raise ConfigError(
                     f"{name}: {port} is {other}'s too (on {other_host or 'every interface'}); "
                     "give each service's listener a port of its own"

@@ -24,6 +24,7 @@ import difflib
 import json
 import os
 import re
+import typing
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypeVar
@@ -115,6 +116,13 @@ def _stray_variables(model: type[BaseModel], environ: Mapping[str, str]) -> str 
                 meant = f"{ENV_PREFIX}{close[0].upper()}{ENV_NESTED_DELIMITER}{tail.upper()}"
                 return f"env {name}: {head!r} is not a section; did you mean {meant}?"
             return f"env {name}: {head!r} is not a section; sections are {', '.join(fields)}"
+        if nested and _is_list(fields[head].annotation):
+            # pydantic-settings reads no index into a list: the error blamed the file.
+            return (
+                f"env {name}: {head} is a list, and a variable cannot set one entry of it; "
+                f"set {ENV_PREFIX}{head.upper()} to the whole list as JSON, or set it in the "
+                "config file"
+            )
         if nested or rest in fields:
             continue
         for section, info in fields.items():
@@ -124,6 +132,14 @@ def _stray_variables(model: type[BaseModel], environ: Mapping[str, str]) -> str 
                 meant = f"{ENV_PREFIX}{section.upper()}{ENV_NESTED_DELIMITER}{field.upper()}"
                 return f"env {name}: not a setting; did you mean {meant}?"
     return None
+
+
+def _is_list(annotation: Any) -> bool:
+    """Whether a field of `annotation` holds a list (or tuple), perhaps optional."""
+    for candidate in (annotation, *getattr(annotation, "__args__", ())):
+        if typing.get_origin(candidate) in (list, tuple):
+            return True
+    return False
 
 
 def _is_service_link(name: str, value: str) -> bool:

@@ -9,12 +9,22 @@ from __future__ import annotations
 
 import math
 import os
+import re
+import types
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import NoDecode
 
 # ConfigError is re-exported: the services raise and catch it as a settings error.
@@ -22,9 +32,11 @@ from mediamesh.common.adapters import (
     DEFAULT_MAX_ADAPTERS_PER_REQUEST,
     DEFAULT_MAX_LOADED_ADAPTERS,
 )
+from mediamesh.common.addresses import port_problem
 from mediamesh.common.artifact_settings import ArtifactSettings
 from mediamesh.common.config_loader import ConfigError as ConfigError
 from mediamesh.common.config_loader import json_or_csv, load_layered
+from mediamesh.common.limits import WORKER_ID_PATTERN
 from mediamesh.common.secret_files import read_setting_file
 from mediamesh.common.tenants import TENANT_PATTERN, is_tenant_name
 from mediamesh.common.webhook_settings import WebhookSettings
@@ -38,9 +50,51 @@ class Section(BaseModel):
     # JSON-safe YAML, where .inf becomes null, which every child would then refuse.
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_booleans_for_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        # pydantic's lax mode reads true as 1 and false as 0, and YAML reads `off`, `no` and
+        # `n` as false: `http_port: off` put the HTTP face on a random port, not off.
+        field = cls.model_fields.get(info.field_name or "")
+        if isinstance(value, bool) and field is not None and _numeric(field.annotation):
+            raise ValueError(
+                f"{str(value).lower()} is a boolean (YAML reads on, off, yes and no as "
+                "booleans); this setting takes a number"
+                + (", or null for none" if _optional(field.annotation) else "")
+            )
+        return value
+
+
+def _dialable(value: str | None) -> str | None:
+    problem = None if value is None else port_problem(value, zero=True)
+    if problem:
+        raise ValueError(problem)
+    return value
+
+
+def _numeric(annotation: Any) -> bool:
+    """Whether a field of `annotation` takes an int or a float but not a bool."""
+    kinds = _kinds(annotation)
+    return bool(kinds & {int, float}) and bool not in kinds
+
+
+def _optional(annotation: Any) -> bool:
+    return type(None) in _kinds(annotation)
+
+
+def _kinds(annotation: Any) -> set[Any]:
+    """The plain types a field's annotation allows, through Annotated and unions."""
+    if get_origin(annotation) is Annotated:
+        return _kinds(get_args(annotation)[0])
+    if get_origin(annotation) in (Union, types.UnionType):
+        return {kind for arg in get_args(annotation) for kind in _kinds(arg)}
+    return {annotation}
+
 
 # A TCP port; 0 takes a free one.
 Port = Annotated[int, Field(ge=0, le=65535)]
+# A worker's device, as torch names the ones the mesh places pipelines on.
+_DEVICE = re.compile(r"cpu|mps|cuda(:\d{1,3})?")
 # The modalities a queue and its settings are keyed by (the registry's `modality`).
 QUEUE_NAMES = ("image", "video", "audio")
 _Value = TypeVar("_Value")
@@ -458,6 +512,11 @@ class GatewaySettings(Section):
             raise ValueError(f"{bad[0]!r} is not a tenant name (pattern {TENANT_PATTERN})")
         return value
 
+    @field_validator("scheduler_address")
+    @classmethod
+    def _dialable_scheduler(cls, value: str) -> str | None:
+        return _dialable(value)
+
 
 def _class_names_upper(value: object) -> object:
     """Keys naming priority classes, upper-cased: environment variable names are
@@ -635,7 +694,9 @@ class SchedulerSettings(Section):
 
 
 class WorkerSettings(Section):
+    # Names its log file, its metrics and its registration: letters, digits, . _ -.
     worker_id: str = "worker-0"
+
     host: str = "127.0.0.1"
     port: Port = 50060
     # Address the scheduler dials; defaults to host:port.
@@ -645,6 +706,7 @@ class WorkerSettings(Section):
     metrics_host: str = "127.0.0.1"
     scheduler_address: str = "127.0.0.1:50052"
     pool: Pool = "on-demand"
+    # cpu, cuda, cuda:N or mps: where data mode places its pipelines.
     device: str = "cpu"
     # Registry models this worker hosts; empty hosts every model. From the environment,
     # MEDIAMESH_WORKER__MODELS=a,b also works (NoDecode: not only JSON).
@@ -686,6 +748,32 @@ class WorkerSettings(Section):
     @property
     def address(self) -> str:
         return self.advertise_address or f"{self.host}:{self.port}"
+
+    @field_validator("device")
+    @classmethod
+    def _known_device(cls, value: str) -> str:
+        # Another name failed only at the first model's load, as torch's "Invalid device
+        # string", or, for a worker of echo alone, not at all.
+        if not _DEVICE.fullmatch(value):
+            raise ValueError(f"{value[:64]!r} is not a device; write cpu, cuda, cuda:N or mps")
+        return value
+
+    @field_validator("worker_id")
+    @classmethod
+    def _usable_worker_id(cls, value: str) -> str:
+        # The scheduler refuses other ids at registration: the worker then retried forever
+        # and `up` waited out its ready timeout (or crashed on a "/" in the log file name).
+        if not re.fullmatch(WORKER_ID_PATTERN, value):
+            raise ValueError(
+                f"{value[:64]!r} is not a worker id: 1 to 128 letters, digits, '.', '_' or "
+                "'-', starting with a letter or digit"
+            )
+        return value
+
+    @field_validator("scheduler_address", "advertise_address")
+    @classmethod
+    def _dialable_addresses(cls, value: str | None) -> str | None:
+        return _dialable(value)
 
 
 # Bind addresses that mean every interface: a client on this host dials loopback instead.

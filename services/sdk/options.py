@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 import numbers
 import operator
-import re
 import types
 import uuid
 from collections.abc import Callable, Mapping, Sequence, Set
@@ -13,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypedDict, get_args, get_type_hints
 
+from mediamesh.common.addresses import port_problem
 from mediamesh.common.limits import INPUT_IMAGE, MAX_SEED
 from mediamesh.sdk.types import Priority
 
@@ -32,7 +32,6 @@ CHANNEL_INT_MAX = 2**31 - 1
 
 
 # A host:port address's port (an IPv6 host is bracketed, so its colons come before it).
-_PORT_AT_END = re.compile(r":(\d+)$")
 
 
 @dataclass(frozen=True)
@@ -388,6 +387,6 @@ def _check_target(target: object) -> None:
         raise TypeError(f"target: the gateway's address as a string, got {_shown(target)}")
     if not target.strip():
         raise ValueError("target: empty; give the gateway's address, host:port")
-    port = _PORT_AT_END.search(target)
-    if port is not None and not 1 <= int(port.group(1)) <= 65535:
-        raise ValueError(f"target: {target!r} names port {port.group(1)}; a port is 1 to 65535")
+    problem = port_problem(target)
+    if problem:
+        raise ValueError(f"target: {problem}")

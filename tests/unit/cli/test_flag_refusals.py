@@ -38,6 +38,19 @@ def refusal(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
         ),
         (["up", "--ready-timeout", "0"], "argument --ready-timeout: must be greater than 0, not 0"),
         (["drain", "--grace-s", "-5"], "argument --grace-s: must be at least 0, not -5"),
+        # gRPC dials a port past 65535 modulo 65536: 99999 reached 34463.
+        (
+            ["drain", "--address", "127.0.0.1:99999"],
+            "argument --address: '127.0.0.1:99999' names port 99999; a port is 1 to 65535",
+        ),
+        (
+            ["status", "--scheduler", "127.0.0.1:70000"],
+            "argument --scheduler: '127.0.0.1:70000' names port 70000; a port is 1 to 65535",
+        ),
+        (
+            ["healthcheck", "--address", "127.0.0.1:0"],
+            "argument --address: '127.0.0.1:0' names port 0; a port is 1 to 65535",
+        ),
         (["healthcheck", "--timeout", "-1"], "argument --timeout: must be greater than 0, not -1"),
         (["healthcheck", "--timeout", "0"], "argument --timeout: must be greater than 0, not 0"),
         (

@@ -48,6 +48,26 @@ def test_two_listeners_on_one_port_are_refused_naming_both() -> None:
         up.refuse_unstartable(_config(metrics_port=9402, metrics_host="0.0.0.0"), load_registry())
 
 
+def test_localhost_and_127_0_0_1_are_one_listener() -> None:
+    # Compared as text they passed, and the worker then failed "address already in use".
+    clash = MeshConfig.model_validate(
+        {
+            "gateway": {"host": "localhost", "http_port": 46061},
+            "workers": [{"worker_id": "w0", "port": 46061, "models": ["echo"]}],
+        }
+    )
+    with pytest.raises(ConfigError, match=r"^workers\[0\]\.port: 46061 is gateway\.http_port's"):
+        up.refuse_unstartable(clash, load_registry())
+
+
+def test_an_http_port_0_is_refused_since_up_prints_its_url() -> None:
+    free = MeshConfig.model_validate(
+        {"gateway": {"http_port": 0}, "workers": [{"worker_id": "w0", "port": 46060}]}
+    )
+    with pytest.raises(ConfigError, match=r"^gateway\.http_port: 0 \(any free port\)"):
+        up.refuse_unstartable(free, load_registry())
+
+
 def test_a_startable_config_passes() -> None:
     up.refuse_unstartable(_config(), load_registry())
 

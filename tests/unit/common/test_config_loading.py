@@ -3,6 +3,7 @@ one-line errors each layer gives."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -311,3 +312,48 @@ def test_a_model_listed_twice_for_one_worker_is_refused(tmp_path: Path):
     message = _error(path, {})
     assert message.startswith(f"config {path} line 4: workers.0.models: ")
     assert message.endswith("echo listed more than once; list each model once")
+
+
+# Values the settings read wrongly before they were checked ---------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        # YAML reads off as false, which pydantic took for port 0: a random port.
+        ("gateway:\n  http_port: off\n", "gateway.http_port: false is a boolean"),
+        ("gateway:\n  port: true\n", "gateway.port: true is a boolean"),
+        ("scheduler:\n  max_attempts: on\n", "scheduler.max_attempts: true is a boolean"),
+    ],
+)
+def test_a_boolean_where_a_number_belongs_is_refused(tmp_path: Path, text: str, words: str):
+    message = _error(_file(tmp_path, text))
+    assert words in message and "line 2" in message
+
+
+@pytest.mark.parametrize(
+    ("worker", "words"),
+    [
+        ({"worker_id": "a b"}, "workers.0.worker_id: 'a b' is not a worker id"),
+        ({"worker_id": "x/y"}, "workers.0.worker_id: 'x/y' is not a worker id"),
+        ({"device": "gpu9"}, "workers.0.device: 'gpu9' is not a device"),
+        ({"scheduler_address": "x:70000"}, "names port 70000; a port is 1 to 65535"),
+        ({"advertise_address": "y:123456"}, "names port 123456; a port is 1 to 65535"),
+    ],
+)
+def test_worker_entries_are_checked_when_the_config_loads(
+    tmp_path: Path, worker: dict[str, str], words: str
+):
+    # Each started a mesh that hung (an id the scheduler refuses), crashed (a "/" in a log
+    # file's name), failed at the first load, or dialled another port modulo 65536.
+    entry = {"worker_id": "w0", "port": 50060, **worker}
+    text = "workers:\n  - " + json.dumps(entry) + "\n"
+    assert words in _error(_file(tmp_path, text))
+
+
+def test_a_variable_cannot_set_one_entry_of_a_list(tmp_path: Path):
+    path = _file(tmp_path, "models_dir: /tmp\n")
+    message = _error(path, {"MEDIAMESH_WORKERS__0__PORT": "26050"})
+    assert message.startswith("env MEDIAMESH_WORKERS__0__PORT: workers is a list")
+    assert "MEDIAMESH_WORKERS to the whole list as JSON" in message
+    assert str(path) not in message

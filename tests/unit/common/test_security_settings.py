@@ -219,3 +219,12 @@ def test_a_short_result_link_secret_is_counted_in_characters_and_not_shown(
     assert "gateway.http.result_link_secret" in message
     assert "16 characters; the least is 32" in message and "items" not in message
     assert secret not in message
+
+
+def test_a_worker_flag_with_a_bad_value_is_named_as_the_flag(tmp_path: Path) -> None:
+    # It was a pydantic traceback: the flags bypassed the file's one-line errors.
+    config = _load(tmp_path, "worker:\n  worker_id: w0\n")
+    args = build_parser().parse_args(["worker", "--device", "gpu9"])
+    with pytest.raises(ConfigError) as refused:
+        worker_settings(config, args)
+    assert str(refused.value).startswith("--device: 'gpu9' is not a device")
