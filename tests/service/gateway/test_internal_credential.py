@@ -5,7 +5,9 @@ header's name nor the scheduler's address."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import grpc
@@ -19,7 +21,7 @@ from mediamesh.common.registry import load_registry
 from mediamesh.common.settings import GatewaySettings, InternalAuthSettings, MeshConfig
 from mediamesh.gateway.api import upstream
 from mediamesh.gateway.main import GatewayService, start_gateway
-from tests.service.conftest import start_mesh, stop_mesh
+from tests.service.conftest import InProcessMesh, start_mesh, stop_mesh
 
 
 @pytest.fixture(autouse=True)
@@ -61,16 +63,28 @@ async def until_not_ready(gateway: GatewayService) -> None:
         await asyncio.sleep(0.05)
 
 
-async def test_a_refused_gateway_token_is_logged_unready_and_unavailable_to_callers(
-    tmp_path: Path, models_dir: Path, caplog: pytest.LogCaptureFixture
-) -> None:
+@contextlib.asynccontextmanager
+async def refused_gateway(
+    tmp_path: Path, models_dir: Path
+) -> AsyncIterator[tuple[InProcessMesh, GatewayService]]:
+    """A mesh whose scheduler wants one token, and a second gateway that presents another."""
     mesh = await start_mesh(tmp_path, models_dir, [], token="right-token")
     scheduler = f"127.0.0.1:{mesh.scheduler.port}"
     wrong = await start_gateway(
         gateway_config(mesh.config, "wrong-token", scheduler), load_registry()
     )
-    caplog.set_level(logging.INFO)
     try:
+        yield mesh, wrong
+    finally:
+        await wrong.stop(0)
+        await stop_mesh(mesh)
+
+
+async def test_a_refused_gateway_token_is_logged_unready_and_unavailable_to_callers(
+    tmp_path: Path, models_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    async with refused_gateway(tmp_path, models_dir) as (mesh, wrong):
         async with grpc.aio.insecure_channel(f"127.0.0.1:{wrong.port}") as channel:
             stub = gateway_pb2_grpc.GatewayStub(channel)
             # Through mesh_errors (the data plane) and relay_errors (Upload) alike.
@@ -111,9 +125,6 @@ async def test_a_refused_gateway_token_is_logged_unready_and_unavailable_to_call
             r.name == "mediamesh.common.interceptors" and "internal_auth" in r.getMessage()
             for r in caplog.records
         )
-    finally:
-        await wrong.stop(0)
-        await stop_mesh(mesh)
 
 
 async def test_new_jobs_on_a_refused_gateway_are_told_misconfigured_not_retry(
@@ -122,13 +133,8 @@ async def test_new_jobs_on_a_refused_gateway_are_told_misconfigured_not_retry(
     # Once the watch counts the scheduler lost, new jobs are refused without a call: they
     # were told "unreachable; retry", and with only new jobs arriving the ERROR naming the
     # settings to fix was never logged.
-    mesh = await start_mesh(tmp_path, models_dir, [], token="right-token")
-    scheduler = f"127.0.0.1:{mesh.scheduler.port}"
-    wrong = await start_gateway(
-        gateway_config(mesh.config, "wrong-token", scheduler), load_registry()
-    )
     caplog.set_level(logging.INFO)
-    try:
+    async with refused_gateway(tmp_path, models_dir) as (_, wrong):
         await until_not_ready(wrong)
         assert not wrong.watch.serving
         async with grpc.aio.insecure_channel(f"127.0.0.1:{wrong.port}") as channel:
@@ -148,9 +154,6 @@ async def test_new_jobs_on_a_refused_gateway_are_told_misconfigured_not_retry(
             if r.name == "mediamesh.gateway" and r.levelno == logging.ERROR
         ]
         assert len(errors) == 1 and "internal_auth" in errors[0], errors
-    finally:
-        await wrong.stop(0)
-        await stop_mesh(mesh)
 
 
 async def collected(call: grpc.aio.UnaryStreamCall) -> list[object]:

@@ -4,11 +4,25 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 
 from mediamesh.common.pipeline_fields import call_parameters, signature_fields, unknown_call_kwargs
 from mediamesh.common.registry import RegistryError, load_registry, parse_registry
+
+
+def image_entry(pipeline: str, **fields: object) -> dict[str, Any]:
+    """A registry entry of an image model served by `pipeline`, with `fields` set."""
+    return {
+        "name": "mine",
+        "modality": "image",
+        "pipeline": pipeline,
+        "source": "nowhere",
+        "defaults": {"width": 64, "height": 64},
+        "limits": {"max_width": 64, "max_height": 64},
+        **fields,
+    }
 
 
 def test_fields_follow_each_pipelines_signature() -> None:
@@ -51,15 +65,7 @@ def test_reading_fields_never_imports_torch() -> None:
 
 
 def test_call_kwargs_cannot_set_what_requests_or_the_worker_control() -> None:
-    entry = {
-        "name": "sdxl-x",
-        "modality": "image",
-        "pipeline": "StableDiffusionXLPipeline",
-        "source": "nowhere",
-        "defaults": {"width": 64, "height": 64},
-        "limits": {"max_width": 64, "max_height": 64},
-        "call_kwargs": {"generator": 1, "eta": 0.5},
-    }
+    entry = image_entry("StableDiffusionXLPipeline", call_kwargs={"generator": 1, "eta": 0.5})
     with pytest.raises(RegistryError, match="call_kwargs: generator"):
         parse_registry({"models": [entry]})
     entry["call_kwargs"] = {"eta": 0.5}
@@ -69,15 +75,7 @@ def test_call_kwargs_cannot_set_what_requests_or_the_worker_control() -> None:
 def test_a_misspelt_call_kwarg_is_refused_where_the_call_only_reads_named_keywords() -> None:
     # Stable Diffusion's calls take **kwargs only to pop their deprecated callbacks: any
     # other keyword was dropped unread, so a typo changed nothing without a word.
-    entry = {
-        "name": "sd-x",
-        "modality": "image",
-        "pipeline": "StableDiffusionPipeline",
-        "source": "nowhere",
-        "defaults": {"width": 64, "height": 64},
-        "limits": {"max_width": 64, "max_height": 64},
-        "call_kwargs": {"guidance_rescal": 0.7},
-    }
+    entry = image_entry("StableDiffusionPipeline", call_kwargs={"guidance_rescal": 0.7})
     with pytest.raises(RegistryError, match="guidance_rescal"):
         parse_registry({"models": [entry]})
     entry["call_kwargs"] = {"guidance_rescale": 0.7}
@@ -88,26 +86,12 @@ def test_a_misspelt_call_kwarg_is_refused_where_the_call_only_reads_named_keywor
 
 def test_a_pipeline_whose_output_is_not_the_modalitys_is_refused() -> None:
     # LDM3D returns rgb and depth, not images: every job failed INTERNAL on a ready model.
-    entry = {
-        "name": "ldm3d",
-        "modality": "image",
-        "pipeline": "StableDiffusionLDM3DPipeline",
-        "source": "nowhere",
-        "defaults": {"width": 64, "height": 64},
-        "limits": {"max_width": 64, "max_height": 64},
-    }
+    entry = image_entry("StableDiffusionLDM3DPipeline")
     with pytest.raises(RegistryError, match=r"returns depth, nsfw_content_detected, rgb, not"):
         parse_registry({"models": [entry]})
 
 
 def test_an_auto_pipeline_is_refused_naming_the_class_to_write() -> None:
-    entry = {
-        "name": "auto",
-        "modality": "image",
-        "pipeline": "AutoPipelineForImage2Image",
-        "source": "nowhere",
-        "defaults": {"width": 64, "height": 64},
-        "limits": {"max_width": 64, "max_height": 64},
-    }
+    entry = image_entry("AutoPipelineForImage2Image")
     with pytest.raises(RegistryError, match=r"pipeline: AutoPipelineForImage2Image picks a"):
         parse_registry({"models": [entry]})
