@@ -18,10 +18,32 @@ def read_nodes(text: str) -> tuple[object, yaml.Node | None]:
     loader = yaml.SafeLoader(text)
     try:
         document = loader.get_single_node()
+        _refuse_repeated_keys(document)
         data = loader.construct_document(document) if document is not None else None
     finally:
         loader.dispose()
     return data, document
+
+
+def _refuse_repeated_keys(node: yaml.Node | None) -> None:
+    """yaml.YAMLError at a key a mapping repeats: YAML forbids it, and PyYAML keeps the last
+    without a word, so a second `gateway:` section replaced the first whole."""
+    if isinstance(node, yaml.MappingNode):
+        seen: dict[str, int] = {}
+        for key, value in node.value:
+            if isinstance(key, yaml.ScalarNode):
+                name = str(key.value)
+                if name in seen:
+                    raise yaml.constructor.ConstructorError(
+                        problem=f"{name!r} appears twice in one mapping (first on line "
+                        f"{seen[name]}); write it once",
+                        problem_mark=key.start_mark,
+                    )
+                seen[name] = key.start_mark.line + 1
+            _refuse_repeated_keys(value)
+    elif isinstance(node, yaml.SequenceNode):
+        for item in node.value:
+            _refuse_repeated_keys(item)
 
 
 def line_of(node: yaml.Node | None, loc: Loc) -> int | None:

@@ -357,3 +357,13 @@ def test_a_variable_cannot_set_one_entry_of_a_list(tmp_path: Path):
     assert message.startswith("env MEDIAMESH_WORKERS__0__PORT: workers is a list")
     assert "MEDIAMESH_WORKERS to the whole list as JSON" in message
     assert str(path) not in message
+
+
+def test_a_key_given_twice_is_refused_at_its_second_line(tmp_path: Path):
+    # PyYAML keeps the last without a word: the second gateway section replaced the first.
+    text = "gateway:\n  port: 50051\nscheduler:\n  port: 50052\ngateway:\n  http_port: 8081\n"
+    message = _error(_file(tmp_path, text))
+    assert message.endswith(
+        "line 5: not valid YAML: 'gateway' appears twice in one mapping (first on line 1); "
+        "write it once"
+    )
