@@ -233,9 +233,10 @@ def _keywords_only_read(
         if not (isinstance(owner, ast.Name) and owner.id == kwarg):
             continue
         key = node.args[0] if node.args else None
-        named = isinstance(key, ast.Constant) and isinstance(key.value, str)
-        if node.func.attr in ("pop", "get") and isinstance(key, ast.Constant) and named:
-            reads.append(str(key.value))
+        if not (isinstance(key, ast.Constant) and isinstance(key.value, str)):
+            continue
+        if node.func.attr in ("pop", "get"):
+            reads.append(key.value)
             methods.add(id(owner))
     uses = [n for n in ast.walk(call) if isinstance(n, ast.Name) and n.id == kwarg]
     return reads if all(id(n) in methods for n in uses) else None

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from prometheus_client import Counter, Gauge
 
 from mediamesh.common.errors import MeshError, PayloadTooLarge, StatusCode
+from mediamesh.common.registry import Registry
 
 JOB_LINK_STREAMS = Counter(
     "mediamesh_gateway_job_link_streams",
@@ -44,6 +45,13 @@ def init_refusals(queues: Iterable[str]) -> None:
         for reason in (*_REASONS.values(), "other"):
             JOBS_REFUSED.labels(queue, reason)
     JOBS_REFUSED.labels(UNKNOWN_QUEUE, "unknown_model")
+
+
+def queue_of(registry: Registry, model: object) -> str:
+    """The queue label a job for `model` (as a request named it, perhaps not text) is
+    counted under: its modality, or UNKNOWN_QUEUE for no model in the registry."""
+    spec = registry.get(model) if isinstance(model, str) else None
+    return spec.modality if spec is not None else UNKNOWN_QUEUE
 
 
 def refusal_reason(error: MeshError, queue: str) -> str:

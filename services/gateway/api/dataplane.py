@@ -106,7 +106,6 @@ class DataPlane:
         """Checks `request` and charges `caller`'s quota for it; its deadline as Unix ms, and
         whether the call's deadline set it (rather than `timeout_ms`)."""
         fields = request_fields(request)
-        spec = None
         try:
             spec = find_model(self.up.registry, fields.model)
             priority = parse_priority(fields.priority)
@@ -115,8 +114,7 @@ class DataPlane:
             self.up.tenancy.admit(caller, spec.name, priority)
         except MeshError as exc:
             # The scheduler never hears of these, so its own refusal counter cannot count them.
-            queue = spec.modality if spec is not None else metrics.UNKNOWN_QUEUE
-            metrics.count_refused(exc, queue)
+            metrics.count_refused(exc, metrics.queue_of(self.up.registry, fields.model))
             raise
         return job_deadline(fields.timeout_ms, call_deadline_s)
 

@@ -217,8 +217,7 @@ class JsonPlane:
     def queue_of(self, model: object) -> str:
         """The queue label a refusal of a job for `model` (as a body sent it, perhaps not
         text) is counted under: its modality, or `unknown` for no model in the registry."""
-        spec = self.plane.up.registry.get(model) if isinstance(model, str) else None
-        return spec.modality if spec is not None else metrics.UNKNOWN_QUEUE
+        return metrics.queue_of(self.plane.up.registry, model)
 
     @property
     def tenancy(self) -> Tenancy:

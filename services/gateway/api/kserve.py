@@ -257,8 +257,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         context: grpc.aio.ServicerContext[pb.ModelInferRequest, Any],
         on_progress: Callable[[ElementProgress], None] | None = None,
     ) -> pb.ModelInferResponse:
-        known = self.up.registry.get(request.model_name)
-        queue = known.modality if known is not None else metrics.UNKNOWN_QUEUE
+        queue = metrics.queue_of(self.up.registry, request.model_name)
         with metrics.counting_refusals(queue) as asked:
             spec = self._model(request.model_name, request.model_version)
             call = parse_call(

@@ -111,9 +111,7 @@ async def run_call(
         )
     except MeshError as exc:
         # Refused before the scheduler hears of them, as the native face's refusals are.
-        spec = up.registry.get(call.model)
-        queue = spec.modality if spec is not None else metrics.UNKNOWN_QUEUE
-        metrics.count_refused(exc, queue, len(call.elements))
+        metrics.count_refused(exc, metrics.queue_of(up.registry, call.model), len(call.elements))
         raise
     deadline_ms = call_deadline_ms(first.timeout_ms, context)
     job_ids: list[str] = []

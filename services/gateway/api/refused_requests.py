@@ -25,8 +25,7 @@ def counting_refused_jobs(registry: Registry, model_field_of: Mapping[str, str])
         field = model_field_of.get(method)
         if field is None:
             return
-        name = getattr(request, field, None)
-        spec = registry.get(name) if isinstance(name, str) else None
-        metrics.count_refused(error, spec.modality if spec is not None else metrics.UNKNOWN_QUEUE)
+        queue = metrics.queue_of(registry, getattr(request, field, None))
+        metrics.count_refused(error, queue)
 
     return count
